@@ -1,0 +1,174 @@
+//! The JSON edge: Kubernetes JSON in and out of the typed model, and manifest files
+//! (multi-document YAML or JSON) into JSON values.
+//!
+//! Typed objects never carry `apiVersion`/`kind` (the Rust type says it); they are checked
+//! and removed on the way in and added on the way out. Nulls are removed on the way in (a
+//! null means "unset" in Kubernetes) and on the way out (Kubernetes omits empty fields).
+
+use serde_json::{Map, Value};
+
+use crate::object::{Kind, Resource};
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DecodeError {
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{path}: {message}")]
+    Field { path: String, message: String },
+    #[error("the object is of kind {found:?}, but this endpoint serves {expected:?}")]
+    WrongKind { expected: String, found: String },
+    #[error("no kind {kind:?} is registered for version {api_version:?}")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("apiVersion and kind are required")]
+    MissingType,
+}
+
+/// Removes object members whose value is null, recursively.
+pub fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, v| !v.is_null());
+            m.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
+/// Removes nulls and empty arrays from object members: the shape Kubernetes prints.
+fn strip_empty(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, v| !(v.is_null() || v.as_array().is_some_and(|a| a.is_empty())));
+            m.values_mut().for_each(strip_empty);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_empty),
+        _ => {}
+    }
+}
+
+/// The typed object as Kubernetes JSON, with `apiVersion` and `kind`.
+pub fn to_json<K: Resource>(obj: &K) -> Value {
+    let mut v = serde_json::to_value(obj).expect("model types always serialize");
+    strip_empty(&mut v);
+    if let Value::Object(m) = &mut v {
+        let info = K::KIND.info();
+        m.remove("metadata").map(|mut meta| {
+            if let Some(mm) = meta.as_object_mut() {
+                mm.remove("selfLink");
+                mm.remove("managedFields");
+            }
+            m.insert("metadata".into(), meta)
+        });
+        m.insert("apiVersion".into(), Value::String(info.api_version()));
+        m.insert("kind".into(), Value::String(info.kind.into()));
+    }
+    v
+}
+
+/// Reads `apiVersion` and `kind` from a manifest.
+pub fn type_of(v: &Value) -> Result<Kind, DecodeError> {
+    let api_version = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+    if api_version.is_empty() || kind.is_empty() {
+        return Err(DecodeError::MissingType);
+    }
+    Kind::from_type(api_version, kind).ok_or_else(|| DecodeError::UnknownKind {
+        api_version: api_version.into(),
+        kind: kind.into(),
+    })
+}
+
+/// Decodes Kubernetes JSON into `K`. `apiVersion`/`kind` may be absent; if present they
+/// must name `K`. Unknown fields are refused with their path.
+pub fn from_json<K: Resource>(mut v: Value) -> Result<K, DecodeError> {
+    let Value::Object(m) = &mut v else {
+        return Err(DecodeError::Syntax("the body must be a JSON object".into()));
+    };
+    check_type::<K>(m)?;
+    strip_nulls(&mut v);
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        DecodeError::Field { path, message }
+    })
+}
+
+fn check_type<K: Resource>(m: &mut Map<String, Value>) -> Result<(), DecodeError> {
+    let info = K::KIND.info();
+    let api_version = m.remove("apiVersion");
+    let kind = m.remove("kind");
+    let found_kind = kind.as_ref().and_then(Value::as_str).unwrap_or(info.kind);
+    let found_version = api_version
+        .as_ref()
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| info.api_version());
+    if found_kind != info.kind || found_version != info.api_version() {
+        return Err(DecodeError::WrongKind {
+            expected: format!("{}/{}", info.api_version(), info.kind),
+            found: format!("{found_version}/{found_kind}"),
+        });
+    }
+    Ok(())
+}
+
+/// Decodes a JSON body.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, DecodeError> {
+    serde_json::from_slice(bytes).map_err(|e| DecodeError::Syntax(format!("invalid JSON: {e}")))
+}
+
+/// Splits a manifest file into its documents: JSON (one object, or a `List`) or
+/// multi-document YAML. Empty documents are skipped; `kind: List` is flattened.
+pub fn parse_manifests(text: &str) -> Result<Vec<Value>, DecodeError> {
+    let trimmed = text.trim_start();
+    let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        let mut out = Vec::new();
+        for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
+            out.push(v.map_err(|e| DecodeError::Syntax(format!("invalid JSON: {e}")))?);
+        }
+        out
+    } else {
+        let mut out = Vec::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(text) {
+            let v = serde_yaml_ng::Value::deserialize(doc)
+                .map_err(|e| DecodeError::Syntax(format!("invalid YAML: {e}")))?;
+            if v.is_null() {
+                continue;
+            }
+            let json = serde_json::to_value(&v).map_err(|e| {
+                DecodeError::Syntax(format!("YAML is not representable as JSON: {e}"))
+            })?;
+            out.push(json);
+        }
+        out
+    };
+    let mut flat = Vec::new();
+    for d in docs {
+        match d {
+            Value::Array(items) => flat.extend(items),
+            Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => {
+                if let Some(Value::Array(items)) = m.get("items") {
+                    flat.extend(items.iter().cloned());
+                }
+            }
+            other => flat.push(other),
+        }
+    }
+    Ok(flat)
+}
+
+use serde::Deserialize as _;
+
+/// Decodes one YAML document (for request bodies sent as YAML).
+pub fn parse_yaml(bytes: &[u8]) -> Result<Value, DecodeError> {
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_slice(bytes)
+        .map_err(|e| DecodeError::Syntax(format!("invalid YAML: {e}")))?;
+    serde_json::to_value(&v)
+        .map_err(|e| DecodeError::Syntax(format!("YAML is not representable as JSON: {e}")))
+}
+
+/// The JSON value as YAML text, for `-o yaml`.
+pub fn to_yaml(v: &Value) -> String {
+    serde_yaml_ng::to_string(v).unwrap_or_default()
+}

@@ -1,0 +1,11 @@
+//! The skiff object model: Kubernetes-shaped types, their validation and codecs, label and
+//! field selectors, and the HTTPS client. No server code lives here.
+
+pub mod apps;
+pub mod codec;
+pub mod core;
+pub mod meta;
+pub mod object;
+pub mod validation;
+
+pub use object::{AnyObject, Kind, KindInfo, Resource};

@@ -1,0 +1,493 @@
+//! Object metadata and the small value types shared by every kind.
+//!
+//! Every type here serializes two ways: as Kubernetes JSON for humans and clients (when the
+//! serializer is human readable) and as a compact, non-self-describing form for postcard
+//! (the store and the agent's cache). Types therefore never use `skip_serializing_if`,
+//! `flatten` or untagged enums; absent values are `None` and the JSON edge strips the nulls
+//! (see [`crate::codec`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+
+/// A point in time with second precision, RFC 3339 in JSON (`2026-11-21T11:44:00Z`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Time(pub i64);
+
+impl Time {
+    pub fn now() -> Time {
+        Time::from_system(SystemTime::now())
+    }
+
+    pub fn from_system(t: SystemTime) -> Time {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Time(d.as_secs() as i64),
+            Err(e) => Time(-(e.duration().as_secs() as i64)),
+        }
+    }
+
+    pub fn to_system(self) -> SystemTime {
+        if self.0 >= 0 {
+            UNIX_EPOCH + Duration::from_secs(self.0 as u64)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(self.0.unsigned_abs())
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Time, String> {
+        // Kubernetes writes UTC with `Z`; accept fractional seconds too (MicroTime).
+        humantime::parse_rfc3339_weak(s.trim_end_matches('Z'))
+            .or_else(|_| humantime::parse_rfc3339(s))
+            .map(Time::from_system)
+            .map_err(|e| format!("invalid timestamp {s:?}: {e}"))
+    }
+
+    /// Seconds since this time (zero if it is in the future).
+    pub fn age(self) -> Duration {
+        SystemTime::now()
+            .duration_since(self.to_system())
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Time {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_rfc3339_seconds(self.to_system()))
+    }
+}
+
+impl Serialize for Time {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            s.collect_str(self)
+        } else {
+            s.serialize_i64(self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Time, D::Error> {
+        if d.is_human_readable() {
+            let s = String::deserialize(d)?;
+            Time::parse(&s).map_err(de::Error::custom)
+        } else {
+            i64::deserialize(d).map(Time)
+        }
+    }
+}
+
+/// An integer or a string, as in `maxSurge: 25%` or `targetPort: http`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum IntOrString {
+    Int(i32),
+    String(String),
+}
+
+impl Default for IntOrString {
+    fn default() -> Self {
+        IntOrString::Int(0)
+    }
+}
+
+impl fmt::Display for IntOrString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntOrString::Int(i) => write!(f, "{i}"),
+            IntOrString::String(s) => f.write_str(s),
+        }
+    }
+}
+
+impl IntOrString {
+    /// Resolves an absolute number or a percentage of `total` (rounding up when asked, as
+    /// Kubernetes does for maxSurge, and down for maxUnavailable).
+    pub fn scaled_value(&self, total: i32, round_up: bool) -> Result<i32, String> {
+        match self {
+            IntOrString::Int(i) => Ok(*i),
+            IntOrString::String(s) => {
+                let pct = s
+                    .strip_suffix('%')
+                    .and_then(|p| p.parse::<i64>().ok())
+                    .ok_or_else(|| {
+                        format!("invalid value {s:?}: must be an integer or a percentage")
+                    })?;
+                let scaled = pct * total as i64;
+                let v = if round_up {
+                    (scaled + 99) / 100
+                } else {
+                    scaled / 100
+                };
+                Ok(v as i32)
+            }
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+enum IntOrStringRepr {
+    Int(i32),
+    String(String),
+}
+
+impl Serialize for IntOrString {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match (s.is_human_readable(), self) {
+            (true, IntOrString::Int(i)) => s.serialize_i32(*i),
+            (true, IntOrString::String(v)) => s.serialize_str(v),
+            (false, IntOrString::Int(i)) => IntOrStringRepr::Int(*i).serialize(s),
+            (false, IntOrString::String(v)) => IntOrStringRepr::String(v.clone()).serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<IntOrString, D::Error> {
+        if !d.is_human_readable() {
+            return Ok(match IntOrStringRepr::deserialize(d)? {
+                IntOrStringRepr::Int(i) => IntOrString::Int(i),
+                IntOrStringRepr::String(s) => IntOrString::String(s),
+            });
+        }
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer or a string")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<IntOrString, E> {
+                i32::try_from(v)
+                    .map(IntOrString::Int)
+                    .map_err(|_| E::custom(format!("integer {v} out of range")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<IntOrString, E> {
+                i32::try_from(v)
+                    .map(IntOrString::Int)
+                    .map_err(|_| E::custom(format!("integer {v} out of range")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<IntOrString, E> {
+                Ok(IntOrString::String(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A resource quantity (`100m`, `128Mi`, `1`), kept as written. Numbers in manifests
+/// (`cpu: 1`) are accepted and kept as their decimal text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Quantity(pub String);
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Quantity {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Quantity, D::Error> {
+        if !d.is_human_readable() {
+            return String::deserialize(d).map(Quantity);
+        }
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Quantity;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a quantity such as 100m, 128Mi or 1")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A JSON value kept verbatim: used for fields skiff accepts and returns but does not act on.
+/// In postcard it is a tagged enum, so it stays decodable without a self-describing format.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum Opaque {
+    #[default]
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    String(String),
+    Array(Vec<Opaque>),
+    Object(BTreeMap<String, Opaque>),
+}
+
+#[derive(Serialize, Deserialize)]
+enum OpaqueRepr {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    String(String),
+    Array(Vec<Opaque>),
+    Object(BTreeMap<String, Opaque>),
+}
+
+impl From<&serde_json::Value> for Opaque {
+    fn from(v: &serde_json::Value) -> Opaque {
+        use serde_json::Value as J;
+        match v {
+            J::Null => Opaque::Null,
+            J::Bool(b) => Opaque::Bool(*b),
+            J::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    Opaque::Int(i)
+                } else if let Some(u) = n.as_u64() {
+                    Opaque::Uint(u)
+                } else {
+                    Opaque::Float(n.as_f64().unwrap_or_default())
+                }
+            }
+            J::String(s) => Opaque::String(s.clone()),
+            J::Array(a) => Opaque::Array(a.iter().map(Opaque::from).collect()),
+            J::Object(o) => Opaque::Object(
+                o.iter()
+                    .map(|(k, v)| (k.clone(), Opaque::from(v)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl From<&Opaque> for serde_json::Value {
+    fn from(v: &Opaque) -> serde_json::Value {
+        use serde_json::Value as J;
+        match v {
+            Opaque::Null => J::Null,
+            Opaque::Bool(b) => J::Bool(*b),
+            Opaque::Int(i) => J::from(*i),
+            Opaque::Uint(u) => J::from(*u),
+            Opaque::Float(f) => J::from(*f),
+            Opaque::String(s) => J::String(s.clone()),
+            Opaque::Array(a) => J::Array(a.iter().map(J::from).collect()),
+            Opaque::Object(o) => {
+                J::Object(o.iter().map(|(k, v)| (k.clone(), J::from(v))).collect())
+            }
+        }
+    }
+}
+
+impl Serialize for Opaque {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            return serde_json::Value::from(self).serialize(s);
+        }
+        let repr = match self.clone() {
+            Opaque::Null => OpaqueRepr::Null,
+            Opaque::Bool(b) => OpaqueRepr::Bool(b),
+            Opaque::Int(i) => OpaqueRepr::Int(i),
+            Opaque::Uint(u) => OpaqueRepr::Uint(u),
+            Opaque::Float(f) => OpaqueRepr::Float(f),
+            Opaque::String(v) => OpaqueRepr::String(v),
+            Opaque::Array(a) => OpaqueRepr::Array(a),
+            Opaque::Object(o) => OpaqueRepr::Object(o),
+        };
+        repr.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Opaque {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Opaque, D::Error> {
+        if d.is_human_readable() {
+            let v = serde_json::Value::deserialize(d)?;
+            return Ok(Opaque::from(&v));
+        }
+        Ok(match OpaqueRepr::deserialize(d)? {
+            OpaqueRepr::Null => Opaque::Null,
+            OpaqueRepr::Bool(b) => Opaque::Bool(b),
+            OpaqueRepr::Int(i) => Opaque::Int(i),
+            OpaqueRepr::Uint(u) => Opaque::Uint(u),
+            OpaqueRepr::Float(f) => Opaque::Float(f),
+            OpaqueRepr::String(v) => Opaque::String(v),
+            OpaqueRepr::Array(a) => Opaque::Array(a),
+            OpaqueRepr::Object(o) => Opaque::Object(o),
+        })
+    }
+}
+
+/// metav1.OwnerReference
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub controller: Option<bool>,
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// metav1.ObjectMeta
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct ObjectMeta {
+    pub name: String,
+    pub generate_name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: String,
+    pub resource_version: String,
+    pub generation: Option<i64>,
+    pub creation_timestamp: Option<Time>,
+    pub deletion_timestamp: Option<Time>,
+    pub deletion_grace_period_seconds: Option<i64>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub owner_references: Vec<OwnerReference>,
+    pub finalizers: Vec<String>,
+    /// Accepted so that objects read from other clusters apply unchanged; not acted on.
+    pub managed_fields: Option<Opaque>,
+    /// Deprecated in Kubernetes; accepted and dropped on output.
+    pub self_link: Option<String>,
+}
+
+impl ObjectMeta {
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("")
+    }
+
+    /// The revision of the last change, as a number (0 when unset or malformed).
+    pub fn revision(&self) -> u64 {
+        self.resource_version.parse().unwrap_or(0)
+    }
+
+    pub fn controller_ref(&self) -> Option<&OwnerReference> {
+        self.owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
+    }
+}
+
+/// metav1.ListMeta
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ListMeta {
+    pub resource_version: String,
+    #[serde(rename = "continue")]
+    pub continue_: Option<String>,
+    pub remaining_item_count: Option<i64>,
+}
+
+/// metav1.LabelSelectorRequirement
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    pub values: Vec<String>,
+}
+
+/// metav1.LabelSelector
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct LabelSelector {
+    pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// metav1.Status: the error body of every failed request.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Status {
+    pub kind: String,
+    pub api_version: String,
+    pub metadata: ListMeta,
+    pub status: String,
+    pub message: String,
+    pub reason: String,
+    pub details: Option<StatusDetails>,
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct StatusDetails {
+    pub name: String,
+    pub group: String,
+    pub kind: String,
+    pub uid: String,
+    pub causes: Vec<StatusCause>,
+    pub retry_after_seconds: Option<i32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct StatusCause {
+    pub reason: String,
+    pub message: String,
+    pub field: String,
+}
+
+impl Status {
+    pub fn failure(code: u16, reason: &str, message: impl Into<String>) -> Status {
+        Status {
+            kind: "Status".into(),
+            api_version: "v1".into(),
+            status: "Failure".into(),
+            message: message.into(),
+            reason: reason.into(),
+            code,
+            ..Default::default()
+        }
+    }
+
+    pub fn success() -> Status {
+        Status {
+            kind: "Status".into(),
+            api_version: "v1".into(),
+            status: "Success".into(),
+            code: 200,
+            ..Default::default()
+        }
+    }
+
+    pub fn with_details(mut self, details: StatusDetails) -> Status {
+        self.details = Some(details);
+        self
+    }
+}
+
+/// metav1.DeleteOptions (the body of a DELETE; also read from query parameters).
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DeleteOptions {
+    pub kind: Option<String>,
+    pub api_version: Option<String>,
+    pub grace_period_seconds: Option<i64>,
+    pub preconditions: Option<Preconditions>,
+    pub propagation_policy: Option<String>,
+    pub orphan_dependents: Option<bool>,
+    pub dry_run: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}

@@ -1,0 +1,323 @@
+//! The kinds skiff serves, the [`Resource`] trait they implement, and [`AnyObject`], the one
+//! enum the store, the watch hub and the HTTP edge pass around.
+
+use std::fmt::Debug;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::meta::ObjectMeta;
+use crate::validation::FieldError;
+
+/// Static facts about a kind: its REST names and discovery entry.
+#[derive(Debug)]
+pub struct KindInfo {
+    pub kind: &'static str,
+    /// "" for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub short_names: &'static [&'static str],
+    pub namespaced: bool,
+    /// Has a `status` subresource; writes to the main resource keep the stored status.
+    pub has_status: bool,
+    pub categories: &'static [&'static str],
+}
+
+impl KindInfo {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The name Kubernetes uses in messages: `pods`, `deployments.apps`.
+    pub fn qualified_plural(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+}
+
+/// Every resource kind stored by the server.
+pub trait Resource:
+    Clone + Debug + PartialEq + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    const KIND: Kind;
+
+    fn meta(&self) -> &ObjectMeta;
+    fn meta_mut(&mut self) -> &mut ObjectMeta;
+    fn into_any(self) -> AnyObject;
+    fn from_any(o: AnyObject) -> Option<Self>;
+    fn from_any_ref(o: &AnyObject) -> Option<&Self>;
+
+    /// Kubernetes' defaulting (SetDefaults_*), applied on every create and update.
+    fn set_defaults(&mut self) {}
+
+    /// Semantic validation; an empty list means valid.
+    fn validate(&self) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Encoded form of the fields whose change bumps `metadata.generation` (the spec).
+    fn spec_fingerprint(&self) -> Vec<u8>;
+
+    /// Replace this object's status with `other`'s (main-resource writes keep the stored
+    /// status). A no-op for kinds without a status.
+    fn copy_status_from(&mut self, _other: &Self) {}
+
+    /// Replace everything but the status with `other`'s (status writes keep the stored spec
+    /// and metadata).
+    fn copy_all_but_status_from(&mut self, other: &Self) {
+        let status_holder = self.clone();
+        *self = other.clone();
+        self.copy_status_from(&status_holder);
+    }
+
+    /// Clears the status, as create does for kinds with a status subresource.
+    fn clear_status(&mut self) {}
+
+    /// A field for field selectors (`spec.nodeName`, `status.phase`, ...), beyond the
+    /// metadata fields every kind has.
+    fn field(&self, _path: &str) -> Option<String> {
+        None
+    }
+}
+
+macro_rules! kinds {
+    ($( $variant:ident => $ty:ty ),* $(,)?) => {
+        /// Every kind the server stores.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum Kind { $( $variant ),* }
+
+        impl Kind {
+            pub const ALL: &'static [Kind] = &[ $( Kind::$variant ),* ];
+        }
+
+        /// An object of any kind.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub enum AnyObject { $( $variant($ty) ),* }
+
+        impl AnyObject {
+            pub fn kind(&self) -> Kind {
+                match self { $( AnyObject::$variant(_) => Kind::$variant ),* }
+            }
+            pub fn meta(&self) -> &ObjectMeta {
+                match self { $( AnyObject::$variant(o) => o.meta() ),* }
+            }
+            pub fn meta_mut(&mut self) -> &mut ObjectMeta {
+                match self { $( AnyObject::$variant(o) => o.meta_mut() ),* }
+            }
+            pub fn spec_fingerprint(&self) -> Vec<u8> {
+                match self { $( AnyObject::$variant(o) => o.spec_fingerprint() ),* }
+            }
+            /// A field for field selectors, including the metadata ones.
+            pub fn field(&self, path: &str) -> Option<String> {
+                match path {
+                    "metadata.name" => Some(self.meta().name.clone()),
+                    "metadata.namespace" => Some(self.meta().namespace().to_string()),
+                    _ => match self { $( AnyObject::$variant(o) => o.field(path) ),* },
+                }
+            }
+            /// The Kubernetes JSON of this object, with `apiVersion` and `kind`.
+            pub fn to_json(&self) -> serde_json::Value {
+                match self { $( AnyObject::$variant(o) => crate::codec::to_json(o) ),* }
+            }
+        }
+
+        /// Runs `$body` with the type alias `$k` bound to the Rust type of `$kind`.
+        #[macro_export]
+        macro_rules! with_kind {
+            ($kind:expr, $k:ident, $body:block) => {{
+                match $kind {
+                    $( $crate::object::Kind::$variant => { type $k = $ty; $body } ),*
+                }
+            }};
+        }
+    };
+}
+
+kinds! {
+    Namespace => crate::core::Namespace,
+    Node => crate::core::Node,
+    Pod => crate::core::Pod,
+    Service => crate::core::Service,
+    Endpoints => crate::core::Endpoints,
+    ConfigMap => crate::core::ConfigMap,
+    Secret => crate::core::Secret,
+    Event => crate::core::Event,
+    Deployment => crate::apps::Deployment,
+    ReplicaSet => crate::apps::ReplicaSet,
+    DaemonSet => crate::apps::DaemonSet,
+}
+
+const ALL_CATEGORY: &[&str] = &["all"];
+
+impl Kind {
+    pub fn info(self) -> &'static KindInfo {
+        const fn core(
+            kind: &'static str,
+            plural: &'static str,
+            singular: &'static str,
+            short_names: &'static [&'static str],
+            namespaced: bool,
+            has_status: bool,
+            categories: &'static [&'static str],
+        ) -> KindInfo {
+            KindInfo {
+                kind,
+                group: "",
+                version: "v1",
+                plural,
+                singular,
+                short_names,
+                namespaced,
+                has_status,
+                categories,
+            }
+        }
+        const fn apps(
+            kind: &'static str,
+            plural: &'static str,
+            singular: &'static str,
+            short_names: &'static [&'static str],
+        ) -> KindInfo {
+            KindInfo {
+                kind,
+                group: "apps",
+                version: "v1",
+                plural,
+                singular,
+                short_names,
+                namespaced: true,
+                has_status: true,
+                categories: ALL_CATEGORY,
+            }
+        }
+        static NAMESPACE: KindInfo = core(
+            "Namespace",
+            "namespaces",
+            "namespace",
+            &["ns"],
+            false,
+            true,
+            &[],
+        );
+        static NODE: KindInfo = core("Node", "nodes", "node", &["no"], false, true, &[]);
+        static POD: KindInfo = core("Pod", "pods", "pod", &["po"], true, true, ALL_CATEGORY);
+        static SERVICE: KindInfo = core(
+            "Service",
+            "services",
+            "service",
+            &["svc"],
+            true,
+            true,
+            ALL_CATEGORY,
+        );
+        static ENDPOINTS: KindInfo = core(
+            "Endpoints",
+            "endpoints",
+            "endpoints",
+            &["ep"],
+            true,
+            false,
+            &[],
+        );
+        static CONFIG_MAP: KindInfo = core(
+            "ConfigMap",
+            "configmaps",
+            "configmap",
+            &["cm"],
+            true,
+            false,
+            &[],
+        );
+        static SECRET: KindInfo = core("Secret", "secrets", "secret", &[], true, false, &[]);
+        static EVENT: KindInfo = core("Event", "events", "event", &["ev"], true, false, &[]);
+        static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
+        static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
+        static DAEMON_SET: KindInfo = apps("DaemonSet", "daemonsets", "daemonset", &["ds"]);
+        match self {
+            Kind::Namespace => &NAMESPACE,
+            Kind::Node => &NODE,
+            Kind::Pod => &POD,
+            Kind::Service => &SERVICE,
+            Kind::Endpoints => &ENDPOINTS,
+            Kind::ConfigMap => &CONFIG_MAP,
+            Kind::Secret => &SECRET,
+            Kind::Event => &EVENT,
+            Kind::Deployment => &DEPLOYMENT,
+            Kind::ReplicaSet => &REPLICA_SET,
+            Kind::DaemonSet => &DAEMON_SET,
+        }
+    }
+
+    /// The kind served at `/api(s)/<group>/<version>/<plural>`.
+    pub fn from_plural(group: &str, plural: &str) -> Option<Kind> {
+        Kind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.info().group == group && k.info().plural == plural)
+    }
+
+    /// The kind named by `apiVersion` and `kind` in a manifest.
+    pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
+        Kind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.info().kind == kind && k.info().api_version() == api_version)
+    }
+
+    /// A kind as a user types it on the command line: plural, singular, short name or
+    /// kind, any case (`po`, `pods`, `Pod`, `deployments.apps`).
+    pub fn from_cli_name(name: &str) -> Option<Kind> {
+        let lower = name.to_ascii_lowercase();
+        let bare = lower.split('.').next().unwrap_or("");
+        Kind::ALL.iter().copied().find(|k| {
+            let i = k.info();
+            i.plural == bare
+                || i.singular == bare
+                || i.kind.eq_ignore_ascii_case(bare)
+                || i.short_names.contains(&bare)
+        })
+    }
+}
+
+/// The accessor methods every [`Resource`] impl shares; use inside `impl Resource for T`.
+#[macro_export]
+macro_rules! resource_basics {
+    ($variant:ident) => {
+        fn meta(&self) -> &$crate::meta::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(&mut self) -> &mut $crate::meta::ObjectMeta {
+            &mut self.metadata
+        }
+        fn into_any(self) -> $crate::object::AnyObject {
+            $crate::object::AnyObject::$variant(self)
+        }
+        fn from_any(o: $crate::object::AnyObject) -> Option<Self> {
+            match o {
+                $crate::object::AnyObject::$variant(x) => Some(x),
+                _ => None,
+            }
+        }
+        fn from_any_ref(o: &$crate::object::AnyObject) -> Option<&Self> {
+            match o {
+                $crate::object::AnyObject::$variant(x) => Some(x),
+                _ => None,
+            }
+        }
+    };
+}
+
+/// Postcard bytes of a value, for [`Resource::spec_fingerprint`].
+pub fn fingerprint<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("model types always serialize")
+}

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("skiff: not built yet");
+    std::process::exit(1);
+}
