@@ -1,9 +1,13 @@
-//! The skiff control plane: store, HTTP API, registry semantics, PKI and auth, and the CLI.
+//! The skiff control plane: store, HTTP API, registry semantics, controllers, PKI and auth,
+//! and the CLI.
 
 pub mod auth;
 pub mod cli;
+pub mod controllers;
+pub mod error;
 pub mod http;
 pub mod pki;
 pub mod registry;
 pub mod server;
 pub mod store;
+pub mod strategic;

@@ -1,1 +1,467 @@
-//! (to be written)
+//! Registry: Kubernetes' write semantics on top of the store. Create, update, patch and
+//! delete each run as one closure inside the store's group-committed write transaction, so
+//! the read of the current object, the checks and the write are atomic.
+//!
+//! Rules kept here (Kubernetes' "strategies"): server-owned metadata (uid, creation time,
+//! generation, resourceVersion) is set by the server only; `generation` moves only when the
+//! spec changes; writes to the main resource keep the stored status and writes to `status`
+//! keep everything else; bound pods are deleted gracefully (the node confirms); finalizers hold
+//! deletion; namespaced objects need a live namespace.
+
+use std::any::Any;
+
+use api::codec::{self, DecodeError};
+use api::core::{Namespace, Pod};
+use api::meta::{DeleteOptions, Time};
+use api::object::Resource;
+use api::{AnyObject, Kind};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::store::{Store, StoreError, Txn};
+
+/// Which part of an object a write addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Main,
+    Status,
+}
+
+/// Patch flavours accepted on PATCH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    Merge,
+    Json,
+    StrategicMerge,
+}
+
+/// Namespaces that always exist and may not be deleted.
+pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+#[derive(Clone)]
+pub struct Registry {
+    pub store: Store,
+}
+
+fn decode_error(e: DecodeError) -> ApiError {
+    match e {
+        DecodeError::Field { path, message } if message.starts_with("unknown field") => {
+            ApiError::bad_request(format!("strict decoding error: {message} at {path}"))
+        }
+        DecodeError::Field { path, message } => ApiError::bad_request(format!("error decoding {path}: {message}")),
+        other => ApiError::bad_request(other.to_string()),
+    }
+}
+
+/// Decodes a request body into `K`.
+pub fn decode<K: Resource>(body: Value) -> Result<K, ApiError> {
+    codec::from_json::<K>(body).map_err(decode_error)
+}
+
+fn as_pod_mut<K: Resource>(obj: &mut K) -> Option<&mut Pod> {
+    (obj as &mut dyn Any).downcast_mut::<Pod>()
+}
+
+fn as_pod<K: Resource>(obj: &K) -> Option<&Pod> {
+    (obj as &dyn Any).downcast_ref::<Pod>()
+}
+
+fn as_namespace_mut<K: Resource>(obj: &mut K) -> Option<&mut Namespace> {
+    (obj as &mut dyn Any).downcast_mut::<Namespace>()
+}
+
+fn typed<K: Resource>(obj: AnyObject) -> Result<K, ApiError> {
+    K::from_any(obj).ok_or_else(|| ApiError::internal("stored object has the wrong kind"))
+}
+
+fn get_typed<K: Resource>(txn: &Txn, ns: &str, name: &str) -> Result<Option<K>, ApiError> {
+    match txn.get(K::KIND, ns, name)? {
+        Some(o) => Ok(Some(typed(o)?)),
+        None => Ok(None),
+    }
+}
+
+/// Namespaced objects may only be created in a namespace that exists and is not terminating.
+fn check_namespace_open(txn: &Txn, ns: &str) -> Result<(), ApiError> {
+    match txn.get(Kind::Namespace, "", ns)? {
+        None => Err(ApiError::not_found(Kind::Namespace, ns)),
+        Some(n) if n.meta().deletion_timestamp.is_some() => Err(ApiError::forbidden(format!(
+            "unable to create new content in namespace {ns} because it is being terminated"
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Settles the namespace of an object against the request path.
+fn settle_namespace<K: Resource>(obj: &mut K, path_ns: Option<&str>) -> Result<(), ApiError> {
+    let info = K::KIND.info();
+    let meta = obj.meta_mut();
+    if !info.namespaced {
+        meta.namespace = None;
+        return Ok(());
+    }
+    let body_ns = meta.namespace.clone().filter(|s| !s.is_empty());
+    match (body_ns, path_ns) {
+        (Some(b), Some(p)) if b != p => Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
+        (_, Some(p)) => {
+            meta.namespace = Some(p.to_string());
+            Ok(())
+        }
+        (Some(_), None) => Ok(()),
+        (None, None) => {
+            meta.namespace = Some("default".into());
+            Ok(())
+        }
+    }
+}
+
+fn validate<K: Resource>(obj: &K) -> Result<(), ApiError> {
+    let mut errors = api::validation::validate_meta(obj.meta(), K::KIND);
+    errors.extend(obj.validate());
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        let name = obj.meta().name.clone();
+        Err(ApiError::invalid(K::KIND, &name, errors))
+    }
+}
+
+/// What create does to the status: pods start Pending, namespaces Active, nodes keep what
+/// the registering kubelet sent, everything else starts empty.
+fn prepare_for_create<K: Resource>(obj: &mut K) {
+    match K::KIND {
+        Kind::Node => {}
+        Kind::Pod => {
+            obj.clear_status();
+            if let Some(pod) = as_pod_mut(obj) {
+                pod.status.get_or_insert_with(Default::default).phase = Some("Pending".into());
+            }
+        }
+        Kind::Namespace => {
+            obj.clear_status();
+            if let Some(ns) = as_namespace_mut(obj) {
+                ns.status.get_or_insert_with(Default::default).phase = Some("Active".into());
+            }
+        }
+        _ => obj.clear_status(),
+    }
+}
+
+const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn generated_name(prefix: &str) -> String {
+    let mut bytes = [0u8; 5];
+    getrandom_fill(&mut bytes);
+    let suffix: String = bytes.iter().map(|b| GENERATE_ALPHABET[*b as usize % GENERATE_ALPHABET.len()] as char).collect();
+    format!("{prefix}{suffix}")
+}
+
+fn getrandom_fill(buf: &mut [u8]) {
+    use ring::rand::SecureRandom;
+    let rng = ring::rand::SystemRandom::new();
+    if rng.fill(buf).is_err() {
+        // Fall back to the clock: names only need to be unlikely to collide, and a collision
+        // is retried.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (t >> (i * 8)) as u8;
+        }
+    }
+}
+
+/// Whether a terminating object may leave the store now.
+fn ready_to_remove<K: Resource>(obj: &K) -> bool {
+    let meta = obj.meta();
+    if meta.deletion_timestamp.is_none() || !meta.finalizers.is_empty() {
+        return false;
+    }
+    match K::KIND {
+        // A bound pod waits for its node to confirm (a delete with grace period 0).
+        Kind::Pod => meta.deletion_grace_period_seconds == Some(0) || !is_bound(obj),
+        // The namespace controller removes namespaces once they are empty.
+        Kind::Namespace => false,
+        _ => true,
+    }
+}
+
+fn is_bound<K: Resource>(obj: &K) -> bool {
+    as_pod(obj).is_some_and(|p| p.spec.node_name.as_deref().is_some_and(|n| !n.is_empty()))
+}
+
+/// The update rules shared by PUT, PATCH and internal writers; runs inside the transaction.
+fn apply_update<K: Resource>(txn: &mut Txn, old: K, mut new: K, part: Part) -> Result<K, ApiError> {
+    let name = old.meta().name.clone();
+    let rv = new.meta().resource_version.clone();
+    if !rv.is_empty() && rv != old.meta().resource_version {
+        return Err(ApiError::stale(K::KIND, &name));
+    }
+    if !new.meta().uid.is_empty() && new.meta().uid != old.meta().uid {
+        return Err(ApiError::conflict(
+            K::KIND,
+            &name,
+            &format!("Precondition failed: UID in precondition: {}, UID in object meta: {}", new.meta().uid, old.meta().uid),
+        ));
+    }
+    match part {
+        Part::Status => new.copy_all_but_status_from(&old),
+        Part::Main => {
+            if K::KIND.info().has_status {
+                new.copy_status_from(&old);
+            }
+            new.set_defaults();
+        }
+    }
+    {
+        let (o, n) = (old.meta(), new.meta_mut());
+        n.uid = o.uid.clone();
+        n.namespace = o.namespace.clone();
+        n.creation_timestamp = o.creation_timestamp;
+        n.deletion_timestamp = o.deletion_timestamp;
+        n.deletion_grace_period_seconds = o.deletion_grace_period_seconds;
+        n.generate_name = o.generate_name.clone();
+        n.resource_version = o.resource_version.clone();
+        n.generation = o.generation;
+        n.self_link = None;
+    }
+    if new.spec_fingerprint() != old.spec_fingerprint() {
+        new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);
+    }
+    validate(&new)?;
+    if new == old {
+        return Ok(old);
+    }
+    let ns = new.meta().namespace().to_string();
+    if ready_to_remove(&new) {
+        return typed(txn.delete(K::KIND, &ns, &name)?);
+    }
+    typed(txn.put(new.into_any())?)
+}
+
+fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Result<Value, ApiError> {
+    match patch_type {
+        PatchType::Merge => {
+            let p: Value = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
+            let mut doc = current;
+            json_patch::merge(&mut doc, &p);
+            Ok(doc)
+        }
+        PatchType::Json => {
+            let p: json_patch::Patch =
+                serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            let mut doc = current;
+            json_patch::patch(&mut doc, &p).map_err(|e| ApiError(api::meta::Status::failure(422, "Invalid", format!("the JSON patch could not be applied: {e}"))))?;
+            Ok(doc)
+        }
+        PatchType::StrategicMerge => {
+            let p: Value = serde_json::from_slice(patch)
+                .map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch: {e}")))?;
+            let mut doc = current;
+            crate::strategic::merge(&mut doc, &p).map_err(ApiError::bad_request)?;
+            Ok(doc)
+        }
+    }
+}
+
+impl Registry {
+    pub fn new(store: Store) -> Registry {
+        Registry { store }
+    }
+
+    pub async fn get<K: Resource>(&self, ns: &str, name: &str) -> Result<K, ApiError> {
+        let obj = self.store.get(K::KIND, ns, name).await?;
+        typed(obj)
+    }
+
+    /// Creates `obj` in `path_ns` (the namespace of the request path, if any).
+    pub async fn create<K: Resource>(&self, mut obj: K, path_ns: Option<&str>) -> Result<K, ApiError> {
+        settle_namespace(&mut obj, path_ns)?;
+        if !obj.meta().resource_version.is_empty() {
+            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+        }
+        obj.set_defaults();
+        prepare_for_create(&mut obj);
+        {
+            let meta = obj.meta_mut();
+            meta.uid = uuid::Uuid::new_v4().to_string();
+            meta.creation_timestamp = Some(Time::now());
+            meta.deletion_timestamp = None;
+            meta.deletion_grace_period_seconds = None;
+            meta.generation = Some(1);
+            meta.self_link = None;
+        }
+        let generate = obj.meta().name.is_empty() && obj.meta().generate_name.as_deref().is_some_and(|g| !g.is_empty());
+        if generate {
+            // Validate with a placeholder suffix so a bad prefix is reported as such.
+            let prefix = obj.meta().generate_name.clone().unwrap_or_default();
+            obj.meta_mut().name = generated_name(&prefix);
+        }
+        validate(&obj)?;
+        self.store
+            .write(move |txn| {
+                let ns = obj.meta().namespace().to_string();
+                if K::KIND.info().namespaced {
+                    check_namespace_open(txn, &ns)?;
+                }
+                for attempt in 0..8 {
+                    let name = obj.meta().name.clone();
+                    if txn.get(K::KIND, &ns, &name)?.is_none() {
+                        return typed(txn.put(obj.into_any())?);
+                    }
+                    if !generate || attempt == 7 {
+                        return Err(ApiError::already_exists(K::KIND, &name));
+                    }
+                    let prefix = obj.meta().generate_name.clone().unwrap_or_default();
+                    obj.meta_mut().name = generated_name(&prefix);
+                }
+                unreachable!("the loop returns on its last attempt")
+            })
+            .await
+    }
+
+    /// PUT: replaces the object (or its status). A non-empty resourceVersion is a precondition.
+    pub async fn update<K: Resource>(&self, mut obj: K, path_ns: Option<&str>, name: &str, part: Part) -> Result<K, ApiError> {
+        settle_namespace(&mut obj, path_ns)?;
+        if obj.meta().name.is_empty() {
+            obj.meta_mut().name = name.to_string();
+        }
+        if obj.meta().name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                obj.meta().name
+            )));
+        }
+        let name = name.to_string();
+        self.store
+            .write(move |txn| {
+                let ns = obj.meta().namespace().to_string();
+                let old: K = get_typed(txn, &ns, &name)?.ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                apply_update(txn, old, obj, part)
+            })
+            .await
+    }
+
+    /// PATCH: applies the patch to the current object inside the transaction.
+    pub async fn patch<K: Resource>(
+        &self,
+        ns: &str,
+        name: &str,
+        patch_type: PatchType,
+        patch: Vec<u8>,
+        part: Part,
+    ) -> Result<K, ApiError> {
+        let (ns, name) = (ns.to_string(), name.to_string());
+        self.store
+            .write(move |txn| {
+                let old: K = get_typed(txn, &ns, &name)?.ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let current = codec::to_json(&old);
+                let patched = apply_patch(current, patch_type, &patch)?;
+                let mut new: K = decode(patched)?;
+                if new.meta().name != name {
+                    return Err(ApiError::bad_request("metadata.name may not be changed by a patch"));
+                }
+                if K::KIND.info().namespaced && new.meta().namespace() != ns {
+                    return Err(ApiError::bad_request("metadata.namespace may not be changed by a patch"));
+                }
+                // A patch that names a resourceVersion makes it a precondition; otherwise the
+                // read above is the base.
+                if new.meta().resource_version.is_empty() {
+                    new.meta_mut().resource_version = old.meta().resource_version.clone();
+                }
+                apply_update(txn, old, new, part)
+            })
+            .await
+    }
+
+    /// A read-modify-write by the server's own controllers.
+    pub async fn mutate<K: Resource>(
+        &self,
+        ns: &str,
+        name: &str,
+        part: Part,
+        f: impl FnOnce(&mut K) -> Result<(), ApiError> + Send + 'static,
+    ) -> Result<K, ApiError> {
+        let (ns, name) = (ns.to_string(), name.to_string());
+        self.store
+            .write(move |txn| {
+                let old: K = get_typed(txn, &ns, &name)?.ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let mut new = old.clone();
+                f(&mut new)?;
+                apply_update(txn, old, new, part)
+            })
+            .await
+    }
+
+    /// DELETE. Returns the object as it stands after the call: gone (with its final
+    /// resourceVersion) or marked for deletion.
+    pub async fn delete<K: Resource>(&self, ns: &str, name: &str, opts: DeleteOptions) -> Result<(K, bool), ApiError> {
+        if K::KIND == Kind::Namespace && SYSTEM_NAMESPACES.contains(&name) {
+            return Err(ApiError::forbidden(format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")));
+        }
+        let (ns, name) = (ns.to_string(), name.to_string());
+        self.store
+            .write(move |txn| {
+                let mut obj: K = get_typed(txn, &ns, &name)?.ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                if let Some(pre) = &opts.preconditions {
+                    if let Some(uid) = pre.uid.as_deref().filter(|u| *u != obj.meta().uid) {
+                        return Err(ApiError::conflict(
+                            K::KIND,
+                            &name,
+                            &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", obj.meta().uid),
+                        ));
+                    }
+                    if let Some(rv) = pre.resource_version.as_deref().filter(|r| *r != obj.meta().resource_version) {
+                        return Err(ApiError::conflict(
+                            K::KIND,
+                            &name,
+                            &format!(
+                                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                                obj.meta().resource_version
+                            ),
+                        ));
+                    }
+                }
+                let grace = grace_period(&obj, &opts);
+                let terminating = obj.meta().deletion_timestamp.is_some();
+                let mut marked = obj.clone();
+                {
+                    let meta = marked.meta_mut();
+                    if !terminating || grace < meta.deletion_grace_period_seconds.unwrap_or(i64::MAX) {
+                        meta.deletion_timestamp = Some(Time(Time::now().0 + grace));
+                        meta.deletion_grace_period_seconds = Some(grace);
+                    }
+                }
+                if K::KIND == Kind::Namespace {
+                    if let Some(n) = as_namespace_mut(&mut marked) {
+                        n.status.get_or_insert_with(Default::default).phase = Some("Terminating".into());
+                    }
+                }
+                if ready_to_remove(&marked) || (K::KIND != Kind::Namespace && grace == 0 && marked.meta().finalizers.is_empty()) {
+                    let gone = typed(txn.delete(K::KIND, &ns, &name)?)?;
+                    return Ok((gone, true));
+                }
+                if marked == obj {
+                    return Ok((obj, false));
+                }
+                obj = typed(txn.put(marked.into_any())?)?;
+                Ok((obj, false))
+            })
+            .await
+    }
+}
+
+/// The grace period a delete gets: pods default to their spec's, and unbound or finished
+/// pods go at once; other kinds have none.
+fn grace_period<K: Resource>(obj: &K, opts: &DeleteOptions) -> i64 {
+    let Some(pod) = as_pod(obj) else { return 0 };
+    let unbound = pod.spec.node_name.as_deref().unwrap_or("").is_empty();
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+    if unbound || phase == "Succeeded" || phase == "Failed" {
+        return 0;
+    }
+    opts.grace_period_seconds
+        .or(pod.spec.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0)
+}

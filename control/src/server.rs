@@ -1,7 +1,20 @@
 //! `skiff server`: opens the store, makes or loads the PKI, serves the API.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use api::core::Namespace;
+use api::meta::ObjectMeta;
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::auth::Authenticator;
+use crate::http::{self, AppState};
+use crate::pki::Pki;
+use crate::registry::{Registry, SYSTEM_NAMESPACES};
+use crate::store::{Store, StoreConfig};
 
 /// Flags of `skiff server`; each has an environment-variable twin.
 #[derive(Debug, Clone, clap::Args)]
@@ -20,7 +33,84 @@ pub struct ServerArgs {
     pub tls_san: Vec<String>,
 }
 
+/// The URL the admin kubeconfig points at: loopback when listening on every address.
+fn local_url(listen: SocketAddr) -> String {
+    let host = match listen.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_string(),
+        ip if ip.is_unspecified() => "[::1]".to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        ip => ip.to_string(),
+    };
+    format!("https://{host}:{}", listen.port())
+}
+
 /// Runs the server until SIGTERM or SIGINT.
-pub fn run(_args: ServerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("the server is not built yet")
+pub fn run(args: ServerArgs) -> anyhow::Result<()> {
+    // Signals go to one thread that waits for them; block them before any other thread starts
+    // so that every thread inherits the mask.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    signals.thread_block().context("blocking signals")?;
+
+    if std::env::var_os("SMOL_THREADS").is_none() {
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        // No other thread exists yet, so nothing reads the environment concurrently.
+        std::env::set_var("SMOL_THREADS", n.to_string());
+    }
+
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;
+    std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("securing the data dir {}", args.data_dir.display()))?;
+
+    let store = Store::open(StoreConfig {
+        path: args.data_dir.join("state.redb"),
+        event_window: args.event_window,
+        cache_size_bytes: 16 << 20,
+    })
+    .context("opening the state database")?;
+    let pki = Pki::load_or_create(&args.data_dir, &args.tls_san, &local_url(args.listen)).context("preparing the PKI")?;
+    let tls = pki.server_config().context("building the TLS configuration")?;
+    let auth = Authenticator::new(&pki);
+    let registry = Registry::new(store.clone());
+
+    let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        if let Ok(sig) = signals.wait() {
+            tracing::info!(signal = ?sig, "shutting down");
+        }
+        let _ = stop_tx.send_blocking(());
+    })?;
+
+    let state = Arc::new(AppState { registry: registry.clone(), store: store.clone(), auth, metrics: Default::default() });
+    smol::block_on(async {
+        ensure_system_namespaces(&registry).await?;
+        smol::spawn(crate::controllers::namespace::run(registry.clone())).detach();
+        let listener = async_net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), "skiff server ready");
+        http::serve_until(http::serve(listener, tls, state), async {
+            let _ = stop_rx.recv().await;
+        })
+        .await
+        .context("serving the API")?;
+        anyhow::Ok(())
+    })?;
+    store.close();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn ensure_system_namespaces(registry: &Registry) -> anyhow::Result<()> {
+    for name in SYSTEM_NAMESPACES {
+        let ns = Namespace { metadata: ObjectMeta { name: name.to_string(), ..Default::default() }, ..Default::default() };
+        match registry.create(ns, None).await {
+            Ok(_) => tracing::info!(namespace = name, "created"),
+            Err(e) if e.code() == 409 => {}
+            Err(e) => return Err(anyhow::anyhow!("creating namespace {name}: {e}")),
+        }
+    }
+    Ok(())
 }

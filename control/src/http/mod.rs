@@ -1,1 +1,550 @@
-//! (to be written)
+//! The HTTPS API: TLS (rustls) connections on the smol executor, HTTP/1.1 by async-h1,
+//! requests handled by a tide server with one endpoint that parses the path into a typed
+//! [`route::Route`] and dispatches on it.
+
+pub mod discovery;
+pub mod metrics;
+pub mod route;
+mod stream;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use api::meta::DeleteOptions;
+use api::object::Resource;
+use api::selector::{FieldSelector, LabelSelector};
+use api::{with_kind, AnyObject, Kind};
+use futures_lite::{AsyncReadExt, FutureExt};
+use rustls_pki_types::CertificateDer;
+use serde_json::{json, Value};
+use tide::http::{mime, StatusCode};
+
+use crate::auth::{Authenticator, User};
+use crate::error::ApiError;
+use crate::registry::{self, Part, PatchType, Registry};
+use crate::store::Store;
+use route::{ResourcePath, Route};
+
+/// The largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Everything a request handler needs.
+pub struct AppState {
+    pub registry: Registry,
+    pub store: Store,
+    pub auth: Authenticator,
+    pub metrics: metrics::Metrics,
+}
+
+/// The client certificate chain of a connection, put on each of its requests.
+#[derive(Clone)]
+struct PeerCerts(Option<Arc<Vec<CertificateDer<'static>>>>);
+
+type State = Arc<AppState>;
+
+/// Serves the API on `listener` until the future is dropped.
+pub async fn serve(
+    listener: async_net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    state: State,
+) -> std::io::Result<()> {
+    let mut app = tide::with_state(state);
+    app.at("/").all(endpoint);
+    app.at("*").all(endpoint);
+    let acceptor = futures_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (tcp, peer) = listener.accept().await?;
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        smol::spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let certs = tls.get_ref().1.peer_certificates().map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+            let peer_certs = PeerCerts(certs);
+            let io = async_dup::Arc::new(async_dup::Mutex::new(tls));
+            let result = async_h1::accept(io, |mut req| {
+                req.ext_mut().insert(peer_certs.clone());
+                let app = app.clone();
+                async move { app.respond(req).await }
+            })
+            .await;
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        })
+        .detach();
+    }
+}
+
+async fn endpoint(req: tide::Request<State>) -> tide::Result {
+    let started = Instant::now();
+    let state = req.state().clone();
+    let method = req.method();
+    let route = route::parse(req.url().path());
+    let (verb, resource) = metric_labels(&req, &route);
+    let response = match handle(req, route).await {
+        Ok(r) => r,
+        Err(e) => status_response(&e),
+    };
+    state.metrics.observe(&verb, &resource, u16::from(response.status()), started.elapsed());
+    tracing::debug!(%method, code = u16::from(response.status()), elapsed_us = started.elapsed().as_micros() as u64, "request");
+    Ok(response)
+}
+
+fn metric_labels(req: &tide::Request<State>, route: &Result<Route, route::NoRoute>) -> (String, String) {
+    let verb = if query(req, "watch").is_some_and(|w| w == "true" || w == "1") {
+        "WATCH".to_string()
+    } else {
+        req.method().to_string()
+    };
+    let resource = match route {
+        Ok(Route::Resource(p)) => match &p.subresource {
+            Some(s) => format!("{}/{s}", p.kind.info().plural),
+            None => p.kind.info().plural.to_string(),
+        },
+        Ok(_) => "discovery".to_string(),
+        Err(_) => "unknown".to_string(),
+    };
+    (verb, resource)
+}
+
+fn status_response(e: &ApiError) -> tide::Response {
+    let code = StatusCode::try_from(e.code()).unwrap_or(StatusCode::InternalServerError);
+    let mut r = tide::Response::new(code);
+    r.set_body(serde_json::to_vec(&e.0).unwrap_or_default());
+    r.set_content_type(mime::JSON);
+    r
+}
+
+fn json_response(code: StatusCode, v: &Value) -> tide::Response {
+    let mut r = tide::Response::new(code);
+    r.set_body(serde_json::to_vec(v).unwrap_or_default());
+    r.set_content_type(mime::JSON);
+    r
+}
+
+fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
+    req.url().query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
+}
+
+fn header(req: &tide::Request<State>, name: &str) -> Option<String> {
+    req.header(name).map(|h| h.last().as_str().to_string())
+}
+
+fn wants_table(req: &tide::Request<State>) -> bool {
+    header(req, "Accept").is_some_and(|a| a.split(',').next().is_some_and(|first| first.contains("as=Table")))
+}
+
+async fn handle(mut req: tide::Request<State>, route: Result<Route, route::NoRoute>) -> Result<tide::Response, ApiError> {
+    let state = req.state().clone();
+    let certs = req.ext::<PeerCerts>().cloned().unwrap_or(PeerCerts(None));
+    let user = state
+        .auth
+        .authenticate(header(&req, "Authorization").as_deref(), certs.0.as_deref().map(|v| v.as_slice()))
+        .map_err(|_| ApiError::unauthorized())?;
+    let route = route.map_err(|_| ApiError::path_not_found())?;
+    let get_only = |req: &tide::Request<State>| {
+        if req.method() == tide::http::Method::Get || req.method() == tide::http::Method::Head {
+            Ok(())
+        } else {
+            Err(ApiError::method_not_allowed(format!("the server does not allow {} here", req.method())))
+        }
+    };
+    match route {
+        Route::Health(_) => {
+            get_only(&req)?;
+            let mut r = tide::Response::new(StatusCode::Ok);
+            r.set_body("ok");
+            r.set_content_type(mime::PLAIN);
+            Ok(r)
+        }
+        Route::Version => get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::version())),
+        Route::Metrics => {
+            get_only(&req)?;
+            let mut r = tide::Response::new(StatusCode::Ok);
+            r.set_body(state.metrics.render(&state.store.commit_stats(), state.store.watcher_count()));
+            r.set_content_type("text/plain; version=0.0.4");
+            Ok(r)
+        }
+        Route::OpenApiV2 => {
+            get_only(&req)?;
+            // An empty gnostic document: kubectl's client-side validation accepts it.
+            let mut r = tide::Response::new(StatusCode::Ok);
+            r.set_content_type("application/com.github.proto-openapi.spec.v2@v1.0+protobuf");
+            Ok(r)
+        }
+        Route::OpenApiV3 => Err(ApiError::path_not_found()),
+        Route::CoreVersions => get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::core_versions())),
+        Route::GroupList => get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::group_list())),
+        Route::Group(g) => get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::group(&g))),
+        Route::ResourceList { group, version } => {
+            get_only(&req)?;
+            Ok(json_response(StatusCode::Ok, &discovery::resource_list(&group, &version)))
+        }
+        Route::Resource(path) => {
+            authorize(&user, &path)?;
+            let body = read_body(&mut req).await?;
+            with_kind!(path.kind, K, { resource::<K>(&state, &req, path, body).await })
+        }
+    }
+}
+
+/// What a caller may touch. Admins may do anything; nodes get their own Node and pods (and
+/// read access that a kubelet needs).
+fn authorize(user: &User, path: &ResourcePath) -> Result<(), ApiError> {
+    match user {
+        User::Admin => Ok(()),
+        User::Node(node) => match path.kind {
+            Kind::Node if path.name.as_deref().is_none_or(|n| n == node) => Ok(()),
+            Kind::Pod | Kind::ConfigMap | Kind::Secret | Kind::Service | Kind::Endpoints | Kind::Event | Kind::Namespace => Ok(()),
+            _ => Err(ApiError::forbidden(format!(
+                "{} is forbidden: User \"system:node:{node}\" cannot access this resource",
+                path.kind.info().plural
+            ))),
+        },
+    }
+}
+
+async fn read_body(req: &mut tide::Request<State>) -> Result<Vec<u8>, ApiError> {
+    if let Some(len) = req.len() {
+        if len > MAX_BODY_BYTES {
+            return Err(ApiError::too_large());
+        }
+    }
+    let body = req.take_body();
+    let mut buf = Vec::new();
+    body.take(MAX_BODY_BYTES as u64 + 1)
+        .read_to_end(&mut buf)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+    if buf.len() > MAX_BODY_BYTES {
+        return Err(ApiError::too_large());
+    }
+    Ok(buf)
+}
+
+/// Parses a create/update body: JSON or YAML.
+fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    let ct = header(req, "Content-Type").unwrap_or_else(|| "application/json".into());
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    match essence.as_str() {
+        "application/json" | "" | "*/*" => api::codec::parse_json(body).map_err(|e| ApiError::bad_request(e.to_string())),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            api::codec::parse_yaml(body).map_err(|e| ApiError::bad_request(e.to_string()))
+        }
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
+fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
+    let ct = header(req, "Content-Type").unwrap_or_default();
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    match essence.as_str() {
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/strategic-merge-patch+json" => Ok(PatchType::StrategicMerge),
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
+fn selectors(req: &tide::Request<State>, kind: Kind) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(&query(req, "labelSelector").unwrap_or_default())
+        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields = FieldSelector::parse(kind, &query(req, "fieldSelector").unwrap_or_default())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok((labels, fields))
+}
+
+fn object_matches(obj: &AnyObject, ns: Option<&str>, labels: &LabelSelector, fields: &FieldSelector) -> bool {
+    ns.is_none_or(|n| obj.meta().namespace() == n) && labels.matches(&obj.meta().labels) && fields.matches(obj)
+}
+
+fn list_kind_name(kind: Kind) -> String {
+    format!("{}List", kind.info().kind)
+}
+
+/// A Table (meta.k8s.io/v1) for kubectl's server-side printing.
+pub(crate) fn table(kind: Kind, objects: &[&AnyObject], resource_version: &str, with_columns: bool) -> Value {
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let mut meta = o.to_json().get("metadata").cloned().unwrap_or(json!({}));
+            if let Some(m) = meta.as_object_mut() {
+                m.remove("managedFields");
+            }
+            json!({
+                "cells": api::table::cells(o),
+                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta},
+            })
+        })
+        .collect();
+    let mut t = json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "rows": rows,
+    });
+    if with_columns {
+        t["columnDefinitions"] = serde_json::to_value(api::table::columns(kind)).unwrap_or(json!([]));
+    } else {
+        t["columnDefinitions"] = json!([]);
+    }
+    t
+}
+
+async fn resource<K: Resource>(
+    state: &State,
+    req: &tide::Request<State>,
+    path: ResourcePath,
+    body: Vec<u8>,
+) -> Result<tide::Response, ApiError> {
+    use tide::http::Method;
+    let kind = K::KIND;
+    let ns = path.namespace.clone();
+    let ns_str = ns.clone().unwrap_or_default();
+    let sub = path.subresource.as_deref();
+    let part = match sub {
+        None => Part::Main,
+        Some("status") if kind.info().has_status => Part::Status,
+        Some("finalize") if kind == Kind::Namespace => Part::Main,
+        Some("binding") if kind == Kind::Pod => Part::Main,
+        Some("scale") if matches!(kind, Kind::Deployment | Kind::ReplicaSet) => Part::Main,
+        Some(other) => {
+            return Err(ApiError::path_not_found().with_message(format!(
+                "the server could not find the requested resource ({} {other})",
+                kind.info().plural
+            )))
+        }
+    };
+    let method = req.method();
+    match (method, path.name.as_deref(), sub) {
+        (Method::Get, None, None) => {
+            let (labels, fields) = selectors(req, kind)?;
+            if query(req, "watch").is_some_and(|w| w == "true" || w == "1") {
+                return watch::serve_watch(state, req, kind, ns, labels, fields).await;
+            }
+            let (items, rev) = state.store.list(kind, ns.as_deref()).await?;
+            let items: Vec<AnyObject> =
+                items.into_iter().filter(|o| object_matches(o, ns.as_deref(), &labels, &fields)).collect();
+            if wants_table(req) {
+                let refs: Vec<&AnyObject> = items.iter().collect();
+                return Ok(json_response(StatusCode::Ok, &table(kind, &refs, &rev.to_string(), true)));
+            }
+            let info = kind.info();
+            let list = json!({
+                "kind": list_kind_name(kind),
+                "apiVersion": info.api_version(),
+                "metadata": {"resourceVersion": rev.to_string()},
+                "items": items.iter().map(AnyObject::to_json).collect::<Vec<_>>(),
+            });
+            Ok(json_response(StatusCode::Ok, &list))
+        }
+        (Method::Get, Some(name), None | Some("status")) => {
+            let obj: K = state.registry.get(&ns_str, name).await?;
+            let any = obj.into_any();
+            if wants_table(req) {
+                let rev = any.meta().resource_version.clone();
+                return Ok(json_response(StatusCode::Ok, &table(kind, &[&any], &rev, true)));
+            }
+            Ok(json_response(StatusCode::Ok, &any.to_json()))
+        }
+        (Method::Get, Some(name), Some("scale")) => {
+            let obj: K = state.registry.get(&ns_str, name).await?;
+            Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
+        }
+        (Method::Post, None, None) => {
+            let value = parse_object_body(req, &body)?;
+            let obj: K = registry::decode(value)?;
+            let created = state.registry.create(obj, ns.as_deref()).await?;
+            Ok(json_response(StatusCode::Created, &created.into_any().to_json()))
+        }
+        (Method::Post, Some(name), Some("binding")) => {
+            let value = parse_object_body(req, &body)?;
+            let target = value
+                .pointer("/target/name")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| ApiError::invalid(Kind::Pod, name, vec![api::validation::FieldError::required("target.name")]))?
+                .to_string();
+            bind_pod(state, &ns_str, name, target).await?;
+            Ok(json_response(StatusCode::Created, &serde_json::to_value(api::meta::Status::success()).unwrap_or_default()))
+        }
+        (Method::Put, Some(name), None | Some("status") | Some("finalize")) => {
+            let value = parse_object_body(req, &body)?;
+            let obj: K = registry::decode(value)?;
+            let updated = state.registry.update(obj, ns.as_deref(), name, part_for(sub, part)).await?;
+            Ok(json_response(StatusCode::Ok, &updated.into_any().to_json()))
+        }
+        (Method::Put, Some(name), Some("scale")) => {
+            let value = parse_object_body(req, &body)?;
+            let replicas = value
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .ok_or_else(|| ApiError::bad_request("a Scale needs spec.replicas"))?;
+            let rv = value.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+            let obj = set_replicas::<K>(state, &ns_str, name, replicas, rv).await?;
+            Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
+        }
+        (Method::Patch, Some(name), Some("scale")) => {
+            let current: K = state.registry.get(&ns_str, name).await?;
+            let mut scale = scale_of(&current.into_any());
+            let patch: Value = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("invalid patch: {e}")))?;
+            match patch_type(req)? {
+                PatchType::Json => {
+                    let p: json_patch::Patch =
+                        serde_json::from_value(patch).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                    json_patch::patch(&mut scale, &p).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                }
+                _ => json_patch::merge(&mut scale, &patch),
+            }
+            let replicas = scale
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .ok_or_else(|| ApiError::bad_request("a Scale needs spec.replicas"))?;
+            let obj = set_replicas::<K>(state, &ns_str, name, replicas, None).await?;
+            Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
+        }
+        (Method::Patch, Some(name), None | Some("status")) => {
+            let pt = patch_type(req)?;
+            let patched: K = state.registry.patch(&ns_str, name, pt, body, part).await?;
+            Ok(json_response(StatusCode::Ok, &patched.into_any().to_json()))
+        }
+        (Method::Delete, Some(name), None) => {
+            let opts = delete_options(req, &body)?;
+            let (obj, _gone) = state.registry.delete::<K>(&ns_str, name, opts).await?;
+            Ok(json_response(StatusCode::Ok, &obj.into_any().to_json()))
+        }
+        (Method::Delete, None, None) => {
+            let opts = delete_options(req, &body)?;
+            let (labels, fields) = selectors(req, kind)?;
+            let (items, _) = state.store.list(kind, ns.as_deref()).await?;
+            let mut deleted = Vec::new();
+            for o in items.iter().filter(|o| object_matches(o, ns.as_deref(), &labels, &fields)) {
+                match state.registry.delete::<K>(o.meta().namespace(), &o.meta().name, opts.clone()).await {
+                    Ok((obj, _)) => deleted.push(obj.into_any().to_json()),
+                    Err(e) if e.code() == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let info = kind.info();
+            Ok(json_response(
+                StatusCode::Ok,
+                &json!({"kind": list_kind_name(kind), "apiVersion": info.api_version(), "metadata": {}, "items": deleted}),
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({method} {}{})",
+            kind.info().plural,
+            sub.map(|s| format!("/{s}")).unwrap_or_default()
+        ))),
+    }
+}
+
+fn part_for(sub: Option<&str>, part: Part) -> Part {
+    match sub {
+        Some("status") => Part::Status,
+        _ => part,
+    }
+}
+
+fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    if let Some(g) = query(req, "gracePeriodSeconds") {
+        opts.grace_period_seconds =
+            Some(g.parse().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?);
+    }
+    if let Some(p) = query(req, "propagationPolicy") {
+        opts.propagation_policy = Some(p);
+    }
+    Ok(opts)
+}
+
+/// The autoscaling/v1 Scale of a Deployment or ReplicaSet.
+fn scale_of(obj: &AnyObject) -> Value {
+    let json = obj.to_json();
+    let meta = obj.meta();
+    let selector = json
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta.name, "namespace": meta.namespace(), "uid": meta.uid,
+            "resourceVersion": meta.resource_version, "creationTimestamp": json.pointer("/metadata/creationTimestamp"),
+        },
+        "spec": {"replicas": json.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+        "status": {"replicas": json.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": selector},
+    })
+}
+
+async fn set_replicas<K: Resource>(
+    state: &State,
+    ns: &str,
+    name: &str,
+    replicas: i64,
+    rv: Option<String>,
+) -> Result<K, ApiError> {
+    let patch = json!({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": rv}});
+    let body = serde_json::to_vec(&patch).unwrap_or_default();
+    state.registry.patch::<K>(ns, name, PatchType::Merge, body, Part::Main).await
+}
+
+async fn bind_pod(state: &State, ns: &str, name: &str, node: String) -> Result<(), ApiError> {
+    let pod_name = name.to_string();
+    state
+        .registry
+        .mutate::<api::core::Pod>(ns, name, Part::Main, move |pod| {
+            if pod.meta().deletion_timestamp.is_some() {
+                return Err(ApiError::conflict(Kind::Pod, &pod_name, "the pod is being deleted"));
+            }
+            match pod.spec.node_name.as_deref() {
+                Some(current) if !current.is_empty() => Err(ApiError::conflict(
+                    Kind::Pod,
+                    &pod_name,
+                    &format!("pod {pod_name} is already assigned to node \"{current}\""),
+                )),
+                _ => {
+                    pod.spec.node_name = Some(node);
+                    Ok(())
+                }
+            }
+        })
+        .await
+        .map(|_| ())
+}
+
+impl ApiError {
+    fn with_message(mut self, message: String) -> ApiError {
+        self.0.message = message;
+        self
+    }
+}
+
+/// Joins a listener future with a shutdown signal: whichever finishes first.
+pub async fn serve_until<F>(serve: F, shutdown: impl std::future::Future<Output = ()>) -> std::io::Result<()>
+where
+    F: std::future::Future<Output = std::io::Result<()>>,
+{
+    serve.or(async {
+        shutdown.await;
+        Ok(())
+    })
+    .await
+}

@@ -1,0 +1,39 @@
+# Shared helpers for the benchmark scripts (sourced).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+need() {  # need COMMAND APT-PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return
+    echo "bench: installing $2"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_port() {  # wait_port PORT
+    for _ in $(seq 1 300); do
+        (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "bench: nothing listens on port $1" >&2
+    return 1
+}
+
+build_release() {
+    (cd "$ROOT" && cargo build --release -q -p skiff-control)
+    SKIFF="$ROOT/target/release/skiff"
+}
+
+start_skiff() {  # start_skiff DATA_DIR PORT [extra args...]; sets SKIFF_PID
+    local dir=$1 port=$2
+    shift 2
+    SKIFF_LOG=warn "$SKIFF" server --data-dir "$dir" --listen "127.0.0.1:$port" "$@" &
+    SKIFF_PID=$!
+    wait_port "$port"
+    for _ in $(seq 1 100); do [ -s "$dir/admin-token" ] && break; sleep 0.1; done
+}
+
+machine() {
+    echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME")"
+}

@@ -1,0 +1,154 @@
+//! Parses request paths into typed routes (the edge of the API: after this, handlers deal
+//! with kinds and names, never with strings of the URL).
+
+use api::Kind;
+
+/// Where a request goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    Health(&'static str),
+    Version,
+    Metrics,
+    OpenApiV2,
+    OpenApiV3,
+    /// `/api`
+    CoreVersions,
+    /// `/apis`
+    GroupList,
+    /// `/apis/<group>`
+    Group(String),
+    /// `/api/v1`, `/apis/apps/v1`
+    ResourceList { group: String, version: String },
+    Resource(ResourcePath),
+}
+
+/// A path to a collection, an object or one of its subresources.
+#[derive(Debug, PartialEq, Eq, Clone)]
+pub struct ResourcePath {
+    pub kind: Kind,
+    /// None for cluster-scoped kinds and for lists across all namespaces.
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+/// The error when a path names nothing the server serves.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NoRoute;
+
+pub fn parse(path: &str) -> Result<Route, NoRoute> {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let segs: Vec<&str> = if segs == [""] { Vec::new() } else { segs };
+    match segs.as_slice() {
+        ["healthz"] | ["healthz", ..] => Ok(Route::Health("healthz")),
+        ["readyz"] | ["readyz", ..] => Ok(Route::Health("readyz")),
+        ["livez"] | ["livez", ..] => Ok(Route::Health("livez")),
+        ["version"] => Ok(Route::Version),
+        ["metrics"] => Ok(Route::Metrics),
+        ["openapi", "v2"] | ["swagger-2.0.0.pb-v1"] => Ok(Route::OpenApiV2),
+        ["openapi", "v3", ..] => Ok(Route::OpenApiV3),
+        ["api"] => Ok(Route::CoreVersions),
+        ["apis"] => Ok(Route::GroupList),
+        ["apis", group] if *group == "apps" => Ok(Route::Group(group.to_string())),
+        ["api", "v1"] => Ok(Route::ResourceList { group: String::new(), version: "v1".into() }),
+        ["apis", "apps", "v1"] => Ok(Route::ResourceList { group: "apps".into(), version: "v1".into() }),
+        ["api", "v1", rest @ ..] => resource("", rest),
+        ["apis", "apps", "v1", rest @ ..] => resource("apps", rest),
+        _ => Err(NoRoute),
+    }
+}
+
+fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {
+    let kind_of = |plural: &str| Kind::from_plural(group, plural).ok_or(NoRoute);
+    let path = match rest {
+        // The namespace object itself and its subresources (`status`, `finalize`) are not
+        // plurals, which tells them apart from the collections inside a namespace.
+        ["namespaces", ns, plural, tail @ ..] if Kind::from_plural(group, plural).is_some() => {
+            let kind = kind_of(plural)?;
+            if !kind.info().namespaced {
+                return Err(NoRoute);
+            }
+            let (name, subresource) = name_and_sub(tail)?;
+            ResourcePath { kind, namespace: Some(ns.to_string()), name, subresource }
+        }
+        [plural, tail @ ..] => {
+            let kind = kind_of(plural)?;
+            let (name, subresource) = name_and_sub(tail)?;
+            if kind.info().namespaced && name.is_some() {
+                // A namespaced object must be addressed within its namespace.
+                return Err(NoRoute);
+            }
+            ResourcePath { kind, namespace: None, name, subresource }
+        }
+        [] => return Err(NoRoute),
+    };
+    if path.name.as_deref() == Some("") {
+        return Err(NoRoute);
+    }
+    Ok(Route::Resource(path))
+}
+
+fn name_and_sub(tail: &[&str]) -> Result<(Option<String>, Option<String>), NoRoute> {
+    match tail {
+        [] => Ok((None, None)),
+        [name] => Ok((Some(name.to_string()), None)),
+        [name, sub] => Ok((Some(name.to_string()), Some(sub.to_string()))),
+        _ => Err(NoRoute),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(kind: Kind, ns: Option<&str>, name: Option<&str>, sub: Option<&str>) -> Route {
+        Route::Resource(ResourcePath {
+            kind,
+            namespace: ns.map(Into::into),
+            name: name.map(Into::into),
+            subresource: sub.map(Into::into),
+        })
+    }
+
+    #[test]
+    fn parses_namespaced_and_cluster_paths() {
+        assert_eq!(parse("/api/v1/namespaces/a/pods"), Ok(res(Kind::Pod, Some("a"), None, None)));
+        assert_eq!(parse("/api/v1/namespaces/a/pods/p"), Ok(res(Kind::Pod, Some("a"), Some("p"), None)));
+        assert_eq!(
+            parse("/api/v1/namespaces/a/pods/p/status"),
+            Ok(res(Kind::Pod, Some("a"), Some("p"), Some("status")))
+        );
+        assert_eq!(parse("/api/v1/pods"), Ok(res(Kind::Pod, None, None, None)));
+        assert_eq!(parse("/api/v1/nodes/n1"), Ok(res(Kind::Node, None, Some("n1"), None)));
+        assert_eq!(parse("/api/v1/namespaces"), Ok(res(Kind::Namespace, None, None, None)));
+        assert_eq!(parse("/api/v1/namespaces/a"), Ok(res(Kind::Namespace, None, Some("a"), None)));
+        assert_eq!(
+            parse("/api/v1/namespaces/a/status"),
+            Ok(res(Kind::Namespace, None, Some("a"), Some("status")))
+        );
+        assert_eq!(
+            parse("/apis/apps/v1/namespaces/d/deployments/web/scale"),
+            Ok(res(Kind::Deployment, Some("d"), Some("web"), Some("scale")))
+        );
+        assert_eq!(parse("/apis/apps/v1/deployments"), Ok(res(Kind::Deployment, None, None, None)));
+    }
+
+    #[test]
+    fn refuses_what_is_not_served() {
+        assert_eq!(parse("/api/v1/namespaces/a/nodes"), Err(NoRoute));
+        assert_eq!(parse("/api/v1/widgets"), Err(NoRoute));
+        assert_eq!(parse("/api/v1/pods/p"), Err(NoRoute));
+        assert_eq!(parse("/apis/apps/v1/pods"), Err(NoRoute));
+        assert_eq!(parse("/api/v2/pods"), Err(NoRoute));
+        assert_eq!(parse("/api/v1/namespaces/a/pods/p/status/x"), Err(NoRoute));
+    }
+
+    #[test]
+    fn parses_fixed_paths() {
+        assert_eq!(parse("/"), Err(NoRoute));
+        assert_eq!(parse("/api"), Ok(Route::CoreVersions));
+        assert_eq!(parse("/apis/"), Ok(Route::GroupList));
+        assert_eq!(parse("/healthz"), Ok(Route::Health("healthz")));
+        assert_eq!(parse("/openapi/v2"), Ok(Route::OpenApiV2));
+    }
+}

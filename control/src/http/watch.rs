@@ -1,0 +1,157 @@
+//! Watch streams: `GET …?watch=true`. One JSON event per line, flushed as it happens.
+
+use std::time::{Duration, Instant};
+
+use api::selector::{FieldSelector, LabelSelector};
+use api::{AnyObject, Kind};
+use futures_lite::FutureExt;
+use serde_json::{json, Value};
+use tide::http::{mime, StatusCode};
+
+use super::stream::ChannelReader;
+use super::{object_matches, query, table, wants_table, State};
+use crate::error::ApiError;
+use crate::store::{EventType, StoreError};
+
+/// How long a watch lasts when the client does not say (kube-apiserver's default minimum).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+/// How often a watch that asked for bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
+
+struct Encoder {
+    kind: Kind,
+    as_table: bool,
+    columns_sent: bool,
+}
+
+impl Encoder {
+    fn event(&mut self, event_type: &str, obj: &AnyObject) -> Vec<u8> {
+        let object = if self.as_table {
+            let t = table(self.kind, &[obj], &obj.meta().resource_version, !self.columns_sent);
+            self.columns_sent = true;
+            t
+        } else {
+            obj.to_json()
+        };
+        line(&json!({"type": event_type, "object": object}))
+    }
+
+    fn bookmark(&self, revision: u64) -> Vec<u8> {
+        let info = self.kind.info();
+        line(&json!({
+            "type": "BOOKMARK",
+            "object": {"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": revision.to_string()}},
+        }))
+    }
+}
+
+fn line(v: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(v).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+fn event_name(t: EventType) -> &'static str {
+    match t {
+        EventType::Added => "ADDED",
+        EventType::Modified => "MODIFIED",
+        EventType::Deleted => "DELETED",
+    }
+}
+
+fn stream_response(rx: async_channel::Receiver<Vec<u8>>) -> tide::Response {
+    let mut r = tide::Response::new(StatusCode::Ok);
+    r.set_body(tide::Body::from_reader(ChannelReader::new(rx), None));
+    r.set_content_type(mime::JSON);
+    r
+}
+
+pub(super) async fn serve_watch(
+    state: &State,
+    req: &tide::Request<State>,
+    kind: Kind,
+    ns: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+) -> Result<tide::Response, ApiError> {
+    let timeout = match query(req, "timeoutSeconds") {
+        Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?),
+        None => DEFAULT_TIMEOUT,
+    };
+    let bookmarks = query(req, "allowWatchBookmarks").is_some_and(|b| b == "true");
+    let mut enc = Encoder { kind, as_table: wants_table(req), columns_sent: false };
+    let rv = query(req, "resourceVersion").filter(|r| !r.is_empty() && r != "0");
+    let (tx, rx) = async_channel::bounded::<Vec<u8>>(64);
+
+    let (initial, watch) = match rv {
+        None => {
+            let (items, rev) = state.store.list(kind, ns.as_deref()).await?;
+            let items: Vec<AnyObject> =
+                items.into_iter().filter(|o| object_matches(o, ns.as_deref(), &labels, &fields)).collect();
+            (items, state.store.watch(&[kind], Some(rev))?)
+        }
+        Some(r) => {
+            let after: u64 = r.parse().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {r:?}")))?;
+            match state.store.watch(&[kind], Some(after)) {
+                Ok(w) => (Vec::new(), w),
+                Err(StoreError::Expired { requested, oldest }) => {
+                    let status = ApiError::expired(requested, oldest).0;
+                    let _ = tx.try_send(line(&json!({"type": "ERROR", "object": status})));
+                    drop(tx);
+                    return Ok(stream_response(rx));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+
+    let mut watch = watch;
+    let mut last_revision = state.store.revision();
+    smol::spawn(async move {
+        for obj in &initial {
+            if tx.send(enc.event("ADDED", obj)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        enum Step {
+            Event(Option<std::sync::Arc<crate::store::WatchEvent>>),
+            Bookmark,
+            Done,
+        }
+        loop {
+            let next_bookmark = Instant::now() + BOOKMARK_EVERY;
+            let step = async { Step::Event(watch.next().await) }
+                .or(async {
+                    if bookmarks && next_bookmark < deadline {
+                        smol::Timer::at(next_bookmark).await;
+                        Step::Bookmark
+                    } else {
+                        smol::Timer::at(deadline).await;
+                        Step::Done
+                    }
+                })
+                .or(async {
+                    smol::Timer::at(deadline).await;
+                    Step::Done
+                })
+                .await;
+            let chunk = match step {
+                Step::Event(None) | Step::Done => return,
+                Step::Bookmark => enc.bookmark(last_revision),
+                Step::Event(Some(ev)) => {
+                    last_revision = ev.revision;
+                    if !object_matches(&ev.object, ns.as_deref(), &labels, &fields) {
+                        continue;
+                    }
+                    enc.event(event_name(ev.event_type), &ev.object)
+                }
+            };
+            if tx.send(chunk).await.is_err() {
+                return;
+            }
+        }
+    })
+    .detach();
+    Ok(stream_response(rx))
+}

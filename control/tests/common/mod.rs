@@ -1,0 +1,133 @@
+//! A real `skiff server` process on 127.0.0.1 for integration tests.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use api::client::Client;
+use api::kubeconfig::Kubeconfig;
+use serde_json::Value;
+
+pub struct TestServer {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub addr: SocketAddr,
+    pub extra_args: Vec<String>,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+pub fn skiff_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_skiff"))
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("address");
+        let extra_args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let child = spawn_server(dir.path(), addr, &extra_args);
+        let s = TestServer { child, dir, addr, extra_args };
+        s.wait_ready();
+        s
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    pub fn client(&self) -> Client {
+        let kc = Kubeconfig::load(&self.kubeconfig(), None).expect("kubeconfig");
+        Client::from_kubeconfig(&kc).expect("client")
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.kubeconfig().exists() && TcpStream::connect(self.addr).is_ok() {
+                let c = self.client();
+                if smol::block_on(c.request("GET", "/readyz", None, "*/*")).is_ok_and(|r| r.status == 200) {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("skiff server did not become ready at {}", self.addr);
+    }
+
+    /// Stops the server with SIGKILL and starts it again on the same data dir and port.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_server(self.dir.path(), self.addr, &self.extra_args);
+        self.wait_ready();
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        self.child.wait().expect("wait")
+    }
+
+    /// One raw request: returns the status code and the body as JSON (Null when not JSON).
+    pub fn http(&self, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> (u16, Value) {
+        let c = self.client();
+        let r = smol::block_on(c.request(method, path, body.as_ref().map(|(ct, b)| (*ct, b.clone())), "application/json"))
+            .expect("request");
+        let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+        (r.status, v)
+    }
+
+    pub fn json(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
+        self.http(method, path, Some(("application/json", serde_json::to_vec(body).expect("json"))))
+    }
+}
+
+fn spawn_server(dir: &Path, addr: SocketAddr, extra: &[String]) -> Child {
+    Command::new(skiff_bin())
+        .arg("server")
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--listen")
+        .arg(addr.to_string())
+        .args(extra)
+        .env("SKIFF_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start skiff server")
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `kubectl` against the server; returns (success, stdout, stderr).
+pub fn kubectl(server: &TestServer, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", server.kubeconfig())
+        .env("HOME", server.data_dir())
+        .output()
+        .expect("kubectl is installed (the test command installs it)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what a fresh machine lacks, then runs every Rust test (unit,
+# integration against real server processes, real kubectl) and the Python client tests.
+# Run as root: later tiers start real containers and network namespaces.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+cargo build --workspace --all-targets
+cargo test --workspace --no-fail-fast
+SKIFF_BIN="$PWD/target/debug/skiff" python3 -m pytest -q tests/python
