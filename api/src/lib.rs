@@ -6,6 +6,9 @@ pub mod codec;
 pub mod core;
 pub mod meta;
 pub mod object;
+pub mod quantity;
+pub mod selector;
+pub mod table;
 pub mod validation;
 
 pub use object::{AnyObject, Kind, KindInfo, Resource};
