@@ -188,6 +188,7 @@ pub struct Watch {
 
 impl Watch {
     /// The next event, or `None` once the stream has ended (see [`Watch::end_reason`]).
+    /// Cancel-safe: dropping the future loses no event.
     pub async fn next(&mut self) -> Option<Arc<WatchEvent>> {
         loop {
             let listener = {

@@ -248,7 +248,11 @@ impl Drop for Inner {
         // handle is gone, so the same process can reopen it.
         let _ = self.sender.send(Msg::Shutdown);
         if let Some(handle) = lock(&self.writer).take() {
-            let _ = handle.join();
+            // The last handle may be dropped by the writer itself (a closure that captured a
+            // clone); it then stops on its own after the current batch.
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
         }
     }
 }
@@ -480,10 +484,7 @@ fn prepare(db: &Database) -> Result<(u64, u64), StoreError> {
     Ok(found)
 }
 
-fn read_meta(
-    table: &impl ReadableTable<&'static str, u64>,
-    key: &str,
-) -> Result<u64, StoreError> {
+fn read_meta(table: &impl ReadableTable<&'static str, u64>, key: &str) -> Result<u64, StoreError> {
     Ok(table.get(key)?.map(|v| v.value()).unwrap_or(0))
 }
 

@@ -106,7 +106,11 @@ impl<'a> Txn<'a> {
         }
         let prefix = namespace.map(|ns| object_key(ns, ""));
         for ((k, key), slot) in &self.overlay {
-            if *k != kind || prefix.as_ref().is_some_and(|p| !key.starts_with(p.as_str())) {
+            if *k != kind
+                || prefix
+                    .as_ref()
+                    .is_some_and(|p| !key.starts_with(p.as_str()))
+            {
                 continue;
             }
             match slot {
@@ -161,7 +165,8 @@ impl<'a> Txn<'a> {
         };
         let revision = self.take_revision();
         obj.meta_mut().resource_version = revision.to_string();
-        self.overlay.insert((kind, object_key(namespace, name)), None);
+        self.overlay
+            .insert((kind, object_key(namespace, name)), None);
         self.events.push(PendingEvent {
             event_type: EventType::Deleted,
             revision,
