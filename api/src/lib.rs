@@ -3,7 +3,9 @@
 
 pub mod apps;
 pub mod codec;
+pub mod client;
 pub mod core;
+pub mod kubeconfig;
 pub mod meta;
 pub mod object;
 pub mod validation;
