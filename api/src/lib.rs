@@ -3,9 +3,14 @@
 
 pub mod apps;
 pub mod codec;
+pub mod client;
 pub mod core;
+pub mod kubeconfig;
 pub mod meta;
 pub mod object;
+pub mod quantity;
+pub mod selector;
+pub mod table;
 pub mod validation;
 
 pub use object::{AnyObject, Kind, KindInfo, Resource};

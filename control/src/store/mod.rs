@@ -1,1 +1,521 @@
-//! (to be written)
+//! The server's storage: a redb file of every object, one revision counter, an event log, group
+//! commit and the watch hub.
+//!
+//! # On disk (`<data-dir>/state.redb`)
+//!
+//! * One table per kind, named by its plural (`pods`, `deployments`, ...). Key
+//!   `"<namespace>/<name>"`; cluster-scoped objects have namespace "" so their key is
+//!   `"/<name>"`. Value: postcard of the envelope [`Stored`]`::V1(AnyObject)`.
+//! * `_meta` (`&str -> u64`): `revision` (last committed revision), `compacted` (highest
+//!   revision dropped from the event log; 0 = none) and `schema` (layout version, 1).
+//! * `_event_log` (`u64 -> bytes`): revision -> postcard of [`StoredEvent`]`::V1(EventType,
+//!   AnyObject)`, holding only the last `event_window` revisions. Older entries are deleted by
+//!   the same transaction that adds new ones.
+//!
+//! # Revisions
+//!
+//! One global counter. Every put and every delete takes the next revision, which the store
+//! writes into the object's `metadata.resourceVersion` (decimal). A delete's event carries the
+//! object with the deletion revision. Revisions have no gaps: a closure that fails gives its
+//! revisions back.
+//!
+//! # Writes
+//!
+//! [`Store::write`] sends a closure to a single writer thread. While one commit is in flight,
+//! further requests queue up; the writer then runs the whole queue (up to 1024) in order in one
+//! redb write transaction, commits once with `Durability::Immediate`, publishes the batch's
+//! events to watchers in revision order, and only then answers each caller. A closure's writes
+//! go to an overlay that reaches the transaction only if it returns `Ok`, so an `Err` (or a
+//! panic) leaves no trace and does not disturb the other closures of the batch. If the commit
+//! itself fails, every caller of the batch gets [`StoreError::Db`]. A caller that stops waiting
+//! does not cancel its write.
+//!
+//! # Reads
+//!
+//! [`Store::get`] and [`Store::list`] run in a redb read transaction (a consistent snapshot) on
+//! `smol::unblock`. [`Store::list`] also returns the revision of its snapshot, from which a
+//! watch continues without gaps.
+//!
+//! # Watch
+//!
+//! [`Store::watch`] registers with the in-memory hub, notes the last published revision `P`,
+//! replays the event log over `(after, P]` (or [`StoreError::Expired`] if compaction already
+//! dropped part of it) and then yields live events, skipping any at or below the last one
+//! handed out. Each watcher has a queue of at most `watch_queue_capacity` events that grows
+//! only as needed; a watcher that falls that far behind is cut off: it reads what is queued,
+//! then its stream ends with [`WatchEnd::TooSlow`] and the client resumes from
+//! [`Watch::last_revision`] or re-lists. Streams end with [`WatchEnd::Closed`] when the store
+//! closes.
+//!
+//! # Lifecycle
+//!
+//! [`Store::open`] blocks (it creates missing tables and reads the revision; redb repairs a file
+//! after a crash here), so call it before starting the executor or inside `smol::unblock`.
+//! [`Store::close`] (or dropping the last clone) lets the writer finish everything queued
+//! before it, then stops it; later writes get [`StoreError::Closed`].
+
+mod codec;
+mod hub;
+mod txn;
+mod writer;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use api::validation::FieldError;
+use api::{AnyObject, Kind};
+use redb::{Database, ReadableDatabase, ReadableTable};
+use serde::{Deserialize, Serialize};
+
+pub use codec::{Stored, StoredEvent};
+pub use hub::{Watch, WatchEnd};
+pub use txn::Txn;
+
+use codec::{
+    decode_event, decode_object, kind_table, namespace_range, object_key, EVENT_TABLE,
+    META_COMPACTED, META_REVISION, META_SCHEMA, META_TABLE, SCHEMA_VERSION,
+};
+use hub::{kind_bit, kind_mask, lock, Hub};
+use writer::{Job, JobOutcome, Msg, Writer};
+
+/// The file name of the store inside the data directory.
+pub const STATE_FILE: &str = "state.redb";
+
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// The redb file, normally `<data-dir>/state.redb`.
+    pub path: PathBuf,
+    /// How many of the latest revisions the event log keeps for watch resumption.
+    pub event_window: u64,
+    /// redb's page cache.
+    pub cache_size_bytes: usize,
+    /// How many undelivered events a watcher may have before it is cut off.
+    pub watch_queue_capacity: usize,
+}
+
+impl StoreConfig {
+    pub const DEFAULT_EVENT_WINDOW: u64 = 10_000;
+    pub const DEFAULT_CACHE_SIZE_BYTES: usize = 16 << 20;
+    pub const DEFAULT_WATCH_QUEUE_CAPACITY: usize = 1_000;
+
+    /// Defaults for the store file at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            path: path.into(),
+            event_window: Self::DEFAULT_EVENT_WINDOW,
+            cache_size_bytes: Self::DEFAULT_CACHE_SIZE_BYTES,
+            watch_queue_capacity: Self::DEFAULT_WATCH_QUEUE_CAPACITY,
+        }
+    }
+
+    /// Defaults for `<data_dir>/state.redb`.
+    pub fn in_dir(data_dir: impl AsRef<Path>) -> StoreConfig {
+        StoreConfig::new(data_dir.as_ref().join(STATE_FILE))
+    }
+}
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{} \"{name}\" not found", kind.info().qualified_plural())]
+    NotFound {
+        kind: Kind,
+        namespace: String,
+        name: String,
+    },
+    #[error("{} \"{name}\" already exists", kind.info().qualified_plural())]
+    AlreadyExists {
+        kind: Kind,
+        namespace: String,
+        name: String,
+    },
+    #[error("Operation cannot be fulfilled on {} \"{name}\": {message}", kind.info().qualified_plural())]
+    Conflict {
+        kind: Kind,
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    /// A watch asked to resume from before the event log's window; `oldest` is the oldest
+    /// revision a watch can resume from.
+    #[error("too old resource version: {requested} ({oldest})")]
+    Expired { requested: u64, oldest: u64 },
+    #[error("invalid: {}", describe_fields(.0))]
+    Invalid(Vec<FieldError>),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("storage error: {0}")]
+    Db(String),
+    #[error("the store is closed")]
+    Closed,
+}
+
+fn describe_fields(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("{}: {}", e.field, e.message))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+macro_rules! db_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> StoreError {
+                StoreError::Db(e.to_string())
+            }
+        }
+    )*};
+}
+db_errors!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    /// The name in a Kubernetes watch event: `ADDED`, `MODIFIED`, `DELETED`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// A committed change. `object.metadata.resourceVersion` equals `revision`.
+#[derive(Debug, PartialEq)]
+pub struct WatchEvent {
+    pub event_type: EventType,
+    pub revision: u64,
+    pub object: AnyObject,
+}
+
+/// Writer figures for `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Durable commits.
+    pub commits: u64,
+    /// Write closures that returned `Ok` and were committed.
+    pub writes: u64,
+    /// Write closures that returned `Err` (or panicked) in a committed batch.
+    pub failed_writes: u64,
+    /// Batches abandoned because the transaction or commit failed.
+    pub failed_commits: u64,
+    /// Time from the start of a batch to its durable commit, summed.
+    pub total_commit_time: Duration,
+    pub last_commit_time: Duration,
+    pub last_batch_size: usize,
+    pub max_batch_size: usize,
+}
+
+/// The store handle; clones share one database and one writer.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Arc<Database>,
+    hub: Arc<Hub>,
+    revision: Arc<AtomicU64>,
+    compacted: Arc<AtomicU64>,
+    stats: Arc<Mutex<CommitStats>>,
+    sender: mpsc::Sender<Msg>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The writer ends after the batch in flight; joining releases the file before the
+        // handle is gone, so the same process can reopen it.
+        let _ = self.sender.send(Msg::Shutdown);
+        if let Some(handle) = lock(&self.writer).take() {
+            // The last handle may be dropped by the writer itself (a closure that captured a
+            // clone); it then stops on its own after the current batch.
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("revision", &self.revision())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store file, creating missing tables. Blocks.
+    pub fn open(cfg: StoreConfig) -> Result<Store, StoreError> {
+        if let Some(parent) = cfg.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| StoreError::Db(format!("creating {}: {e}", parent.display())))?;
+        }
+        let db = Database::builder()
+            .set_cache_size(cfg.cache_size_bytes)
+            .create(&cfg.path)
+            .map_err(|e| StoreError::Db(format!("opening {}: {e}", cfg.path.display())))?;
+        let (revision, compacted) = prepare(&db)?;
+        let db = Arc::new(db);
+        let hub = Arc::new(Hub::new(revision, cfg.watch_queue_capacity));
+        let revision = Arc::new(AtomicU64::new(revision));
+        let compacted = Arc::new(AtomicU64::new(compacted));
+        let stats = Arc::new(Mutex::new(CommitStats::default()));
+        let (sender, receiver) = mpsc::channel();
+        let writer = Writer {
+            db: db.clone(),
+            hub: hub.clone(),
+            revision: revision.clone(),
+            compacted: compacted.clone(),
+            stats: stats.clone(),
+            event_window: cfg.event_window,
+        };
+        let handle = std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || writer.run(receiver))
+            .map_err(|e| StoreError::Db(format!("starting the writer thread: {e}")))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                db,
+                hub,
+                revision,
+                compacted,
+                stats,
+                sender,
+                writer: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    /// The last committed revision.
+    pub fn revision(&self) -> u64 {
+        self.inner.revision.load(Ordering::Acquire)
+    }
+
+    /// The oldest revision a watch can resume from (`after` must be at least this).
+    pub fn oldest_resumable_revision(&self) -> u64 {
+        self.inner.compacted.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` in the next write batch and answers once its batch is durable. `f` returning
+    /// `Err` leaves no trace; its error is returned as is.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Txn<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = async_channel::bounded(1);
+        let job: Job = Box::new(move |txn: &mut Txn<'_>| {
+            let result = f(txn);
+            JobOutcome {
+                ok: result.is_ok(),
+                reply: Box::new(move |commit: Result<(), StoreError>| {
+                    let answer = match result {
+                        Err(e) => Err(e),
+                        Ok(value) => commit.map(|()| value),
+                    };
+                    // The caller may have stopped waiting; the write stands regardless.
+                    let _ = tx.try_send(answer);
+                }),
+            }
+        });
+        self.inner
+            .sender
+            .send(Msg::Job(job))
+            .map_err(|_| StoreError::Closed)?;
+        rx.recv().await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// One object; `NotFound` if absent.
+    pub async fn get(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<AnyObject, StoreError> {
+        let db = self.inner.db.clone();
+        let key = object_key(namespace, name);
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        smol::unblock(move || {
+            let rtx = db.begin_read()?;
+            let table = rtx.open_table(kind_table(kind))?;
+            let value = table.get(key.as_str())?;
+            match value {
+                Some(v) => decode_object(kind, &key, v.value()),
+                None => Err(StoreError::NotFound {
+                    kind,
+                    namespace,
+                    name,
+                }),
+            }
+        })
+        .await
+    }
+
+    /// Every object of `kind` (in `namespace` if given), sorted by namespace then name, and the
+    /// revision of the snapshot they were read from.
+    pub async fn list(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+    ) -> Result<(Vec<AnyObject>, u64), StoreError> {
+        let db = self.inner.db.clone();
+        let range = namespace.map(namespace_range);
+        smol::unblock(move || {
+            let rtx = db.begin_read()?;
+            let revision = read_meta(&rtx.open_table(META_TABLE)?, META_REVISION)?;
+            let table = rtx.open_table(kind_table(kind))?;
+            let entries = match &range {
+                Some((start, end)) => table.range(start.as_str()..end.as_str())?,
+                None => table.iter()?,
+            };
+            let mut objects = Vec::new();
+            for entry in entries {
+                let (k, v) = entry?;
+                objects.push(decode_object(kind, k.value(), v.value())?);
+            }
+            Ok((objects, revision))
+        })
+        .await
+    }
+
+    /// The events of `kinds` (every kind if empty) after revision `after`, replayed from the
+    /// event log, followed by live ones; `None` for live events only. `Expired` if `after` is
+    /// older than [`Store::oldest_resumable_revision`]. An `after` beyond the current revision
+    /// waits for revisions past it.
+    pub async fn watch(&self, kinds: &[Kind], after: Option<u64>) -> Result<Watch, StoreError> {
+        let mask = kind_mask(kinds);
+        if let Some(after) = after {
+            let oldest = self.oldest_resumable_revision();
+            if after < oldest {
+                return Err(StoreError::Expired {
+                    requested: after,
+                    oldest,
+                });
+            }
+        }
+        let (id, queue, published) = self.inner.hub.register(mask)?;
+        let mut watch = Watch {
+            hub: self.inner.hub.clone(),
+            id,
+            queue,
+            replay: VecDeque::new(),
+            last: published,
+        };
+        if let Some(after) = after {
+            watch.last = after;
+            if after < published {
+                let db = self.inner.db.clone();
+                watch.replay =
+                    smol::unblock(move || read_events(&db, after, published, mask)).await?;
+            }
+        }
+        Ok(watch)
+    }
+
+    /// Registered watchers.
+    pub fn watcher_count(&self) -> usize {
+        self.inner.hub.watcher_count()
+    }
+
+    pub fn commit_stats(&self) -> CommitStats {
+        *lock(&self.inner.stats)
+    }
+
+    /// Lets the writer finish what was queued before this call, then stops it and ends every
+    /// watch stream. Later writes get `Closed`; reads keep working while a clone is alive.
+    pub async fn close(&self) {
+        let _ = self.inner.sender.send(Msg::Shutdown);
+        let handle = lock(&self.inner.writer).take();
+        if let Some(handle) = handle {
+            let _ = smol::unblock(move || handle.join()).await;
+        }
+    }
+}
+
+/// Creates missing tables, checks the layout version, and reads `(revision, compacted)`.
+fn prepare(db: &Database) -> Result<(u64, u64), StoreError> {
+    let wtx = db.begin_write()?;
+    let found = {
+        for kind in Kind::ALL {
+            wtx.open_table(kind_table(*kind))?;
+        }
+        wtx.open_table(EVENT_TABLE)?;
+        let mut meta = wtx.open_table(META_TABLE)?;
+        let schema = meta.get(META_SCHEMA)?.map(|v| v.value());
+        match schema {
+            None => {
+                meta.insert(META_SCHEMA, SCHEMA_VERSION)?;
+            }
+            Some(v) if v > SCHEMA_VERSION => {
+                return Err(StoreError::Db(format!(
+                    "the store file has layout {v}, written by a newer skiff (this one reads up to {SCHEMA_VERSION})"
+                )));
+            }
+            Some(_) => {}
+        }
+        (
+            read_meta(&meta, META_REVISION)?,
+            read_meta(&meta, META_COMPACTED)?,
+        )
+    };
+    wtx.commit()?;
+    Ok(found)
+}
+
+fn read_meta(table: &impl ReadableTable<&'static str, u64>, key: &str) -> Result<u64, StoreError> {
+    Ok(table.get(key)?.map(|v| v.value()).unwrap_or(0))
+}
+
+/// The events of the masked kinds in `(after, upto]`, read from the log in one snapshot.
+fn read_events(
+    db: &Database,
+    after: u64,
+    upto: u64,
+    mask: u64,
+) -> Result<VecDeque<Arc<WatchEvent>>, StoreError> {
+    let rtx = db.begin_read()?;
+    let compacted = read_meta(&rtx.open_table(META_TABLE)?, META_COMPACTED)?;
+    if after < compacted {
+        return Err(StoreError::Expired {
+            requested: after,
+            oldest: compacted,
+        });
+    }
+    let log = rtx.open_table(EVENT_TABLE)?;
+    let mut events = VecDeque::new();
+    for entry in log.range((after + 1)..=upto)? {
+        let (k, v) = entry?;
+        let revision = k.value();
+        let (event_type, object) = decode_event(revision, v.value())?;
+        if mask & kind_bit(object.kind()) != 0 {
+            events.push_back(Arc::new(WatchEvent {
+                event_type,
+                revision,
+                object,
+            }));
+        }
+    }
+    Ok(events)
+}

@@ -1,0 +1,1268 @@
+//! A small HTTPS/1.1 client for the skiff (Kubernetes) API, on smol and rustls (ring).
+//!
+//! The HTTP framing is written here by hand (request line and headers out; status line,
+//! headers, `Content-Length` and chunked bodies in) so that the node agent, a small static
+//! binary, can use it without an HTTP stack. Connections are kept alive in a small pool.
+//! The server is trusted only if its certificate chains to the configured CA.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use futures_lite::Stream;
+use futures_rustls::TlsConnector;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::Value;
+use smol::net::TcpStream;
+
+use crate::kubeconfig::{Kubeconfig, KubeconfigError};
+use crate::meta::{DeleteOptions, Status};
+use crate::object::{Kind, Resource};
+
+/// Connections kept idle per client.
+const POOL_SIZE: usize = 4;
+/// Longest accepted status line or header line.
+const MAX_LINE: usize = 64 * 1024;
+/// Most headers accepted in one response.
+const MAX_HEADERS: usize = 100;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The Accept header that asks for server-side tables (as kubectl does).
+pub const ACCEPT_TABLE: &str =
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+pub const ACCEPT_JSON: &str = "application/json";
+
+/// What went wrong talking to the API server.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with a Kubernetes `Status` (non-2xx).
+    #[error("{}", status_message(.0))]
+    Api(Status),
+    /// A non-2xx answer whose body is not a `Status`.
+    #[error("the server answered {status}: {body}")]
+    Http { status: u16, body: String },
+    #[error("cannot connect to {server}: {source}")]
+    Connect {
+        server: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("malformed HTTP response: {0}")]
+    Protocol(String),
+    #[error("cannot decode the server's answer: {0}")]
+    Decode(String),
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Kubeconfig(#[from] KubeconfigError),
+}
+
+impl ClientError {
+    /// The HTTP status code of an API error, if this is one.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ClientError::Api(s) => Some(s.code),
+            ClientError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+}
+
+fn status_message(s: &Status) -> String {
+    if !s.message.is_empty() {
+        s.message.clone()
+    } else if !s.reason.is_empty() {
+        format!("{} ({})", s.reason, s.code)
+    } else {
+        format!("the server answered {}", s.code)
+    }
+}
+
+/// How to reach and authenticate to a server.
+#[derive(Clone, Debug, Default)]
+pub struct ClientConfig {
+    /// `https://host:port`.
+    pub server: String,
+    /// The CA that must have signed the server's certificate (PEM).
+    pub ca_pem: Option<String>,
+    pub token: Option<String>,
+    pub client_cert_pem: Option<String>,
+    pub client_key_pem: Option<String>,
+    /// Accept any server certificate (kubeconfig `insecure-skip-tls-verify`).
+    pub insecure_skip_tls_verify: bool,
+    /// The name to verify the server certificate against, if not the URL's host.
+    pub tls_server_name: Option<String>,
+}
+
+impl ClientConfig {
+    /// The settings of `context` (or the current context) of a kubeconfig.
+    pub fn from_kubeconfig(kc: &Kubeconfig, context: Option<&str>) -> Result<Self, ClientError> {
+        let r = kc.resolve(context)?;
+        Ok(ClientConfig {
+            server: r.server,
+            ca_pem: r.ca_pem,
+            token: r.token,
+            client_cert_pem: r.client_cert_pem,
+            client_key_pem: r.client_key_pem,
+            insecure_skip_tls_verify: r.insecure_skip_tls_verify,
+            tls_server_name: r.tls_server_name,
+        })
+    }
+}
+
+/// An answer from the server.
+#[derive(Clone, Debug)]
+pub struct Response {
+    pub status: u16,
+    /// Header names lowercased, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> Result<Value, ClientError> {
+        serde_json::from_slice(&self.body).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    /// `Ok(self)` for 2xx; otherwise the error the body describes.
+    pub fn error_for_status(self) -> Result<Response, ClientError> {
+        if self.is_success() {
+            return Ok(self);
+        }
+        Err(error_from_body(self.status, &self.body))
+    }
+}
+
+fn error_from_body(status: u16, body: &[u8]) -> ClientError {
+    if let Ok(s) = serde_json::from_slice::<Status>(body) {
+        if s.kind == "Status" {
+            let mut s = s;
+            if s.code == 0 {
+                s.code = status;
+            }
+            return ClientError::Api(s);
+        }
+    }
+    ClientError::Http {
+        status,
+        body: String::from_utf8_lossy(body).trim().to_string(),
+    }
+}
+
+/// One event of a watch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent<T> {
+    Added(T),
+    Modified(T),
+    Deleted(T),
+    /// Progress notice: the watch has seen everything up to this resourceVersion.
+    Bookmark { resource_version: String },
+}
+
+impl<T> WatchEvent<T> {
+    /// The object of an ADDED, MODIFIED or DELETED event.
+    pub fn object(&self) -> Option<&T> {
+        match self {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => Some(o),
+            WatchEvent::Bookmark { .. } => None,
+        }
+    }
+
+    /// `ADDED`, `MODIFIED`, `DELETED` or `BOOKMARK`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            WatchEvent::Added(_) => "ADDED",
+            WatchEvent::Modified(_) => "MODIFIED",
+            WatchEvent::Deleted(_) => "DELETED",
+            WatchEvent::Bookmark { .. } => "BOOKMARK",
+        }
+    }
+}
+
+/// A stream of watch events; it ends when the server ends the response.
+pub type WatchStream<T> = Pin<Box<dyn Stream<Item = Result<WatchEvent<T>, ClientError>> + Send>>;
+
+/// Query parameters for lists and watches.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub resource_version: Option<String>,
+    pub timeout: Option<Duration>,
+    pub allow_watch_bookmarks: bool,
+}
+
+impl ListOptions {
+    fn query(&self, watch: bool) -> String {
+        let mut q = Vec::new();
+        if let Some(l) = self.label_selector.as_deref().filter(|s| !s.is_empty()) {
+            q.push(format!("labelSelector={}", encode_query(l)));
+        }
+        if let Some(f) = self.field_selector.as_deref().filter(|s| !s.is_empty()) {
+            q.push(format!("fieldSelector={}", encode_query(f)));
+        }
+        if let Some(rv) = self.resource_version.as_deref().filter(|s| !s.is_empty()) {
+            q.push(format!("resourceVersion={}", encode_query(rv)));
+        }
+        if watch {
+            q.push("watch=true".into());
+            if self.allow_watch_bookmarks {
+                q.push("allowWatchBookmarks=true".into());
+            }
+        }
+        if let Some(t) = self.timeout {
+            q.push(format!("timeoutSeconds={}", t.as_secs().max(1)));
+        }
+        if q.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", q.join("&"))
+        }
+    }
+}
+
+/// Percent-encodes a query parameter value.
+pub fn encode_query(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The REST path of a kind's collection or one object. `namespace` is ignored for
+/// cluster-scoped kinds; `None` for a namespaced kind means all namespaces.
+pub fn resource_path(kind: Kind, namespace: Option<&str>, name: Option<&str>) -> String {
+    let info = kind.info();
+    let mut p = if info.group.is_empty() {
+        format!("/api/{}", info.version)
+    } else {
+        format!("/apis/{}/{}", info.group, info.version)
+    };
+    if info.namespaced {
+        if let Some(ns) = namespace.filter(|n| !n.is_empty()) {
+            p.push_str("/namespaces/");
+            p.push_str(ns);
+        }
+    }
+    p.push('/');
+    p.push_str(info.plural);
+    if let Some(n) = name {
+        p.push('/');
+        p.push_str(n);
+    }
+    p
+}
+
+type Conn = BufReader<futures_rustls::client::TlsStream<TcpStream>>;
+
+struct Inner {
+    server: String,
+    host: String,
+    port: u16,
+    host_header: String,
+    server_name: ServerName<'static>,
+    tls: TlsConnector,
+    authorization: Option<String>,
+    idle: Mutex<Vec<Conn>>,
+}
+
+/// An API client; cheap to clone (clones share the connection pool).
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.inner.server)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client for the current context of a kubeconfig.
+    pub fn from_kubeconfig(kc: &Kubeconfig) -> Result<Client, ClientError> {
+        Client::new(ClientConfig::from_kubeconfig(kc, None)?)
+    }
+
+    pub fn new(config: ClientConfig) -> Result<Client, ClientError> {
+        let (host, port) = parse_server(&config.server)?;
+        let name_for_tls = config
+            .tls_server_name
+            .clone()
+            .unwrap_or_else(|| host.trim_start_matches('[').trim_end_matches(']').into());
+        let server_name = ServerName::try_from(name_for_tls.clone())
+            .map_err(|_| ClientError::Config(format!("invalid server name {name_for_tls:?}")))?;
+        let host_header = if port == 443 {
+            host.clone()
+        } else {
+            format!("{host}:{port}")
+        };
+        let tls = TlsConnector::from(Arc::new(tls_config(&config)?));
+        let authorization = config
+            .token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(|t| format!("Bearer {t}"));
+        Ok(Client {
+            inner: Arc::new(Inner {
+                server: config.server.clone(),
+                host,
+                port,
+                host_header,
+                server_name,
+                tls,
+                authorization,
+                idle: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The server URL this client talks to.
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    /// Connections currently idle in the pool (for tests and metrics).
+    pub fn idle_connections(&self) -> usize {
+        self.inner.idle.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    async fn connect(&self) -> Result<Conn, ClientError> {
+        let inner = &self.inner;
+        let addr = (inner.host.trim_start_matches('[').trim_end_matches(']'), inner.port);
+        let connect = async {
+            let tcp = TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            inner
+                .tls
+                .connect(inner.server_name.clone(), tcp)
+                .await
+        };
+        let timeout = async {
+            smol::Timer::after(CONNECT_TIMEOUT).await;
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connection timed out",
+            ))
+        };
+        let tls = smol::future::or(connect, timeout)
+            .await
+            .map_err(|source| ClientError::Connect {
+                server: inner.server.clone(),
+                source,
+            })?;
+        Ok(BufReader::new(tls))
+    }
+
+    fn take_idle(&self) -> Option<Conn> {
+        self.inner.idle.lock().ok().and_then(|mut v| v.pop())
+    }
+
+    fn put_idle(inner: &Inner, conn: Conn) {
+        if let Ok(mut v) = inner.idle.lock() {
+            if v.len() < POOL_SIZE {
+                v.push(conn);
+            }
+        }
+    }
+
+    /// Sends the request and reads the status line and headers. A pooled connection that
+    /// turns out to be closed is replaced by a new one once.
+    async fn send(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<(&str, &[u8])>,
+        accept: &str,
+    ) -> Result<(Conn, Head), ClientError> {
+        let mut head = format!(
+            "{method} {path_and_query} HTTP/1.1\r\nHost: {}\r\nUser-Agent: skiff/{}\r\nAccept: {accept}\r\n",
+            self.inner.host_header,
+            env!("CARGO_PKG_VERSION"),
+        );
+        if let Some(a) = &self.inner.authorization {
+            head.push_str("Authorization: ");
+            head.push_str(a);
+            head.push_str("\r\n");
+        }
+        match body {
+            Some((ct, b)) => {
+                head.push_str(&format!(
+                    "Content-Type: {ct}\r\nContent-Length: {}\r\n",
+                    b.len()
+                ));
+            }
+            None if matches!(method, "POST" | "PUT" | "PATCH") => {
+                head.push_str("Content-Length: 0\r\n");
+            }
+            None => {}
+        }
+        head.push_str("\r\n");
+        let mut request = head.into_bytes();
+        if let Some((_, b)) = body {
+            request.extend_from_slice(b);
+        }
+
+        if let Some(mut conn) = self.take_idle() {
+            if let Ok(h) = exchange(&mut conn, &request).await {
+                return Ok((conn, h));
+            }
+            // The server closed the idle connection; nothing was answered, so send again.
+        }
+        let mut conn = self.connect().await?;
+        let h = exchange(&mut conn, &request).await?;
+        Ok((conn, h))
+    }
+
+    /// One request; the whole body is read. Non-2xx answers are returned, not turned into
+    /// errors (see [`Response::error_for_status`]).
+    pub async fn request(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<(&str, Vec<u8>)>,
+        accept: &str,
+    ) -> Result<Response, ClientError> {
+        let b = body.as_ref().map(|(ct, b)| (*ct, b.as_slice()));
+        let (conn, head) = self.send(method, path_and_query, b, accept).await?;
+        let no_body = method == "HEAD" || head.status == 204 || head.status == 304;
+        let mut reader = BodyReader::new(conn, &head, no_body);
+        let mut out = Vec::new();
+        while let Some(chunk) = reader.next_chunk().await? {
+            out.extend_from_slice(&chunk);
+        }
+        reader.finish(&self.inner);
+        Ok(Response {
+            status: head.status,
+            headers: head.headers,
+            body: out,
+        })
+    }
+
+    /// A JSON request whose 2xx answer is decoded as JSON; other answers become errors.
+    pub async fn request_json(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<&Value>,
+        accept: &str,
+    ) -> Result<Value, ClientError> {
+        let body = match body {
+            Some(v) => Some((
+                "application/json",
+                serde_json::to_vec(v).map_err(|e| ClientError::Decode(e.to_string()))?,
+            )),
+            None => None,
+        };
+        self.request(method, path_and_query, body, accept)
+            .await?
+            .error_for_status()?
+            .json()
+    }
+
+    /// A streaming GET: each line of the body is one JSON value, yielded as it arrives.
+    pub async fn stream_lines(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<Pin<Box<dyn Stream<Item = Result<Value, ClientError>> + Send>>, ClientError>
+    {
+        let (conn, head) = self.send("GET", path_and_query, None, accept).await?;
+        let mut reader = BodyReader::new(conn, &head, false);
+        if !(200..300).contains(&head.status) {
+            let mut body = Vec::new();
+            while let Some(chunk) = reader.next_chunk().await? {
+                body.extend_from_slice(&chunk);
+            }
+            reader.finish(&self.inner);
+            return Err(error_from_body(head.status, &body));
+        }
+        let state = LineState {
+            reader: Some(reader),
+            pending: Vec::new(),
+            inner: self.inner.clone(),
+        };
+        Ok(Box::pin(futures_lite::stream::unfold(
+            state,
+            |mut st| async move {
+                match st.next_line().await {
+                    Ok(Some(line)) => {
+                        let v = serde_json::from_slice::<Value>(&line)
+                            .map_err(|e| ClientError::Decode(format!("watch event: {e}")));
+                        Some((v, st))
+                    }
+                    Ok(None) => None,
+                    Err(e) => {
+                        st.reader = None;
+                        Some((Err(e), st))
+                    }
+                }
+            },
+        )))
+    }
+
+    // ---- untyped API, by kind, on JSON values ----
+
+    pub async fn get_value(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ClientError> {
+        let path = resource_path(kind, namespace, Some(name));
+        self.request_json("GET", &path, None, ACCEPT_JSON).await
+    }
+
+    /// The list object (`{"items":[..],"metadata":{"resourceVersion":..}}`).
+    pub async fn list_value(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Value, ClientError> {
+        let path = format!(
+            "{}{}",
+            resource_path(kind, namespace, None),
+            options.query(false)
+        );
+        self.request_json("GET", &path, None, ACCEPT_JSON).await
+    }
+
+    pub async fn create_value(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        object: &Value,
+    ) -> Result<Value, ClientError> {
+        let path = resource_path(kind, namespace, None);
+        self.request_json("POST", &path, Some(object), ACCEPT_JSON)
+            .await
+    }
+
+    pub async fn replace_value(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+        object: &Value,
+    ) -> Result<Value, ClientError> {
+        let path = resource_path(kind, namespace, Some(name));
+        self.request_json("PUT", &path, Some(object), ACCEPT_JSON).await
+    }
+
+    /// `patch_type` is the content type: `application/merge-patch+json`,
+    /// `application/strategic-merge-patch+json` or `application/json-patch+json`.
+    pub async fn patch_value(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: &str,
+        patch: &Value,
+    ) -> Result<Value, ClientError> {
+        let path = resource_path(kind, namespace, Some(name));
+        let body = serde_json::to_vec(patch).map_err(|e| ClientError::Decode(e.to_string()))?;
+        self.request("PATCH", &path, Some((patch_type, body)), ACCEPT_JSON)
+            .await?
+            .error_for_status()?
+            .json()
+    }
+
+    /// Deletes; the answer is the object (still present while finalizers or grace run) or
+    /// a success `Status`.
+    pub async fn delete_value(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Value, ClientError> {
+        let path = resource_path(kind, namespace, Some(name));
+        let body = serde_json::to_value(options).map_err(|e| ClientError::Decode(e.to_string()))?;
+        let mut body = body;
+        crate::codec::strip_nulls(&mut body);
+        if let Value::Object(m) = &mut body {
+            m.retain(|_, v| !v.as_array().is_some_and(|a| a.is_empty()));
+        }
+        self.request_json("DELETE", &path, Some(&body), ACCEPT_JSON)
+            .await
+    }
+
+    /// Watches a kind; event objects are raw JSON (tables, if `accept` asks for them).
+    pub async fn watch_value(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        options: &ListOptions,
+        accept: &str,
+    ) -> Result<WatchStream<Value>, ClientError> {
+        let path = format!(
+            "{}{}",
+            resource_path(kind, namespace, None),
+            options.query(true)
+        );
+        let lines = self.stream_lines(&path, accept).await?;
+        Ok(Box::pin(futures_lite::StreamExt::map(lines, |line| {
+            line.and_then(raw_event)
+        })))
+    }
+
+    // ---- typed API ----
+
+    pub async fn get<K: Resource>(&self, namespace: &str, name: &str) -> Result<K, ClientError> {
+        let v = self.get_value(K::KIND, Some(namespace), name).await?;
+        decode(v)
+    }
+
+    /// Lists objects; `namespace` None lists all namespaces. Returns the items and the
+    /// list's resourceVersion, where a watch continues.
+    pub async fn list<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+        field_selector: Option<&str>,
+    ) -> Result<(Vec<K>, String), ClientError> {
+        let options = ListOptions {
+            label_selector: label_selector.map(str::to_string),
+            field_selector: field_selector.map(str::to_string),
+            ..Default::default()
+        };
+        let v = self.list_value(K::KIND, namespace, &options).await?;
+        let rv = v
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let items = match v.get("items") {
+            Some(Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        let objects = items.into_iter().map(decode).collect::<Result<_, _>>()?;
+        Ok((objects, rv))
+    }
+
+    pub async fn create<K: Resource>(&self, object: &K) -> Result<K, ClientError> {
+        let ns = object.meta().namespace.clone();
+        let v = crate::codec::to_json(object);
+        decode(self.create_value(K::KIND, ns.as_deref(), &v).await?)
+    }
+
+    /// PUT: replaces the object; a stale `metadata.resourceVersion` answers 409.
+    pub async fn replace<K: Resource>(&self, object: &K) -> Result<K, ClientError> {
+        let ns = object.meta().namespace.clone();
+        let name = object.meta().name.clone();
+        let v = crate::codec::to_json(object);
+        decode(self.replace_value(K::KIND, ns.as_deref(), &name, &v).await?)
+    }
+
+    /// PUT to the `status` subresource.
+    pub async fn replace_status<K: Resource>(&self, object: &K) -> Result<K, ClientError> {
+        let ns = object.meta().namespace.clone();
+        let name = object.meta().name.clone();
+        let path = format!(
+            "{}/status",
+            resource_path(K::KIND, ns.as_deref(), Some(&name))
+        );
+        let v = crate::codec::to_json(object);
+        decode(self.request_json("PUT", &path, Some(&v), ACCEPT_JSON).await?)
+    }
+
+    pub async fn patch<K: Resource>(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch_type: &str,
+        patch: &Value,
+    ) -> Result<K, ClientError> {
+        decode(
+            self.patch_value(K::KIND, Some(namespace), name, patch_type, patch)
+                .await?,
+        )
+    }
+
+    /// Deletes; returns the object if the server answered with it (deletion pending),
+    /// None if it answered with a `Status`.
+    pub async fn delete<K: Resource>(
+        &self,
+        namespace: &str,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Option<K>, ClientError> {
+        let v = self
+            .delete_value(K::KIND, Some(namespace), name, options)
+            .await?;
+        if v.get("kind").and_then(Value::as_str) == Some("Status") {
+            return Ok(None);
+        }
+        decode(v).map(Some)
+    }
+
+    /// Watches objects of `K` from `resource_version` ("" or "0": current objects first as
+    /// ADDED). An ERROR event is yielded as `Err(ClientError::Api(status))`.
+    pub async fn watch<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        resource_version: &str,
+        label_selector: Option<&str>,
+        field_selector: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> Result<WatchStream<K>, ClientError> {
+        let options = ListOptions {
+            label_selector: label_selector.map(str::to_string),
+            field_selector: field_selector.map(str::to_string),
+            resource_version: Some(resource_version.to_string()),
+            timeout,
+            allow_watch_bookmarks: false,
+        };
+        let raw = self
+            .watch_value(K::KIND, namespace, &options, ACCEPT_JSON)
+            .await?;
+        Ok(Box::pin(futures_lite::StreamExt::map(raw, |ev| {
+            ev.and_then(|ev| {
+                Ok(match ev {
+                    WatchEvent::Added(o) => WatchEvent::Added(decode(o)?),
+                    WatchEvent::Modified(o) => WatchEvent::Modified(decode(o)?),
+                    WatchEvent::Deleted(o) => WatchEvent::Deleted(decode(o)?),
+                    WatchEvent::Bookmark { resource_version } => {
+                        WatchEvent::Bookmark { resource_version }
+                    }
+                })
+            })
+        })))
+    }
+}
+
+fn decode<K: Resource>(v: Value) -> Result<K, ClientError> {
+    crate::codec::from_json(v).map_err(|e| ClientError::Decode(e.to_string()))
+}
+
+/// A watch line `{"type":..,"object":..}` as an event of JSON values.
+fn raw_event(line: Value) -> Result<WatchEvent<Value>, ClientError> {
+    let Value::Object(mut m) = line else {
+        return Err(ClientError::Decode("a watch event is not an object".into()));
+    };
+    let object = m.remove("object").unwrap_or(Value::Null);
+    let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
+    match ty {
+        "ADDED" => Ok(WatchEvent::Added(object)),
+        "MODIFIED" => Ok(WatchEvent::Modified(object)),
+        "DELETED" => Ok(WatchEvent::Deleted(object)),
+        "BOOKMARK" => Ok(WatchEvent::Bookmark {
+            resource_version: object
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        }),
+        "ERROR" => {
+            let body = serde_json::to_vec(&object).unwrap_or_default();
+            Err(error_from_body(500, &body))
+        }
+        other => Err(ClientError::Decode(format!(
+            "unknown watch event type {other:?}"
+        ))),
+    }
+}
+
+fn parse_server(server: &str) -> Result<(String, u16), ClientError> {
+    let rest = server.strip_prefix("https://").ok_or_else(|| {
+        ClientError::Config(format!("the server URL must start with https://: {server:?}"))
+    })?;
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() {
+        return Err(ClientError::Config(format!("no host in {server:?}")));
+    }
+    // [v6]:port, [v6], host:port, host
+    let (host, port) = if let Some(end) = authority.find(']') {
+        let host = &authority[..=end];
+        match authority[end + 1..].strip_prefix(':') {
+            Some(p) => (host, Some(p)),
+            None => (host, None),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p
+            .parse()
+            .map_err(|_| ClientError::Config(format!("invalid port in {server:?}")))?,
+        None => 443,
+    };
+    Ok((host.to_string(), port))
+}
+
+fn tls_config(config: &ClientConfig) -> Result<rustls::ClientConfig, ClientError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::Config(e.to_string()))?;
+    let builder = if config.insecure_skip_tls_verify {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+    } else {
+        let ca = config.ca_pem.as_deref().ok_or_else(|| {
+            ClientError::Config("no certificate authority to verify the server with".into())
+        })?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+            let cert = cert.map_err(|e| ClientError::Config(format!("CA certificate: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| ClientError::Config(format!("CA certificate: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(ClientError::Config(
+                "the certificate authority data holds no certificate".into(),
+            ));
+        }
+        builder.with_root_certificates(roots)
+    };
+    let mut tls = match (&config.client_cert_pem, &config.client_key_pem) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ClientError::Config(format!("client certificate: {e}")))?;
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+                .map_err(|e| ClientError::Config(format!("client key: {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| ClientError::Config(format!("client certificate: {e}")))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => {
+            return Err(ClientError::Config(
+                "a client certificate needs both the certificate and its key".into(),
+            ))
+        }
+    };
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tls)
+}
+
+/// `insecure-skip-tls-verify`: any certificate is accepted, signatures are still checked.
+#[derive(Debug)]
+struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Status line and headers of a response.
+struct Head {
+    status: u16,
+    headers: Vec<(String, String)>,
+}
+
+impl Head {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Writes a request and reads the response head. 1xx answers are skipped.
+async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<Head, ClientError> {
+    conn.get_mut().write_all(request).await?;
+    conn.get_mut().flush().await?;
+    loop {
+        let line = read_line(conn).await?;
+        let line = line.ok_or_else(|| {
+            ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            ))
+        })?;
+        let mut parts = line.splitn(3, ' ');
+        let version = parts.next().unwrap_or("");
+        let code = parts.next().unwrap_or("");
+        if !version.starts_with("HTTP/1.") {
+            return Err(ClientError::Protocol(format!("bad status line {line:?}")));
+        }
+        let status: u16 = code
+            .parse()
+            .map_err(|_| ClientError::Protocol(format!("bad status line {line:?}")))?;
+        let mut headers = Vec::new();
+        loop {
+            let h = read_line(conn)
+                .await?
+                .ok_or_else(|| ClientError::Protocol("the headers end early".into()))?;
+            if h.is_empty() {
+                break;
+            }
+            if headers.len() >= MAX_HEADERS {
+                return Err(ClientError::Protocol("too many headers".into()));
+            }
+            let (n, v) = h
+                .split_once(':')
+                .ok_or_else(|| ClientError::Protocol(format!("bad header line {h:?}")))?;
+            headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+        if (100..200).contains(&status) {
+            continue;
+        }
+        let mut head = Head { status, headers };
+        if version == "HTTP/1.0" && head.header("connection").is_none() {
+            head.headers.push(("connection".into(), "close".into()));
+        }
+        return Ok(head);
+    }
+}
+
+/// Reads a CRLF- (or LF-) terminated line without its terminator; None at a clean EOF.
+async fn read_line(conn: &mut Conn) -> Result<Option<String>, ClientError> {
+    let mut buf = Vec::new();
+    let n = (&mut *conn)
+        .take(MAX_LINE as u64)
+        .read_until(b'\n', &mut buf)
+        .await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() != Some(&b'\n') {
+        return Err(ClientError::Protocol(
+            "a line is too long or the connection ended in it".into(),
+        ));
+    }
+    buf.pop();
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    String::from_utf8(buf)
+        .map(Some)
+        .map_err(|_| ClientError::Protocol("a line is not UTF-8".into()))
+}
+
+enum Framing {
+    Length(u64),
+    /// Bytes left in the current chunk; None when a chunk-size line comes next.
+    Chunked(Option<u64>),
+    UntilClose,
+    Done,
+}
+
+/// Reads a response body in pieces as they arrive.
+struct BodyReader {
+    conn: Option<Conn>,
+    framing: Framing,
+    reusable: bool,
+}
+
+impl BodyReader {
+    fn new(conn: Conn, head: &Head, no_body: bool) -> BodyReader {
+        let close = head
+            .header("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("close"));
+        let chunked = head
+            .header("transfer-encoding")
+            .is_some_and(|t| t.to_ascii_lowercase().contains("chunked"));
+        let length = head
+            .header("content-length")
+            .and_then(|l| l.parse::<u64>().ok());
+        let framing = if no_body {
+            Framing::Done
+        } else if chunked {
+            Framing::Chunked(None)
+        } else if let Some(l) = length {
+            if l == 0 {
+                Framing::Done
+            } else {
+                Framing::Length(l)
+            }
+        } else {
+            Framing::UntilClose
+        };
+        let reusable = !close && !matches!(framing, Framing::UntilClose);
+        BodyReader {
+            conn: Some(conn),
+            framing,
+            reusable,
+        }
+    }
+
+    /// The next piece of the body; None at its end.
+    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            match &mut self.framing {
+                Framing::Done => return Ok(None),
+                Framing::Length(left) => {
+                    let data = read_some(conn, *left).await?;
+                    if data.is_empty() {
+                        return Err(ClientError::Protocol("the body ends early".into()));
+                    }
+                    *left -= data.len() as u64;
+                    if *left == 0 {
+                        self.framing = Framing::Done;
+                    }
+                    return Ok(Some(data));
+                }
+                Framing::UntilClose => {
+                    let data = read_some(conn, 64 * 1024).await?;
+                    if data.is_empty() {
+                        self.framing = Framing::Done;
+                        return Ok(None);
+                    }
+                    return Ok(Some(data));
+                }
+                Framing::Chunked(Some(left)) => {
+                    if *left == 0 {
+                        // End of a chunk's data: its CRLF follows.
+                        let crlf = read_line(conn).await?;
+                        if crlf.as_deref() != Some("") {
+                            return Err(ClientError::Protocol("bad chunk terminator".into()));
+                        }
+                        self.framing = Framing::Chunked(None);
+                        continue;
+                    }
+                    let data = read_some(conn, *left).await?;
+                    if data.is_empty() {
+                        return Err(ClientError::Protocol("the body ends in a chunk".into()));
+                    }
+                    *left -= data.len() as u64;
+                    return Ok(Some(data));
+                }
+                Framing::Chunked(None) => {
+                    let line = read_line(conn)
+                        .await?
+                        .ok_or_else(|| ClientError::Protocol("the body ends early".into()))?;
+                    let size_hex = line.split(';').next().unwrap_or("").trim();
+                    let size = u64::from_str_radix(size_hex, 16).map_err(|_| {
+                        ClientError::Protocol(format!("bad chunk size line {line:?}"))
+                    })?;
+                    if size == 0 {
+                        // Trailers, then an empty line.
+                        loop {
+                            let t = read_line(conn).await?.ok_or_else(|| {
+                                ClientError::Protocol("the body ends in its trailers".into())
+                            })?;
+                            if t.is_empty() {
+                                break;
+                            }
+                        }
+                        self.framing = Framing::Done;
+                        return Ok(None);
+                    }
+                    self.framing = Framing::Chunked(Some(size));
+                }
+            }
+        }
+    }
+
+    /// Gives the connection back to the pool if the body was read to its end.
+    fn finish(&mut self, inner: &Inner) {
+        if let Some(conn) = self.conn.take() {
+            if self.reusable && matches!(self.framing, Framing::Done) {
+                Client::put_idle(inner, conn);
+            }
+        }
+    }
+}
+
+/// Reads what is buffered or arrives next, at most `max` bytes.
+async fn read_some(conn: &mut Conn, max: u64) -> Result<Vec<u8>, ClientError> {
+    let buf = conn.fill_buf().await?;
+    let n = buf.len().min(usize::try_from(max).unwrap_or(usize::MAX));
+    let data = buf[..n].to_vec();
+    conn.consume(n);
+    Ok(data)
+}
+
+/// Splits a streamed body into lines.
+struct LineState {
+    reader: Option<BodyReader>,
+    pending: Vec<u8>,
+    inner: Arc<Inner>,
+}
+
+impl LineState {
+    async fn next_line(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
+        loop {
+            if let Some(pos) = self.pending.iter().position(|&b| b == b'\n') {
+                let mut line: Vec<u8> = self.pending.drain(..=pos).collect();
+                line.pop();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Some(line));
+            }
+            let Some(reader) = self.reader.as_mut() else {
+                return Ok(None);
+            };
+            match reader.next_chunk().await? {
+                Some(data) => self.pending.extend_from_slice(&data),
+                None => {
+                    reader.finish(&self.inner);
+                    self.reader = None;
+                    let rest = std::mem::take(&mut self.pending);
+                    if rest.iter().all(u8::is_ascii_whitespace) {
+                        return Ok(None);
+                    }
+                    return Ok(Some(rest));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_the_kubernetes_layout() {
+        assert_eq!(
+            resource_path(Kind::Pod, Some("default"), Some("x")),
+            "/api/v1/namespaces/default/pods/x"
+        );
+        assert_eq!(resource_path(Kind::Pod, None, None), "/api/v1/pods");
+        assert_eq!(
+            resource_path(Kind::Node, Some("default"), Some("n1")),
+            "/api/v1/nodes/n1"
+        );
+        assert_eq!(
+            resource_path(Kind::Deployment, Some("a"), None),
+            "/apis/apps/v1/namespaces/a/deployments"
+        );
+    }
+
+    #[test]
+    fn query_is_encoded() {
+        let o = ListOptions {
+            label_selector: Some("app=web,tier in (a,b)".into()),
+            field_selector: Some("metadata.name=x".into()),
+            resource_version: Some("12".into()),
+            timeout: Some(Duration::from_secs(30)),
+            allow_watch_bookmarks: true,
+        };
+        assert_eq!(
+            o.query(true),
+            "?labelSelector=app%3Dweb%2Ctier%20in%20%28a%2Cb%29&fieldSelector=metadata.name%3Dx\
+             &resourceVersion=12&watch=true&allowWatchBookmarks=true&timeoutSeconds=30"
+        );
+        assert_eq!(ListOptions::default().query(false), "");
+    }
+
+    #[test]
+    fn server_urls_are_parsed() {
+        assert_eq!(
+            parse_server("https://127.0.0.1:6443").unwrap(),
+            ("127.0.0.1".into(), 6443)
+        );
+        assert_eq!(
+            parse_server("https://[::1]:6443/").unwrap(),
+            ("[::1]".into(), 6443)
+        );
+        assert_eq!(
+            parse_server("https://example.com").unwrap(),
+            ("example.com".into(), 443)
+        );
+        assert!(parse_server("http://x:1").is_err());
+        assert!(parse_server("https://x:notaport").is_err());
+    }
+
+    #[test]
+    fn api_errors_display_the_status_message() {
+        let body = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pods \"x\" not found","reason":"NotFound","code":404}"#;
+        let e = error_from_body(404, body);
+        assert_eq!(e.to_string(), "pods \"x\" not found");
+        assert!(e.is_not_found());
+        let e = error_from_body(502, b"bad gateway");
+        assert_eq!(e.to_string(), "the server answered 502: bad gateway");
+    }
+
+    #[test]
+    fn raw_events_are_classified() {
+        let ev = raw_event(serde_json::json!({"type":"ADDED","object":{"a":1}})).unwrap();
+        assert_eq!(ev, WatchEvent::Added(serde_json::json!({"a":1})));
+        let ev = raw_event(serde_json::json!({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}})).unwrap();
+        assert_eq!(
+            ev,
+            WatchEvent::Bookmark {
+                resource_version: "9".into()
+            }
+        );
+        let e = raw_event(serde_json::json!({"type":"ERROR","object":{"kind":"Status","message":"too old resource version: 1 (5)","code":410}})).unwrap_err();
+        assert_eq!(e.code(), Some(410));
+        assert_eq!(e.to_string(), "too old resource version: 1 (5)");
+    }
+}

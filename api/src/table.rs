@@ -1,0 +1,1311 @@
+//! Server-side tables (`meta.k8s.io/v1` Table): the columns and cells kube-apiserver's
+//! printers produce, so `kubectl get` shows what users expect.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::apps::{DaemonSet, Deployment, ReplicaSet};
+use crate::core::{
+    ConfigMap, Endpoints, Event, Namespace, Node, Pod, PodTemplateSpec, Secret, Service,
+};
+use crate::meta::{LabelSelector, Time};
+use crate::object::{AnyObject, Kind};
+use crate::selector::Selector;
+
+/// meta/v1 TableColumnDefinition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ColumnDefinition {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    /// 0 for the default view, 1 for `-o wide`.
+    pub priority: i32,
+}
+
+fn col(name: &str, type_: &str, description: &str, priority: i32) -> ColumnDefinition {
+    ColumnDefinition {
+        name: name.into(),
+        type_: type_.into(),
+        format: if name == "Name" {
+            "name".into()
+        } else {
+            String::new()
+        },
+        description: description.into(),
+        priority,
+    }
+}
+
+const NAME_DESC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+const AGE_DESC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.";
+
+/// The columns of `kind`'s table, in order.
+pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
+    let name = || col("Name", "string", NAME_DESC, 0);
+    let age = || col("Age", "string", AGE_DESC, 0);
+    let workload_extra = || {
+        vec![
+            col("Containers", "string", "Names of each container in the template.", 1),
+            col("Images", "string", "Images referenced by each container in the template.", 1),
+            col("Selector", "string", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1),
+        ]
+    };
+    let cols = match kind {
+        Kind::Pod => vec![
+            name(),
+            col("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0),
+            col("Status", "string", "The aggregate status of the containers in this pod.", 0),
+            col("Restarts", "string", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.", 0),
+            age(),
+            col("IP", "string", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", 1),
+            col("Node", "string", "NodeName is a request to schedule this pod onto a specific node. If it is non-empty, the scheduler simply schedules this pod onto that node, assuming that it fits resource requirements.", 1),
+            col("Nominated Node", "string", "nominatedNodeName is set only when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods.", 1),
+            col("Readiness Gates", "string", "If specified, all readiness gates will be evaluated for pod readiness.", 1),
+        ],
+        Kind::Node => vec![
+            name(),
+            col("Status", "string", "The status of the node", 0),
+            col("Roles", "string", "The roles of the node", 0),
+            age(),
+            col("Version", "string", "Kubelet Version reported by the node.", 0),
+            col("Internal-IP", "string", "List of addresses reachable to the node. Queried from cloud provider, if available.", 1),
+            col("External-IP", "string", "List of addresses reachable to the node. Queried from cloud provider, if available.", 1),
+            col("OS-Image", "string", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", 1),
+            col("Kernel-Version", "string", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", 1),
+            col("Container-Runtime", "string", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).", 1),
+        ],
+        Kind::Namespace => vec![
+            name(),
+            col("Status", "string", "The status of the namespace", 0),
+            age(),
+        ],
+        Kind::Service => vec![
+            name(),
+            col("Type", "string", "type determines how the Service is exposed.", 0),
+            col("Cluster-IP", "string", "clusterIP is the IP address of the service and is usually assigned randomly.", 0),
+            col("External-IP", "string", "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.", 0),
+            col("Port(s)", "string", "The list of ports that are exposed by this service.", 0),
+            age(),
+            col("Selector", "string", "Route service traffic to pods with label keys and values matching this selector.", 1),
+        ],
+        Kind::Endpoints => vec![
+            name(),
+            col("Endpoints", "string", "Endpoints of the service", 0),
+            age(),
+        ],
+        Kind::ConfigMap => vec![
+            name(),
+            col("Data", "integer", "Data contains the configuration data.", 0),
+            age(),
+        ],
+        Kind::Secret => vec![
+            name(),
+            col("Type", "string", "Used to facilitate programmatic handling of secret data.", 0),
+            col("Data", "integer", "Data contains the secret data.", 0),
+            age(),
+        ],
+        Kind::Event => vec![
+            col("Last Seen", "string", "The time at which the most recent occurrence of this event was recorded.", 0),
+            col("Type", "string", "Type of this event (Normal, Warning), new types could be added in the future.", 0),
+            col("Reason", "string", "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.", 0),
+            col("Object", "string", "The object that this event is about.", 0),
+            col("Subobject", "string", "The subobject that this event is about.", 1),
+            col("Source", "string", "The component reporting this event.", 1),
+            col("Message", "string", "A human-readable description of the status of this operation.", 0),
+            col("First Seen", "string", "The time at which the event was first recorded.", 1),
+            col("Count", "integer", "The number of times this event has occurred.", 1),
+            col("Name", "string", NAME_DESC, 1),
+        ],
+        Kind::Deployment => {
+            let mut v = vec![
+                name(),
+                col("Ready", "string", "Number of the pod with ready state", 0),
+                col("Up-to-date", "integer", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
+                col("Available", "integer", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
+                age(),
+            ];
+            v.extend(workload_extra());
+            v
+        }
+        Kind::ReplicaSet => {
+            let mut v = vec![
+                name(),
+                col("Desired", "integer", "Replicas is the number of desired replicas.", 0),
+                col("Current", "integer", "Replicas is the most recently observed number of replicas.", 0),
+                col("Ready", "integer", "The number of ready replicas for this replica set.", 0),
+                age(),
+            ];
+            v.extend(workload_extra());
+            v
+        }
+        Kind::DaemonSet => {
+            let mut v = vec![
+                name(),
+                col("Desired", "integer", "The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod).", 0),
+                col("Current", "integer", "The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod.", 0),
+                col("Ready", "integer", "numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition.", 0),
+                col("Up-to-date", "integer", "The total number of nodes that are running updated daemon pod", 0),
+                col("Available", "integer", "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)", 0),
+                col("Node Selector", "string", "NodeSelector is a selector which must be true for the pod to fit on a node. Selector which must match a node's labels for the pod to be scheduled on that node.", 0),
+                age(),
+            ];
+            v.extend(workload_extra());
+            v
+        }
+    };
+    cols
+}
+
+/// kubectl's HumanDuration: `45s`, `5m10s`, `3h4m`, `2d5h`, `3y10d`.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 * 2 {
+        return format!("{secs}s");
+    }
+    let minutes = secs / 60;
+    if minutes < 10 {
+        let s = secs % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 60 * 3 {
+        return format!("{minutes}m");
+    }
+    let hours = secs / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let dy = (hours / 24) % 365;
+        return if dy == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{dy}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+/// The time since `t` as kubectl prints it, `<unknown>` when unset.
+fn since(t: Option<Time>, now: SystemTime) -> String {
+    match t {
+        None => "<unknown>".into(),
+        Some(t) => match now.duration_since(t.to_system()) {
+            Ok(d) => human_duration(d),
+            // Up to two seconds in the future counts as now (clock skew), as in kubectl.
+            Err(e) if e.duration() < Duration::from_secs(2) => "0s".into(),
+            Err(_) => "<invalid>".into(),
+        },
+    }
+}
+
+fn or_none(s: &str) -> String {
+    if s.is_empty() {
+        "<none>".into()
+    } else {
+        s.into()
+    }
+}
+
+fn format_labels(m: &BTreeMap<String, String>) -> String {
+    let s: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    or_none(&s.join(","))
+}
+
+fn format_selector(sel: Option<&LabelSelector>) -> String {
+    match sel.map(Selector::from_label_selector) {
+        Some(Ok(s)) => or_none(&s.to_string()),
+        Some(Err(_)) => "<error>".into(),
+        None => "<none>".into(),
+    }
+}
+
+fn containers_and_images(t: &PodTemplateSpec) -> (String, String) {
+    let names: Vec<&str> = t.spec.containers.iter().map(|c| c.name.as_str()).collect();
+    let images: Vec<&str> = t
+        .spec
+        .containers
+        .iter()
+        .map(|c| c.image.as_deref().unwrap_or(""))
+        .collect();
+    (names.join(","), images.join(","))
+}
+
+/// The row cells of `obj`, aligned with [`columns`] of its kind, ages relative to now.
+pub fn cells(obj: &AnyObject) -> Vec<Value> {
+    cells_at(obj, SystemTime::now())
+}
+
+/// [`cells`] with ages relative to `now`.
+pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
+    let age = since(obj.meta().creation_timestamp, now);
+    let name = obj.meta().name.clone();
+    match obj {
+        AnyObject::Pod(p) => pod_cells(p, name, age, now),
+        AnyObject::Node(n) => node_cells(n, name, age),
+        AnyObject::Namespace(ns) => namespace_cells(ns, name, age),
+        AnyObject::Service(s) => service_cells(s, name, age),
+        AnyObject::Endpoints(e) => vec![json!(name), json!(format_endpoints(e)), json!(age)],
+        AnyObject::ConfigMap(c) => config_map_cells(c, name, age),
+        AnyObject::Secret(s) => secret_cells(s, name, age),
+        AnyObject::Event(e) => event_cells(e, name, now),
+        AnyObject::Deployment(d) => deployment_cells(d, name, age),
+        AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),
+        AnyObject::DaemonSet(d) => daemon_set_cells(d, name, age),
+    }
+}
+
+/// What a Table row carries besides its cells (the `includeObject` query parameter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum IncludeObject {
+    None,
+    /// A PartialObjectMetadata (kubectl's default).
+    #[default]
+    Metadata,
+    Object,
+}
+
+/// A complete `meta.k8s.io/v1` Table for `objects` of `kind`.
+pub fn table(
+    kind: Kind,
+    objects: &[AnyObject],
+    resource_version: &str,
+    include: IncludeObject,
+) -> Value {
+    let now = SystemTime::now();
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let mut row = json!({ "cells": cells_at(o, now) });
+            let object = match include {
+                IncludeObject::None => None,
+                IncludeObject::Metadata => {
+                    let full = o.to_json();
+                    Some(json!({
+                        "kind": "PartialObjectMetadata",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": full.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                    }))
+                }
+                IncludeObject::Object => Some(o.to_json()),
+            };
+            if let (Some(obj), Some(m)) = (object, row.as_object_mut()) {
+                m.insert("object".into(), obj);
+            }
+            row
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": { "resourceVersion": resource_version },
+        "columnDefinitions": columns(kind),
+        "rows": rows,
+    })
+}
+
+fn pod_cells(pod: &Pod, name: String, age: String, now: SystemTime) -> Vec<Value> {
+    let spec = &pod.spec;
+    let status = &pod.status;
+    let mut restarts: i64 = 0;
+    let mut last_restart: Option<Time> = None;
+    let mut note_restart = |cs: &crate::core::ContainerStatus, restarts: &mut i64| {
+        *restarts += i64::from(cs.restart_count);
+        if let Some(t) = cs
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.finished_at)
+        {
+            if last_restart.is_none_or(|l| t > l) {
+                last_restart = Some(t);
+            }
+        }
+    };
+    let total = spec.containers.len()
+        + spec
+            .init_containers
+            .iter()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+            .count();
+    let mut ready = 0usize;
+    let mut reason = status
+        .reason
+        .clone()
+        .filter(|r| !r.is_empty())
+        .or_else(|| status.phase.clone())
+        .unwrap_or_default();
+
+    let mut initializing = false;
+    for (i, cs) in status.init_container_statuses.iter().enumerate() {
+        note_restart(cs, &mut restarts);
+        let sidecar = spec
+            .init_containers
+            .iter()
+            .find(|c| c.name == cs.name)
+            .is_some_and(|c| c.restart_policy.as_deref() == Some("Always"));
+        let state = cs.state.clone().unwrap_or_default();
+        if sidecar && cs.started == Some(true) {
+            if cs.ready && state.running.is_some() {
+                ready += 1;
+            }
+            continue;
+        }
+        match (&state.terminated, &state.waiting) {
+            (Some(t), _) if t.exit_code == 0 => continue,
+            (Some(t), _) => {
+                reason = match (&t.reason, t.signal) {
+                    (Some(r), _) if !r.is_empty() => format!("Init:{r}"),
+                    (_, Some(sig)) if sig != 0 => format!("Init:Signal:{sig}"),
+                    _ => format!("Init:ExitCode:{}", t.exit_code),
+                };
+            }
+            (None, Some(w))
+                if w.reason
+                    .as_deref()
+                    .is_some_and(|r| !r.is_empty() && r != "PodInitializing") =>
+            {
+                reason = format!("Init:{}", w.reason.as_deref().unwrap_or_default());
+            }
+            _ => {
+                reason = format!("Init:{i}/{}", spec.init_containers.len());
+            }
+        }
+        initializing = true;
+        break;
+    }
+
+    let initialized = status
+        .condition("Initialized")
+        .is_some_and(|c| c.status == "True");
+    if !initializing || initialized {
+        let mut has_running = false;
+        for cs in status.container_statuses.iter().rev() {
+            note_restart(cs, &mut restarts);
+            let state = cs.state.clone().unwrap_or_default();
+            if let Some(r) = state
+                .waiting
+                .as_ref()
+                .and_then(|w| w.reason.clone())
+                .filter(|r| !r.is_empty())
+            {
+                reason = r;
+            } else if let Some(t) = &state.terminated {
+                reason = match (&t.reason, t.signal) {
+                    (Some(r), _) if !r.is_empty() => r.clone(),
+                    (_, Some(sig)) if sig != 0 => format!("Signal:{sig}"),
+                    _ => format!("ExitCode:{}", t.exit_code),
+                };
+            } else if cs.ready && state.running.is_some() {
+                has_running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && has_running {
+            reason = if status
+                .condition("Ready")
+                .is_some_and(|c| c.status == "True")
+            {
+                "Running".into()
+            } else {
+                "NotReady".into()
+            };
+        }
+    }
+
+    let terminal = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    if pod.metadata.deletion_timestamp.is_some() && status.reason.as_deref() == Some("NodeLost") {
+        reason = "Unknown".into();
+    } else if pod.metadata.deletion_timestamp.is_some() && !terminal {
+        reason = "Terminating".into();
+    }
+
+    let restarts_cell = match last_restart {
+        Some(t) if restarts > 0 => format!("{restarts} ({} ago)", since(Some(t), now)),
+        _ => restarts.to_string(),
+    };
+    let gates = if spec.readiness_gates.is_empty() {
+        "<none>".to_string()
+    } else {
+        let true_count = spec
+            .readiness_gates
+            .iter()
+            .filter(|g| {
+                status
+                    .condition(&g.condition_type)
+                    .is_some_and(|c| c.status == "True")
+            })
+            .count();
+        format!("{true_count}/{}", spec.readiness_gates.len())
+    };
+    vec![
+        json!(name),
+        json!(format!("{ready}/{total}")),
+        json!(reason),
+        json!(restarts_cell),
+        json!(age),
+        json!(or_none(status.pod_ip.as_deref().unwrap_or(""))),
+        json!(or_none(spec.node_name.as_deref().unwrap_or(""))),
+        json!(or_none(status.nominated_node_name.as_deref().unwrap_or(""))),
+        json!(gates),
+    ]
+}
+
+fn node_cells(node: &Node, name: String, age: String) -> Vec<Value> {
+    let status = &node.status;
+    let mut states: Vec<&str> = Vec::new();
+    match status.condition("Ready").map(|c| c.status.as_str()) {
+        Some("True") => states.push("Ready"),
+        Some("False") => states.push("NotReady"),
+        _ => states.push("Unknown"),
+    }
+    if node.spec.unschedulable == Some(true) {
+        states.push("SchedulingDisabled");
+    }
+    let mut roles: Vec<String> = Vec::new();
+    for (k, v) in &node.metadata.labels {
+        if let Some(role) = k.strip_prefix("node-role.kubernetes.io/") {
+            if !role.is_empty() {
+                roles.push(role.to_string());
+            }
+        } else if k == "kubernetes.io/role" && !v.is_empty() {
+            roles.push(v.clone());
+        }
+    }
+    roles.sort();
+    roles.dedup();
+    let info = status.node_info.clone().unwrap_or_default();
+    let unknown = |s: &str| {
+        if s.is_empty() {
+            "<unknown>".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    vec![
+        json!(name),
+        json!(states.join(",")),
+        json!(or_none(&roles.join(","))),
+        json!(age),
+        json!(info.kubelet_version),
+        json!(or_none(status.address("InternalIP").unwrap_or(""))),
+        json!(or_none(status.address("ExternalIP").unwrap_or(""))),
+        json!(unknown(&info.os_image)),
+        json!(unknown(&info.kernel_version)),
+        json!(unknown(&info.container_runtime_version)),
+    ]
+}
+
+fn namespace_cells(ns: &Namespace, name: String, age: String) -> Vec<Value> {
+    vec![
+        json!(name),
+        json!(ns.status.phase.clone().unwrap_or_default()),
+        json!(age),
+    ]
+}
+
+fn service_cells(svc: &Service, name: String, age: String) -> Vec<Value> {
+    let spec = &svc.spec;
+    let ty = spec.type_or_default();
+    let cluster_ip = or_none(spec.cluster_ip.as_deref().unwrap_or(""));
+    let lb_ips: Vec<String> = svc
+        .status
+        .load_balancer
+        .as_ref()
+        .map(|lb| {
+            lb.ingress
+                .iter()
+                .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let external = match ty {
+        "ClusterIP" | "NodePort" => or_none(&spec.external_ips.join(",")),
+        "LoadBalancer" => {
+            let mut all = lb_ips;
+            all.extend(spec.external_ips.iter().cloned());
+            if all.is_empty() {
+                "<pending>".into()
+            } else {
+                all.join(",")
+            }
+        }
+        "ExternalName" => spec.external_name.clone().unwrap_or_default(),
+        _ => "<unknown>".into(),
+    };
+    let ports: Vec<String> = spec
+        .ports
+        .iter()
+        .map(|p| {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            match p.node_port {
+                Some(np) if np != 0 => format!("{}:{np}/{proto}", p.port),
+                _ => format!("{}/{proto}", p.port),
+            }
+        })
+        .collect();
+    vec![
+        json!(name),
+        json!(ty),
+        json!(cluster_ip),
+        json!(external),
+        json!(or_none(&ports.join(","))),
+        json!(age),
+        json!(format_labels(&spec.selector)),
+    ]
+}
+
+/// kubectl's formatEndpoints: at most three `ip:port`, then ` + N more...`.
+fn format_endpoints(e: &Endpoints) -> String {
+    if e.subsets.is_empty() {
+        return "<none>".into();
+    }
+    const MAX: usize = 3;
+    let mut list: Vec<String> = Vec::new();
+    let mut more = false;
+    let mut count = 0usize;
+    for ss in &e.subsets {
+        if ss.ports.is_empty() {
+            count += ss.addresses.len();
+            for a in &ss.addresses {
+                if list.len() == MAX {
+                    more = true;
+                    break;
+                }
+                list.push(a.ip.clone());
+            }
+        } else {
+            for p in &ss.ports {
+                count += ss.addresses.len();
+                for a in &ss.addresses {
+                    if list.len() == MAX {
+                        more = true;
+                        break;
+                    }
+                    let host = if a.ip.contains(':') {
+                        format!("[{}]", a.ip)
+                    } else {
+                        a.ip.clone()
+                    };
+                    list.push(format!("{host}:{}", p.port));
+                }
+            }
+        }
+    }
+    let joined = list.join(",");
+    if more {
+        format!("{joined} + {} more...", count - MAX)
+    } else {
+        joined
+    }
+}
+
+fn config_map_cells(c: &ConfigMap, name: String, age: String) -> Vec<Value> {
+    vec![
+        json!(name),
+        json!(c.data.len() + c.binary_data.len()),
+        json!(age),
+    ]
+}
+
+fn secret_cells(s: &Secret, name: String, age: String) -> Vec<Value> {
+    vec![
+        json!(name),
+        json!(s.type_.clone().unwrap_or_default()),
+        json!(s.data.len()),
+        json!(age),
+    ]
+}
+
+fn event_cells(e: &Event, name: String, now: SystemTime) -> Vec<Value> {
+    let first = if e.first_timestamp.is_some() {
+        since(e.first_timestamp, now)
+    } else {
+        since(e.event_time, now)
+    };
+    let mut last = if e.last_timestamp.is_some() {
+        since(e.last_timestamp, now)
+    } else {
+        first.clone()
+    };
+    let mut count = e.count.unwrap_or(0);
+    if let Some(series) = &e.series {
+        last = since(series.last_observed_time, now);
+        count = series.count.unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
+    let io = &e.involved_object;
+    let kind = io.kind.as_deref().unwrap_or("").to_ascii_lowercase();
+    let target = match io.name.as_deref() {
+        Some(n) if !n.is_empty() => format!("{kind}/{n}"),
+        _ => kind,
+    };
+    let source = {
+        let component = e
+            .source
+            .as_ref()
+            .and_then(|s| s.component.clone())
+            .unwrap_or_default();
+        let host = e
+            .source
+            .as_ref()
+            .and_then(|s| s.host.clone())
+            .unwrap_or_default();
+        let (component, host) = if component.is_empty() {
+            (
+                e.reporting_component.clone().unwrap_or_default(),
+                e.reporting_instance.clone().unwrap_or_default(),
+            )
+        } else {
+            (component, host)
+        };
+        if host.is_empty() {
+            component
+        } else {
+            format!("{component}, {host}")
+        }
+    };
+    vec![
+        json!(last),
+        json!(e.type_.clone().unwrap_or_default()),
+        json!(e.reason.clone().unwrap_or_default()),
+        json!(target),
+        json!(io.field_path.clone().unwrap_or_default()),
+        json!(source),
+        json!(e.message.as_deref().unwrap_or("").trim()),
+        json!(first),
+        json!(count),
+        json!(name),
+    ]
+}
+
+fn deployment_cells(d: &Deployment, name: String, age: String) -> Vec<Value> {
+    let desired = d.spec.replicas.unwrap_or(1);
+    let st = &d.status;
+    let (containers, images) = containers_and_images(&d.spec.template);
+    vec![
+        json!(name),
+        json!(format!("{}/{desired}", st.ready_replicas.unwrap_or(0))),
+        json!(st.updated_replicas.unwrap_or(0)),
+        json!(st.available_replicas.unwrap_or(0)),
+        json!(age),
+        json!(containers),
+        json!(images),
+        json!(format_selector(d.spec.selector.as_ref())),
+    ]
+}
+
+fn replica_set_cells(r: &ReplicaSet, name: String, age: String) -> Vec<Value> {
+    let (containers, images) = containers_and_images(&r.spec.template);
+    vec![
+        json!(name),
+        json!(r.spec.replicas.unwrap_or(1)),
+        json!(r.status.replicas),
+        json!(r.status.ready_replicas.unwrap_or(0)),
+        json!(age),
+        json!(containers),
+        json!(images),
+        json!(format_selector(r.spec.selector.as_ref())),
+    ]
+}
+
+fn daemon_set_cells(d: &DaemonSet, name: String, age: String) -> Vec<Value> {
+    let st = &d.status;
+    let (containers, images) = containers_and_images(&d.spec.template);
+    vec![
+        json!(name),
+        json!(st.desired_number_scheduled),
+        json!(st.current_number_scheduled),
+        json!(st.number_ready),
+        json!(st.updated_number_scheduled.unwrap_or(0)),
+        json!(st.number_available.unwrap_or(0)),
+        json!(format_labels(&d.spec.template.spec.node_selector)),
+        json!(age),
+        json!(containers),
+        json!(images),
+        json!(format_selector(d.spec.selector.as_ref())),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{
+        Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+        ContainerStateWaiting, ContainerStatus, EndpointAddress, EndpointPort, EndpointSubset,
+        NodeAddress, NodeCondition, NodeSystemInfo, PodCondition, ServicePort,
+    };
+    use crate::meta::{IntOrString, Time};
+    use crate::Resource;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn now() -> SystemTime {
+        Time(NOW).to_system()
+    }
+
+    fn strs(v: &[Value]) -> Vec<String> {
+        v.iter()
+            .map(|c| match c {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn human_durations() {
+        let cases = [
+            (0, "0s"),
+            (45, "45s"),
+            (119, "119s"),
+            (120, "2m"),
+            (310, "5m10s"),
+            (600, "10m"),
+            (179 * 60, "179m"),
+            (3 * 3600 + 4 * 60, "3h4m"),
+            (5 * 3600, "5h"),
+            (8 * 3600, "8h"),
+            (47 * 3600, "47h"),
+            (2 * 86400 + 5 * 3600, "2d5h"),
+            (3 * 86400, "3d"),
+            (30 * 86400, "30d"),
+            (800 * 86400, "2y70d"),
+            (730 * 86400, "2y"),
+            (9 * 365 * 86400, "9y"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(human_duration(Duration::from_secs(secs)), want, "{secs}s");
+        }
+        assert_eq!(since(None, now()), "<unknown>");
+        assert_eq!(since(Some(Time(NOW + 1)), now()), "0s");
+        assert_eq!(since(Some(Time(NOW + 100)), now()), "<invalid>");
+    }
+
+    #[test]
+    fn every_kind_has_as_many_cells_as_columns() {
+        let objs = [
+            Pod::default().into_any(),
+            Node::default().into_any(),
+            Namespace::default().into_any(),
+            Service::default().into_any(),
+            Endpoints::default().into_any(),
+            ConfigMap::default().into_any(),
+            Secret::default().into_any(),
+            Event::default().into_any(),
+            Deployment::default().into_any(),
+            ReplicaSet::default().into_any(),
+            DaemonSet::default().into_any(),
+        ];
+        for o in &objs {
+            assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());
+            let cols = serde_json::to_value(columns(o.kind())).unwrap();
+            assert!(cols[0].get("type").is_some());
+        }
+    }
+
+    fn running_pod() -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = "web-1".into();
+        p.metadata.creation_timestamp = Some(Time(NOW - 310));
+        p.spec.containers = vec![
+            Container {
+                name: "app".into(),
+                ..Default::default()
+            },
+            Container {
+                name: "side".into(),
+                ..Default::default()
+            },
+        ];
+        p.spec.node_name = Some("n1".into());
+        p.status.phase = Some("Running".into());
+        p.status.pod_ip = Some("10.42.0.5".into());
+        p.status.container_statuses = vec![
+            ContainerStatus {
+                name: "app".into(),
+                ready: true,
+                restart_count: 2,
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..Default::default()
+                }),
+                last_state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 1,
+                        finished_at: Some(Time(NOW - 65)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ContainerStatus {
+                name: "side".into(),
+                ready: false,
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ];
+        p
+    }
+
+    #[test]
+    fn pod_row() {
+        let p = running_pod();
+        assert_eq!(
+            strs(&cells_at(&p.clone().into_any(), now())),
+            vec![
+                "web-1",
+                "1/2",
+                "Running",
+                "2 (65s ago)",
+                "5m10s",
+                "10.42.0.5",
+                "n1",
+                "<none>",
+                "<none>"
+            ]
+        );
+    }
+
+    #[test]
+    fn pod_status_column() {
+        // Waiting reason wins.
+        let mut p = running_pod();
+        p.status.container_statuses[1].state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: None,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            cells_at(&p.clone().into_any(), now())[2],
+            "CrashLoopBackOff"
+        );
+
+        // Terminating.
+        let mut t = running_pod();
+        t.metadata.deletion_timestamp = Some(Time(NOW));
+        assert_eq!(cells_at(&t.into_any(), now())[2], "Terminating");
+
+        // Completed.
+        let mut c = running_pod();
+        c.status.phase = Some("Succeeded".into());
+        for cs in &mut c.status.container_statuses {
+            cs.ready = false;
+            cs.state = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 0,
+                    reason: Some("Completed".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        let row = cells_at(&c.into_any(), now());
+        assert_eq!(row[1], "0/2");
+        assert_eq!(row[2], "Completed");
+
+        // Exit code without a reason.
+        let mut e = running_pod();
+        e.status.container_statuses[0].state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(cells_at(&e.into_any(), now())[2], "ExitCode:137");
+
+        // Pending pod with no statuses, readiness gates.
+        let mut pending = Pod::default();
+        pending.spec.containers = vec![Container::default()];
+        pending.status.phase = Some("Pending".into());
+        pending.spec.readiness_gates = vec![crate::core::PodReadinessGate {
+            condition_type: "example.com/ready".into(),
+        }];
+        pending.status.conditions = vec![PodCondition {
+            type_: "example.com/ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }];
+        assert_eq!(
+            strs(&cells_at(&pending.into_any(), now())),
+            vec![
+                "",
+                "0/1",
+                "Pending",
+                "0",
+                "<unknown>",
+                "<none>",
+                "<none>",
+                "<none>",
+                "1/1"
+            ]
+        );
+    }
+
+    #[test]
+    fn pod_init_status() {
+        let mut p = Pod::default();
+        p.spec.init_containers = vec![
+            Container {
+                name: "a".into(),
+                ..Default::default()
+            },
+            Container {
+                name: "b".into(),
+                ..Default::default()
+            },
+        ];
+        p.spec.containers = vec![Container {
+            name: "main".into(),
+            ..Default::default()
+        }];
+        p.status.phase = Some("Pending".into());
+        p.status.init_container_statuses = vec![
+            ContainerStatus {
+                name: "a".into(),
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 0,
+                        reason: Some("Completed".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ContainerStatus {
+                name: "b".into(),
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ];
+        assert_eq!(cells_at(&p.clone().into_any(), now())[2], "Init:1/2");
+        p.status.init_container_statuses[1].state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 3,
+                reason: Some("Error".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(cells_at(&p.clone().into_any(), now())[2], "Init:Error");
+        p.status.init_container_statuses[1].state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("ImagePullBackOff".into()),
+                message: None,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(cells_at(&p.into_any(), now())[2], "Init:ImagePullBackOff");
+    }
+
+    #[test]
+    fn node_row() {
+        let mut n = Node::default();
+        n.metadata.name = "pi-1".into();
+        n.metadata.creation_timestamp = Some(Time(NOW - (2 * 86400 + 5 * 3600)));
+        n.metadata
+            .labels
+            .insert("node-role.kubernetes.io/control-plane".into(), "".into());
+        n.spec.unschedulable = Some(true);
+        n.status.conditions = vec![NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }];
+        n.status.addresses = vec![NodeAddress {
+            type_: "InternalIP".into(),
+            address: "192.168.1.10".into(),
+        }];
+        n.status.node_info = Some(NodeSystemInfo {
+            kubelet_version: "v1.30.0-skiff".into(),
+            os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+            kernel_version: "6.1.0-rpi7".into(),
+            container_runtime_version: "skiff://0.1.0".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            strs(&cells_at(&n.into_any(), now())),
+            vec![
+                "pi-1",
+                "Ready,SchedulingDisabled",
+                "control-plane",
+                "2d5h",
+                "v1.30.0-skiff",
+                "192.168.1.10",
+                "<none>",
+                "Debian GNU/Linux 12 (bookworm)",
+                "6.1.0-rpi7",
+                "skiff://0.1.0"
+            ]
+        );
+        let bare = Node::default().into_any();
+        assert_eq!(cells_at(&bare, now())[1], "Unknown");
+        assert_eq!(cells_at(&bare, now())[2], "<none>");
+    }
+
+    #[test]
+    fn service_rows() {
+        let mut s = Service::default();
+        s.metadata.name = "web".into();
+        s.metadata.creation_timestamp = Some(Time(NOW - 45));
+        s.spec.type_ = Some("NodePort".into());
+        s.spec.cluster_ip = Some("10.43.0.10".into());
+        s.spec.ports = vec![
+            ServicePort {
+                port: 80,
+                node_port: Some(30080),
+                protocol: Some("TCP".into()),
+                target_port: Some(IntOrString::Int(8080)),
+                ..Default::default()
+            },
+            ServicePort {
+                port: 53,
+                protocol: Some("UDP".into()),
+                ..Default::default()
+            },
+        ];
+        s.spec.selector.insert("app".into(), "web".into());
+        assert_eq!(
+            strs(&cells_at(&s.clone().into_any(), now())),
+            vec![
+                "web",
+                "NodePort",
+                "10.43.0.10",
+                "<none>",
+                "80:30080/TCP,53/UDP",
+                "45s",
+                "app=web"
+            ]
+        );
+        s.spec.type_ = Some("LoadBalancer".into());
+        assert_eq!(cells_at(&s.clone().into_any(), now())[3], "<pending>");
+        s.spec.type_ = Some("ExternalName".into());
+        s.spec.external_name = Some("db.example.com".into());
+        assert_eq!(cells_at(&s.into_any(), now())[3], "db.example.com");
+    }
+
+    #[test]
+    fn endpoints_row() {
+        let mut e = Endpoints::default();
+        e.metadata.name = "web".into();
+        assert_eq!(cells_at(&e.clone().into_any(), now())[1], "<none>");
+        e.subsets = vec![EndpointSubset {
+            addresses: ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+                .iter()
+                .map(|ip| EndpointAddress {
+                    ip: ip.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            ports: vec![EndpointPort {
+                port: 8080,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        assert_eq!(
+            cells_at(&e.clone().into_any(), now())[1],
+            "10.0.0.1:8080,10.0.0.2:8080,10.0.0.3:8080 + 1 more..."
+        );
+        e.subsets[0].addresses.truncate(2);
+        assert_eq!(
+            cells_at(&e.into_any(), now())[1],
+            "10.0.0.1:8080,10.0.0.2:8080"
+        );
+    }
+
+    #[test]
+    fn config_and_secret_rows() {
+        let mut c = ConfigMap::default();
+        c.metadata.name = "game-demo".into();
+        c.data.insert("a".into(), "1".into());
+        c.binary_data.insert("b".into(), "x".into());
+        assert_eq!(cells_at(&c.into_any(), now())[1], json!(2));
+        let mut s = Secret::default();
+        s.metadata.name = "s".into();
+        s.type_ = Some("Opaque".into());
+        s.data.insert("k".into(), "v".into());
+        let row = cells_at(&s.into_any(), now());
+        assert_eq!(row[1], "Opaque");
+        assert_eq!(row[2], json!(1));
+    }
+
+    #[test]
+    fn event_row() {
+        let mut e = Event::default();
+        e.metadata.name = "web-1.17a".into();
+        e.involved_object.kind = Some("Pod".into());
+        e.involved_object.name = Some("web-1".into());
+        e.involved_object.field_path = Some("spec.containers{app}".into());
+        e.type_ = Some("Normal".into());
+        e.reason = Some("Pulled".into());
+        e.message = Some("Container image \"nginx\" already present on machine ".into());
+        e.first_timestamp = Some(Time(NOW - 600));
+        e.last_timestamp = Some(Time(NOW - 30));
+        e.count = Some(4);
+        e.source = Some(crate::core::EventSource {
+            component: Some("kubelet".into()),
+            host: Some("pi-1".into()),
+        });
+        assert_eq!(
+            strs(&cells_at(&e.into_any(), now())),
+            vec![
+                "30s",
+                "Normal",
+                "Pulled",
+                "pod/web-1",
+                "spec.containers{app}",
+                "kubelet, pi-1",
+                "Container image \"nginx\" already present on machine",
+                "10m",
+                "4",
+                "web-1.17a"
+            ]
+        );
+    }
+
+    #[test]
+    fn workload_rows() {
+        let mut d = Deployment::default();
+        d.metadata.name = "nginx-deployment".into();
+        d.metadata.creation_timestamp = Some(Time(NOW - 3 * 3600 - 240));
+        d.spec.replicas = Some(3);
+        d.spec.selector = Some(LabelSelector {
+            match_labels: [("app".to_string(), "nginx".to_string())].into(),
+            ..Default::default()
+        });
+        d.spec.template.spec.containers = vec![Container {
+            name: "nginx".into(),
+            image: Some("nginx:1.14.2".into()),
+            ..Default::default()
+        }];
+        d.status.ready_replicas = Some(2);
+        d.status.updated_replicas = Some(3);
+        d.status.available_replicas = Some(2);
+        assert_eq!(
+            cells_at(&d.clone().into_any(), now()),
+            vec![
+                json!("nginx-deployment"),
+                json!("2/3"),
+                json!(3),
+                json!(2),
+                json!("3h4m"),
+                json!("nginx"),
+                json!("nginx:1.14.2"),
+                json!("app=nginx")
+            ]
+        );
+
+        let mut rs = ReplicaSet::default();
+        rs.metadata.name = "frontend".into();
+        rs.spec.replicas = Some(3);
+        rs.spec.selector = d.spec.selector.clone();
+        rs.spec.template = d.spec.template.clone();
+        rs.status.replicas = 3;
+        rs.status.ready_replicas = Some(1);
+        assert_eq!(
+            strs(&cells_at(&rs.into_any(), now())),
+            vec![
+                "frontend",
+                "3",
+                "3",
+                "1",
+                "<unknown>",
+                "nginx",
+                "nginx:1.14.2",
+                "app=nginx"
+            ]
+        );
+
+        let mut ds = DaemonSet::default();
+        ds.metadata.name = "fluentd".into();
+        ds.spec.selector = d.spec.selector.clone();
+        ds.spec.template = d.spec.template.clone();
+        ds.status.desired_number_scheduled = 2;
+        ds.status.current_number_scheduled = 2;
+        ds.status.number_ready = 1;
+        ds.status.updated_number_scheduled = Some(2);
+        ds.status.number_available = Some(1);
+        assert_eq!(
+            strs(&cells_at(&ds.clone().into_any(), now())),
+            vec![
+                "fluentd",
+                "2",
+                "2",
+                "1",
+                "2",
+                "1",
+                "<none>",
+                "<unknown>",
+                "nginx",
+                "nginx:1.14.2",
+                "app=nginx"
+            ]
+        );
+        ds.spec
+            .template
+            .spec
+            .node_selector
+            .insert("kubernetes.io/os".into(), "linux".into());
+        assert_eq!(cells_at(&ds.into_any(), now())[6], "kubernetes.io/os=linux");
+    }
+
+    #[test]
+    fn table_shape() {
+        let mut p = running_pod();
+        p.metadata.namespace = Some("default".into());
+        let t = table(Kind::Pod, &[p.into_any()], "42", IncludeObject::Metadata);
+        assert_eq!(t["kind"], "Table");
+        assert_eq!(t["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(t["metadata"]["resourceVersion"], "42");
+        assert_eq!(t["columnDefinitions"][0]["name"], "Name");
+        assert_eq!(t["columnDefinitions"][0]["format"], "name");
+        assert_eq!(t["columnDefinitions"][5]["priority"], 1);
+        assert_eq!(t["rows"][0]["cells"][0], "web-1");
+        assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(t["rows"][0]["object"]["metadata"]["name"], "web-1");
+        let bare = table(Kind::Pod, &[], "1", IncludeObject::None);
+        assert_eq!(bare["rows"], json!([]));
+    }
+}

@@ -1,0 +1,171 @@
+//! What the store writes into redb: keys, table names and the versioned value envelopes.
+//!
+//! Values are postcard, which is not self-describing, so every value sits inside an enum
+//! whose variant index is the format version. A later release adds `V2` and keeps reading
+//! `V1`; an older release reading a newer value fails with a clear error instead of
+//! misreading it.
+
+use api::{AnyObject, Kind};
+use redb::TableDefinition;
+use serde::{Deserialize, Serialize};
+
+use super::{EventType, StoreError};
+
+/// One table per kind, named by the kind's plural (`pods`, `deployments`), keyed by
+/// [`object_key`], valued by a postcard [`Stored`].
+pub(crate) fn kind_table(kind: Kind) -> TableDefinition<'static, &'static str, &'static [u8]> {
+    TableDefinition::new(kind.info().plural)
+}
+
+/// Bookkeeping: `revision`, `compacted`, `schema`. The leading underscore keeps it apart from
+/// every kind's plural (the Event kind already owns `events`).
+pub(crate) const META_TABLE: TableDefinition<'static, &'static str, u64> =
+    TableDefinition::new("_meta");
+
+/// The event log: revision -> postcard [`StoredEvent`], bounded to the configured window.
+pub(crate) const EVENT_TABLE: TableDefinition<'static, u64, &'static [u8]> =
+    TableDefinition::new("_event_log");
+
+/// The last committed revision.
+pub(crate) const META_REVISION: &str = "revision";
+/// The highest revision whose event was removed from the event log (0: none yet). A watch may
+/// resume from any revision at or above it.
+pub(crate) const META_COMPACTED: &str = "compacted";
+/// The on-disk layout version, so an old binary refuses a file laid out by a newer one.
+pub(crate) const META_SCHEMA: &str = "schema";
+pub(crate) const SCHEMA_VERSION: u64 = 1;
+
+/// The key of an object in its kind's table: `namespace/name`, and `/name` for cluster-scoped
+/// kinds (namespace ""). Names never contain `/`, so the key is unambiguous and every object of
+/// a namespace sits in the contiguous range that starts with `namespace/`.
+pub(crate) fn object_key(namespace: &str, name: &str) -> String {
+    let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+    key.push_str(namespace);
+    key.push('/');
+    key.push_str(name);
+    key
+}
+
+/// The key range `[start, end)` holding every object of `namespace`.
+pub(crate) fn namespace_range(namespace: &str) -> (String, String) {
+    // '0' is the character after '/', so `ns0` is the first key past every `ns/...`.
+    (format!("{namespace}/"), format!("{namespace}0"))
+}
+
+/// The envelope of every object value.
+#[derive(Debug, Deserialize)]
+pub enum Stored {
+    V1(AnyObject),
+}
+
+/// Encodes exactly like [`Stored`], without cloning the object.
+#[derive(Serialize)]
+enum StoredRef<'a> {
+    V1(&'a AnyObject),
+}
+
+/// The envelope of every event log value.
+#[derive(Debug, Deserialize)]
+pub enum StoredEvent {
+    V1(EventType, AnyObject),
+}
+
+#[derive(Serialize)]
+enum StoredEventRef<'a> {
+    V1(EventType, &'a AnyObject),
+}
+
+pub(crate) fn encode_object(obj: &AnyObject) -> Result<Vec<u8>, StoreError> {
+    postcard::to_allocvec(&StoredRef::V1(obj))
+        .map_err(|e| StoreError::Db(format!("encoding {:?} object: {e}", obj.kind())))
+}
+
+pub(crate) fn decode_object(kind: Kind, key: &str, bytes: &[u8]) -> Result<AnyObject, StoreError> {
+    let Stored::V1(obj) = postcard::from_bytes(bytes).map_err(|e| {
+        StoreError::Db(format!(
+            "unreadable value for {} {key:?}: {e}",
+            kind.info().plural
+        ))
+    })?;
+    if obj.kind() != kind {
+        return Err(StoreError::Db(format!(
+            "value for {} {key:?} holds a {:?}",
+            kind.info().plural,
+            obj.kind()
+        )));
+    }
+    Ok(obj)
+}
+
+pub(crate) fn encode_event(event_type: EventType, obj: &AnyObject) -> Result<Vec<u8>, StoreError> {
+    postcard::to_allocvec(&StoredEventRef::V1(event_type, obj))
+        .map_err(|e| StoreError::Db(format!("encoding {:?} event: {e}", obj.kind())))
+}
+
+pub(crate) fn decode_event(
+    revision: u64,
+    bytes: &[u8],
+) -> Result<(EventType, AnyObject), StoreError> {
+    let StoredEvent::V1(event_type, obj) = postcard::from_bytes(bytes)
+        .map_err(|e| StoreError::Db(format!("unreadable event at revision {revision}: {e}")))?;
+    Ok((event_type, obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::meta::ObjectMeta;
+
+    fn config_map(name: &str) -> AnyObject {
+        AnyObject::ConfigMap(api::core::ConfigMap {
+            metadata: ObjectMeta {
+                name: name.into(),
+                namespace: Some("default".into()),
+                resource_version: "7".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn object_envelope_round_trips_and_starts_with_version_tag() {
+        let obj = config_map("a");
+        let bytes = encode_object(&obj).unwrap();
+        assert_eq!(bytes[0], 0, "V1 is variant 0");
+        let back = decode_object(Kind::ConfigMap, "default/a", &bytes).unwrap();
+        assert_eq!(back, obj);
+        assert!(decode_object(Kind::Pod, "default/a", &bytes).is_err());
+    }
+
+    #[test]
+    fn unknown_envelope_version_is_an_error() {
+        let mut bytes = encode_object(&config_map("a")).unwrap();
+        bytes[0] = 1; // a V2 written by a newer release
+        assert!(matches!(
+            decode_object(Kind::ConfigMap, "default/a", &bytes),
+            Err(StoreError::Db(_))
+        ));
+    }
+
+    #[test]
+    fn event_envelope_round_trips() {
+        let obj = config_map("b");
+        let bytes = encode_event(EventType::Deleted, &obj).unwrap();
+        let (t, back) = decode_event(3, &bytes).unwrap();
+        assert_eq!(t, EventType::Deleted);
+        assert_eq!(back, obj);
+    }
+
+    #[test]
+    fn namespace_range_holds_exactly_that_namespace() {
+        let (start, end) = namespace_range("ns");
+        for key in ["ns/a", "ns/zzz", "ns/0"] {
+            assert!(start.as_str() <= key && key < end.as_str(), "{key}");
+        }
+        for key in ["ns-a/x", "ns0/x", "n/x", "nsa/x", "/ns"] {
+            assert!(!(start.as_str() <= key && key < end.as_str()), "{key}");
+        }
+        assert_eq!(object_key("", "node1"), "/node1");
+    }
+}

@@ -1,0 +1,249 @@
+//! [`Txn`], the view a write closure gets.
+//!
+//! A closure's writes go to an in-memory overlay first; the writer applies the overlay to the
+//! redb transaction only if the closure returns `Ok`, so a failing closure leaves no trace and
+//! the revisions it took are handed to the next closure.
+
+use std::collections::BTreeMap;
+
+use api::{AnyObject, Kind};
+use redb::{ReadableTable, WriteTransaction};
+
+use super::codec::{self, decode_object, encode_event, encode_object, kind_table, object_key};
+use super::{EventType, StoreError};
+
+/// An event a closure produced, with the revision it took.
+pub(crate) struct PendingEvent {
+    pub event_type: EventType,
+    pub revision: u64,
+    pub object: AnyObject,
+}
+
+/// The view a write closure gets. Reads see the state committed before the batch, the earlier
+/// closures of the same batch, and this closure's own earlier writes.
+pub struct Txn<'a> {
+    wtx: &'a WriteTransaction,
+    next_revision: u64,
+    /// (kind, key) -> index into `events` of the key's latest event (its current object), or
+    /// `None` once deleted.
+    overlay: BTreeMap<(Kind, String), Option<usize>>,
+    events: Vec<PendingEvent>,
+}
+
+impl<'a> Txn<'a> {
+    pub(crate) fn new(wtx: &'a WriteTransaction, last_revision: u64) -> Txn<'a> {
+        Txn {
+            wtx,
+            next_revision: last_revision + 1,
+            overlay: BTreeMap::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// The revision the next put or delete will take.
+    pub fn next_revision(&self) -> u64 {
+        self.next_revision
+    }
+
+    pub fn get(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<AnyObject>, StoreError> {
+        let key = object_key(namespace, name);
+        if let Some(slot) = self.overlay.get(&(kind, key.clone())) {
+            return Ok(slot.map(|i| self.events[i].object.clone()));
+        }
+        self.get_committed(kind, &key)
+    }
+
+    fn get_committed(&self, kind: Kind, key: &str) -> Result<Option<AnyObject>, StoreError> {
+        let table = self.wtx.open_table(kind_table(kind))?;
+        let value = table.get(key)?;
+        value
+            .map(|v| decode_object(kind, key, v.value()))
+            .transpose()
+    }
+
+    fn exists(&self, kind: Kind, key: &str) -> Result<bool, StoreError> {
+        if let Some(slot) = self.overlay.get(&(kind, key.to_string())) {
+            return Ok(slot.is_some());
+        }
+        let table = self.wtx.open_table(kind_table(kind))?;
+        let found = table.get(key)?.is_some();
+        Ok(found)
+    }
+
+    /// Every object of `kind` (in `namespace` if given), sorted by namespace then name.
+    pub fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<AnyObject>, StoreError> {
+        let mut merged: BTreeMap<String, AnyObject> = BTreeMap::new();
+        {
+            let table = self.wtx.open_table(kind_table(kind))?;
+            let mut push = |entry: Result<
+                (redb::AccessGuard<'_, &str>, redb::AccessGuard<'_, &[u8]>),
+                redb::StorageError,
+            >|
+             -> Result<(), StoreError> {
+                let (k, v) = entry?;
+                let key = k.value();
+                merged.insert(key.to_string(), decode_object(kind, key, v.value())?);
+                Ok(())
+            };
+            match namespace {
+                Some(ns) => {
+                    let (start, end) = codec::namespace_range(ns);
+                    for entry in table.range(start.as_str()..end.as_str())? {
+                        push(entry)?;
+                    }
+                }
+                None => {
+                    for entry in table.iter()? {
+                        push(entry)?;
+                    }
+                }
+            }
+        }
+        let prefix = namespace.map(|ns| object_key(ns, ""));
+        for ((k, key), slot) in &self.overlay {
+            if *k != kind
+                || prefix
+                    .as_ref()
+                    .is_some_and(|p| !key.starts_with(p.as_str()))
+            {
+                continue;
+            }
+            match slot {
+                Some(i) => {
+                    merged.insert(key.clone(), self.events[*i].object.clone());
+                }
+                None => {
+                    merged.remove(key);
+                }
+            }
+        }
+        Ok(merged.into_values().collect())
+    }
+
+    /// Stores `obj` (an Added event if it is new, Modified otherwise) and returns it with its new
+    /// `metadata.resourceVersion`. Whatever resourceVersion `obj` carried is overwritten:
+    /// optimistic-concurrency checks are the closure's business, before it calls `put`.
+    pub fn put(&mut self, mut obj: AnyObject) -> Result<AnyObject, StoreError> {
+        let kind = obj.kind();
+        let (namespace, name) = checked_identity(&obj)?;
+        let key = object_key(&namespace, &name);
+        let event_type = if self.exists(kind, &key)? {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        let revision = self.take_revision();
+        obj.meta_mut().resource_version = revision.to_string();
+        self.overlay.insert((kind, key), Some(self.events.len()));
+        self.events.push(PendingEvent {
+            event_type,
+            revision,
+            object: obj.clone(),
+        });
+        Ok(obj)
+    }
+
+    /// Removes the object and returns it with the deletion revision as its resourceVersion (the
+    /// object its Deleted event carries). `NotFound` if it does not exist.
+    pub fn delete(
+        &mut self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<AnyObject, StoreError> {
+        let Some(mut obj) = self.get(kind, namespace, name)? else {
+            return Err(StoreError::NotFound {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        };
+        let revision = self.take_revision();
+        obj.meta_mut().resource_version = revision.to_string();
+        self.overlay
+            .insert((kind, object_key(namespace, name)), None);
+        self.events.push(PendingEvent {
+            event_type: EventType::Deleted,
+            revision,
+            object: obj.clone(),
+        });
+        Ok(obj)
+    }
+
+    fn take_revision(&mut self) -> u64 {
+        let revision = self.next_revision;
+        self.next_revision += 1;
+        revision
+    }
+
+    /// Writes the overlay and the events into the redb transaction. Returns the events and the
+    /// last revision taken. An error leaves the redb transaction partly written: the caller must
+    /// abort it.
+    pub(crate) fn apply(self) -> Result<(Vec<PendingEvent>, u64), StoreError> {
+        let mut current_kind: Option<(Kind, redb::Table<'_, &str, &[u8]>)> = None;
+        for ((kind, key), slot) in &self.overlay {
+            if current_kind.as_ref().is_none_or(|(k, _)| k != kind) {
+                current_kind = Some((*kind, self.wtx.open_table(kind_table(*kind))?));
+            }
+            let Some((_, table)) = current_kind.as_mut() else {
+                continue;
+            };
+            match slot {
+                Some(i) => {
+                    let bytes = encode_object(&self.events[*i].object)?;
+                    table.insert(key.as_str(), bytes.as_slice())?;
+                }
+                None => {
+                    table.remove(key.as_str())?;
+                }
+            }
+        }
+        drop(current_kind);
+        let mut log = self.wtx.open_table(codec::EVENT_TABLE)?;
+        for event in &self.events {
+            let bytes = encode_event(event.event_type, &event.object)?;
+            log.insert(event.revision, bytes.as_slice())?;
+        }
+        drop(log);
+        let last = self.next_revision - 1;
+        Ok((self.events, last))
+    }
+}
+
+/// The object's namespace and name, refusing identities the key scheme cannot hold.
+fn checked_identity(obj: &AnyObject) -> Result<(String, String), StoreError> {
+    let kind = obj.kind();
+    let meta = obj.meta();
+    let namespace = meta.namespace();
+    if meta.name.is_empty() {
+        return Err(StoreError::BadRequest(format!(
+            "{} object without a name",
+            kind.info().kind
+        )));
+    }
+    if meta.name.contains('/') || namespace.contains('/') {
+        return Err(StoreError::BadRequest(format!(
+            "{} {namespace}/{}: names may not contain '/'",
+            kind.info().kind,
+            meta.name
+        )));
+    }
+    match (kind.info().namespaced, namespace.is_empty()) {
+        (true, true) => Err(StoreError::BadRequest(format!(
+            "{} {} needs a namespace",
+            kind.info().kind,
+            meta.name
+        ))),
+        (false, false) => Err(StoreError::BadRequest(format!(
+            "{} {} is cluster-scoped but names namespace {namespace}",
+            kind.info().kind,
+            meta.name
+        ))),
+        _ => Ok((namespace.to_string(), meta.name.clone())),
+    }
+}

@@ -1,0 +1,187 @@
+//! The single writer thread and its group commit.
+//!
+//! Requests queue up while a commit is in flight. The writer drains the queue, runs every
+//! closure in order inside one redb write transaction, commits once with immediate
+//! durability, publishes the batch's events to the hub in revision order, and only then
+//! answers each caller.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use redb::{Database, Durability, WriteTransaction};
+
+use super::codec::{EVENT_TABLE, META_COMPACTED, META_REVISION, META_TABLE};
+use super::hub::{lock, Hub};
+use super::txn::{PendingEvent, Txn};
+use super::{CommitStats, StoreError, WatchEvent};
+
+/// Most closures run in one transaction; a bound keeps one batch from holding every caller
+/// back behind a huge commit.
+const MAX_BATCH: usize = 1024;
+
+/// What a closure hands back to the writer: whether it succeeded, and how to answer its
+/// caller once the commit's fate is known.
+pub(crate) struct JobOutcome {
+    pub ok: bool,
+    pub reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
+}
+
+pub(crate) type Job = Box<dyn FnOnce(&mut Txn<'_>) -> JobOutcome + Send>;
+
+pub(crate) enum Msg {
+    Job(Job),
+    /// Finish what was queued before this message, then stop.
+    Shutdown,
+}
+
+pub(crate) struct Writer {
+    pub db: Arc<Database>,
+    pub hub: Arc<Hub>,
+    pub revision: Arc<AtomicU64>,
+    pub compacted: Arc<AtomicU64>,
+    pub stats: Arc<Mutex<CommitStats>>,
+    pub event_window: u64,
+}
+
+impl Writer {
+    pub(crate) fn run(self, rx: Receiver<Msg>) {
+        let mut stop = false;
+        while !stop {
+            let first = match rx.recv() {
+                Ok(Msg::Job(job)) => job,
+                Ok(Msg::Shutdown) | Err(_) => break,
+            };
+            let mut jobs = vec![first];
+            while jobs.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(Msg::Job(job)) => jobs.push(job),
+                    Ok(Msg::Shutdown) | Err(TryRecvError::Disconnected) => {
+                        stop = true;
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            self.run_batch(jobs);
+        }
+        // Jobs queued behind the shutdown are dropped with the receiver: their callers see
+        // `Closed`. Watch streams end.
+        drop(rx);
+        self.hub.close();
+    }
+
+    fn run_batch(&self, jobs: Vec<Job>) {
+        let started = Instant::now();
+        let batch_size = jobs.len();
+        let mut replies = Vec::with_capacity(batch_size);
+        let mut events: Vec<PendingEvent> = Vec::new();
+        let mut failed = 0u64;
+        let result = self.begin().and_then(|wtx| {
+            let mut revision = self.revision.load(Ordering::Acquire);
+            let mut batch_error = None;
+            for job in jobs {
+                if batch_error.is_some() {
+                    // The transaction is being abandoned: answer without running the closure.
+                    drop(job);
+                    continue;
+                }
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    let mut txn = Txn::new(&wtx, revision);
+                    let outcome = job(&mut txn);
+                    (outcome, txn)
+                }));
+                let Ok((outcome, txn)) = outcome else {
+                    // The closure panicked: its overlay (and its caller's reply sender) are
+                    // gone, so the caller sees `Closed`; nothing reached the transaction.
+                    tracing::error!("a store write closure panicked; its write was dropped");
+                    failed += 1;
+                    continue;
+                };
+                if outcome.ok {
+                    match txn.apply() {
+                        Ok((mut closure_events, last)) => {
+                            revision = last;
+                            events.append(&mut closure_events);
+                        }
+                        Err(e) => batch_error = Some(e),
+                    }
+                } else {
+                    failed += 1;
+                }
+                replies.push(outcome.reply);
+            }
+            if let Some(e) = batch_error {
+                return Err(e);
+            }
+            let compacted = self.finish(&wtx, revision)?;
+            wtx.commit()?;
+            Ok((revision, compacted))
+        });
+        let elapsed = started.elapsed();
+        match result {
+            Ok((revision, compacted)) => {
+                self.revision.store(revision, Ordering::Release);
+                self.compacted.store(compacted, Ordering::Release);
+                {
+                    let mut stats = lock(&self.stats);
+                    stats.commits += 1;
+                    stats.writes += batch_size as u64 - failed;
+                    stats.failed_writes += failed;
+                    stats.total_commit_time += elapsed;
+                    stats.last_commit_time = elapsed;
+                    stats.last_batch_size = batch_size;
+                    stats.max_batch_size = stats.max_batch_size.max(batch_size);
+                }
+                let shared: Vec<Arc<WatchEvent>> = events
+                    .into_iter()
+                    .map(|e| {
+                        Arc::new(WatchEvent {
+                            event_type: e.event_type,
+                            revision: e.revision,
+                            object: e.object,
+                        })
+                    })
+                    .collect();
+                if !shared.is_empty() {
+                    self.hub.publish(&shared, revision);
+                }
+                for reply in replies {
+                    reply(Ok(()));
+                }
+            }
+            Err(e) => {
+                lock(&self.stats).failed_commits += 1;
+                tracing::error!(error = %e, "store commit failed; batch abandoned");
+                for reply in replies {
+                    reply(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    fn begin(&self) -> Result<WriteTransaction, StoreError> {
+        let mut wtx = self.db.begin_write()?;
+        wtx.set_durability(Durability::Immediate)?;
+        Ok(wtx)
+    }
+
+    /// Records the new revision and trims the event log to the window; returns the new
+    /// compaction point.
+    fn finish(&self, wtx: &WriteTransaction, revision: u64) -> Result<u64, StoreError> {
+        let mut meta = wtx.open_table(META_TABLE)?;
+        meta.insert(META_REVISION, revision)?;
+        let compacted = self.compacted.load(Ordering::Acquire);
+        let cut = revision.saturating_sub(self.event_window);
+        if cut <= compacted {
+            return Ok(compacted);
+        }
+        let mut log = wtx.open_table(EVENT_TABLE)?;
+        // The log holds nothing at or below `compacted`, so only (compacted, cut] is visited.
+        log.retain_in((compacted + 1)..=cut, |_, _| false)?;
+        meta.insert(META_COMPACTED, cut)?;
+        Ok(cut)
+    }
+}
