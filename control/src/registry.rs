@@ -136,13 +136,13 @@ fn prepare_for_create<K: Resource>(obj: &mut K) {
         Kind::Pod => {
             obj.clear_status();
             if let Some(pod) = as_pod_mut(obj) {
-                pod.status.get_or_insert_with(Default::default).phase = Some("Pending".into());
+                pod.status.phase = Some("Pending".into());
             }
         }
         Kind::Namespace => {
             obj.clear_status();
             if let Some(ns) = as_namespace_mut(obj) {
-                ns.status.get_or_insert_with(Default::default).phase = Some("Active".into());
+                ns.status.phase = Some("Active".into());
             }
         }
         _ => obj.clear_status(),
@@ -434,7 +434,7 @@ impl Registry {
                 }
                 if K::KIND == Kind::Namespace {
                     if let Some(n) = as_namespace_mut(&mut marked) {
-                        n.status.get_or_insert_with(Default::default).phase = Some("Terminating".into());
+                        n.status.phase = Some("Terminating".into());
                     }
                 }
                 if ready_to_remove(&marked) || (K::KIND != Kind::Namespace && grace == 0 && marked.meta().finalizers.is_empty()) {
@@ -456,7 +456,7 @@ impl Registry {
 fn grace_period<K: Resource>(obj: &K, opts: &DeleteOptions) -> i64 {
     let Some(pod) = as_pod(obj) else { return 0 };
     let unbound = pod.spec.node_name.as_deref().unwrap_or("").is_empty();
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+    let phase = pod.status.phase.as_deref().unwrap_or("");
     if unbound || phase == "Succeeded" || phase == "Failed" {
         return 0;
     }

@@ -64,15 +64,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("securing the data dir {}", args.data_dir.display()))?;
 
-    let store = Store::open(StoreConfig {
-        path: args.data_dir.join("state.redb"),
-        event_window: args.event_window,
-        cache_size_bytes: 16 << 20,
-    })
+    let store = Store::open(StoreConfig { event_window: args.event_window, ..StoreConfig::in_dir(&args.data_dir) })
     .context("opening the state database")?;
     let pki = Pki::load_or_create(&args.data_dir, &args.tls_san, &local_url(args.listen)).context("preparing the PKI")?;
     let tls = pki.server_config().context("building the TLS configuration")?;
-    let auth = Authenticator::new(&pki);
+    let auth = Authenticator::new(&pki).context("loading the authenticator")?;
     let registry = Registry::new(store.clone());
 
     let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
@@ -98,7 +94,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         .context("serving the API")?;
         anyhow::Ok(())
     })?;
-    store.close();
+    smol::block_on(store.close());
     tracing::info!("stopped");
     Ok(())
 }

@@ -332,8 +332,8 @@ fn bad_input_is_refused_and_changes_nothing() {
 #[test]
 fn requests_without_valid_credentials_get_401() {
     let s = TestServer::start();
-    let kc = api::kubeconfig::Kubeconfig::load(&s.kubeconfig(), None).unwrap();
-    let mut cfg = api::client::ClientConfig::from_kubeconfig(&kc).unwrap();
+    let kc = api::kubeconfig::Kubeconfig::load(&s.kubeconfig()).unwrap();
+    let mut cfg = api::client::ClientConfig::from_kubeconfig(&kc, None).unwrap();
     cfg.token = None;
     let anonymous = api::client::Client::new(cfg.clone()).unwrap();
     let r = smol::block_on(anonymous.request("GET", "/api/v1/namespaces", None, "application/json")).unwrap();

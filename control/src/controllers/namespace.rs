@@ -22,7 +22,7 @@ pub async fn run(registry: Registry) {
         // Terminating namespaces are rare: a short poll keeps this simple and bounded, and a
         // watch wakes the loop early when a namespace changes.
         let rev = registry.store.revision();
-        if let Ok(mut w) = registry.store.watch(&[Kind::Namespace], Some(rev)) {
+        if let Ok(mut w) = registry.store.watch(&[Kind::Namespace], Some(rev)).await {
             let _ = futures_lite::future::or(async { w.next().await.map(|_| ()) }, async {
                 smol::Timer::after(RETRY).await;
                 None

@@ -92,29 +92,19 @@ impl Metrics {
         out.push_str("# HELP skiff_store_writes_total Writes carried by store transactions.\n");
         out.push_str("# TYPE skiff_store_writes_total counter\n");
         let _ = writeln!(out, "skiff_store_writes_total {}", store.writes);
-        out.push_str("# HELP skiff_store_commit_duration_seconds Store commit latency.\n");
-        out.push_str("# TYPE skiff_store_commit_duration_seconds histogram\n");
-        let mut h = Histogram::default();
-        for (bound_index, c) in store.latency_buckets.iter().enumerate() {
-            // The store keeps its own bucket counts; copy them over bucket by bucket.
-            if h.counts.is_empty() {
-                h.counts = vec![0; BUCKETS.len()];
-            }
-            if let Some(slot) = h.counts.get_mut(bound_index) {
-                *slot = *c;
-            }
-        }
-        h.count = store.commits;
-        h.sum = store.total_commit_seconds;
-        h.render(&mut out, "skiff_store_commit_duration_seconds", "");
+        out.push_str("# HELP skiff_store_commit_duration_seconds Time spent committing store transactions.\n");
+        out.push_str("# TYPE skiff_store_commit_duration_seconds summary\n");
+        let _ = writeln!(out, "skiff_store_commit_duration_seconds_sum {}", store.total_commit_time.as_secs_f64());
+        let _ = writeln!(out, "skiff_store_commit_duration_seconds_count {}", store.commits);
+        out.push_str("# HELP skiff_store_last_commit_duration_seconds Duration of the latest commit.\n");
+        out.push_str("# TYPE skiff_store_last_commit_duration_seconds gauge\n");
+        let _ = writeln!(out, "skiff_store_last_commit_duration_seconds {}", store.last_commit_time.as_secs_f64());
+        out.push_str("# HELP skiff_store_max_batch_size Most writes carried by one commit.\n");
+        out.push_str("# TYPE skiff_store_max_batch_size gauge\n");
+        let _ = writeln!(out, "skiff_store_max_batch_size {}", store.max_batch_size);
         out.push_str("# HELP apiserver_registered_watchers Open watches.\n");
         out.push_str("# TYPE apiserver_registered_watchers gauge\n");
         let _ = writeln!(out, "apiserver_registered_watchers {watchers}");
         out
     }
-}
-
-/// Bucket bounds for other histograms kept with the same layout (the store's commit latency).
-pub fn bucket_bounds() -> &'static [f64] {
-    BUCKETS
 }

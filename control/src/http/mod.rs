@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use api::meta::DeleteOptions;
 use api::object::Resource;
-use api::selector::{FieldSelector, LabelSelector};
+use api::selector::{FieldSelector, Selector as LabelSelector};
 use api::{with_kind, AnyObject, Kind};
 use futures_lite::{AsyncReadExt, FutureExt};
 use rustls_pki_types::CertificateDer;
@@ -260,7 +260,7 @@ fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
 fn selectors(req: &tide::Request<State>, kind: Kind) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(&query(req, "labelSelector").unwrap_or_default())
         .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-    let fields = FieldSelector::parse(kind, &query(req, "fieldSelector").unwrap_or_default())
+    let fields = FieldSelector::parse_for(kind, &query(req, "fieldSelector").unwrap_or_default())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok((labels, fields))
 }

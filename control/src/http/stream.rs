@@ -8,14 +8,14 @@ use futures_lite::{AsyncBufRead, AsyncRead, Stream};
 
 /// Reads the byte chunks sent on a channel, in order; ends when every sender is gone.
 pub struct ChannelReader {
-    rx: async_channel::Receiver<Vec<u8>>,
+    rx: Pin<Box<async_channel::Receiver<Vec<u8>>>>,
     chunk: Vec<u8>,
     pos: usize,
 }
 
 impl ChannelReader {
     pub fn new(rx: async_channel::Receiver<Vec<u8>>) -> ChannelReader {
-        ChannelReader { rx, chunk: Vec::new(), pos: 0 }
+        ChannelReader { rx: Box::pin(rx), chunk: Vec::new(), pos: 0 }
     }
 }
 
@@ -23,7 +23,7 @@ impl AsyncBufRead for ChannelReader {
     fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
         let this = self.get_mut();
         while this.pos >= this.chunk.len() {
-            match Pin::new(&mut this.rx).poll_next(cx) {
+            match this.rx.as_mut().poll_next(cx) {
                 Poll::Ready(Some(chunk)) => {
                     this.chunk = chunk;
                     this.pos = 0;

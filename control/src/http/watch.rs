@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use api::selector::{FieldSelector, LabelSelector};
+use api::selector::{FieldSelector, Selector as LabelSelector};
 use api::{AnyObject, Kind};
 use futures_lite::FutureExt;
 use serde_json::{json, Value};
@@ -88,11 +88,11 @@ pub(super) async fn serve_watch(
             let (items, rev) = state.store.list(kind, ns.as_deref()).await?;
             let items: Vec<AnyObject> =
                 items.into_iter().filter(|o| object_matches(o, ns.as_deref(), &labels, &fields)).collect();
-            (items, state.store.watch(&[kind], Some(rev))?)
+            (items, state.store.watch(&[kind], Some(rev)).await?)
         }
         Some(r) => {
             let after: u64 = r.parse().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {r:?}")))?;
-            match state.store.watch(&[kind], Some(after)) {
+            match state.store.watch(&[kind], Some(after)).await {
                 Ok(w) => (Vec::new(), w),
                 Err(StoreError::Expired { requested, oldest }) => {
                     let status = ApiError::expired(requested, oldest).0;

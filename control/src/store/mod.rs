@@ -319,11 +319,13 @@ impl Store {
     }
 
     /// Runs `f` in the next write batch and answers once its batch is durable. `f` returning
-    /// `Err` leaves no trace; its error is returned as is.
-    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    /// `Err` leaves no trace; its error is returned as is. The error type is the caller's (the
+    /// registry answers with API errors), as long as store errors convert into it.
+    pub async fn write<T, E, F>(&self, f: F) -> Result<T, E>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Txn<'_>) -> Result<T, StoreError> + Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&mut Txn<'_>) -> Result<T, E> + Send + 'static,
     {
         let (tx, rx) = async_channel::bounded(1);
         let job: Job = Box::new(move |txn: &mut Txn<'_>| {
@@ -333,7 +335,7 @@ impl Store {
                 reply: Box::new(move |commit: Result<(), StoreError>| {
                     let answer = match result {
                         Err(e) => Err(e),
-                        Ok(value) => commit.map(|()| value),
+                        Ok(value) => commit.map(|()| value).map_err(E::from),
                     };
                     // The caller may have stopped waiting; the write stands regardless.
                     let _ = tx.try_send(answer);
@@ -343,8 +345,8 @@ impl Store {
         self.inner
             .sender
             .send(Msg::Job(job))
-            .map_err(|_| StoreError::Closed)?;
-        rx.recv().await.map_err(|_| StoreError::Closed)?
+            .map_err(|_| E::from(StoreError::Closed))?;
+        rx.recv().await.map_err(|_| E::from(StoreError::Closed))?
     }
 
     /// One object; `NotFound` if absent.

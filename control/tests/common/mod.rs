@@ -49,7 +49,7 @@ impl TestServer {
     }
 
     pub fn client(&self) -> Client {
-        let kc = Kubeconfig::load(&self.kubeconfig(), None).expect("kubeconfig");
+        let kc = Kubeconfig::load(&self.kubeconfig()).expect("kubeconfig");
         Client::from_kubeconfig(&kc).expect("client")
     }
 
