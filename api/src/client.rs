@@ -30,8 +30,7 @@ const MAX_HEADERS: usize = 100;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The Accept header that asks for server-side tables (as kubectl does).
-pub const ACCEPT_TABLE: &str =
-    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+pub const ACCEPT_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 pub const ACCEPT_JSON: &str = "application/json";
 
 /// What went wrong talking to the API server.
@@ -179,7 +178,9 @@ pub enum WatchEvent<T> {
     Modified(T),
     Deleted(T),
     /// Progress notice: the watch has seen everything up to this resourceVersion.
-    Bookmark { resource_version: String },
+    Bookmark {
+        resource_version: String,
+    },
 }
 
 impl<T> WatchEvent<T> {
@@ -360,14 +361,14 @@ impl Client {
 
     async fn connect(&self) -> Result<Conn, ClientError> {
         let inner = &self.inner;
-        let addr = (inner.host.trim_start_matches('[').trim_end_matches(']'), inner.port);
+        let addr = (
+            inner.host.trim_start_matches('[').trim_end_matches(']'),
+            inner.port,
+        );
         let connect = async {
             let tcp = TcpStream::connect(addr).await?;
             tcp.set_nodelay(true)?;
-            inner
-                .tls
-                .connect(inner.server_name.clone(), tcp)
-                .await
+            inner.tls.connect(inner.server_name.clone(), tcp).await
         };
         let timeout = async {
             smol::Timer::after(CONNECT_TIMEOUT).await;
@@ -376,12 +377,13 @@ impl Client {
                 "connection timed out",
             ))
         };
-        let tls = smol::future::or(connect, timeout)
-            .await
-            .map_err(|source| ClientError::Connect {
-                server: inner.server.clone(),
-                source,
-            })?;
+        let tls =
+            smol::future::or(connect, timeout)
+                .await
+                .map_err(|source| ClientError::Connect {
+                    server: inner.server.clone(),
+                    source,
+                })?;
         Ok(BufReader::new(tls))
     }
 
@@ -496,8 +498,7 @@ impl Client {
         &self,
         path_and_query: &str,
         accept: &str,
-    ) -> Result<Pin<Box<dyn Stream<Item = Result<Value, ClientError>> + Send>>, ClientError>
-    {
+    ) -> Result<Pin<Box<dyn Stream<Item = Result<Value, ClientError>> + Send>>, ClientError> {
         let (conn, head) = self.send("GET", path_and_query, None, accept).await?;
         let mut reader = BodyReader::new(conn, &head, false);
         if !(200..300).contains(&head.status) {
@@ -578,7 +579,8 @@ impl Client {
         object: &Value,
     ) -> Result<Value, ClientError> {
         let path = resource_path(kind, namespace, Some(name));
-        self.request_json("PUT", &path, Some(object), ACCEPT_JSON).await
+        self.request_json("PUT", &path, Some(object), ACCEPT_JSON)
+            .await
     }
 
     /// `patch_type` is the content type: `application/merge-patch+json`,
@@ -683,7 +685,10 @@ impl Client {
         let ns = object.meta().namespace.clone();
         let name = object.meta().name.clone();
         let v = crate::codec::to_json(object);
-        decode(self.replace_value(K::KIND, ns.as_deref(), &name, &v).await?)
+        decode(
+            self.replace_value(K::KIND, ns.as_deref(), &name, &v)
+                .await?,
+        )
     }
 
     /// PUT to the `status` subresource.
@@ -695,7 +700,10 @@ impl Client {
             resource_path(K::KIND, ns.as_deref(), Some(&name))
         );
         let v = crate::codec::to_json(object);
-        decode(self.request_json("PUT", &path, Some(&v), ACCEPT_JSON).await?)
+        decode(
+            self.request_json("PUT", &path, Some(&v), ACCEPT_JSON)
+                .await?,
+        )
     }
 
     pub async fn patch<K: Resource>(
@@ -797,7 +805,9 @@ fn raw_event(line: Value) -> Result<WatchEvent<Value>, ClientError> {
 
 fn parse_server(server: &str) -> Result<(String, u16), ClientError> {
     let rest = server.strip_prefix("https://").ok_or_else(|| {
-        ClientError::Config(format!("the server URL must start with https://: {server:?}"))
+        ClientError::Config(format!(
+            "the server URL must start with https://: {server:?}"
+        ))
     })?;
     let authority = rest.split('/').next().unwrap_or("");
     if authority.is_empty() {
@@ -1254,7 +1264,10 @@ mod tests {
     fn raw_events_are_classified() {
         let ev = raw_event(serde_json::json!({"type":"ADDED","object":{"a":1}})).unwrap();
         assert_eq!(ev, WatchEvent::Added(serde_json::json!({"a":1})));
-        let ev = raw_event(serde_json::json!({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}})).unwrap();
+        let ev = raw_event(
+            serde_json::json!({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}),
+        )
+        .unwrap();
         assert_eq!(
             ev,
             WatchEvent::Bookmark {

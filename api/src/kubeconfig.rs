@@ -134,7 +134,11 @@ pub struct ResolvedContext {
 pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, KubeconfigError> {
     let env = std::env::var_os("KUBECONFIG");
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    locate_with(explicit, env.as_deref().and_then(|s| s.to_str()), home.as_deref())
+    locate_with(
+        explicit,
+        env.as_deref().and_then(|s| s.to_str()),
+        home.as_deref(),
+    )
 }
 
 fn locate_with(
@@ -338,7 +342,8 @@ impl Kubeconfig {
             (Some(kc), true) => kc.parent().map(|d| d.join(p)).unwrap_or(p.to_path_buf()),
             _ => p.to_path_buf(),
         };
-        std::fs::read_to_string(&full).map_err(|source| KubeconfigError::Read { path: full, source })
+        std::fs::read_to_string(&full)
+            .map_err(|source| KubeconfigError::Read { path: full, source })
     }
 }
 
@@ -407,7 +412,10 @@ preferences: {}
     fn missing_context_and_missing_file_are_clear_errors() {
         let kc = Kubeconfig::parse(SAMPLE).unwrap();
         let e = kc.resolve(Some("nope")).unwrap_err();
-        assert_eq!(e.to_string(), "context \"nope\" not found in the kubeconfig");
+        assert_eq!(
+            e.to_string(),
+            "context \"nope\" not found in the kubeconfig"
+        );
         let e = kc.resolve(Some("other")).unwrap_err();
         assert!(e.to_string().starts_with("cannot read node.crt"), "{e}");
     }

@@ -2,8 +2,8 @@
 //! field selectors, and the HTTPS client. No server code lives here.
 
 pub mod apps;
-pub mod codec;
 pub mod client;
+pub mod codec;
 pub mod core;
 pub mod kubeconfig;
 pub mod meta;

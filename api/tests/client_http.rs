@@ -147,10 +147,7 @@ async fn handle(
                 let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
                 assert_eq!(sent, serde_json::json!({"propagationPolicy": "Background"}));
                 let b = r#"{"kind":"Status","apiVersion":"v1","status":"Success","code":200}"#;
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{b}",
-                    b.len()
-                );
+                let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{b}", b.len());
                 out.write_all(resp.as_bytes()).await?;
             }
             ("POST", "/api/v1/namespaces/default/configmaps") => {
@@ -267,7 +264,11 @@ fn content_length_and_chunked_bodies_over_one_kept_alive_connection() {
             .unwrap();
         assert_eq!(gone, None);
 
-        assert_eq!(server.connections.load(Ordering::SeqCst), 1, "keep-alive reuse");
+        assert_eq!(
+            server.connections.load(Ordering::SeqCst),
+            1,
+            "keep-alive reuse"
+        );
     });
 }
 
