@@ -319,7 +319,9 @@ impl Store {
     }
 
     /// Runs `f` in the next write batch and answers once its batch is durable. `f` returning
-    /// `Err` leaves no trace; its error is returned as is.
+    /// `Err` leaves no trace; its error is returned as is. `f` runs on the writer thread, holding
+    /// up the batch: keep it to reads, checks and puts (validate before calling `write`). A
+    /// panicking `f` leaves no trace either and its caller gets `Closed`.
     pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
