@@ -146,7 +146,7 @@ fn closures_report_already_exists_and_not_found_and_see_their_own_writes() {
                 txn.delete(Kind::ConfigMap, "default", "a")?;
                 let after_delete = txn.list(Kind::ConfigMap, None)?;
                 let gone = txn.get(Kind::ConfigMap, "default", "a")?;
-                Ok((b, names(&listed), names(&after_delete), gone))
+                Ok::<_, StoreError>((b, names(&listed), names(&after_delete), gone))
             })
             .await
             .unwrap();
@@ -193,7 +193,7 @@ async fn hold_writer(store: &Store) -> smol::Task<()> {
         s.write(move |_txn| {
             let _ = started_tx.try_send(());
             std::thread::sleep(Duration::from_millis(300));
-            Ok(())
+            Ok::<_, StoreError>(())
         })
         .await
         .unwrap();

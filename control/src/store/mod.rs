@@ -319,8 +319,10 @@ impl Store {
     }
 
     /// Runs `f` in the next write batch and answers once its batch is durable. `f` returning
-    /// `Err` leaves no trace; its error is returned as is. The error type is the caller's (the
-    /// registry answers with API errors), as long as store errors convert into it.
+    /// `Err` leaves no trace; its error is returned as is. `f` runs on the writer thread, holding
+    /// up the batch: keep it to reads, checks and puts (validate before calling `write`). A
+    /// panicking `f` leaves no trace either and its caller gets `Closed`. The error type is the
+    /// caller's (the registry answers with API errors), as long as store errors convert into it.
     pub async fn write<T, E, F>(&self, f: F) -> Result<T, E>
     where
         T: Send + 'static,

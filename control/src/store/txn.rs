@@ -181,21 +181,57 @@ impl<'a> Txn<'a> {
         revision
     }
 
-    /// Writes the overlay and the events into the redb transaction. Returns the events and the
-    /// last revision taken. An error leaves the redb transaction partly written: the caller must
-    /// abort it.
+    /// Encodes the closure's writes. An error here is the closure's own failure: nothing has
+    /// reached the redb transaction yet.
+    pub(crate) fn encode(self) -> Result<EncodedWrites<'a>, StoreError> {
+        let mut objects = Vec::with_capacity(self.overlay.len());
+        for ((kind, key), slot) in self.overlay {
+            let bytes = slot
+                .map(|i| encode_object(&self.events[i].object))
+                .transpose()?;
+            objects.push((kind, key, bytes));
+        }
+        let log = self
+            .events
+            .iter()
+            .map(|e| Ok((e.revision, encode_event(e.event_type, &e.object)?)))
+            .collect::<Result<_, StoreError>>()?;
+        Ok(EncodedWrites {
+            wtx: self.wtx,
+            objects,
+            log,
+            events: self.events,
+            last_revision: self.next_revision - 1,
+        })
+    }
+}
+
+/// A successful closure's writes, encoded and ready for the transaction.
+pub(crate) struct EncodedWrites<'a> {
+    wtx: &'a WriteTransaction,
+    /// (kind, key, value); `None` deletes. Sorted by kind, then key.
+    objects: Vec<(Kind, String, Option<Vec<u8>>)>,
+    log: Vec<(u64, Vec<u8>)>,
+    events: Vec<PendingEvent>,
+    last_revision: u64,
+}
+
+impl EncodedWrites<'_> {
+    /// Writes into the redb transaction; returns the events and the last revision taken. An
+    /// error leaves the transaction partly written: the caller must abandon it.
     pub(crate) fn apply(self) -> Result<(Vec<PendingEvent>, u64), StoreError> {
-        let mut current_kind: Option<(Kind, redb::Table<'_, &str, &[u8]>)> = None;
-        for ((kind, key), slot) in &self.overlay {
-            if current_kind.as_ref().is_none_or(|(k, _)| k != kind) {
-                current_kind = Some((*kind, self.wtx.open_table(kind_table(*kind))?));
-            }
-            let Some((_, table)) = current_kind.as_mut() else {
-                continue;
+        let mut open: Option<(Kind, redb::Table<'_, &str, &[u8]>)> = None;
+        for (kind, key, value) in &self.objects {
+            let table = match &mut open {
+                Some((k, table)) if k == kind => table,
+                _ => {
+                    &mut open
+                        .insert((*kind, self.wtx.open_table(kind_table(*kind))?))
+                        .1
+                }
             };
-            match slot {
-                Some(i) => {
-                    let bytes = encode_object(&self.events[*i].object)?;
+            match value {
+                Some(bytes) => {
                     table.insert(key.as_str(), bytes.as_slice())?;
                 }
                 None => {
@@ -203,15 +239,13 @@ impl<'a> Txn<'a> {
                 }
             }
         }
-        drop(current_kind);
+        drop(open);
         let mut log = self.wtx.open_table(codec::EVENT_TABLE)?;
-        for event in &self.events {
-            let bytes = encode_event(event.event_type, &event.object)?;
-            log.insert(event.revision, bytes.as_slice())?;
+        for (revision, bytes) in &self.log {
+            log.insert(*revision, bytes.as_slice())?;
         }
         drop(log);
-        let last = self.next_revision - 1;
-        Ok((self.events, last))
+        Ok((self.events, self.last_revision))
     }
 }
 

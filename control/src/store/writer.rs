@@ -26,8 +26,11 @@ const MAX_BATCH: usize = 1024;
 /// caller once the commit's fate is known.
 pub(crate) struct JobOutcome {
     pub ok: bool,
-    pub reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
+    pub reply: Reply,
 }
+
+/// Answers a caller: given the commit's outcome, or an error that replaces it.
+pub(crate) type Reply = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 pub(crate) type Job = Box<dyn FnOnce(&mut Txn<'_>) -> JobOutcome + Send>;
 
@@ -65,7 +68,9 @@ impl Writer {
                     Err(TryRecvError::Empty) => break,
                 }
             }
-            self.run_batch(jobs);
+            while !jobs.is_empty() {
+                jobs = self.run_batch(jobs);
+            }
         }
         // Jobs queued behind the shutdown are dropped with the receiver: their callers see
         // `Closed`. Watch streams end.
@@ -73,21 +78,18 @@ impl Writer {
         self.hub.close();
     }
 
-    fn run_batch(&self, jobs: Vec<Job>) {
+    /// Runs one batch and commits it; returns the closures a storage error kept from running.
+    fn run_batch(&self, jobs: Vec<Job>) -> Vec<Job> {
         let started = Instant::now();
         let batch_size = jobs.len();
-        let mut replies = Vec::with_capacity(batch_size);
+        // Each caller's answer, and an error that overrides the commit's outcome for it.
+        let mut replies: Vec<(Reply, Option<StoreError>)> = Vec::with_capacity(batch_size);
         let mut events: Vec<PendingEvent> = Vec::new();
         let mut failed = 0u64;
+        let mut jobs = jobs.into_iter();
         let result = self.begin().and_then(|wtx| {
             let mut revision = self.revision.load(Ordering::Acquire);
-            let mut batch_error = None;
-            for job in jobs {
-                if batch_error.is_some() {
-                    // The transaction is being abandoned: answer without running the closure.
-                    drop(job);
-                    continue;
-                }
+            for job in jobs.by_ref() {
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     let mut txn = Txn::new(&wtx, revision);
                     let outcome = job(&mut txn);
@@ -100,26 +102,32 @@ impl Writer {
                     failed += 1;
                     continue;
                 };
-                if outcome.ok {
-                    match txn.apply() {
-                        Ok((mut closure_events, last)) => {
-                            revision = last;
-                            events.append(&mut closure_events);
-                        }
-                        Err(e) => batch_error = Some(e),
-                    }
-                } else {
+                if !outcome.ok {
                     failed += 1;
+                    replies.push((outcome.reply, None));
+                    continue;
                 }
-                replies.push(outcome.reply);
-            }
-            if let Some(e) = batch_error {
-                return Err(e);
+                match txn.encode() {
+                    Err(e) => {
+                        failed += 1;
+                        replies.push((outcome.reply, Some(e)));
+                    }
+                    Ok(writes) => {
+                        replies.push((outcome.reply, None));
+                        // A storage error here abandons the batch; the closures not yet run
+                        // stay in `jobs` for the next one.
+                        let (mut closure_events, last) = writes.apply()?;
+                        revision = last;
+                        events.append(&mut closure_events);
+                    }
+                }
             }
             let compacted = self.finish(&wtx, revision)?;
             wtx.commit()?;
             Ok((revision, compacted))
         });
+        let leftover: Vec<Job> = jobs.collect();
+        let batch_size = batch_size - leftover.len();
         let elapsed = started.elapsed();
         match result {
             Ok((revision, compacted)) => {
@@ -148,18 +156,19 @@ impl Writer {
                 if !shared.is_empty() {
                     self.hub.publish(&shared, revision);
                 }
-                for reply in replies {
-                    reply(Ok(()));
+                for (reply, error) in replies {
+                    reply(error.map_or(Ok(()), Err));
                 }
             }
             Err(e) => {
                 lock(&self.stats).failed_commits += 1;
                 tracing::error!(error = %e, "store commit failed; batch abandoned");
-                for reply in replies {
-                    reply(Err(e.clone()));
+                for (reply, error) in replies {
+                    reply(Err(error.unwrap_or_else(|| e.clone())));
                 }
             }
         }
+        leftover
     }
 
     fn begin(&self) -> Result<WriteTransaction, StoreError> {
