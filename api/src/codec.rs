@@ -35,11 +35,28 @@ pub fn strip_nulls(v: &mut Value) {
     }
 }
 
-/// Removes nulls and empty arrays from object members: the shape Kubernetes prints.
+/// Fields that are maps of strings in the model (Kubernetes omits them when empty). An empty
+/// object anywhere else is meaningful (`emptyDir: {}`) and stays.
+const MAP_FIELDS: &[&str] = &[
+    "labels", "annotations", "nodeSelector", "data", "binaryData", "stringData", "limits",
+    "requests", "matchLabels", "capacity", "allocatable", "overhead",
+];
+
+/// Removes nulls, empty arrays and empty string maps from object members: the shape
+/// Kubernetes prints.
 fn strip_empty(v: &mut Value) {
     match v {
         Value::Object(m) => {
-            m.retain(|_, v| !(v.is_null() || v.as_array().is_some_and(|a| a.is_empty())));
+            m.retain(|k, v| {
+                !(v.is_null()
+                    || v.as_array().is_some_and(|a| a.is_empty())
+                    || (MAP_FIELDS.contains(&k.as_str()) && v.as_object().is_some_and(|o| o.is_empty())))
+            });
+            // Object metadata omits its empty strings (name, uid, resourceVersion of a
+            // pod template); map values such as an empty label value stay.
+            if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+                meta.retain(|_, v| v.as_str() != Some(""));
+            }
             m.values_mut().for_each(strip_empty);
         }
         Value::Array(a) => a.iter_mut().for_each(strip_empty),

@@ -18,7 +18,7 @@ use api::{AnyObject, Kind};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::store::{Store, StoreError, Txn};
+use crate::store::{Store, Txn};
 
 /// Which part of an object a write addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,6 +14,15 @@ fn example() -> String {
     format!("{}/../examples/hello/app.yaml", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Writes a ConfigMap manifest into the server's temp dir (kubectl's generator commands such as
+/// `kubectl create configmap` send protobuf, which skiff does not speak).
+fn configmap_file(s: &TestServer, name: &str) -> String {
+    let path = s.data_dir().join(format!("{name}.yaml"));
+    let yaml = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n");
+    std::fs::write(&path, yaml).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
 fn ok(s: &TestServer, args: &[&str]) -> String {
     let (success, out, err) = kubectl(s, args);
     assert!(success, "kubectl {args:?} failed:\nstdout: {out}\nstderr: {err}");
@@ -77,7 +86,7 @@ fn create_get_replace_delete() {
     assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
 
     // kubectl delete waits on a watch with a name field selector.
-    ok(&s, &["create", "configmap", "gone", "--from-literal=a=b"]);
+    ok(&s, &["create", "-f", &configmap_file(&s, "gone")]);
     let started = Instant::now();
     let out = ok(&s, &["delete", "configmap", "gone"]);
     assert!(out.contains("configmap \"gone\" deleted"), "{out}");
@@ -87,7 +96,7 @@ fn create_get_replace_delete() {
 #[test]
 fn get_watch_shows_later_changes() {
     let s = TestServer::start();
-    ok(&s, &["create", "configmap", "first", "--from-literal=a=b"]);
+    ok(&s, &["create", "-f", &configmap_file(&s, "first")]);
     let mut child = Command::new("kubectl")
         .args(["get", "configmaps", "-w", "--request-timeout=30s"])
         .env("KUBECONFIG", s.kubeconfig())

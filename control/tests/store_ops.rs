@@ -234,7 +234,7 @@ fn a_failing_closure_leaves_no_trace_while_the_rest_of_its_batch_commits() {
             s.write(|txn| {
                 let x = txn.get(Kind::ConfigMap, "default", "x")?;
                 let z = txn.put(cm("default", "z", "1"))?;
-                Ok((x.is_some(), z))
+                Ok::<_, StoreError>((x.is_some(), z))
             })
             .await
         });

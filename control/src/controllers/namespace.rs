@@ -4,7 +4,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use api::meta::DeleteOptions;
-use api::object::Resource;
 use api::{with_kind, Kind};
 
 use crate::error::ApiError;

@@ -118,7 +118,9 @@ fn metric_labels(req: &tide::Request<State>, route: &Result<Route, route::NoRout
 fn status_response(e: &ApiError) -> tide::Response {
     let code = StatusCode::try_from(e.code()).unwrap_or(StatusCode::InternalServerError);
     let mut r = tide::Response::new(code);
-    r.set_body(serde_json::to_vec(&e.0).unwrap_or_default());
+    let mut body = serde_json::to_value(&e.0).unwrap_or_default();
+    api::codec::strip_nulls(&mut body);
+    r.set_body(serde_json::to_vec(&body).unwrap_or_default());
     r.set_content_type(mime::JSON);
     r
 }
@@ -177,7 +179,8 @@ async fn handle(mut req: tide::Request<State>, route: Result<Route, route::NoRou
             get_only(&req)?;
             // An empty gnostic document: kubectl's client-side validation accepts it.
             let mut r = tide::Response::new(StatusCode::Ok);
-            r.set_content_type("application/com.github.proto-openapi.spec.v2@v1.0+protobuf");
+            // kube-openapi answers protobuf as an octet stream; clients parse it by content.
+            r.set_content_type("application/octet-stream");
             Ok(r)
         }
         Route::OpenApiV3 => Err(ApiError::path_not_found()),
@@ -238,7 +241,8 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
     let ct = header(req, "Content-Type").unwrap_or_else(|| "application/json".into());
     let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     match essence.as_str() {
-        "application/json" | "" | "*/*" => api::codec::parse_json(body).map_err(|e| ApiError::bad_request(e.to_string())),
+        // The Python client sends no Content-Type (which reads as an octet stream): JSON.
+        "application/json" | "" | "*/*" | "application/octet-stream" => api::codec::parse_json(body).map_err(|e| ApiError::bad_request(e.to_string())),
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             api::codec::parse_yaml(body).map_err(|e| ApiError::bad_request(e.to_string()))
         }
@@ -377,7 +381,9 @@ async fn resource<K: Resource>(
                 .ok_or_else(|| ApiError::invalid(Kind::Pod, name, vec![api::validation::FieldError::required("target.name")]))?
                 .to_string();
             bind_pod(state, &ns_str, name, target).await?;
-            Ok(json_response(StatusCode::Created, &serde_json::to_value(api::meta::Status::success()).unwrap_or_default()))
+            let mut ok = serde_json::to_value(api::meta::Status::success()).unwrap_or_default();
+            api::codec::strip_nulls(&mut ok);
+            Ok(json_response(StatusCode::Created, &ok))
         }
         (Method::Put, Some(name), None | Some("status") | Some("finalize")) => {
             let value = parse_object_body(req, &body)?;
