@@ -1,0 +1,5 @@
+//! The skiff node agent: images, container runtime (libcontainer), pod lifecycle, network,
+//! service proxy, probes and logs.
+
+pub mod image;
+pub mod runtime;

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("skiff-agent: not built yet");
+    std::process::exit(1);
+}
