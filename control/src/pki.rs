@@ -87,26 +87,26 @@ impl Pki {
 
         let ca_cert_path = dir.join("ca.crt");
         let ca_key_path = dir.join("ca.key");
-        let (ca_cert_pem, ca_key_pem, ca_is_new) = match (
-            ca_cert_path.exists(),
-            ca_key_path.exists(),
-        ) {
-            (true, true) => {
-                tighten(&ca_key_path)?;
-                (read(&ca_cert_path)?, read(&ca_key_path)?, false)
-            }
-            (false, false) => {
-                let (cert, key) = generate_ca()?;
-                write_file(&ca_key_path, &key, 0o600)?;
-                write_file(&ca_cert_path, &cert, 0o644)?;
-                (cert, key, true)
-            }
-            _ => return Err(PkiError::Incomplete(format!(
+        let (ca_cert_pem, ca_key_pem, ca_is_new) =
+            match (ca_cert_path.exists(), ca_key_path.exists()) {
+                (true, true) => {
+                    tighten(&ca_key_path)?;
+                    (read(&ca_cert_path)?, read(&ca_key_path)?, false)
+                }
+                (false, false) => {
+                    let (cert, key) = generate_ca()?;
+                    write_file(&ca_key_path, &key, 0o600)?;
+                    write_file(&ca_cert_path, &cert, 0o644)?;
+                    (cert, key, true)
+                }
+                _ => {
+                    return Err(PkiError::Incomplete(format!(
                 "only one of {} and {} exists: restore the other or remove both to make a new CA",
                 ca_cert_path.display(),
                 ca_key_path.display()
-            ))),
-        };
+            )))
+                }
+            };
         let ca_cert_der = CertificateDer::from_pem_slice(ca_cert_pem.as_bytes()).map_err(|e| {
             PkiError::Invalid {
                 path: ca_cert_path.clone(),
