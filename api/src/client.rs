@@ -42,12 +42,12 @@ pub enum ClientError {
     /// A non-2xx answer whose body is not a `Status`.
     #[error("the server answered {status}: {body}")]
     Http { status: u16, body: String },
-    #[error("cannot connect to {server}: {source}")]
+    #[error("cannot connect to {server}: {error}")]
     Connect {
         server: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("malformed HTTP response: {0}")]
     Protocol(String),
@@ -385,9 +385,9 @@ impl Client {
         let tls =
             smol::future::or(connect, timeout)
                 .await
-                .map_err(|source| ClientError::Connect {
+                .map_err(|error| ClientError::Connect {
                     server: inner.server.clone(),
-                    source,
+                    error,
                 })?;
         Ok(BufReader::new(tls))
     }
