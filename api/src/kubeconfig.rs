@@ -342,8 +342,7 @@ impl Kubeconfig {
             (Some(kc), true) => kc.parent().map(|d| d.join(p)).unwrap_or(p.to_path_buf()),
             _ => p.to_path_buf(),
         };
-        std::fs::read_to_string(&full)
-            .map_err(|error| KubeconfigError::Read { path: full, error })
+        std::fs::read_to_string(&full).map_err(|error| KubeconfigError::Read { path: full, error })
     }
 }
 
