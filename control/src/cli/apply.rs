@@ -261,143 +261,14 @@ mod tests {
     }
 }
 
-/// `apply_one` against a small in-memory API server over real TLS (made from a [`Pki`]).
-///
-/// [`Pki`]: crate::pki::Pki
+/// `apply_one` against the in-memory API server of [`super::fake_api`].
 #[cfg(test)]
 mod against_a_server {
-    use std::collections::BTreeMap;
-    use std::sync::{Arc, Mutex};
+    use serde_json::json;
 
-    use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-    use serde_json::{json, Value};
-    use smol::net::TcpListener;
-
+    use super::super::fake_api::FakeApi;
     use super::super::manifest::parse_text;
-    use super::super::Session;
     use super::{apply_one, Outcome, LAST_APPLIED};
-    use crate::pki::Pki;
-
-    #[derive(Default)]
-    struct State {
-        objects: BTreeMap<String, Value>,
-        revision: u64,
-        /// Answer this many PUTs with 409 before accepting one.
-        conflicts_to_inject: usize,
-        puts: usize,
-    }
-
-    fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
-        (
-            code,
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                   "reason": reason, "message": message, "code": code}),
-        )
-    }
-
-    fn handle(state: &Mutex<State>, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
-        let mut st = state.lock().unwrap();
-        match method {
-            "GET" => match st.objects.get(path) {
-                Some(o) => (200, o.clone()),
-                None => status(404, "NotFound", "not found"),
-            },
-            "POST" => {
-                let mut obj: Value = serde_json::from_slice(body).unwrap();
-                let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-                let key = format!("{path}/{name}");
-                if st.objects.contains_key(&key) {
-                    return status(409, "AlreadyExists", "already exists");
-                }
-                st.revision += 1;
-                obj["metadata"]["resourceVersion"] = json!(st.revision.to_string());
-                // A server default the manifest does not set.
-                obj["spec"]["defaulted"] = json!(true);
-                st.objects.insert(key, obj.clone());
-                (201, obj)
-            }
-            "PUT" => {
-                let mut obj: Value = serde_json::from_slice(body).unwrap();
-                st.puts += 1;
-                if st.conflicts_to_inject > 0 {
-                    st.conflicts_to_inject -= 1;
-                    // Someone else wrote meanwhile.
-                    st.revision += 1;
-                    let rv = st.revision.to_string();
-                    if let Some(live) = st.objects.get_mut(path) {
-                        live["metadata"]["resourceVersion"] = json!(rv);
-                    }
-                    return status(409, "Conflict", "the object has been modified");
-                }
-                let live_rv = st
-                    .objects
-                    .get(path)
-                    .map(|o| o["metadata"]["resourceVersion"].clone());
-                if live_rv.as_ref() != Some(&obj["metadata"]["resourceVersion"]) {
-                    return status(409, "Conflict", "the object has been modified");
-                }
-                st.revision += 1;
-                obj["metadata"]["resourceVersion"] = json!(st.revision.to_string());
-                obj["spec"]["defaulted"] = json!(true);
-                st.objects.insert(path.to_string(), obj.clone());
-                (200, obj)
-            }
-            _ => status(405, "MethodNotAllowed", "no"),
-        }
-    }
-
-    async fn serve(
-        listener: TcpListener,
-        tls: Arc<rustls::ServerConfig>,
-        state: Arc<Mutex<State>>,
-    ) {
-        let acceptor = futures_rustls::TlsAcceptor::from(tls);
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            let state = state.clone();
-            smol::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let mut conn = BufReader::new(tls);
-                loop {
-                    let mut line = String::new();
-                    if conn.read_line(&mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut parts = line.split_whitespace();
-                    let method = parts.next().unwrap_or("").to_string();
-                    let path = parts.next().unwrap_or("").to_string();
-                    let mut len = 0;
-                    loop {
-                        let mut h = String::new();
-                        conn.read_line(&mut h).await.unwrap();
-                        let h = h.trim_end().to_ascii_lowercase();
-                        if h.is_empty() {
-                            break;
-                        }
-                        if let Some(v) = h.strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap();
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    conn.read_exact(&mut body).await.unwrap();
-                    let (code, answer) = handle(&state, &method, &path, &body);
-                    let answer = answer.to_string();
-                    let head = format!(
-                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                        answer.len()
-                    );
-                    let out = conn.get_mut();
-                    out.write_all(head.as_bytes()).await.unwrap();
-                    out.write_all(answer.as_bytes()).await.unwrap();
-                    out.flush().await.unwrap();
-                }
-            })
-            .detach();
-        }
-    }
 
     const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment
@@ -410,22 +281,10 @@ spec:
 
     #[test]
     fn create_then_unchanged_then_configured_through_conflicts() {
-        let dir = tempfile::tempdir().unwrap();
         smol::block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url = format!(
-                "https://127.0.0.1:{}",
-                listener.local_addr().unwrap().port()
-            );
-            let pki = Pki::load_or_create(dir.path(), &[], &url).unwrap();
-            let state = Arc::new(Mutex::new(State::default()));
-            let _server = smol::spawn(serve(listener, pki.server_config().unwrap(), state.clone()));
-            let kc = api::kubeconfig::Kubeconfig::load(pki.kubeconfig_path()).unwrap();
-            let session = Session {
-                client: api::client::Client::from_kubeconfig(&kc).unwrap(),
-                namespace: "dev".into(),
-                namespace_explicit: false,
-            };
+            let api = FakeApi::start().await;
+            let session = api.session();
+            let state = api.state.clone();
             let key = "/apis/apps/v1/namespaces/dev/deployments/web";
 
             let obj = &parse_text("d.yaml", DEPLOYMENT, "dev").unwrap()[0];

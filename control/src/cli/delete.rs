@@ -240,4 +240,57 @@ mod tests {
         assert_eq!(t[0].kind, Kind::Deployment);
         assert_eq!(t[0].namespace.as_deref(), Some("edge"));
     }
+
+    #[test]
+    fn delete_waits_until_the_objects_are_gone() {
+        use super::super::fake_api::FakeApi;
+        use serde_json::json;
+        smol::block_on(async {
+            let api = FakeApi::start().await;
+            let session = api.session();
+            {
+                let mut st = api.state.lock().unwrap();
+                for n in ["a", "b", "c"] {
+                    st.objects.insert(
+                        format!("/api/v1/namespaces/dev/pods/{n}"),
+                        json!({"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": n, "namespace": "dev", "resourceVersion": "1"}}),
+                    );
+                }
+                st.revision = 1;
+            }
+            let started = std::time::Instant::now();
+            run(&session, &delete_args(&["po", "a", "b"]))
+                .await
+                .unwrap();
+            assert!(started.elapsed() >= Duration::from_millis(200), "it waited");
+            {
+                let st = api.state.lock().unwrap();
+                assert_eq!(st.deletes, 2);
+                let left: Vec<_> = st.objects.keys().cloned().collect();
+                assert_eq!(left, ["/api/v1/namespaces/dev/pods/c"]);
+            }
+
+            run(&session, &delete_args(&["po", "c", "--wait=false"]))
+                .await
+                .unwrap();
+            assert!(api
+                .state
+                .lock()
+                .unwrap()
+                .objects
+                .contains_key("/api/v1/namespaces/dev/pods/c"));
+
+            let e = run(&session, &delete_args(&["po", "missing"]))
+                .await
+                .unwrap_err();
+            assert!(e.downcast_ref::<AlreadyReported>().is_some(), "{e}");
+            run(
+                &session,
+                &delete_args(&["po", "missing", "--ignore-not-found"]),
+            )
+            .await
+            .unwrap();
+        });
+    }
 }

@@ -2,6 +2,8 @@
 
 pub mod apply;
 pub mod delete;
+#[cfg(test)]
+mod fake_api;
 pub mod get;
 pub mod manifest;
 pub mod table;
