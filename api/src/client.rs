@@ -17,7 +17,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
 use smol::net::TcpStream;
 
-use crate::kubeconfig::{Kubeconfig, KubeconfigError};
+use crate::kubeconfig::{Kubeconfig, KubeconfigError, ResolvedContext};
 use crate::meta::{DeleteOptions, Status};
 use crate::object::{Kind, Resource};
 
@@ -38,16 +38,16 @@ pub const ACCEPT_JSON: &str = "application/json";
 pub enum ClientError {
     /// The server answered with a Kubernetes `Status` (non-2xx).
     #[error("{}", status_message(.0))]
-    Api(Status),
+    Api(Box<Status>),
     /// A non-2xx answer whose body is not a `Status`.
     #[error("the server answered {status}: {body}")]
     Http { status: u16, body: String },
-    #[error("cannot connect to {server}: {source}")]
+    #[error("cannot connect to {server}: {error}")]
     Connect {
         server: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("malformed HTTP response: {0}")]
     Protocol(String),
@@ -107,8 +107,12 @@ pub struct ClientConfig {
 impl ClientConfig {
     /// The settings of `context` (or the current context) of a kubeconfig.
     pub fn from_kubeconfig(kc: &Kubeconfig, context: Option<&str>) -> Result<Self, ClientError> {
-        let r = kc.resolve(context)?;
-        Ok(ClientConfig {
+        Ok(ClientConfig::from_resolved(kc.resolve(context)?))
+    }
+
+    /// The settings of an already resolved kubeconfig context.
+    pub fn from_resolved(r: ResolvedContext) -> Self {
+        ClientConfig {
             server: r.server,
             ca_pem: r.ca_pem,
             token: r.token,
@@ -116,7 +120,7 @@ impl ClientConfig {
             client_key_pem: r.client_key_pem,
             insecure_skip_tls_verify: r.insecure_skip_tls_verify,
             tls_server_name: r.tls_server_name,
-        })
+        }
     }
 }
 
@@ -162,7 +166,7 @@ fn error_from_body(status: u16, body: &[u8]) -> ClientError {
             if s.code == 0 {
                 s.code = status;
             }
-            return ClientError::Api(s);
+            return ClientError::Api(Box::new(s));
         }
     }
     ClientError::Http {
@@ -217,7 +221,8 @@ pub struct ListOptions {
 }
 
 impl ListOptions {
-    fn query(&self, watch: bool) -> String {
+    /// The query string (with its leading `?`, or empty) for a list, or a watch if `watch`.
+    pub fn to_query(&self, watch: bool) -> String {
         let mut q = Vec::new();
         if let Some(l) = self.label_selector.as_deref().filter(|s| !s.is_empty()) {
             q.push(format!("labelSelector={}", encode_query(l)));
@@ -380,9 +385,9 @@ impl Client {
         let tls =
             smol::future::or(connect, timeout)
                 .await
-                .map_err(|source| ClientError::Connect {
+                .map_err(|error| ClientError::Connect {
                     server: inner.server.clone(),
-                    source,
+                    error,
                 })?;
         Ok(BufReader::new(tls))
     }
@@ -555,7 +560,7 @@ impl Client {
         let path = format!(
             "{}{}",
             resource_path(kind, namespace, None),
-            options.query(false)
+            options.to_query(false)
         );
         self.request_json("GET", &path, None, ACCEPT_JSON).await
     }
@@ -632,7 +637,7 @@ impl Client {
         let path = format!(
             "{}{}",
             resource_path(kind, namespace, None),
-            options.query(true)
+            options.to_query(true)
         );
         let lines = self.stream_lines(&path, accept).await?;
         Ok(Box::pin(futures_lite::StreamExt::map(lines, |line| {
@@ -1225,11 +1230,11 @@ mod tests {
             allow_watch_bookmarks: true,
         };
         assert_eq!(
-            o.query(true),
+            o.to_query(true),
             "?labelSelector=app%3Dweb%2Ctier%20in%20%28a%2Cb%29&fieldSelector=metadata.name%3Dx\
              &resourceVersion=12&watch=true&allowWatchBookmarks=true&timeoutSeconds=30"
         );
-        assert_eq!(ListOptions::default().query(false), "");
+        assert_eq!(ListOptions::default().to_query(false), "");
     }
 
     #[test]

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 pub enum KubeconfigError {
     #[error("no kubeconfig found: pass --kubeconfig or set KUBECONFIG")]
     NotFound,
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("invalid kubeconfig {path}: {message}")]
     Parse { path: String, message: String },
@@ -182,9 +182,9 @@ impl Kubeconfig {
 
     /// Reads and parses the file at `path`.
     pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KubeconfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| KubeconfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let mut kc: Kubeconfig =
             serde_yaml_ng::from_str(&text).map_err(|e| KubeconfigError::Parse {
@@ -342,8 +342,7 @@ impl Kubeconfig {
             (Some(kc), true) => kc.parent().map(|d| d.join(p)).unwrap_or(p.to_path_buf()),
             _ => p.to_path_buf(),
         };
-        std::fs::read_to_string(&full)
-            .map_err(|source| KubeconfigError::Read { path: full, source })
+        std::fs::read_to_string(&full).map_err(|error| KubeconfigError::Read { path: full, error })
     }
 }
 

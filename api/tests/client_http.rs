@@ -143,6 +143,14 @@ async fn handle(
                 out.write_all(chunk(y).as_bytes()).await?;
                 out.write_all(b"0\r\n\r\n").await?;
             }
+            ("GET", "/close-after") => {
+                // Answers as if the connection stayed open, then closes it (an idle timeout).
+                out.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await?;
+                out.flush().await?;
+                out.close().await?;
+                return Ok(());
+            }
             ("DELETE", "/api/v1/namespaces/default/configmaps/a") => {
                 let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
                 assert_eq!(sent, serde_json::json!({"propagationPolicy": "Background"}));
@@ -348,4 +356,24 @@ fn a_client_without_a_ca_is_refused_at_construction() {
     })
     .unwrap_err();
     assert!(e.to_string().contains("no certificate authority"), "{e}");
+}
+
+#[test]
+fn a_pooled_connection_the_server_closed_is_replaced() {
+    with_timeout(async {
+        let ca = make_ca("test-ca");
+        let server = start_server(&ca).await;
+        let c = client(&server, &ca.pem, "secret");
+        let r = c
+            .request("GET", "/close-after", None, ACCEPT_JSON)
+            .await
+            .unwrap();
+        assert_eq!(r.body, b"ok");
+        assert_eq!(c.idle_connections(), 1, "the answer looked reusable");
+        // Let the close reach the client before the pooled connection is reused.
+        smol::Timer::after(Duration::from_millis(50)).await;
+        let cm: ConfigMap = c.get("default", "a").await.unwrap();
+        assert_eq!(cm.metadata.name, "a");
+        assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+    });
 }

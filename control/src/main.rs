@@ -1,4 +1,47 @@
+//! The `skiff` binary: the server and the command-line client.
+
+use clap::Parser as _;
+use skiff_control::cli::{self, AlreadyReported, Cli, Command};
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SKIFF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 fn main() {
-    eprintln!("skiff: not built yet");
-    std::process::exit(1);
+    let parsed = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            match e.kind() {
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+                _ => {
+                    let text = e.to_string();
+                    let first = text.lines().next().unwrap_or("invalid arguments");
+                    let first = first.strip_prefix("error: ").unwrap_or(first);
+                    eprintln!("error: {first} (see skiff --help)");
+                    std::process::exit(2);
+                }
+            }
+        }
+    };
+    let result = match parsed.command {
+        Command::Server(args) => {
+            init_tracing();
+            skiff_control::server::run(args)
+        }
+        _ => cli::run(parsed),
+    };
+    if let Err(e) = result {
+        if e.downcast_ref::<AlreadyReported>().is_none() {
+            eprintln!("error: {}", cli::error_line(&e));
+        }
+        std::process::exit(1);
+    }
 }

@@ -33,15 +33,15 @@ const CLOCK_SKEW: Duration = Duration::from_secs(3600);
 /// What went wrong making or loading the PKI.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot generate the {what}: {source}")]
+    #[error("cannot generate the {what}: {error}")]
     Generate {
         what: &'static str,
-        source: rcgen::Error,
+        error: rcgen::Error,
     },
     #[error("{}: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
@@ -87,26 +87,26 @@ impl Pki {
 
         let ca_cert_path = dir.join("ca.crt");
         let ca_key_path = dir.join("ca.key");
-        let (ca_cert_pem, ca_key_pem, ca_is_new) = match (
-            ca_cert_path.exists(),
-            ca_key_path.exists(),
-        ) {
-            (true, true) => {
-                tighten(&ca_key_path)?;
-                (read(&ca_cert_path)?, read(&ca_key_path)?, false)
-            }
-            (false, false) => {
-                let (cert, key) = generate_ca()?;
-                write_file(&ca_key_path, &key, 0o600)?;
-                write_file(&ca_cert_path, &cert, 0o644)?;
-                (cert, key, true)
-            }
-            _ => return Err(PkiError::Incomplete(format!(
+        let (ca_cert_pem, ca_key_pem, ca_is_new) =
+            match (ca_cert_path.exists(), ca_key_path.exists()) {
+                (true, true) => {
+                    tighten(&ca_key_path)?;
+                    (read(&ca_cert_path)?, read(&ca_key_path)?, false)
+                }
+                (false, false) => {
+                    let (cert, key) = generate_ca()?;
+                    write_file(&ca_key_path, &key, 0o600)?;
+                    write_file(&ca_cert_path, &cert, 0o644)?;
+                    (cert, key, true)
+                }
+                _ => {
+                    return Err(PkiError::Incomplete(format!(
                 "only one of {} and {} exists: restore the other or remove both to make a new CA",
                 ca_cert_path.display(),
                 ca_key_path.display()
-            ))),
-        };
+            )))
+                }
+            };
         let ca_cert_der = CertificateDer::from_pem_slice(ca_cert_pem.as_bytes()).map_err(|e| {
             PkiError::Invalid {
                 path: ca_cert_path.clone(),
@@ -271,12 +271,10 @@ impl Pki {
         params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + validity;
         csr.params = params;
         let issuer = self.issuer()?;
-        let cert = csr
-            .signed_by(&issuer)
-            .map_err(|source| PkiError::Generate {
-                what: "client certificate",
-                source,
-            })?;
+        let cert = csr.signed_by(&issuer).map_err(|error| PkiError::Generate {
+            what: "client certificate",
+            error,
+        })?;
         Ok(cert.pem())
     }
 
@@ -384,7 +382,7 @@ fn server_cert_is_current(cert_pem: &str, ca: &CertificateDer<'_>, wanted: &BTre
 }
 
 fn generate_ca() -> Result<(String, String), PkiError> {
-    let gen = |source| PkiError::Generate { what: "CA", source };
+    let gen = |error| PkiError::Generate { what: "CA", error };
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -413,9 +411,9 @@ fn generate_server_cert(
     ca_key_pem: &str,
     sans: &BTreeSet<San>,
 ) -> Result<(String, String), PkiError> {
-    let gen = |source| PkiError::Generate {
+    let gen = |error| PkiError::Generate {
         what: "serving certificate",
-        source,
+        error,
     };
     let ca_key = KeyPair::from_pem(ca_key_pem).map_err(gen)?;
     let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).map_err(gen)?;
@@ -476,9 +474,9 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
-    move |source| PkiError::Io {
+    move |error| PkiError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

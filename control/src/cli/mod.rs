@@ -1,1 +1,217 @@
-//! (to be written)
+//! The `skiff` command line: `server`, `apply`, `get`, `delete`, `version`.
+
+pub mod apply;
+pub mod delete;
+#[cfg(test)]
+mod fake_api;
+pub mod get;
+pub mod manifest;
+pub mod table;
+
+use std::path::PathBuf;
+
+use api::client::{Client, ClientConfig};
+use api::kubeconfig::Kubeconfig;
+use api::Kind;
+use clap::{Parser, Subcommand};
+
+use crate::server::ServerArgs;
+
+/// skiff: a small Kubernetes-style orchestrator for edge sites.
+#[derive(Debug, Parser)]
+#[command(name = "skiff", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Path to the kubeconfig file (default: first existing file of $KUBECONFIG, then
+    /// ~/.kube/config).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current-context).
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The namespace (default: the context's namespace, else `default`).
+    #[arg(short = 'n', long, global = true)]
+    pub namespace: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the control plane.
+    Server(ServerArgs),
+    /// Create or update objects from manifest files.
+    Apply(apply::ApplyArgs),
+    /// Show objects.
+    Get(get::GetArgs),
+    /// Delete objects by kind and name, or those in manifest files.
+    Delete(delete::DeleteArgs),
+    /// Print the client and server versions.
+    Version(VersionArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct VersionArgs {
+    /// Print only the client version.
+    #[arg(long)]
+    pub client: bool,
+}
+
+/// An error that was already printed (to stderr, as `error: ...`); the command only has to
+/// exit non-zero.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} of the objects failed")]
+pub struct AlreadyReported(pub usize);
+
+/// The connection and namespace every client command works with.
+pub struct Session {
+    pub client: Client,
+    /// `-n`, else the context's namespace, else `default`.
+    pub namespace: String,
+    /// True when `-n` was given.
+    pub namespace_explicit: bool,
+}
+
+impl Session {
+    pub fn open(cli: &Cli) -> anyhow::Result<Session> {
+        let kc = Kubeconfig::discover(cli.kubeconfig.as_deref())?;
+        let resolved = kc.resolve(cli.context.as_deref())?;
+        let context_ns = resolved.namespace.clone();
+        let client = Client::new(ClientConfig::from_resolved(resolved))?;
+        Ok(Session {
+            client,
+            namespace: cli
+                .namespace
+                .clone()
+                .or(context_ns)
+                .unwrap_or_else(|| "default".into()),
+            namespace_explicit: cli.namespace.is_some(),
+        })
+    }
+}
+
+/// Resolves a kind as typed on the command line.
+pub fn resolve_kind(name: &str) -> anyhow::Result<Kind> {
+    Kind::from_cli_name(name)
+        .ok_or_else(|| anyhow::anyhow!("the server doesn't have a resource type {name:?}"))
+}
+
+/// `pod`, `deployment.apps`: how kubectl names a kind in its messages.
+pub fn kind_label(kind: Kind) -> String {
+    let info = kind.info();
+    if info.group.is_empty() {
+        info.singular.to_string()
+    } else {
+        format!("{}.{}", info.singular, info.group)
+    }
+}
+
+/// Runs a client command (everything but `server`).
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Server(_) => anyhow::bail!("`skiff server` is not a client command"),
+        Command::Version(args) => {
+            println!("Client Version: v{}", env!("CARGO_PKG_VERSION"));
+            if args.client {
+                return Ok(());
+            }
+            let session = Session::open(&cli)?;
+            smol::block_on(async {
+                let v = session
+                    .client
+                    .request_json("GET", "/version", None, api::client::ACCEPT_JSON)
+                    .await?;
+                let server = v
+                    .get("gitVersion")
+                    .and_then(|g| g.as_str())
+                    .unwrap_or("unknown");
+                println!("Server Version: {server}");
+                Ok(())
+            })
+        }
+        Command::Apply(args) => {
+            let session = Session::open(&cli)?;
+            smol::block_on(apply::run(&session, args))
+        }
+        Command::Get(args) => {
+            let session = Session::open(&cli)?;
+            smol::block_on(get::run(&session, args))
+        }
+        Command::Delete(args) => {
+            let session = Session::open(&cli)?;
+            smol::block_on(delete::run(&session, args))
+        }
+    }
+}
+
+/// An error as the one line the CLI prints after `error: `.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("skiff").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn kinds_resolve_from_cli_names() {
+        for (name, kind) in [
+            ("po", Kind::Pod),
+            ("pods", Kind::Pod),
+            ("Pod", Kind::Pod),
+            ("deploy", Kind::Deployment),
+            ("deployments.apps", Kind::Deployment),
+            ("svc", Kind::Service),
+            ("ns", Kind::Namespace),
+            ("no", Kind::Node),
+        ] {
+            assert_eq!(resolve_kind(name).unwrap(), kind, "{name}");
+        }
+        let e = resolve_kind("widgets").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the server doesn't have a resource type \"widgets\""
+        );
+        assert_eq!(kind_label(Kind::Deployment), "deployment.apps");
+        assert_eq!(kind_label(Kind::Pod), "pod");
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let cli = parse(&["get", "pods", "-n", "kube-system", "--context", "edge"]);
+        assert_eq!(cli.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(cli.context.as_deref(), Some("edge"));
+        let cli = parse(&["--kubeconfig", "/tmp/k", "get", "po", "web", "-o", "wide"]);
+        assert_eq!(cli.kubeconfig, Some(PathBuf::from("/tmp/k")));
+        match cli.command {
+            Command::Get(g) => {
+                assert_eq!(g.kind, "po");
+                assert_eq!(g.names, ["web"]);
+                assert_eq!(g.output, Some(get::Output::Wide));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn server_flags_parse() {
+        let cli = parse(&["server", "--data-dir", "/tmp/d", "--tls-san", "a,b"]);
+        match cli.command {
+            Command::Server(s) => {
+                assert_eq!(s.data_dir, PathBuf::from("/tmp/d"));
+                assert_eq!(s.tls_san, ["a", "b"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_print_on_one_line() {
+        let e = anyhow::anyhow!("line one\nline two").context("reading x.yaml");
+        assert_eq!(error_line(&e), "reading x.yaml: line one line two");
+    }
+}
