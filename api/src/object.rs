@@ -91,7 +91,7 @@ pub trait Resource:
 }
 
 macro_rules! kinds {
-    ($( $variant:ident => $ty:ty ),* $(,)?) => {
+    ($( $variant:ident => $module:ident :: $name:ident ),* $(,)?) => {
         /// Every kind the server stores.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         pub enum Kind { $( $variant ),* }
@@ -102,7 +102,7 @@ macro_rules! kinds {
 
         /// An object of any kind.
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-        pub enum AnyObject { $( $variant($ty) ),* }
+        pub enum AnyObject { $( $variant(crate::$module::$name) ),* }
 
         impl AnyObject {
             pub fn kind(&self) -> Kind {
@@ -136,7 +136,8 @@ macro_rules! kinds {
         macro_rules! with_kind {
             ($kind:expr, $k:ident, $body:block) => {{
                 match $kind {
-                    $( $crate::object::Kind::$variant => { type $k = $ty; $body } ),*
+                    // `$crate`, not `crate`: the paths must resolve in the caller's crate too.
+                    $( $crate::object::Kind::$variant => { type $k = $crate::$module::$name; $body } ),*
                 }
             }};
         }
@@ -144,17 +145,17 @@ macro_rules! kinds {
 }
 
 kinds! {
-    Namespace => crate::core::Namespace,
-    Node => crate::core::Node,
-    Pod => crate::core::Pod,
-    Service => crate::core::Service,
-    Endpoints => crate::core::Endpoints,
-    ConfigMap => crate::core::ConfigMap,
-    Secret => crate::core::Secret,
-    Event => crate::core::Event,
-    Deployment => crate::apps::Deployment,
-    ReplicaSet => crate::apps::ReplicaSet,
-    DaemonSet => crate::apps::DaemonSet,
+    Namespace => core::Namespace,
+    Node => core::Node,
+    Pod => core::Pod,
+    Service => core::Service,
+    Endpoints => core::Endpoints,
+    ConfigMap => core::ConfigMap,
+    Secret => core::Secret,
+    Event => core::Event,
+    Deployment => apps::Deployment,
+    ReplicaSet => apps::ReplicaSet,
+    DaemonSet => apps::DaemonSet,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];

@@ -56,7 +56,7 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Selector", "string", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1),
         ]
     };
-    let cols = match kind {
+    match kind {
         Kind::Pod => vec![
             name(),
             col("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0),
@@ -101,13 +101,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
         ],
         Kind::ConfigMap => vec![
             name(),
-            col("Data", "integer", "Data contains the configuration data.", 0),
+            col("Data", "string", "Data contains the configuration data.", 0),
             age(),
         ],
         Kind::Secret => vec![
             name(),
             col("Type", "string", "Used to facilitate programmatic handling of secret data.", 0),
-            col("Data", "integer", "Data contains the secret data.", 0),
+            col("Data", "string", "Data contains the secret data.", 0),
             age(),
         ],
         Kind::Event => vec![
@@ -119,15 +119,15 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Source", "string", "The component reporting this event.", 1),
             col("Message", "string", "A human-readable description of the status of this operation.", 0),
             col("First Seen", "string", "The time at which the event was first recorded.", 1),
-            col("Count", "integer", "The number of times this event has occurred.", 1),
+            col("Count", "string", "The number of times this event has occurred.", 1),
             col("Name", "string", NAME_DESC, 1),
         ],
         Kind::Deployment => {
             let mut v = vec![
                 name(),
                 col("Ready", "string", "Number of the pod with ready state", 0),
-                col("Up-to-date", "integer", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
-                col("Available", "integer", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
+                col("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
+                col("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
                 age(),
             ];
             v.extend(workload_extra());
@@ -158,8 +158,7 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             v.extend(workload_extra());
             v
         }
-    };
-    cols
+    }
 }
 
 /// kubectl's HumanDuration: `45s`, `5m10s`, `3h4m`, `2d5h`, `3y10d`.

@@ -1272,7 +1272,7 @@ fn validate_container<'a>(
         if init && !sidecar {
             errs.push(FieldError::forbidden(
                 pp.clone(),
-                format!("may not be set for init containers without restartPolicy=Always"),
+                "may not be set for init containers without restartPolicy=Always",
             ));
         }
         errs.extend(validate_probe(probe, &pp, field != "readinessProbe"));
