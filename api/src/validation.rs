@@ -1,6 +1,19 @@
-//! Validation results and the name rules Kubernetes applies to every object.
+//! Validation results, the name rules Kubernetes applies to every object, and the per-kind
+//! validators (Kubernetes' ValidateObjectMeta, ValidatePodSpec, ...) with Kubernetes' field
+//! paths, reasons and messages.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+
+use crate::apps::{DaemonSetUpdateStrategy, DeploymentStrategy};
+use crate::core::{
+    Container, EndpointSubset, NodeSelectorTerm, NodeSpec, PodAffinityTerm, PodSpec,
+    PodTemplateSpec, Probe, ServiceSpec,
+};
+use crate::meta::{IntOrString, LabelSelector, ObjectMeta};
+use crate::object::Kind;
+use crate::quantity::compare_quantities;
 
 /// One reason an object is invalid, reported as a `StatusCause` in a 422 Invalid answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,17 +120,6 @@ pub fn dns1123_subdomain(value: &str) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------
 // Everything below: the rules of Kubernetes' ValidateObjectMeta, ValidatePodSpec and the
 // per-kind validators, with Kubernetes' field paths and messages.
-
-use std::collections::{BTreeMap, BTreeSet};
-
-use crate::apps::{DaemonSetUpdateStrategy, DeploymentStrategy};
-use crate::core::{
-    Container, EndpointSubset, NodeSelectorTerm, NodeSpec, PodAffinityTerm, PodSpec,
-    PodTemplateSpec, Probe, ServiceSpec,
-};
-use crate::meta::{IntOrString, LabelSelector, ObjectMeta};
-use crate::object::Kind;
-use crate::quantity::compare_quantities;
 
 /// The most a ConfigMap's or Secret's data may hold.
 pub const MAX_DATA_BYTES: usize = 1024 * 1024;

@@ -114,6 +114,10 @@ fn round_trip<K: Resource + Default>(doc: &Value, origin: &str) {
     let again: K = from_json(json.clone()).unwrap_or_else(|e| panic!("{origin}: {e}"));
     assert_eq!(again, obj, "{origin}: JSON round trip");
     assert_eq!(to_json(&again), json, "{origin}");
+    // Plain serde_json (nulls and all) round-trips too.
+    let raw = serde_json::to_value(&obj).expect("serialize");
+    let direct: K = serde_json::from_value(raw).unwrap_or_else(|e| panic!("{origin}: {e}"));
+    assert_eq!(direct, obj, "{origin}: serde_json round trip");
 
     // postcard, typed and as AnyObject.
     let bytes = postcard::to_allocvec(&obj).expect("postcard encode");
@@ -207,6 +211,10 @@ fn deployment_defaults() {
         json["spec"]["template"]["spec"]["securityContext"],
         serde_json::json!({})
     );
+    // Empty maps are omitted, as Kubernetes' omitempty does.
+    let pod_spec = &json["spec"]["template"]["spec"];
+    assert!(pod_spec.get("nodeSelector").is_none(), "{pod_spec}");
+    assert!(pod_spec.get("overhead").is_none(), "{pod_spec}");
 
     // Replicas default to 1 when unset.
     let mut bare: Deployment = from_json(serde_json::json!({
