@@ -494,3 +494,100 @@ fn unknown_fields_are_refused_with_their_path() {
         Err(DecodeError::WrongKind { .. })
     ));
 }
+
+#[test]
+fn updates_keep_immutable_fields() {
+    use api::validation::validate_update;
+
+    // Pods: images may change, other spec fields may not.
+    let mut old = pod(json!({"containers": [{"name": "c", "image": "nginx:1"}],
+                             "tolerations": [{"key": "a", "operator": "Exists"}]}));
+    old.set_defaults();
+    let mut new = old.clone();
+    new.spec.containers[0].image = Some("nginx:2".into());
+    new.spec.tolerations.push(api::core::Toleration {
+        key: Some("b".into()),
+        operator: Some("Exists".into()),
+        ..Default::default()
+    });
+    new.spec.active_deadline_seconds = Some(60);
+    new.metadata.labels.insert("x".into(), "y".into());
+    assert_eq!(
+        validate_update(&new.clone().into_any(), &old.clone().into_any()),
+        vec![]
+    );
+    new.spec.containers[0].args = vec!["-v".into()];
+    let errs = validate_update(&new.into_any(), &old.clone().into_any());
+    assert_has(&errs, "spec", "FieldValueForbidden");
+    let mut renamed = old.clone();
+    renamed.metadata.name = "other".into();
+    assert_has(
+        &validate_update(&renamed.into_any(), &old.into_any()),
+        "metadata.name",
+        "FieldValueInvalid",
+    );
+
+    // Workload selectors are immutable.
+    let old: Deployment = from_json(nginx_deployment()).expect("decode");
+    let mut new = old.clone();
+    new.spec.replicas = Some(5);
+    assert_eq!(
+        validate_update(&new.clone().into_any(), &old.clone().into_any()),
+        vec![]
+    );
+    new.spec
+        .selector
+        .as_mut()
+        .expect("selector")
+        .match_labels
+        .insert("tier".into(), "web".into());
+    let errs = validate_update(&new.into_any(), &old.into_any());
+    assert_has(&errs, "spec.selector", "FieldValueInvalid");
+
+    // Immutable ConfigMaps and Secrets.
+    let old: ConfigMap =
+        from_json(json!({"metadata": {"name": "c"}, "data": {"a": "1"}, "immutable": true}))
+            .expect("decode");
+    let mut new = old.clone();
+    new.data.insert("a".into(), "2".into());
+    new.immutable = None;
+    let errs = validate_update(&new.into_any(), &old.into_any());
+    assert_has(&errs, "data", "FieldValueForbidden");
+    assert_has(&errs, "immutable", "FieldValueForbidden");
+    let old: Secret =
+        from_json(json!({"metadata": {"name": "s"}, "type": "Opaque"})).expect("decode");
+    let mut new = old.clone();
+    new.type_ = Some("kubernetes.io/tls".into());
+    assert_has(
+        &validate_update(&new.into_any(), &old.into_any()),
+        "type",
+        "FieldValueInvalid",
+    );
+
+    // Cluster IPs and pod CIDRs do not move once set.
+    let old: Service = from_json(json!({"metadata": {"name": "s"},
+        "spec": {"clusterIP": "10.43.0.10", "ports": [{"port": 80}]}}))
+    .expect("decode");
+    let mut new = old.clone();
+    new.spec.cluster_ip = Some("10.43.0.11".into());
+    assert_has(
+        &validate_update(&new.into_any(), &old.into_any()),
+        "spec.clusterIPs[0]",
+        "FieldValueInvalid",
+    );
+    let mut old = Node::default();
+    old.metadata.name = "n".into();
+    let mut new = old.clone();
+    new.spec.pod_cidr = Some("10.42.1.0/24".into());
+    assert_eq!(
+        validate_update(&new.clone().into_any(), &old.into_any()),
+        vec![]
+    );
+    let mut newer = new.clone();
+    newer.spec.pod_cidr = Some("10.42.2.0/24".into());
+    assert_has(
+        &validate_update(&newer.into_any(), &new.into_any()),
+        "spec.podCIDR",
+        "FieldValueForbidden",
+    );
+}
