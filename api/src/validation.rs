@@ -1696,25 +1696,23 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
         errs.push(immutable("metadata.namespace", nm.namespace()));
     }
     match (new, old) {
-        (AnyObject::Pod(n), AnyObject::Pod(o)) => {
-            if !pod_spec_update_allowed(&n.spec, &o.spec) {
-                errs.push(FieldError::forbidden("spec", POD_UPDATE_MSG));
-            }
+        (AnyObject::Pod(n), AnyObject::Pod(o)) if !pod_spec_update_allowed(&n.spec, &o.spec) => {
+            errs.push(FieldError::forbidden("spec", POD_UPDATE_MSG));
         }
-        (AnyObject::Deployment(n), AnyObject::Deployment(o)) => {
-            if n.spec.selector != o.spec.selector {
-                errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
-            }
+        (AnyObject::Deployment(n), AnyObject::Deployment(o))
+            if n.spec.selector != o.spec.selector =>
+        {
+            errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
         }
-        (AnyObject::ReplicaSet(n), AnyObject::ReplicaSet(o)) => {
-            if n.spec.selector != o.spec.selector {
-                errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
-            }
+        (AnyObject::ReplicaSet(n), AnyObject::ReplicaSet(o))
+            if n.spec.selector != o.spec.selector =>
+        {
+            errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
         }
-        (AnyObject::DaemonSet(n), AnyObject::DaemonSet(o)) => {
-            if n.spec.selector != o.spec.selector {
-                errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
-            }
+        (AnyObject::DaemonSet(n), AnyObject::DaemonSet(o))
+            if n.spec.selector != o.spec.selector =>
+        {
+            errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
         }
         (AnyObject::Service(n), AnyObject::Service(o)) => {
             let old_ip = o.spec.cluster_ip.as_deref().unwrap_or("");
@@ -1729,26 +1727,24 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
                 ));
             }
         }
-        (AnyObject::ConfigMap(n), AnyObject::ConfigMap(o)) => {
-            if o.immutable == Some(true) {
-                if n.immutable != Some(true) {
-                    errs.push(FieldError::forbidden(
-                        "immutable",
-                        "field is immutable when `immutable` is set",
-                    ));
-                }
-                if n.data != o.data {
-                    errs.push(FieldError::forbidden(
-                        "data",
-                        "field is immutable when `immutable` is set",
-                    ));
-                }
-                if n.binary_data != o.binary_data {
-                    errs.push(FieldError::forbidden(
-                        "binaryData",
-                        "field is immutable when `immutable` is set",
-                    ));
-                }
+        (AnyObject::ConfigMap(n), AnyObject::ConfigMap(o)) if o.immutable == Some(true) => {
+            if n.immutable != Some(true) {
+                errs.push(FieldError::forbidden(
+                    "immutable",
+                    "field is immutable when `immutable` is set",
+                ));
+            }
+            if n.data != o.data {
+                errs.push(FieldError::forbidden(
+                    "data",
+                    "field is immutable when `immutable` is set",
+                ));
+            }
+            if n.binary_data != o.binary_data {
+                errs.push(FieldError::forbidden(
+                    "binaryData",
+                    "field is immutable when `immutable` is set",
+                ));
             }
         }
         (AnyObject::Secret(n), AnyObject::Secret(o)) => {
