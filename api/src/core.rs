@@ -1694,3 +1694,77 @@ impl Resource for Event {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_string_is_base64_in_json_and_raw_in_postcard() {
+        let b = ByteString(vec![0, 159, 146, 150, b'a']);
+        assert_eq!(serde_json::to_value(&b).unwrap(), "AJ+SlmE=");
+        let back: ByteString = serde_json::from_value(serde_json::json!("AJ+SlmE=")).unwrap();
+        assert_eq!(back, b);
+        let bytes = postcard::to_allocvec(&b).unwrap();
+        // A length byte, then the bytes themselves.
+        assert_eq!(bytes, vec![5, 0, 159, 146, 150, b'a']);
+        assert_eq!(postcard::from_bytes::<ByteString>(&bytes).unwrap(), b);
+        assert!(serde_json::from_value::<ByteString>(serde_json::json!("%%%")).is_err());
+    }
+
+    #[test]
+    fn empty_maps_are_omitted_from_json_only() {
+        let pod = Pod::default();
+        let json = serde_json::to_value(&pod).unwrap();
+        assert!(json["spec"]["nodeSelector"].is_null());
+        let back: Pod = serde_json::from_value(json).unwrap();
+        assert_eq!(back, pod);
+        let mut full = Pod::default();
+        full.spec
+            .node_selector
+            .insert("disktype".into(), "ssd".into());
+        let bytes = postcard::to_allocvec(&full).unwrap();
+        assert_eq!(postcard::from_bytes::<Pod>(&bytes).unwrap(), full);
+        let bytes = postcard::to_allocvec(&pod).unwrap();
+        assert_eq!(postcard::from_bytes::<Pod>(&bytes).unwrap(), pod);
+    }
+
+    #[test]
+    fn tolerations_match_taints() {
+        let taint = Taint {
+            key: "dedicated".into(),
+            value: Some("edge".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        let tol =
+            |key: Option<&str>, op: Option<&str>, value: Option<&str>, effect: Option<&str>| {
+                Toleration {
+                    key: key.map(Into::into),
+                    operator: op.map(Into::into),
+                    value: value.map(Into::into),
+                    effect: effect.map(Into::into),
+                    toleration_seconds: None,
+                }
+            };
+        assert!(tol(Some("dedicated"), None, Some("edge"), Some("NoSchedule")).tolerates(&taint));
+        assert!(tol(Some("dedicated"), Some("Equal"), Some("edge"), None).tolerates(&taint));
+        assert!(tol(Some("dedicated"), Some("Exists"), None, None).tolerates(&taint));
+        assert!(tol(None, Some("Exists"), None, None).tolerates(&taint));
+        assert!(!tol(Some("dedicated"), None, Some("core"), None).tolerates(&taint));
+        assert!(!tol(Some("dedicated"), Some("Exists"), None, Some("NoExecute")).tolerates(&taint));
+        assert!(!tol(Some("other"), Some("Exists"), None, None).tolerates(&taint));
+    }
+
+    #[test]
+    fn pod_fields_for_selectors() {
+        let mut p = Pod::default();
+        assert_eq!(p.field("spec.nodeName").as_deref(), Some(""));
+        p.spec.node_name = Some("n1".into());
+        p.status.phase = Some("Running".into());
+        assert_eq!(p.field("spec.nodeName").as_deref(), Some("n1"));
+        assert_eq!(p.field("status.phase").as_deref(), Some("Running"));
+        assert_eq!(p.field("spec.hostNetwork").as_deref(), Some("false"));
+        assert_eq!(p.field("spec.containers"), None);
+    }
+}
