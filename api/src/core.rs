@@ -95,6 +95,40 @@ impl<'de> Deserialize<'de> for ByteString {
     }
 }
 
+/// Maps Kubernetes marks `omitempty`: absent from JSON when empty (a null the JSON edge strips;
+/// a null read back is an empty map), always present in postcard so its layout never varies.
+pub(crate) mod omit_empty {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S, K, V>(m: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        K: Serialize,
+        V: Serialize,
+    {
+        if s.is_human_readable() && m.is_empty() {
+            s.serialize_none()
+        } else {
+            m.serialize(s)
+        }
+    }
+
+    pub fn deserialize<'de, D, K, V>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        D: Deserializer<'de>,
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+    {
+        if d.is_human_readable() {
+            Ok(Option::<BTreeMap<K, V>>::deserialize(d)?.unwrap_or_default())
+        } else {
+            BTreeMap::deserialize(d)
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // References
 
@@ -142,6 +176,7 @@ pub struct PodSpec {
     pub termination_grace_period_seconds: Option<i64>,
     pub active_deadline_seconds: Option<i64>,
     pub dns_policy: Option<String>,
+    #[serde(with = "omit_empty")]
     pub node_selector: BTreeMap<String, String>,
     pub service_account_name: Option<String>,
     /// Deprecated alias of `serviceAccountName`.
@@ -169,6 +204,7 @@ pub struct PodSpec {
     pub runtime_class_name: Option<String>,
     pub enable_service_links: Option<bool>,
     pub preemption_policy: Option<String>,
+    #[serde(with = "omit_empty")]
     pub overhead: BTreeMap<String, Quantity>,
     pub topology_spread_constraints: Vec<Opaque>,
     #[serde(rename = "setHostnameAsFQDN")]
@@ -705,7 +741,9 @@ pub struct EnvFromReference {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ResourceRequirements {
+    #[serde(with = "omit_empty")]
     pub limits: BTreeMap<String, Quantity>,
+    #[serde(with = "omit_empty")]
     pub requests: BTreeMap<String, Quantity>,
     pub claims: Vec<Opaque>,
 }
@@ -924,6 +962,7 @@ pub struct ContainerStatus {
     #[serde(rename = "containerID")]
     pub container_id: Option<String>,
     pub started: Option<bool>,
+    #[serde(with = "omit_empty")]
     pub allocated_resources: BTreeMap<String, Quantity>,
     pub resources: Option<ResourceRequirements>,
     pub volume_mounts: Vec<Opaque>,
@@ -1127,7 +1166,9 @@ pub struct Taint {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct NodeStatus {
+    #[serde(with = "omit_empty")]
     pub capacity: BTreeMap<String, Quantity>,
+    #[serde(with = "omit_empty")]
     pub allocatable: BTreeMap<String, Quantity>,
     pub phase: Option<String>,
     pub conditions: Vec<NodeCondition>,
@@ -1259,6 +1300,7 @@ pub struct Service {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ServiceSpec {
     pub ports: Vec<ServicePort>,
+    #[serde(with = "omit_empty")]
     pub selector: BTreeMap<String, String>,
     #[serde(rename = "clusterIP")]
     pub cluster_ip: Option<String>,
@@ -1460,7 +1502,9 @@ impl Resource for Endpoints {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ConfigMap {
     pub metadata: ObjectMeta,
+    #[serde(with = "omit_empty")]
     pub data: BTreeMap<String, String>,
+    #[serde(with = "omit_empty")]
     pub binary_data: BTreeMap<String, ByteString>,
     pub immutable: Option<bool>,
 }
@@ -1499,7 +1543,9 @@ impl Resource for ConfigMap {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Secret {
     pub metadata: ObjectMeta,
+    #[serde(with = "omit_empty")]
     pub data: BTreeMap<String, ByteString>,
+    #[serde(with = "omit_empty")]
     pub string_data: BTreeMap<String, String>,
     #[serde(rename = "type")]
     pub type_: Option<String>,
@@ -1646,5 +1692,79 @@ impl Resource for Event {
             "reportingComponent" => opt(&self.reporting_component),
             _ => return None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_string_is_base64_in_json_and_raw_in_postcard() {
+        let b = ByteString(vec![0, 159, 146, 150, b'a']);
+        assert_eq!(serde_json::to_value(&b).unwrap(), "AJ+SlmE=");
+        let back: ByteString = serde_json::from_value(serde_json::json!("AJ+SlmE=")).unwrap();
+        assert_eq!(back, b);
+        let bytes = postcard::to_allocvec(&b).unwrap();
+        // A length byte, then the bytes themselves.
+        assert_eq!(bytes, vec![5, 0, 159, 146, 150, b'a']);
+        assert_eq!(postcard::from_bytes::<ByteString>(&bytes).unwrap(), b);
+        assert!(serde_json::from_value::<ByteString>(serde_json::json!("%%%")).is_err());
+    }
+
+    #[test]
+    fn empty_maps_are_omitted_from_json_only() {
+        let pod = Pod::default();
+        let json = serde_json::to_value(&pod).unwrap();
+        assert!(json["spec"]["nodeSelector"].is_null());
+        let back: Pod = serde_json::from_value(json).unwrap();
+        assert_eq!(back, pod);
+        let mut full = Pod::default();
+        full.spec
+            .node_selector
+            .insert("disktype".into(), "ssd".into());
+        let bytes = postcard::to_allocvec(&full).unwrap();
+        assert_eq!(postcard::from_bytes::<Pod>(&bytes).unwrap(), full);
+        let bytes = postcard::to_allocvec(&pod).unwrap();
+        assert_eq!(postcard::from_bytes::<Pod>(&bytes).unwrap(), pod);
+    }
+
+    #[test]
+    fn tolerations_match_taints() {
+        let taint = Taint {
+            key: "dedicated".into(),
+            value: Some("edge".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        let tol =
+            |key: Option<&str>, op: Option<&str>, value: Option<&str>, effect: Option<&str>| {
+                Toleration {
+                    key: key.map(Into::into),
+                    operator: op.map(Into::into),
+                    value: value.map(Into::into),
+                    effect: effect.map(Into::into),
+                    toleration_seconds: None,
+                }
+            };
+        assert!(tol(Some("dedicated"), None, Some("edge"), Some("NoSchedule")).tolerates(&taint));
+        assert!(tol(Some("dedicated"), Some("Equal"), Some("edge"), None).tolerates(&taint));
+        assert!(tol(Some("dedicated"), Some("Exists"), None, None).tolerates(&taint));
+        assert!(tol(None, Some("Exists"), None, None).tolerates(&taint));
+        assert!(!tol(Some("dedicated"), None, Some("core"), None).tolerates(&taint));
+        assert!(!tol(Some("dedicated"), Some("Exists"), None, Some("NoExecute")).tolerates(&taint));
+        assert!(!tol(Some("other"), Some("Exists"), None, None).tolerates(&taint));
+    }
+
+    #[test]
+    fn pod_fields_for_selectors() {
+        let mut p = Pod::default();
+        assert_eq!(p.field("spec.nodeName").as_deref(), Some(""));
+        p.spec.node_name = Some("n1".into());
+        p.status.phase = Some("Running".into());
+        assert_eq!(p.field("spec.nodeName").as_deref(), Some("n1"));
+        assert_eq!(p.field("status.phase").as_deref(), Some("Running"));
+        assert_eq!(p.field("spec.hostNetwork").as_deref(), Some("false"));
+        assert_eq!(p.field("spec.containers"), None);
     }
 }

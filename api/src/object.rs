@@ -91,7 +91,7 @@ pub trait Resource:
 }
 
 macro_rules! kinds {
-    ($( $variant:ident => $module:ident :: $ty:ident ),* $(,)?) => {
+    ($( $variant:ident => $module:ident :: $name:ident ),* $(,)?) => {
         /// Every kind the server stores.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         pub enum Kind { $( $variant ),* }
@@ -102,7 +102,8 @@ macro_rules! kinds {
 
         /// An object of any kind.
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-        pub enum AnyObject { $( $variant($crate::$module::$ty) ),* }
+        #[allow(clippy::large_enum_variant)] // objects are moved rarely; boxing every variant costs more
+        pub enum AnyObject { $( $variant($crate::$module::$name) ),* }
 
         impl AnyObject {
             pub fn kind(&self) -> Kind {
@@ -136,7 +137,8 @@ macro_rules! kinds {
         macro_rules! with_kind {
             ($kind:expr, $k:ident, $body:block) => {{
                 match $kind {
-                    $( $crate::object::Kind::$variant => { type $k = $crate::$module::$ty; $body } ),*
+                    // `$crate`, not `crate`: the paths must resolve in the caller's crate too.
+                    $( $crate::object::Kind::$variant => { type $k = $crate::$module::$name; $body } ),*
                 }
             }};
         }

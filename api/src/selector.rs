@@ -859,9 +859,11 @@ mod tests {
             .unwrap()
             .matches(&n));
 
-        let mut s = Secret::default();
-        s.type_ = Some("kubernetes.io/tls".into());
-        let s = s.into_any();
+        let s = Secret {
+            type_: Some("kubernetes.io/tls".into()),
+            ..Default::default()
+        }
+        .into_any();
         assert!(FieldSelector::parse("type=kubernetes.io/tls")
             .unwrap()
             .matches(&s));

@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 
 use crate::apps::{DaemonSet, Deployment, ReplicaSet};
 use crate::core::{
-    ConfigMap, Endpoints, Event, Namespace, Node, Pod, PodTemplateSpec, Secret, Service,
+    ConfigMap, ContainerStatus, Endpoints, Event, Namespace, Node, Pod, PodTemplateSpec, Secret,
+    Service,
 };
 use crate::meta::{LabelSelector, Time};
 use crate::object::{AnyObject, Kind};
@@ -56,7 +57,7 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Selector", "string", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1),
         ]
     };
-    let cols = match kind {
+    match kind {
         Kind::Pod => vec![
             name(),
             col("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0),
@@ -101,13 +102,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
         ],
         Kind::ConfigMap => vec![
             name(),
-            col("Data", "integer", "Data contains the configuration data.", 0),
+            col("Data", "string", "Data contains the configuration data.", 0),
             age(),
         ],
         Kind::Secret => vec![
             name(),
             col("Type", "string", "Used to facilitate programmatic handling of secret data.", 0),
-            col("Data", "integer", "Data contains the secret data.", 0),
+            col("Data", "string", "Data contains the secret data.", 0),
             age(),
         ],
         Kind::Event => vec![
@@ -119,15 +120,15 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Source", "string", "The component reporting this event.", 1),
             col("Message", "string", "A human-readable description of the status of this operation.", 0),
             col("First Seen", "string", "The time at which the event was first recorded.", 1),
-            col("Count", "integer", "The number of times this event has occurred.", 1),
+            col("Count", "string", "The number of times this event has occurred.", 1),
             col("Name", "string", NAME_DESC, 1),
         ],
         Kind::Deployment => {
             let mut v = vec![
                 name(),
                 col("Ready", "string", "Number of the pod with ready state", 0),
-                col("Up-to-date", "integer", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
-                col("Available", "integer", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
+                col("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
+                col("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
                 age(),
             ];
             v.extend(workload_extra());
@@ -158,8 +159,7 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             v.extend(workload_extra());
             v
         }
-    };
-    cols
+    }
 }
 
 /// kubectl's HumanDuration: `45s`, `5m10s`, `3h4m`, `2d5h`, `3y10d`.
@@ -332,24 +332,32 @@ pub fn table(
     })
 }
 
-fn pod_cells(pod: &Pod, name: String, age: String, now: SystemTime) -> Vec<Value> {
-    let spec = &pod.spec;
-    let status = &pod.status;
-    let mut restarts: i64 = 0;
-    let mut last_restart: Option<Time> = None;
-    let mut note_restart = |cs: &crate::core::ContainerStatus, restarts: &mut i64| {
-        *restarts += i64::from(cs.restart_count);
-        if let Some(t) = cs
+/// Restart count and the time of the latest restart, for the pod Restarts column.
+#[derive(Clone, Copy, Default)]
+struct Restarts {
+    count: i64,
+    last: Option<Time>,
+}
+
+impl Restarts {
+    fn add(&mut self, cs: &ContainerStatus) {
+        self.count += i64::from(cs.restart_count);
+        let finished = cs
             .last_state
             .as_ref()
             .and_then(|s| s.terminated.as_ref())
-            .and_then(|t| t.finished_at)
-        {
-            if last_restart.is_none_or(|l| t > l) {
-                last_restart = Some(t);
+            .and_then(|t| t.finished_at);
+        if let Some(t) = finished {
+            if self.last.is_none_or(|l| t > l) {
+                self.last = Some(t);
             }
         }
-    };
+    }
+}
+
+fn pod_cells(pod: &Pod, name: String, age: String, now: SystemTime) -> Vec<Value> {
+    let spec = &pod.spec;
+    let status = &pod.status;
     let total = spec.containers.len()
         + spec
             .init_containers
@@ -364,17 +372,22 @@ fn pod_cells(pod: &Pod, name: String, age: String, now: SystemTime) -> Vec<Value
         .or_else(|| status.phase.clone())
         .unwrap_or_default();
 
+    let mut restarts = Restarts::default();
+    let mut sidecar_restarts = Restarts::default();
     let mut initializing = false;
     for (i, cs) in status.init_container_statuses.iter().enumerate() {
-        note_restart(cs, &mut restarts);
+        restarts.add(cs);
         let sidecar = spec
             .init_containers
             .iter()
             .find(|c| c.name == cs.name)
             .is_some_and(|c| c.restart_policy.as_deref() == Some("Always"));
+        if sidecar {
+            sidecar_restarts.add(cs);
+        }
         let state = cs.state.clone().unwrap_or_default();
         if sidecar && cs.started == Some(true) {
-            if cs.ready && state.running.is_some() {
+            if cs.ready {
                 ready += 1;
             }
             continue;
@@ -407,9 +420,11 @@ fn pod_cells(pod: &Pod, name: String, age: String, now: SystemTime) -> Vec<Value
         .condition("Initialized")
         .is_some_and(|c| c.status == "True");
     if !initializing || initialized {
+        // Past initialization only the sidecars' restarts count among the init containers'.
+        restarts = sidecar_restarts;
         let mut has_running = false;
         for cs in status.container_statuses.iter().rev() {
-            note_restart(cs, &mut restarts);
+            restarts.add(cs);
             let state = cs.state.clone().unwrap_or_default();
             if let Some(r) = state
                 .waiting
@@ -448,9 +463,11 @@ fn pod_cells(pod: &Pod, name: String, age: String, now: SystemTime) -> Vec<Value
         reason = "Terminating".into();
     }
 
-    let restarts_cell = match last_restart {
-        Some(t) if restarts > 0 => format!("{restarts} ({} ago)", since(Some(t), now)),
-        _ => restarts.to_string(),
+    let restarts_cell = match restarts.last {
+        Some(t) if restarts.count != 0 => {
+            format!("{} ({} ago)", restarts.count, since(Some(t), now))
+        }
+        _ => restarts.count.to_string(),
     };
     let gates = if spec.readiness_gates.is_empty() {
         "<none>".to_string()
@@ -472,7 +489,14 @@ fn pod_cells(pod: &Pod, name: String, age: String, now: SystemTime) -> Vec<Value
         json!(reason),
         json!(restarts_cell),
         json!(age),
-        json!(or_none(status.pod_ip.as_deref().unwrap_or(""))),
+        json!(or_none(
+            status
+                .pod_ips
+                .first()
+                .map(|ip| ip.ip.as_str())
+                .or(status.pod_ip.as_deref())
+                .unwrap_or("")
+        )),
         json!(or_none(spec.node_name.as_deref().unwrap_or(""))),
         json!(or_none(status.nominated_node_name.as_deref().unwrap_or(""))),
         json!(gates),
@@ -1037,6 +1061,56 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(cells_at(&p.into_any(), now())[2], "Init:ImagePullBackOff");
+    }
+
+    #[test]
+    fn pod_with_sidecar() {
+        let mut p = running_pod();
+        p.spec.containers.truncate(1);
+        p.status.container_statuses.truncate(1);
+        p.spec.init_containers = vec![
+            Container {
+                name: "setup".into(),
+                ..Default::default()
+            },
+            Container {
+                name: "proxy".into(),
+                restart_policy: Some("Always".into()),
+                ..Default::default()
+            },
+        ];
+        let done = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        p.status.init_container_statuses = vec![
+            ContainerStatus {
+                name: "setup".into(),
+                restart_count: 3,
+                state: Some(done),
+                ..Default::default()
+            },
+            ContainerStatus {
+                name: "proxy".into(),
+                restart_count: 1,
+                started: Some(true),
+                ready: true,
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ];
+        let row = strs(&cells_at(&p.into_any(), now()));
+        assert_eq!(row[1], "2/2");
+        assert_eq!(row[2], "Running");
+        // The app's 2 and the sidecar's 1; the finished init container's 3 no longer count.
+        assert_eq!(row[3], "3 (65s ago)");
     }
 
     #[test]

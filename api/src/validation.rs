@@ -1,6 +1,19 @@
-//! Validation results and the name rules Kubernetes applies to every object.
+//! Validation results, the name rules Kubernetes applies to every object, and the per-kind
+//! validators (Kubernetes' ValidateObjectMeta, ValidatePodSpec, ...) with Kubernetes' field
+//! paths, reasons and messages.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+
+use crate::apps::{DaemonSetUpdateStrategy, DeploymentStrategy};
+use crate::core::{
+    Container, EndpointSubset, NodeSelectorTerm, NodeSpec, PodAffinityTerm, PodSpec,
+    PodTemplateSpec, Probe, ServiceSpec,
+};
+use crate::meta::{IntOrString, LabelSelector, ObjectMeta};
+use crate::object::{AnyObject, Kind};
+use crate::quantity::compare_quantities;
 
 /// One reason an object is invalid, reported as a `StatusCause` in a 422 Invalid answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,17 +120,6 @@ pub fn dns1123_subdomain(value: &str) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------
 // Everything below: the rules of Kubernetes' ValidateObjectMeta, ValidatePodSpec and the
 // per-kind validators, with Kubernetes' field paths and messages.
-
-use std::collections::{BTreeMap, BTreeSet};
-
-use crate::apps::{DaemonSetUpdateStrategy, DeploymentStrategy};
-use crate::core::{
-    Container, EndpointSubset, NodeSelectorTerm, NodeSpec, PodAffinityTerm, PodSpec,
-    PodTemplateSpec, Probe, ServiceSpec,
-};
-use crate::meta::{IntOrString, LabelSelector, ObjectMeta};
-use crate::object::Kind;
-use crate::quantity::compare_quantities;
 
 /// The most a ConfigMap's or Secret's data may hold.
 pub const MAX_DATA_BYTES: usize = 1024 * 1024;
@@ -1272,7 +1274,7 @@ fn validate_container<'a>(
         if init && !sidecar {
             errs.push(FieldError::forbidden(
                 pp.clone(),
-                format!("may not be set for init containers without restartPolicy=Always"),
+                "may not be set for init containers without restartPolicy=Always",
             ));
         }
         errs.extend(validate_probe(probe, &pp, field != "readinessProbe"));
@@ -1665,4 +1667,171 @@ pub fn validate_endpoint_subsets(subsets: &[EndpointSubset]) -> Vec<FieldError> 
         }
     }
     errs
+}
+
+// ---------------------------------------------------------------------------------------
+// Updates: the fields Kubernetes refuses to change (ValidateXUpdate).
+
+fn immutable(field: &str, value: impl std::fmt::Display) -> FieldError {
+    FieldError::invalid(field, value, "field is immutable")
+}
+
+const POD_UPDATE_MSG: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// The rules of an update from `old` to `new` (both defaulted), beyond [`Resource::validate`]
+/// of `new`: names, selectors, pod specs, immutable ConfigMaps and Secrets, cluster IPs and
+/// pod CIDRs do not change. Objects of different kinds are refused outright.
+///
+/// A pod's `spec.nodeName` changes only through the binding subresource, which must not go
+/// through this check (as in Kubernetes).
+///
+/// [`Resource::validate`]: crate::object::Resource::validate
+pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let (nm, om) = (new.meta(), old.meta());
+    if nm.name != om.name {
+        errs.push(immutable("metadata.name", &nm.name));
+    }
+    if nm.namespace() != om.namespace() {
+        errs.push(immutable("metadata.namespace", nm.namespace()));
+    }
+    match (new, old) {
+        (AnyObject::Pod(n), AnyObject::Pod(o)) if !pod_spec_update_allowed(&n.spec, &o.spec) => {
+            errs.push(FieldError::forbidden("spec", POD_UPDATE_MSG));
+        }
+        (AnyObject::Deployment(n), AnyObject::Deployment(o))
+            if n.spec.selector != o.spec.selector =>
+        {
+            errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
+        }
+        (AnyObject::ReplicaSet(n), AnyObject::ReplicaSet(o))
+            if n.spec.selector != o.spec.selector =>
+        {
+            errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
+        }
+        (AnyObject::DaemonSet(n), AnyObject::DaemonSet(o))
+            if n.spec.selector != o.spec.selector =>
+        {
+            errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
+        }
+        (AnyObject::Service(n), AnyObject::Service(o)) => {
+            let old_ip = o.spec.cluster_ip.as_deref().unwrap_or("");
+            let new_ip = n.spec.cluster_ip.as_deref().unwrap_or("");
+            let was_external = o.spec.type_or_default() == "ExternalName";
+            let is_external = n.spec.type_or_default() == "ExternalName";
+            if !old_ip.is_empty() && !was_external && !is_external && new_ip != old_ip {
+                errs.push(FieldError::invalid(
+                    "spec.clusterIPs[0]",
+                    new_ip,
+                    "may not change once set",
+                ));
+            }
+        }
+        (AnyObject::ConfigMap(n), AnyObject::ConfigMap(o)) if o.immutable == Some(true) => {
+            if n.immutable != Some(true) {
+                errs.push(FieldError::forbidden(
+                    "immutable",
+                    "field is immutable when `immutable` is set",
+                ));
+            }
+            if n.data != o.data {
+                errs.push(FieldError::forbidden(
+                    "data",
+                    "field is immutable when `immutable` is set",
+                ));
+            }
+            if n.binary_data != o.binary_data {
+                errs.push(FieldError::forbidden(
+                    "binaryData",
+                    "field is immutable when `immutable` is set",
+                ));
+            }
+        }
+        (AnyObject::Secret(n), AnyObject::Secret(o)) => {
+            if n.type_ != o.type_ {
+                errs.push(immutable("type", n.type_.as_deref().unwrap_or("")));
+            }
+            if o.immutable == Some(true) {
+                if n.immutable != Some(true) {
+                    errs.push(FieldError::forbidden(
+                        "immutable",
+                        "field is immutable when `immutable` is set",
+                    ));
+                }
+                if n.data != o.data || !n.string_data.is_empty() {
+                    errs.push(FieldError::forbidden(
+                        "data",
+                        "field is immutable when `immutable` is set",
+                    ));
+                }
+            }
+        }
+        (AnyObject::Node(n), AnyObject::Node(o)) => {
+            let old_cidr = o.spec.pod_cidr.as_deref().unwrap_or("");
+            if !old_cidr.is_empty() && n.spec.pod_cidr.as_deref().unwrap_or("") != old_cidr {
+                errs.push(FieldError::forbidden(
+                    "spec.podCIDR",
+                    "node updates may not change podCIDR except from \"\" to valid",
+                ));
+            }
+            if !o.spec.pod_cidrs.is_empty() && n.spec.pod_cidrs != o.spec.pod_cidrs {
+                errs.push(FieldError::forbidden(
+                    "spec.podCIDRs",
+                    "node updates may not change podCIDR except from \"\" to valid",
+                ));
+            }
+            let old_provider = o.spec.provider_id.as_deref().unwrap_or("");
+            if !old_provider.is_empty() && n.spec.provider_id.as_deref() != Some(old_provider) {
+                errs.push(FieldError::forbidden(
+                    "spec.providerID",
+                    "node updates may not change providerID except from \"\" to valid",
+                ));
+            }
+        }
+        (n, o) if n.kind() != o.kind() => errs.push(FieldError::invalid(
+            "kind",
+            n.kind().info().kind,
+            format!("must be {}", o.kind().info().kind),
+        )),
+        _ => {}
+    }
+    errs
+}
+
+fn selector_text(sel: &Option<LabelSelector>) -> String {
+    sel.as_ref()
+        .and_then(|s| crate::selector::Selector::from_label_selector(s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default()
+}
+
+/// Kubernetes lets a pod update change only container images, activeDeadlineSeconds (set
+/// or lowered), tolerations (additions) and a negative terminationGracePeriodSeconds.
+fn pod_spec_update_allowed(new: &PodSpec, old: &PodSpec) -> bool {
+    let mut patched = old.clone();
+    if new.containers.len() != old.containers.len()
+        || new.init_containers.len() != old.init_containers.len()
+    {
+        return false;
+    }
+    for (p, n) in patched.containers.iter_mut().zip(&new.containers) {
+        p.image = n.image.clone();
+    }
+    for (p, n) in patched.init_containers.iter_mut().zip(&new.init_containers) {
+        p.image = n.image.clone();
+    }
+    match (old.active_deadline_seconds, new.active_deadline_seconds) {
+        (None, n) => patched.active_deadline_seconds = n,
+        (Some(o), Some(n)) if n <= o => patched.active_deadline_seconds = Some(n),
+        _ => {}
+    }
+    if old.tolerations.iter().all(|t| new.tolerations.contains(t)) {
+        patched.tolerations = new.tolerations.clone();
+    }
+    if old.termination_grace_period_seconds.is_some_and(|g| g < 0)
+        && new.termination_grace_period_seconds == Some(1)
+    {
+        patched.termination_grace_period_seconds = Some(1);
+    }
+    patched == *new
 }
