@@ -38,8 +38,18 @@ pub fn strip_nulls(v: &mut Value) {
 /// Fields that are maps of strings in the model (Kubernetes omits them when empty). An empty
 /// object anywhere else is meaningful (`emptyDir: {}`) and stays.
 const MAP_FIELDS: &[&str] = &[
-    "labels", "annotations", "nodeSelector", "data", "binaryData", "stringData", "limits",
-    "requests", "matchLabels", "capacity", "allocatable", "overhead",
+    "labels",
+    "annotations",
+    "nodeSelector",
+    "data",
+    "binaryData",
+    "stringData",
+    "limits",
+    "requests",
+    "matchLabels",
+    "capacity",
+    "allocatable",
+    "overhead",
 ];
 
 /// Removes nulls, empty arrays and empty string maps from object members: the shape
@@ -50,7 +60,8 @@ fn strip_empty(v: &mut Value) {
             m.retain(|k, v| {
                 !(v.is_null()
                     || v.as_array().is_some_and(|a| a.is_empty())
-                    || (MAP_FIELDS.contains(&k.as_str()) && v.as_object().is_some_and(|o| o.is_empty())))
+                    || (MAP_FIELDS.contains(&k.as_str())
+                        && v.as_object().is_some_and(|o| o.is_empty())))
             });
             // Object metadata omits its empty strings (name, uid, resourceVersion of a
             // pod template); map values such as an empty label value stay.

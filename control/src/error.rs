@@ -9,9 +9,13 @@ use crate::store::StoreError;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{}", .0.message)]
-pub struct ApiError(pub Status);
+pub struct ApiError(pub Box<Status>);
 
 impl ApiError {
+    pub fn from_status(status: Status) -> ApiError {
+        ApiError(Box::new(status))
+    }
+
     pub fn code(&self) -> u16 {
         self.0.code
     }
@@ -21,7 +25,7 @@ impl ApiError {
     }
 
     fn with_target(status: Status, info: &KindInfo, name: &str) -> ApiError {
-        ApiError(status.with_details(StatusDetails {
+        ApiError::from_status(status.with_details(StatusDetails {
             name: name.to_string(),
             group: info.group.to_string(),
             kind: info.plural.to_string(),
@@ -30,15 +34,15 @@ impl ApiError {
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError(Status::failure(400, "BadRequest", message))
+        ApiError::from_status(Status::failure(400, "BadRequest", message))
     }
 
     pub fn unauthorized() -> ApiError {
-        ApiError(Status::failure(401, "Unauthorized", "Unauthorized"))
+        ApiError::from_status(Status::failure(401, "Unauthorized", "Unauthorized"))
     }
 
     pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError(Status::failure(403, "Forbidden", message))
+        ApiError::from_status(Status::failure(403, "Forbidden", message))
     }
 
     pub fn not_found(kind: Kind, name: &str) -> ApiError {
@@ -48,15 +52,19 @@ impl ApiError {
     }
 
     pub fn path_not_found() -> ApiError {
-        ApiError(Status::failure(404, "NotFound", "the server could not find the requested resource"))
+        ApiError::from_status(Status::failure(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ))
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
-        ApiError(Status::failure(405, "MethodNotAllowed", message))
+        ApiError::from_status(Status::failure(405, "MethodNotAllowed", message))
     }
 
     pub fn not_acceptable(message: impl Into<String>) -> ApiError {
-        ApiError(Status::failure(406, "NotAcceptable", message))
+        ApiError::from_status(Status::failure(406, "NotAcceptable", message))
     }
 
     pub fn already_exists(kind: Kind, name: &str) -> ApiError {
@@ -67,7 +75,10 @@ impl ApiError {
 
     pub fn conflict(kind: Kind, name: &str, why: &str) -> ApiError {
         let info = kind.info();
-        let msg = format!("Operation cannot be fulfilled on {} \"{name}\": {why}", info.qualified_plural());
+        let msg = format!(
+            "Operation cannot be fulfilled on {} \"{name}\": {why}",
+            info.qualified_plural()
+        );
         Self::with_target(Status::failure(409, "Conflict", msg), info, name)
     }
 
@@ -80,7 +91,7 @@ impl ApiError {
     }
 
     pub fn expired(requested: u64, oldest: u64) -> ApiError {
-        ApiError(Status::failure(
+        ApiError::from_status(Status::failure(
             410,
             "Expired",
             format!("too old resource version: {requested} ({oldest})"),
@@ -88,11 +99,15 @@ impl ApiError {
     }
 
     pub fn too_large() -> ApiError {
-        ApiError(Status::failure(413, "RequestEntityTooLarge", "the request is too large: the body may be at most 3 MiB"))
+        ApiError::from_status(Status::failure(
+            413,
+            "RequestEntityTooLarge",
+            "the request is too large: the body may be at most 3 MiB",
+        ))
     }
 
     pub fn unsupported_media_type(content_type: &str) -> ApiError {
-        ApiError(Status::failure(
+        ApiError::from_status(Status::failure(
             415,
             "UnsupportedMediaType",
             format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"),
@@ -101,8 +116,15 @@ impl ApiError {
 
     pub fn invalid(kind: Kind, name: &str, errors: Vec<FieldError>) -> ApiError {
         let info = kind.info();
-        let parts: Vec<String> = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect();
-        let joined = if parts.len() == 1 { parts[0].clone() } else { format!("[{}]", parts.join(", ")) };
+        let parts: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        let joined = if parts.len() == 1 {
+            parts[0].clone()
+        } else {
+            format!("[{}]", parts.join(", "))
+        };
         let qualified = if info.group.is_empty() {
             info.kind.to_string()
         } else {
@@ -111,23 +133,29 @@ impl ApiError {
         let msg = format!("{qualified} \"{name}\" is invalid: {joined}");
         let causes = errors
             .into_iter()
-            .map(|e| StatusCause { reason: e.reason, message: e.message, field: e.field })
+            .map(|e| StatusCause {
+                reason: e.reason,
+                message: e.message,
+                field: e.field,
+            })
             .collect();
-        ApiError(Status::failure(422, "Invalid", msg).with_details(StatusDetails {
-            name: name.to_string(),
-            group: info.group.to_string(),
-            kind: info.kind.to_string(),
-            causes,
-            ..Default::default()
-        }))
+        ApiError::from_status(
+            Status::failure(422, "Invalid", msg).with_details(StatusDetails {
+                name: name.to_string(),
+                group: info.group.to_string(),
+                kind: info.kind.to_string(),
+                causes,
+                ..Default::default()
+            }),
+        )
     }
 
     pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError(Status::failure(500, "InternalError", message))
+        ApiError::from_status(Status::failure(500, "InternalError", message))
     }
 
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError(Status::failure(503, "ServiceUnavailable", message))
+        ApiError::from_status(Status::failure(503, "ServiceUnavailable", message))
     }
 }
 
@@ -136,12 +164,21 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound { kind, name, .. } => ApiError::not_found(kind, &name),
             StoreError::AlreadyExists { kind, name, .. } => ApiError::already_exists(kind, &name),
-            StoreError::Conflict { kind, name, message, .. } => ApiError::conflict(kind, &name, &message),
+            StoreError::Conflict {
+                kind,
+                name,
+                message,
+                ..
+            } => ApiError::conflict(kind, &name, &message),
             StoreError::Expired { requested, oldest } => ApiError::expired(requested, oldest),
-            StoreError::Invalid(errors) => ApiError(Status::failure(
+            StoreError::Invalid(errors) => ApiError::from_status(Status::failure(
                 422,
                 "Invalid",
-                errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join(", "),
+                errors
+                    .iter()
+                    .map(|e| format!("{}: {}", e.field, e.message))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             )),
             StoreError::Forbidden(m) => ApiError::forbidden(m),
             StoreError::BadRequest(m) => ApiError::bad_request(m),

@@ -36,7 +36,8 @@ pub enum PatchType {
 }
 
 /// Namespaces that always exist and may not be deleted.
-pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 #[derive(Clone)]
 pub struct Registry {
@@ -48,7 +49,9 @@ fn decode_error(e: DecodeError) -> ApiError {
         DecodeError::Field { path, message } if message.starts_with("unknown field") => {
             ApiError::bad_request(format!("strict decoding error: {message} at {path}"))
         }
-        DecodeError::Field { path, message } => ApiError::bad_request(format!("error decoding {path}: {message}")),
+        DecodeError::Field { path, message } => {
+            ApiError::bad_request(format!("error decoding {path}: {message}"))
+        }
         other => ApiError::bad_request(other.to_string()),
     }
 }
@@ -154,7 +157,10 @@ const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 fn generated_name(prefix: &str) -> String {
     let mut bytes = [0u8; 5];
     getrandom_fill(&mut bytes);
-    let suffix: String = bytes.iter().map(|b| GENERATE_ALPHABET[*b as usize % GENERATE_ALPHABET.len()] as char).collect();
+    let suffix: String = bytes
+        .iter()
+        .map(|b| GENERATE_ALPHABET[*b as usize % GENERATE_ALPHABET.len()] as char)
+        .collect();
     format!("{prefix}{suffix}")
 }
 
@@ -164,7 +170,10 @@ fn getrandom_fill(buf: &mut [u8]) {
     if rng.fill(buf).is_err() {
         // Fall back to the clock: names only need to be unlikely to collide, and a collision
         // is retried.
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
         for (i, b) in buf.iter_mut().enumerate() {
             *b = (t >> (i * 8)) as u8;
         }
@@ -191,7 +200,19 @@ fn is_bound<K: Resource>(obj: &K) -> bool {
 }
 
 /// The update rules shared by PUT, PATCH and internal writers; runs inside the transaction.
-fn apply_update<K: Resource>(txn: &mut Txn, old: K, mut new: K, part: Part) -> Result<K, ApiError> {
+fn apply_update<K: Resource>(txn: &mut Txn, old: K, new: K, part: Part) -> Result<K, ApiError> {
+    apply_update_checked(txn, old, new, part, true)
+}
+
+/// [`apply_update`], optionally without the immutable-field rules (binding sets the otherwise
+/// immutable `spec.nodeName`).
+fn apply_update_checked<K: Resource>(
+    txn: &mut Txn,
+    old: K,
+    mut new: K,
+    part: Part,
+    check_immutable: bool,
+) -> Result<K, ApiError> {
     let name = old.meta().name.clone();
     let rv = new.meta().resource_version.clone();
     if !rv.is_empty() && rv != old.meta().resource_version {
@@ -201,7 +222,11 @@ fn apply_update<K: Resource>(txn: &mut Txn, old: K, mut new: K, part: Part) -> R
         return Err(ApiError::conflict(
             K::KIND,
             &name,
-            &format!("Precondition failed: UID in precondition: {}, UID in object meta: {}", new.meta().uid, old.meta().uid),
+            &format!(
+                "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                new.meta().uid,
+                old.meta().uid
+            ),
         ));
     }
     match part {
@@ -229,6 +254,13 @@ fn apply_update<K: Resource>(txn: &mut Txn, old: K, mut new: K, part: Part) -> R
         new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);
     }
     validate(&new)?;
+    if check_immutable && part == Part::Main {
+        let errors =
+            api::validation::validate_update(&new.clone().into_any(), &old.clone().into_any());
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(K::KIND, &name, errors));
+        }
+    }
     if new == old {
         return Ok(old);
     }
@@ -242,21 +274,29 @@ fn apply_update<K: Resource>(txn: &mut Txn, old: K, mut new: K, part: Part) -> R
 fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Result<Value, ApiError> {
     match patch_type {
         PatchType::Merge => {
-            let p: Value = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
+            let p: Value = serde_json::from_slice(patch)
+                .map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
             let mut doc = current;
             json_patch::merge(&mut doc, &p);
             Ok(doc)
         }
         PatchType::Json => {
-            let p: json_patch::Patch =
-                serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            let p: json_patch::Patch = serde_json::from_slice(patch)
+                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
             let mut doc = current;
-            json_patch::patch(&mut doc, &p).map_err(|e| ApiError(api::meta::Status::failure(422, "Invalid", format!("the JSON patch could not be applied: {e}"))))?;
+            json_patch::patch(&mut doc, &p).map_err(|e| {
+                ApiError::from_status(api::meta::Status::failure(
+                    422,
+                    "Invalid",
+                    format!("the JSON patch could not be applied: {e}"),
+                ))
+            })?;
             Ok(doc)
         }
         PatchType::StrategicMerge => {
-            let p: Value = serde_json::from_slice(patch)
-                .map_err(|e| ApiError::bad_request(format!("invalid strategic merge patch: {e}")))?;
+            let p: Value = serde_json::from_slice(patch).map_err(|e| {
+                ApiError::bad_request(format!("invalid strategic merge patch: {e}"))
+            })?;
             let mut doc = current;
             crate::strategic::merge(&mut doc, &p).map_err(ApiError::bad_request)?;
             Ok(doc)
@@ -275,10 +315,16 @@ impl Registry {
     }
 
     /// Creates `obj` in `path_ns` (the namespace of the request path, if any).
-    pub async fn create<K: Resource>(&self, mut obj: K, path_ns: Option<&str>) -> Result<K, ApiError> {
+    pub async fn create<K: Resource>(
+        &self,
+        mut obj: K,
+        path_ns: Option<&str>,
+    ) -> Result<K, ApiError> {
         settle_namespace(&mut obj, path_ns)?;
         if !obj.meta().resource_version.is_empty() {
-            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
         obj.set_defaults();
         prepare_for_create(&mut obj);
@@ -291,7 +337,12 @@ impl Registry {
             meta.generation = Some(1);
             meta.self_link = None;
         }
-        let generate = obj.meta().name.is_empty() && obj.meta().generate_name.as_deref().is_some_and(|g| !g.is_empty());
+        let generate = obj.meta().name.is_empty()
+            && obj
+                .meta()
+                .generate_name
+                .as_deref()
+                .is_some_and(|g| !g.is_empty());
         if generate {
             // Validate with a placeholder suffix so a bad prefix is reported as such.
             let prefix = obj.meta().generate_name.clone().unwrap_or_default();
@@ -321,7 +372,13 @@ impl Registry {
     }
 
     /// PUT: replaces the object (or its status). A non-empty resourceVersion is a precondition.
-    pub async fn update<K: Resource>(&self, mut obj: K, path_ns: Option<&str>, name: &str, part: Part) -> Result<K, ApiError> {
+    pub async fn update<K: Resource>(
+        &self,
+        mut obj: K,
+        path_ns: Option<&str>,
+        name: &str,
+        part: Part,
+    ) -> Result<K, ApiError> {
         settle_namespace(&mut obj, path_ns)?;
         if obj.meta().name.is_empty() {
             obj.meta_mut().name = name.to_string();
@@ -336,7 +393,8 @@ impl Registry {
         self.store
             .write(move |txn| {
                 let ns = obj.meta().namespace().to_string();
-                let old: K = get_typed(txn, &ns, &name)?.ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let old: K = get_typed(txn, &ns, &name)?
+                    .ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
                 apply_update(txn, old, obj, part)
             })
             .await
@@ -354,15 +412,20 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         self.store
             .write(move |txn| {
-                let old: K = get_typed(txn, &ns, &name)?.ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let old: K = get_typed(txn, &ns, &name)?
+                    .ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
                 let current = codec::to_json(&old);
                 let patched = apply_patch(current, patch_type, &patch)?;
                 let mut new: K = decode(patched)?;
                 if new.meta().name != name {
-                    return Err(ApiError::bad_request("metadata.name may not be changed by a patch"));
+                    return Err(ApiError::bad_request(
+                        "metadata.name may not be changed by a patch",
+                    ));
                 }
                 if K::KIND.info().namespaced && new.meta().namespace() != ns {
-                    return Err(ApiError::bad_request("metadata.namespace may not be changed by a patch"));
+                    return Err(ApiError::bad_request(
+                        "metadata.namespace may not be changed by a patch",
+                    ));
                 }
                 // A patch that names a resourceVersion makes it a precondition; otherwise the
                 // read above is the base.
@@ -385,7 +448,8 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         self.store
             .write(move |txn| {
-                let old: K = get_typed(txn, &ns, &name)?.ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let old: K = get_typed(txn, &ns, &name)?
+                    .ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
                 let mut new = old.clone();
                 f(&mut new)?;
                 apply_update(txn, old, new, part)
@@ -393,11 +457,46 @@ impl Registry {
             .await
     }
 
+    /// Binds a pending pod to a node (the `binding` subresource).
+    pub async fn bind(&self, ns: &str, name: &str, node: String) -> Result<(), ApiError> {
+        let (ns, name) = (ns.to_string(), name.to_string());
+        self.store
+            .write(move |txn| {
+                let old: Pod = get_typed(txn, &ns, &name)?
+                    .ok_or_else(|| ApiError::not_found(Kind::Pod, &name))?;
+                if old.metadata.deletion_timestamp.is_some() {
+                    return Err(ApiError::conflict(
+                        Kind::Pod,
+                        &name,
+                        "the pod is being deleted",
+                    ));
+                }
+                if let Some(current) = old.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+                    return Err(ApiError::conflict(
+                        Kind::Pod,
+                        &name,
+                        &format!("pod {name} is already assigned to node \"{current}\""),
+                    ));
+                }
+                let mut new = old.clone();
+                new.spec.node_name = Some(node);
+                apply_update_checked(txn, old, new, Part::Main, false).map(|_| ())
+            })
+            .await
+    }
+
     /// DELETE. Returns the object as it stands after the call: gone (with its final
     /// resourceVersion) or marked for deletion.
-    pub async fn delete<K: Resource>(&self, ns: &str, name: &str, opts: DeleteOptions) -> Result<(K, bool), ApiError> {
+    pub async fn delete<K: Resource>(
+        &self,
+        ns: &str,
+        name: &str,
+        opts: DeleteOptions,
+    ) -> Result<(K, bool), ApiError> {
         if K::KIND == Kind::Namespace && SYSTEM_NAMESPACES.contains(&name) {
-            return Err(ApiError::forbidden(format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")));
+            return Err(ApiError::forbidden(format!(
+                "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+            )));
         }
         let (ns, name) = (ns.to_string(), name.to_string());
         self.store

@@ -54,7 +54,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     signals.thread_block().context("blocking signals")?;
 
     if std::env::var_os("SMOL_THREADS").is_none() {
-        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         // No other thread exists yet, so nothing reads the environment concurrently.
         std::env::set_var("SMOL_THREADS", n.to_string());
     }
@@ -64,22 +66,35 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("securing the data dir {}", args.data_dir.display()))?;
 
-    let store = Store::open(StoreConfig { event_window: args.event_window, ..StoreConfig::in_dir(&args.data_dir) })
+    let store = Store::open(StoreConfig {
+        event_window: args.event_window,
+        ..StoreConfig::in_dir(&args.data_dir)
+    })
     .context("opening the state database")?;
-    let pki = Pki::load_or_create(&args.data_dir, &args.tls_san, &local_url(args.listen)).context("preparing the PKI")?;
-    let tls = pki.server_config().context("building the TLS configuration")?;
+    let pki = Pki::load_or_create(&args.data_dir, &args.tls_san, &local_url(args.listen))
+        .context("preparing the PKI")?;
+    let tls = pki
+        .server_config()
+        .context("building the TLS configuration")?;
     let auth = Authenticator::new(&pki).context("loading the authenticator")?;
     let registry = Registry::new(store.clone());
 
     let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        if let Ok(sig) = signals.wait() {
-            tracing::info!(signal = ?sig, "shutting down");
-        }
-        let _ = stop_tx.send_blocking(());
-    })?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Ok(sig) = signals.wait() {
+                tracing::info!(signal = ?sig, "shutting down");
+            }
+            let _ = stop_tx.send_blocking(());
+        })?;
 
-    let state = Arc::new(AppState { registry: registry.clone(), store: store.clone(), auth, metrics: Default::default() });
+    let state = Arc::new(AppState {
+        registry: registry.clone(),
+        store: store.clone(),
+        auth,
+        metrics: Default::default(),
+    });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
         smol::spawn(crate::controllers::namespace::run(registry.clone())).detach();
@@ -101,7 +116,13 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 
 async fn ensure_system_namespaces(registry: &Registry) -> anyhow::Result<()> {
     for name in SYSTEM_NAMESPACES {
-        let ns = Namespace { metadata: ObjectMeta { name: name.to_string(), ..Default::default() }, ..Default::default() };
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: name.to_string(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
         match registry.create(ns, None).await {
             Ok(_) => tracing::info!(namespace = name, "created"),
             Err(e) if e.code() == 409 => {}

@@ -22,7 +22,9 @@ fn strategy(parent: Option<&str>, field: &str) -> ListStrategy {
     use ListStrategy::*;
     match (parent, field) {
         (_, "containers" | "initContainers" | "ephemeralContainers") => MergeBy("name"),
-        (Some("containers" | "initContainers" | "ephemeralContainers"), "ports") => MergeBy("containerPort"),
+        (Some("containers" | "initContainers" | "ephemeralContainers"), "ports") => {
+            MergeBy("containerPort")
+        }
         (Some("spec"), "ports") => MergeBy("port"),
         (_, "env") => MergeBy("name"),
         (_, "volumeMounts") => MergeBy("mountPath"),
@@ -49,7 +51,9 @@ fn merge_value(doc: &mut Value, patch: &Value, parent: Option<&str>) -> Result<(
             if !doc.is_object() {
                 *doc = Value::Object(Map::new());
             }
-            let Value::Object(d) = doc else { unreachable!("made an object above") };
+            let Value::Object(d) = doc else {
+                unreachable!("made an object above")
+            };
             merge_map(d, p, parent)
         }
         other => {
@@ -59,11 +63,19 @@ fn merge_value(doc: &mut Value, patch: &Value, parent: Option<&str>) -> Result<(
     }
 }
 
-fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, parent: Option<&str>) -> Result<(), String> {
+fn merge_map(
+    doc: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    parent: Option<&str>,
+) -> Result<(), String> {
     if let Some(directive) = patch.get("$patch").and_then(Value::as_str) {
         match directive {
             "replace" => {
-                *doc = patch.iter().filter(|(k, _)| !k.starts_with('$')).map(|(k, v)| (k.clone(), v.clone())).collect();
+                *doc = patch
+                    .iter()
+                    .filter(|(k, _)| !k.starts_with('$'))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 return Ok(());
             }
             "delete" => {
@@ -104,13 +116,22 @@ fn merge_map(doc: &mut Map<String, Value>, patch: &Map<String, Value>, parent: O
     Ok(())
 }
 
-fn merge_list(current: &mut Value, items: &[Value], parent: Option<&str>, field: &str) -> Result<(), String> {
+fn merge_list(
+    current: &mut Value,
+    items: &[Value],
+    parent: Option<&str>,
+    field: &str,
+) -> Result<(), String> {
     let existing = match current {
         Value::Array(a) => std::mem::take(a),
         _ => Vec::new(),
     };
     let merged = match strategy(parent, field) {
-        ListStrategy::Replace => items.iter().filter(|v| v.get("$patch").is_none()).cloned().collect(),
+        ListStrategy::Replace => items
+            .iter()
+            .filter(|v| v.get("$patch").is_none())
+            .cloned()
+            .collect(),
         ListStrategy::Set => {
             let mut out = existing;
             for v in items {
@@ -121,8 +142,15 @@ fn merge_list(current: &mut Value, items: &[Value], parent: Option<&str>, field:
             out
         }
         ListStrategy::MergeBy(key) => {
-            if items.iter().any(|v| v.get("$patch").and_then(Value::as_str) == Some("replace")) {
-                items.iter().filter(|v| v.get("$patch").is_none()).cloned().collect()
+            if items
+                .iter()
+                .any(|v| v.get("$patch").and_then(Value::as_str) == Some("replace"))
+            {
+                items
+                    .iter()
+                    .filter(|v| v.get("$patch").is_none())
+                    .cloned()
+                    .collect()
             } else {
                 let mut out = existing;
                 for item in items {
@@ -165,34 +193,62 @@ mod tests {
 
     #[test]
     fn containers_merge_by_name_and_keep_others() {
-        let doc = json!({"spec":{"containers":[{"name":"a","image":"x:1"},{"name":"b","image":"y:1"}]}});
-        let out = patched(doc, json!({"spec":{"containers":[{"name":"b","image":"y:2"}]}}));
-        assert_eq!(out, json!({"spec":{"containers":[{"name":"a","image":"x:1"},{"name":"b","image":"y:2"}]}}));
+        let doc =
+            json!({"spec":{"containers":[{"name":"a","image":"x:1"},{"name":"b","image":"y:1"}]}});
+        let out = patched(
+            doc,
+            json!({"spec":{"containers":[{"name":"b","image":"y:2"}]}}),
+        );
+        assert_eq!(
+            out,
+            json!({"spec":{"containers":[{"name":"a","image":"x:1"},{"name":"b","image":"y:2"}]}})
+        );
     }
 
     #[test]
     fn delete_directive_removes_element() {
         let doc = json!({"spec":{"containers":[{"name":"a"},{"name":"b"}]}});
-        let out = patched(doc, json!({"spec":{"containers":[{"name":"a","$patch":"delete"}]}}));
+        let out = patched(
+            doc,
+            json!({"spec":{"containers":[{"name":"a","$patch":"delete"}]}}),
+        );
         assert_eq!(out, json!({"spec":{"containers":[{"name":"b"}]}}));
     }
 
     #[test]
     fn lists_without_strategy_are_replaced() {
         let doc = json!({"spec":{"containers":[{"name":"a","args":["1","2"]}]}});
-        let out = patched(doc, json!({"spec":{"containers":[{"name":"a","args":["3"]}]}}));
+        let out = patched(
+            doc,
+            json!({"spec":{"containers":[{"name":"a","args":["3"]}]}}),
+        );
         assert_eq!(out["spec"]["containers"][0]["args"], json!(["3"]));
     }
 
     #[test]
     fn service_ports_merge_by_port_and_container_ports_by_container_port() {
         let svc = json!({"spec":{"ports":[{"port":80,"name":"http"},{"port":443,"name":"https"}]}});
-        let out = patched(svc, json!({"spec":{"ports":[{"port":80,"targetPort":8080}]}}));
-        assert_eq!(out["spec"]["ports"][0], json!({"port":80,"name":"http","targetPort":8080}));
+        let out = patched(
+            svc,
+            json!({"spec":{"ports":[{"port":80,"targetPort":8080}]}}),
+        );
+        assert_eq!(
+            out["spec"]["ports"][0],
+            json!({"port":80,"name":"http","targetPort":8080})
+        );
         assert_eq!(out["spec"]["ports"].as_array().unwrap().len(), 2);
         let pod = json!({"spec":{"containers":[{"name":"a","ports":[{"containerPort":80}]}]}});
-        let out = patched(pod, json!({"spec":{"containers":[{"name":"a","ports":[{"containerPort":81}]}]}}));
-        assert_eq!(out["spec"]["containers"][0]["ports"].as_array().unwrap().len(), 2);
+        let out = patched(
+            pod,
+            json!({"spec":{"containers":[{"name":"a","ports":[{"containerPort":81}]}]}}),
+        );
+        assert_eq!(
+            out["spec"]["containers"][0]["ports"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]
@@ -210,15 +266,21 @@ mod tests {
     fn finalizers_are_a_set_and_delete_from_primitive_list_works() {
         let doc = json!({"metadata":{"finalizers":["a","b"]}});
         let out = patched(doc.clone(), json!({"metadata":{"finalizers":["b","c"]}}));
-        assert_eq!(out["metadata"]["finalizers"], json!(["a","b","c"]));
-        let out = patched(doc, json!({"metadata":{"$deleteFromPrimitiveList/finalizers":["a"]}}));
+        assert_eq!(out["metadata"]["finalizers"], json!(["a", "b", "c"]));
+        let out = patched(
+            doc,
+            json!({"metadata":{"$deleteFromPrimitiveList/finalizers":["a"]}}),
+        );
         assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
     }
 
     #[test]
     fn replace_directive_on_map() {
         let doc = json!({"spec":{"selector":{"a":"1","b":"2"}}});
-        let out = patched(doc, json!({"spec":{"selector":{"$patch":"replace","c":"3"}}}));
+        let out = patched(
+            doc,
+            json!({"spec":{"selector":{"$patch":"replace","c":"3"}}}),
+        );
         assert_eq!(out["spec"]["selector"], json!({"c":"3"}));
     }
 }

@@ -30,13 +30,26 @@ fn create_fills_server_fields_and_defaults() {
     assert_eq!(p["apiVersion"], "v1");
     assert_eq!(p["metadata"]["namespace"], "default");
     assert!(!p["metadata"]["uid"].as_str().unwrap().is_empty());
-    assert!(p["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() > 0);
-    assert!(p["metadata"]["creationTimestamp"].as_str().unwrap().ends_with('Z'));
+    assert!(
+        p["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    assert!(p["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
     assert_eq!(p["metadata"]["generation"], 1);
     assert_eq!(p["spec"]["restartPolicy"], "Always");
     assert_eq!(p["spec"]["terminationGracePeriodSeconds"], 30);
     assert_eq!(p["spec"]["dnsPolicy"], "ClusterFirst");
-    assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(
+        p["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
     assert_eq!(p["status"]["phase"], "Pending");
 
     let (code, again) = s.json("POST", PODS, &pod("a"));
@@ -65,7 +78,10 @@ fn update_uses_optimistic_concurrency_and_generation_follows_spec() {
     fresh["data"]["k"] = json!("v2");
     let (code, updated) = s.json("PUT", &format!("{CMS}/c"), &fresh);
     assert_eq!(code, 200, "{updated}");
-    assert_ne!(updated["metadata"]["resourceVersion"], cm["metadata"]["resourceVersion"]);
+    assert_ne!(
+        updated["metadata"]["resourceVersion"],
+        cm["metadata"]["resourceVersion"]
+    );
 
     stale["data"]["k"] = json!("v3");
     let (code, err) = s.json("PUT", &format!("{CMS}/c"), &stale);
@@ -77,7 +93,10 @@ fn update_uses_optimistic_concurrency_and_generation_follows_spec() {
     );
 
     // Without a resourceVersion the update is unconditional.
-    stale["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    stale["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
     let (code, _) = s.json("PUT", &format!("{CMS}/c"), &stale);
     assert_eq!(code, 200);
 
@@ -92,25 +111,52 @@ fn update_uses_optimistic_concurrency_and_generation_follows_spec() {
     assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
     assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
     let path = "/apis/apps/v1/namespaces/default/deployments/web";
-    let (_, d2) = s.http("PATCH", path, Some(("application/merge-patch+json", br#"{"metadata":{"labels":{"x":"y"}}}"#.to_vec())));
-    assert_eq!(d2["metadata"]["generation"], 1, "a label change is not a spec change");
-    let (_, d3) = s.http("PATCH", path, Some(("application/merge-patch+json", br#"{"spec":{"replicas":3}}"#.to_vec())));
+    let (_, d2) = s.http(
+        "PATCH",
+        path,
+        Some((
+            "application/merge-patch+json",
+            br#"{"metadata":{"labels":{"x":"y"}}}"#.to_vec(),
+        )),
+    );
+    assert_eq!(
+        d2["metadata"]["generation"], 1,
+        "a label change is not a spec change"
+    );
+    let (_, d3) = s.http(
+        "PATCH",
+        path,
+        Some((
+            "application/merge-patch+json",
+            br#"{"spec":{"replicas":3}}"#.to_vec(),
+        )),
+    );
     assert_eq!(d3["metadata"]["generation"], 2);
     assert_eq!(d3["spec"]["replicas"], 3);
     let (code, d4) = s.http(
         "PATCH",
         path,
-        Some(("application/json-patch+json", br#"[{"op":"replace","path":"/spec/replicas","value":5}]"#.to_vec())),
+        Some((
+            "application/json-patch+json",
+            br#"[{"op":"replace","path":"/spec/replicas","value":5}]"#.to_vec(),
+        )),
     );
     assert_eq!(code, 200, "{d4}");
     assert_eq!(d4["spec"]["replicas"], 5);
     let (code, d5) = s.http(
         "PATCH",
         path,
-        Some(("application/strategic-merge-patch+json", br#"{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"nginx:1.26"}]}}}}"#.to_vec())),
+        Some((
+            "application/strategic-merge-patch+json",
+            br#"{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"nginx:1.26"}]}}}}"#
+                .to_vec(),
+        )),
     );
     assert_eq!(code, 200, "{d5}");
-    assert_eq!(d5["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.26");
+    assert_eq!(
+        d5["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.26"
+    );
     assert_eq!(d5["metadata"]["generation"], 4);
 
     // The scale subresource.
@@ -119,7 +165,14 @@ fn update_uses_optimistic_concurrency_and_generation_follows_spec() {
     assert_eq!(scale["kind"], "Scale");
     assert_eq!(scale["spec"]["replicas"], 5);
     assert_eq!(scale["status"]["selector"], "app=web");
-    let (code, scale) = s.http("PATCH", &format!("{path}/scale"), Some(("application/merge-patch+json", br#"{"spec":{"replicas":2}}"#.to_vec())));
+    let (code, scale) = s.http(
+        "PATCH",
+        &format!("{path}/scale"),
+        Some((
+            "application/merge-patch+json",
+            br#"{"spec":{"replicas":2}}"#.to_vec(),
+        )),
+    );
     assert_eq!(code, 200);
     assert_eq!(scale["spec"]["replicas"], 2);
 }
@@ -134,14 +187,20 @@ fn status_subresource_is_separate_from_the_main_resource() {
     let (code, after) = s.json("PUT", &format!("{PODS}/s/status"), &with_status);
     assert_eq!(code, 200, "{after}");
     assert_eq!(after["status"]["phase"], "Running");
-    assert_eq!(after["spec"]["containers"][0]["image"], "busybox:1.36", "status writes never change spec");
+    assert_eq!(
+        after["spec"]["containers"][0]["image"], "busybox:1.36",
+        "status writes never change spec"
+    );
 
     let mut main = after.clone();
     main["status"] = json!({"phase": "Failed"});
     main["metadata"]["labels"]["extra"] = json!("1");
     let (code, after2) = s.json("PUT", &format!("{PODS}/s"), &main);
     assert_eq!(code, 200, "{after2}");
-    assert_eq!(after2["status"]["phase"], "Running", "main writes never change status");
+    assert_eq!(
+        after2["status"]["phase"], "Running",
+        "main writes never change status"
+    );
     assert_eq!(after2["metadata"]["labels"]["extra"], "1");
 }
 
@@ -151,7 +210,11 @@ fn pods_are_deleted_gracefully_once_bound() {
     s.json("POST", PODS, &pod("unbound"));
     let (code, _) = s.http("DELETE", &format!("{PODS}/unbound"), None);
     assert_eq!(code, 200);
-    assert_eq!(s.http("GET", &format!("{PODS}/unbound"), None).0, 404, "an unbound pod goes at once");
+    assert_eq!(
+        s.http("GET", &format!("{PODS}/unbound"), None).0,
+        404,
+        "an unbound pod goes at once"
+    );
 
     s.json("POST", PODS, &pod("bound"));
     let (code, b) = s.json(
@@ -168,13 +231,20 @@ fn pods_are_deleted_gracefully_once_bound() {
     assert_eq!(code, 409, "{again}");
     let (code, marked) = s.http("DELETE", &format!("{PODS}/bound"), None);
     assert_eq!(code, 200);
-    assert!(marked["metadata"]["deletionTimestamp"].is_string(), "{marked}");
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "{marked}"
+    );
     assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 30);
     let (code, still) = s.http("GET", &format!("{PODS}/bound"), None);
     assert_eq!(code, 200, "a bound pod waits for its node");
     assert_eq!(still["spec"]["nodeName"], "n1");
     // The node confirms with a zero grace period.
-    let (code, _) = s.json("DELETE", &format!("{PODS}/bound"), &json!({"gracePeriodSeconds": 0}));
+    let (code, _) = s.json(
+        "DELETE",
+        &format!("{PODS}/bound"),
+        &json!({"gracePeriodSeconds": 0}),
+    );
     assert_eq!(code, 200);
     assert_eq!(s.http("GET", &format!("{PODS}/bound"), None).0, 404);
 }
@@ -202,48 +272,91 @@ fn finalizers_hold_deletion_and_preconditions_are_honoured() {
     let (code, _) = s.http(
         "PATCH",
         &format!("{CMS}/f"),
-        Some(("application/merge-patch+json", br#"{"metadata":{"finalizers":null}}"#.to_vec())),
+        Some((
+            "application/merge-patch+json",
+            br#"{"metadata":{"finalizers":null}}"#.to_vec(),
+        )),
     );
     assert_eq!(code, 200);
-    assert_eq!(s.http("GET", &format!("{CMS}/f"), None).0, 404, "removing the last finalizer deletes");
+    assert_eq!(
+        s.http("GET", &format!("{CMS}/f"), None).0,
+        404,
+        "removing the last finalizer deletes"
+    );
 }
 
 #[test]
 fn deleting_a_namespace_removes_its_contents() {
     let s = TestServer::start();
-    let (code, _) = s.json("POST", "/api/v1/namespaces", &json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team"}}));
+    let (code, _) = s.json(
+        "POST",
+        "/api/v1/namespaces",
+        &json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team"}}),
+    );
     assert_eq!(code, 201);
-    s.json("POST", "/api/v1/namespaces/team/configmaps", &configmap("one", json!({})));
+    s.json(
+        "POST",
+        "/api/v1/namespaces/team/configmaps",
+        &configmap("one", json!({})),
+    );
     s.json("POST", "/api/v1/namespaces/team/pods", &pod("p"));
     let (code, ns) = s.http("DELETE", "/api/v1/namespaces/team", None);
     assert_eq!(code, 200);
     assert_eq!(ns["status"]["phase"], "Terminating");
-    let (code, refused) = s.json("POST", "/api/v1/namespaces/team/configmaps", &configmap("two", json!({})));
+    let (code, refused) = s.json(
+        "POST",
+        "/api/v1/namespaces/team/configmaps",
+        &configmap("two", json!({})),
+    );
     assert_eq!(code, 403, "{refused}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     while s.http("GET", "/api/v1/namespaces/team", None).0 != 404 {
-        assert!(std::time::Instant::now() < deadline, "namespace was not removed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "namespace was not removed"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(s.http("GET", "/api/v1/namespaces/team/configmaps/one", None).0, 404);
+    assert_eq!(
+        s.http("GET", "/api/v1/namespaces/team/configmaps/one", None)
+            .0,
+        404
+    );
     assert_eq!(s.http("GET", "/api/v1/namespaces/team/pods/p", None).0, 404);
     let (code, _) = s.http("DELETE", "/api/v1/namespaces/default", None);
     assert_eq!(code, 403, "system namespaces stay");
-    let (code, _) = s.json("POST", "/api/v1/namespaces/nowhere/configmaps", &configmap("x", json!({})));
+    let (code, _) = s.json(
+        "POST",
+        "/api/v1/namespaces/nowhere/configmaps",
+        &configmap("x", json!({})),
+    );
     assert_eq!(code, 404);
 }
 
 #[test]
 fn list_filters_by_label_and_field_selectors() {
     let s = TestServer::start();
-    s.json("POST", CMS, &configmap("a", json!({"app": "web", "env": "prod"})));
-    s.json("POST", CMS, &configmap("b", json!({"app": "web", "env": "dev"})));
+    s.json(
+        "POST",
+        CMS,
+        &configmap("a", json!({"app": "web", "env": "prod"})),
+    );
+    s.json(
+        "POST",
+        CMS,
+        &configmap("b", json!({"app": "web", "env": "dev"})),
+    );
     s.json("POST", CMS, &configmap("c", json!({"app": "db"})));
     let names = |q: &str| -> Vec<String> {
         let (code, list) = s.http("GET", &format!("{CMS}?{q}"), None);
         assert_eq!(code, 200, "{q}: {list}");
         assert_eq!(list["kind"], "ConfigMapList");
-        list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
     };
     assert_eq!(names("labelSelector=app%3Dweb"), ["a", "b"]);
     assert_eq!(names("labelSelector=app%21%3Dweb"), ["c"]);
@@ -252,7 +365,10 @@ fn list_filters_by_label_and_field_selectors() {
     assert_eq!(names("labelSelector=env"), ["a", "b"]);
     assert_eq!(names("labelSelector=!env"), ["c"]);
     assert_eq!(names("fieldSelector=metadata.name%3Db"), ["b"]);
-    assert_eq!(names("fieldSelector=metadata.namespace%3Ddefault,metadata.name!%3Db"), ["a", "c"]);
+    assert_eq!(
+        names("fieldSelector=metadata.namespace%3Ddefault,metadata.name!%3Db"),
+        ["a", "c"]
+    );
     let (code, _) = s.http("GET", &format!("{CMS}?labelSelector=a%20in%20(("), None);
     assert_eq!(code, 400);
     let (code, _) = s.http("GET", &format!("{CMS}?fieldSelector=spec.bogus%3D1"), None);
@@ -260,12 +376,20 @@ fn list_filters_by_label_and_field_selectors() {
 
     s.json("POST", PODS, &pod("p1"));
     s.json("POST", PODS, &pod("p2"));
-    s.json("POST", &format!("{PODS}/p2/binding"), &json!({"target": {"kind": "Node", "name": "n1"}, "metadata": {"name": "p2"}}));
+    s.json(
+        "POST",
+        &format!("{PODS}/p2/binding"),
+        &json!({"target": {"kind": "Node", "name": "n1"}, "metadata": {"name": "p2"}}),
+    );
     let (_, list) = s.http("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", None);
     let items = list["items"].as_array().unwrap();
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["metadata"]["name"], "p2");
-    let (_, list) = s.http("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending", None);
+    let (_, list) = s.http(
+        "GET",
+        "/api/v1/pods?fieldSelector=status.phase%3DPending",
+        None,
+    );
     assert_eq!(list["items"].as_array().unwrap().len(), 2);
 }
 
@@ -276,8 +400,16 @@ fn bad_input_is_refused_and_changes_nothing() {
     let (_, before) = s.http("GET", CMS, None);
     let rv_before = before["metadata"]["resourceVersion"].clone();
 
-    let (code, e) = s.http("POST", CMS, Some(("application/json", b"{not json".to_vec())));
-    assert_eq!((code, e["reason"].as_str()), (400, Some("BadRequest")), "{e}");
+    let (code, e) = s.http(
+        "POST",
+        CMS,
+        Some(("application/json", b"{not json".to_vec())),
+    );
+    assert_eq!(
+        (code, e["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{e}"
+    );
     assert_eq!(e["kind"], "Status");
 
     let (code, e) = s.http("POST", CMS, Some(("application/yaml", b"a: [b".to_vec())));
@@ -306,26 +438,52 @@ fn bad_input_is_refused_and_changes_nothing() {
     assert_eq!(e["details"]["causes"][0]["field"], "spec.replicas");
     let (code, e) = s.json("POST", deps, &deployment(1, "other"));
     assert_eq!(code, 422, "{e}");
-    assert!(e["details"]["causes"].as_array().unwrap().iter().any(|c| c["field"] == "spec.template.metadata.labels"), "{e}");
+    assert!(
+        e["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["field"] == "spec.template.metadata.labels"),
+        "{e}"
+    );
 
-    let (code, e) = s.json("POST", CMS, &json!({"apiVersion":"v1","kind":"Widget","metadata":{"name":"w"}}));
+    let (code, e) = s.json(
+        "POST",
+        CMS,
+        &json!({"apiVersion":"v1","kind":"Widget","metadata":{"name":"w"}}),
+    );
     assert_eq!(code, 400, "{e}");
     let (code, _) = s.json("POST", "/api/v1/namespaces/default/widgets", &json!({}));
     assert_eq!(code, 404);
-    let (code, e) = s.json("POST", CMS, &json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"u"},"bogus":1}));
+    let (code, e) = s.json(
+        "POST",
+        CMS,
+        &json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"u"},"bogus":1}),
+    );
     assert_eq!(code, 400, "unknown fields are refused: {e}");
     assert!(e["message"].as_str().unwrap().contains("bogus"), "{e}");
 
     bad_name["metadata"]["name"] = json!("big");
     bad_name["data"]["k"] = json!("x".repeat(3 * 1024 * 1024 + 10));
     let (code, e) = s.json("POST", CMS, &bad_name);
-    assert_eq!((code, e["reason"].as_str()), (413, Some("RequestEntityTooLarge")), "{e}");
+    assert_eq!(
+        (code, e["reason"].as_str()),
+        (413, Some("RequestEntityTooLarge")),
+        "{e}"
+    );
 
-    let (code, _) = s.http("PUT", &format!("{CMS}/keep"), Some(("application/vnd.kubernetes.protobuf", vec![1, 2])));
+    let (code, _) = s.http(
+        "PUT",
+        &format!("{CMS}/keep"),
+        Some(("application/vnd.kubernetes.protobuf", vec![1, 2])),
+    );
     assert_eq!(code, 415);
 
     let (_, after) = s.http("GET", CMS, None);
-    assert_eq!(after["metadata"]["resourceVersion"], rv_before, "no refused request wrote anything");
+    assert_eq!(
+        after["metadata"]["resourceVersion"], rv_before,
+        "no refused request wrote anything"
+    );
     assert_eq!(after["items"].as_array().unwrap().len(), 1);
 }
 
@@ -336,13 +494,24 @@ fn requests_without_valid_credentials_get_401() {
     let mut cfg = api::client::ClientConfig::from_kubeconfig(&kc, None).unwrap();
     cfg.token = None;
     let anonymous = api::client::Client::new(cfg.clone()).unwrap();
-    let r = smol::block_on(anonymous.request("GET", "/api/v1/namespaces", None, "application/json")).unwrap();
+    let r =
+        smol::block_on(anonymous.request("GET", "/api/v1/namespaces", None, "application/json"))
+            .unwrap();
     assert_eq!(r.status, 401);
     let status: Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(status["reason"], "Unauthorized");
     cfg.token = Some("not-the-token".into());
     let wrong = api::client::Client::new(cfg).unwrap();
-    let r = smol::block_on(wrong.request("POST", CMS, Some(("application/json", serde_json::to_vec(&configmap("x", json!({}))).unwrap())), "application/json")).unwrap();
+    let r = smol::block_on(wrong.request(
+        "POST",
+        CMS,
+        Some((
+            "application/json",
+            serde_json::to_vec(&configmap("x", json!({}))).unwrap(),
+        )),
+        "application/json",
+    ))
+    .unwrap();
     assert_eq!(r.status, 401);
     assert_eq!(s.http("GET", &format!("{CMS}/x"), None).0, 404);
 }
@@ -355,11 +524,21 @@ fn discovery_version_health_metrics_and_tables() {
     let (_, groups) = s.http("GET", "/apis", None);
     assert_eq!(groups["groups"][0]["name"], "apps");
     let (_, core) = s.http("GET", "/api/v1", None);
-    let pods = core["resources"].as_array().unwrap().iter().find(|r| r["name"] == "pods").unwrap().clone();
+    let pods = core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pods")
+        .unwrap()
+        .clone();
     assert_eq!(pods["shortNames"], json!(["po"]));
     assert_eq!(pods["categories"], json!(["all"]));
     let (_, apps) = s.http("GET", "/apis/apps/v1", None);
-    assert!(apps["resources"].as_array().unwrap().iter().any(|r| r["name"] == "deployments/scale" && r["group"] == "autoscaling"));
+    assert!(apps["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["name"] == "deployments/scale" && r["group"] == "autoscaling"));
     let (code, version) = s.http("GET", "/version", None);
     assert_eq!((code, version["major"].as_str()), (200, Some("1")));
     assert_eq!(s.http("GET", "/healthz", None).0, 200);
@@ -367,10 +546,21 @@ fn discovery_version_health_metrics_and_tables() {
 
     s.json("POST", PODS, &pod("t"));
     let c = s.client();
-    let r = smol::block_on(c.request("GET", PODS, None, "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")).unwrap();
+    let r = smol::block_on(c.request(
+        "GET",
+        PODS,
+        None,
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    ))
+    .unwrap();
     let t: Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(t["kind"], "Table");
-    let cols: Vec<&str> = t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let cols: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     assert_eq!(&cols[..5], ["Name", "Ready", "Status", "Restarts", "Age"]);
     assert_eq!(t["rows"][0]["cells"][0], "t");
     assert_eq!(t["rows"][0]["cells"][1], "0/1");
@@ -378,7 +568,10 @@ fn discovery_version_health_metrics_and_tables() {
 
     let r = smol::block_on(c.request("GET", "/metrics", None, "text/plain")).unwrap();
     let text = String::from_utf8(r.body).unwrap();
-    assert!(text.contains("apiserver_request_total{verb=\"POST\",resource=\"pods\",code=\"201\"} 1"), "{text}");
+    assert!(
+        text.contains("apiserver_request_total{verb=\"POST\",resource=\"pods\",code=\"201\"} 1"),
+        "{text}"
+    );
     assert!(text.contains("apiserver_request_duration_seconds_bucket"));
     assert!(text.contains("skiff_store_commit_duration_seconds_count"));
     assert!(text.contains("apiserver_registered_watchers"));
@@ -395,12 +588,26 @@ fn acknowledged_writes_survive_kill_9_and_sigterm_is_clean() {
     s.kill_and_restart();
     let (_, after) = s.http("GET", CMS, None);
     assert_eq!(after["items"].as_array().unwrap().len(), 50);
-    assert_eq!(after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"]);
+    assert_eq!(
+        after["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
     let (code, next) = s.json("POST", CMS, &configmap("later", json!({})));
     assert_eq!(code, 201);
-    let next_rv: u64 = next["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-    let before_rv: u64 = before["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    let next_rv: u64 = next["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let before_rv: u64 = before["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(next_rv > before_rv, "revisions keep rising across restarts");
     let status = s.terminate();
-    assert!(status.success(), "SIGTERM ends the server cleanly: {status:?}");
+    assert!(
+        status.success(),
+        "SIGTERM ends the server cleanly: {status:?}"
+    );
 }

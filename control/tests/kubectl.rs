@@ -18,14 +18,18 @@ fn example() -> String {
 /// `kubectl create configmap` send protobuf, which skiff does not speak).
 fn configmap_file(s: &TestServer, name: &str) -> String {
     let path = s.data_dir().join(format!("{name}.yaml"));
-    let yaml = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n");
+    let yaml =
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n");
     std::fs::write(&path, yaml).unwrap();
     path.to_string_lossy().into_owned()
 }
 
 fn ok(s: &TestServer, args: &[&str]) -> String {
     let (success, out, err) = kubectl(s, args);
-    assert!(success, "kubectl {args:?} failed:\nstdout: {out}\nstderr: {err}");
+    assert!(
+        success,
+        "kubectl {args:?} failed:\nstdout: {out}\nstderr: {err}"
+    );
     out
 }
 
@@ -33,7 +37,17 @@ fn ok(s: &TestServer, args: &[&str]) -> String {
 fn discovery_and_get_all() {
     let s = TestServer::start();
     let out = ok(&s, &["api-resources"]);
-    for needle in ["pods", "po", "deployments", "deploy", "apps/v1", "daemonsets", "ds", "namespaces", "ns"] {
+    for needle in [
+        "pods",
+        "po",
+        "deployments",
+        "deploy",
+        "apps/v1",
+        "daemonsets",
+        "ds",
+        "namespaces",
+        "ns",
+    ] {
         assert!(out.contains(needle), "api-resources lacks {needle}:\n{out}");
     }
     ok(&s, &["create", "-f", &example()]);
@@ -56,20 +70,32 @@ fn create_get_replace_delete() {
 
     let table = ok(&s, &["get", "deploy"]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"], "{table}");
+    assert_eq!(
+        header,
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{table}"
+    );
     assert!(table.contains("hello"), "{table}");
     let wide = ok(&s, &["get", "deploy", "-o", "wide"]);
-    assert!(wide.contains("IMAGES") && wide.contains("skiff.local/busybox:latest"), "{wide}");
+    assert!(
+        wide.contains("IMAGES") && wide.contains("skiff.local/busybox:latest"),
+        "{wide}"
+    );
     let svc = ok(&s, &["get", "svc", "hello"]);
     assert!(svc.contains("ClusterIP") && svc.contains("80/TCP"), "{svc}");
     let cm = ok(&s, &["get", "cm"]);
     assert!(cm.lines().next().unwrap().contains("DATA"), "{cm}");
 
     let yaml = ok(&s, &["get", "deploy", "hello", "-o", "yaml"]);
-    assert!(yaml.contains("kind: Deployment") && yaml.contains("replicas: 2"), "{yaml}");
+    assert!(
+        yaml.contains("kind: Deployment") && yaml.contains("replicas: 2"),
+        "{yaml}"
+    );
 
     // replace -f with a changed replica count
-    let changed = std::fs::read_to_string(example()).unwrap().replace("replicas: 2", "replicas: 4");
+    let changed = std::fs::read_to_string(example())
+        .unwrap()
+        .replace("replicas: 2", "replicas: 4");
     let path = s.data_dir().join("changed.yaml");
     std::fs::write(&path, changed).unwrap();
     let out = ok(&s, &["replace", "-f", path.to_str().unwrap()]);
@@ -83,7 +109,10 @@ fn create_get_replace_delete() {
     assert!(out.contains("deployment.apps \"hello\" deleted"), "{out}");
     let (success, _, err) = kubectl(&s, &["get", "deploy", "hello"]);
     assert!(!success);
-    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
 
     // kubectl delete waits on a watch with a name field selector.
     ok(&s, &["create", "-f", &configmap_file(&s, "gone")]);
@@ -136,8 +165,21 @@ fn get_watch_shows_later_changes() {
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert!(seen.first().is_some_and(|h| h.starts_with("NAME")), "{seen:?}");
-    let second = seen.iter().find(|l| l.starts_with("second")).unwrap_or_else(|| panic!("no watch row: {seen:?}"));
-    assert!(second.split_whitespace().nth(1) == Some("2"), "DATA column in a watch row: {second}");
-    assert_eq!(seen.iter().filter(|l| l.starts_with("NAME")).count(), 1, "one header: {seen:?}");
+    assert!(
+        seen.first().is_some_and(|h| h.starts_with("NAME")),
+        "{seen:?}"
+    );
+    let second = seen
+        .iter()
+        .find(|l| l.starts_with("second"))
+        .unwrap_or_else(|| panic!("no watch row: {seen:?}"));
+    assert!(
+        second.split_whitespace().nth(1) == Some("2"),
+        "DATA column in a watch row: {second}"
+    );
+    assert_eq!(
+        seen.iter().filter(|l| l.starts_with("NAME")).count(),
+        1,
+        "one header: {seen:?}"
+    );
 }

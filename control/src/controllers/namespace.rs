@@ -45,7 +45,9 @@ async fn pass(registry: &Registry) -> Result<(), ApiError> {
             registry
                 .store
                 .write(move |txn| match txn.get(Kind::Namespace, "", &ns)? {
-                    Some(n) if n.meta().deletion_timestamp.is_some() => txn.delete(Kind::Namespace, "", &ns).map(|_| ()),
+                    Some(n) if n.meta().deletion_timestamp.is_some() => {
+                        txn.delete(Kind::Namespace, "", &ns).map(|_| ())
+                    }
                     _ => Ok(()),
                 })
                 .await?;
@@ -65,7 +67,12 @@ async fn empty_namespace(registry: &Registry, ns: &str) -> Result<bool, ApiError
                 continue;
             }
             let name = item.meta().name.clone();
-            let result = with_kind!(kind, K, { registry.delete::<K>(ns, &name, DeleteOptions::default()).await.map(|_| ()) });
+            let result = with_kind!(kind, K, {
+                registry
+                    .delete::<K>(ns, &name, DeleteOptions::default())
+                    .await
+                    .map(|_| ())
+            });
             match result {
                 Ok(()) => {}
                 Err(e) if e.code() == 404 => {}
@@ -75,4 +82,3 @@ async fn empty_namespace(registry: &Registry, ns: &str) -> Result<bool, ApiError
     }
     Ok(empty)
 }
-

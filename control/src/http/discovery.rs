@@ -3,7 +3,16 @@
 use api::Kind;
 use serde_json::{json, Value};
 
-const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 pub fn core_versions() -> Value {
     json!({
@@ -40,7 +49,10 @@ fn subresource(name: String, kind: &str, namespaced: bool, verbs: &[&str]) -> Va
 /// The APIResourceList of a group version, with subresources.
 pub fn resource_list(group: &str, version: &str) -> Value {
     let mut resources = Vec::new();
-    for kind in Kind::ALL.iter().filter(|k| k.info().group == group && k.info().version == version) {
+    for kind in Kind::ALL
+        .iter()
+        .filter(|k| k.info().group == group && k.info().version == version)
+    {
         let i = kind.info();
         let mut r = json!({
             "name": i.plural,
@@ -57,18 +69,38 @@ pub fn resource_list(group: &str, version: &str) -> Value {
         }
         resources.push(r);
         if i.has_status {
-            resources.push(subresource(format!("{}/status", i.plural), i.kind, i.namespaced, &["get", "patch", "update"]));
+            resources.push(subresource(
+                format!("{}/status", i.plural),
+                i.kind,
+                i.namespaced,
+                &["get", "patch", "update"],
+            ));
         }
         match kind {
             Kind::Pod => {
-                resources.push(subresource("pods/binding".into(), "Binding", true, &["create"]));
+                resources.push(subresource(
+                    "pods/binding".into(),
+                    "Binding",
+                    true,
+                    &["create"],
+                ));
                 resources.push(subresource("pods/log".into(), "Pod", true, &["get"]));
             }
             Kind::Namespace => {
-                resources.push(subresource("namespaces/finalize".into(), "Namespace", false, &["update"]));
+                resources.push(subresource(
+                    "namespaces/finalize".into(),
+                    "Namespace",
+                    false,
+                    &["update"],
+                ));
             }
             Kind::Deployment | Kind::ReplicaSet => {
-                let mut s = subresource(format!("{}/scale", i.plural), "Scale", true, &["get", "patch", "update"]);
+                let mut s = subresource(
+                    format!("{}/scale", i.plural),
+                    "Scale",
+                    true,
+                    &["get", "patch", "update"],
+                );
                 s["group"] = json!("autoscaling");
                 s["version"] = json!("v1");
                 resources.push(s);
@@ -81,7 +113,11 @@ pub fn resource_list(group: &str, version: &str) -> Value {
             "name": "bindings", "singularName": "binding", "namespaced": true, "kind": "Binding", "verbs": ["create"],
         }));
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
 }
 

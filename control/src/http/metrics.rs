@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Latency bucket bounds in seconds.
-const BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
 
 #[derive(Default, Clone)]
 struct Histogram {
@@ -35,7 +37,11 @@ impl Histogram {
             let c = self.counts.get(i).copied().unwrap_or(0);
             let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {c}");
         }
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
         let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
         let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
     }
@@ -56,7 +62,9 @@ pub struct Metrics {
 impl Metrics {
     pub fn observe(&self, verb: &str, resource: &str, code: u16, elapsed: Duration) {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        *m.requests.entry((verb.to_string(), resource.to_string(), code)).or_default() += 1;
+        *m.requests
+            .entry((verb.to_string(), resource.to_string(), code))
+            .or_default() += 1;
         if verb != "WATCH" {
             m.latency
                 .entry((verb.to_string(), resource.to_string()))
@@ -77,7 +85,9 @@ impl Metrics {
                 "apiserver_request_total{{verb=\"{verb}\",resource=\"{resource}\",code=\"{code}\"}} {n}"
             );
         }
-        out.push_str("# HELP apiserver_request_duration_seconds Request latency by verb and resource.\n");
+        out.push_str(
+            "# HELP apiserver_request_duration_seconds Request latency by verb and resource.\n",
+        );
         out.push_str("# TYPE apiserver_request_duration_seconds histogram\n");
         for ((verb, resource), h) in &m.latency {
             h.render(
@@ -94,11 +104,25 @@ impl Metrics {
         let _ = writeln!(out, "skiff_store_writes_total {}", store.writes);
         out.push_str("# HELP skiff_store_commit_duration_seconds Time spent committing store transactions.\n");
         out.push_str("# TYPE skiff_store_commit_duration_seconds summary\n");
-        let _ = writeln!(out, "skiff_store_commit_duration_seconds_sum {}", store.total_commit_time.as_secs_f64());
-        let _ = writeln!(out, "skiff_store_commit_duration_seconds_count {}", store.commits);
-        out.push_str("# HELP skiff_store_last_commit_duration_seconds Duration of the latest commit.\n");
+        let _ = writeln!(
+            out,
+            "skiff_store_commit_duration_seconds_sum {}",
+            store.total_commit_time.as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
+            "skiff_store_commit_duration_seconds_count {}",
+            store.commits
+        );
+        out.push_str(
+            "# HELP skiff_store_last_commit_duration_seconds Duration of the latest commit.\n",
+        );
         out.push_str("# TYPE skiff_store_last_commit_duration_seconds gauge\n");
-        let _ = writeln!(out, "skiff_store_last_commit_duration_seconds {}", store.last_commit_time.as_secs_f64());
+        let _ = writeln!(
+            out,
+            "skiff_store_last_commit_duration_seconds {}",
+            store.last_commit_time.as_secs_f64()
+        );
         out.push_str("# HELP skiff_store_max_batch_size Most writes carried by one commit.\n");
         out.push_str("# TYPE skiff_store_max_batch_size gauge\n");
         let _ = writeln!(out, "skiff_store_max_batch_size {}", store.max_batch_size);

@@ -66,7 +66,11 @@ pub async fn serve(
                     return;
                 }
             };
-            let certs = tls.get_ref().1.peer_certificates().map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+            let certs = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
             let peer_certs = PeerCerts(certs);
             let io = async_dup::Arc::new(async_dup::Mutex::new(tls));
             let result = async_h1::accept(io, |mut req| {
@@ -93,12 +97,20 @@ async fn endpoint(req: tide::Request<State>) -> tide::Result {
         Ok(r) => r,
         Err(e) => status_response(&e),
     };
-    state.metrics.observe(&verb, &resource, u16::from(response.status()), started.elapsed());
+    state.metrics.observe(
+        &verb,
+        &resource,
+        u16::from(response.status()),
+        started.elapsed(),
+    );
     tracing::debug!(%method, code = u16::from(response.status()), elapsed_us = started.elapsed().as_micros() as u64, "request");
     Ok(response)
 }
 
-fn metric_labels(req: &tide::Request<State>, route: &Result<Route, route::NoRoute>) -> (String, String) {
+fn metric_labels(
+    req: &tide::Request<State>,
+    route: &Result<Route, route::NoRoute>,
+) -> (String, String) {
     let verb = if query(req, "watch").is_some_and(|w| w == "true" || w == "1") {
         "WATCH".to_string()
     } else {
@@ -133,7 +145,10 @@ fn json_response(code: StatusCode, v: &Value) -> tide::Response {
 }
 
 fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
-    req.url().query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
+    req.url()
+        .query_pairs()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
 }
 
 fn header(req: &tide::Request<State>, name: &str) -> Option<String> {
@@ -141,22 +156,35 @@ fn header(req: &tide::Request<State>, name: &str) -> Option<String> {
 }
 
 fn wants_table(req: &tide::Request<State>) -> bool {
-    header(req, "Accept").is_some_and(|a| a.split(',').next().is_some_and(|first| first.contains("as=Table")))
+    header(req, "Accept").is_some_and(|a| {
+        a.split(',')
+            .next()
+            .is_some_and(|first| first.contains("as=Table"))
+    })
 }
 
-async fn handle(mut req: tide::Request<State>, route: Result<Route, route::NoRoute>) -> Result<tide::Response, ApiError> {
+async fn handle(
+    mut req: tide::Request<State>,
+    route: Result<Route, route::NoRoute>,
+) -> Result<tide::Response, ApiError> {
     let state = req.state().clone();
     let certs = req.ext::<PeerCerts>().cloned().unwrap_or(PeerCerts(None));
     let user = state
         .auth
-        .authenticate(header(&req, "Authorization").as_deref(), certs.0.as_deref().map(|v| v.as_slice()))
+        .authenticate(
+            header(&req, "Authorization").as_deref(),
+            certs.0.as_deref().map(|v| v.as_slice()),
+        )
         .map_err(|_| ApiError::unauthorized())?;
     let route = route.map_err(|_| ApiError::path_not_found())?;
     let get_only = |req: &tide::Request<State>| {
         if req.method() == tide::http::Method::Get || req.method() == tide::http::Method::Head {
             Ok(())
         } else {
-            Err(ApiError::method_not_allowed(format!("the server does not allow {} here", req.method())))
+            Err(ApiError::method_not_allowed(format!(
+                "the server does not allow {} here",
+                req.method()
+            )))
         }
     };
     match route {
@@ -167,11 +195,17 @@ async fn handle(mut req: tide::Request<State>, route: Result<Route, route::NoRou
             r.set_content_type(mime::PLAIN);
             Ok(r)
         }
-        Route::Version => get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::version())),
+        Route::Version => {
+            get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::version()))
+        }
         Route::Metrics => {
             get_only(&req)?;
             let mut r = tide::Response::new(StatusCode::Ok);
-            r.set_body(state.metrics.render(&state.store.commit_stats(), state.store.watcher_count()));
+            r.set_body(
+                state
+                    .metrics
+                    .render(&state.store.commit_stats(), state.store.watcher_count()),
+            );
             r.set_content_type("text/plain; version=0.0.4");
             Ok(r)
         }
@@ -184,17 +218,28 @@ async fn handle(mut req: tide::Request<State>, route: Result<Route, route::NoRou
             Ok(r)
         }
         Route::OpenApiV3 => Err(ApiError::path_not_found()),
-        Route::CoreVersions => get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::core_versions())),
-        Route::GroupList => get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::group_list())),
-        Route::Group(g) => get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::group(&g))),
+        Route::CoreVersions => {
+            get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::core_versions()))
+        }
+        Route::GroupList => {
+            get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::group_list()))
+        }
+        Route::Group(g) => {
+            get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::group(&g)))
+        }
         Route::ResourceList { group, version } => {
             get_only(&req)?;
-            Ok(json_response(StatusCode::Ok, &discovery::resource_list(&group, &version)))
+            Ok(json_response(
+                StatusCode::Ok,
+                &discovery::resource_list(&group, &version),
+            ))
         }
         Route::Resource(path) => {
             authorize(&user, &path)?;
             let body = read_body(&mut req).await?;
-            with_kind!(path.kind, K, { resource::<K>(&state, &req, path, body).await })
+            with_kind!(path.kind, K, {
+                resource::<K>(&state, &req, path, body).await
+            })
         }
     }
 }
@@ -206,7 +251,13 @@ fn authorize(user: &User, path: &ResourcePath) -> Result<(), ApiError> {
         User::Admin => Ok(()),
         User::Node(node) => match path.kind {
             Kind::Node if path.name.as_deref().is_none_or(|n| n == node) => Ok(()),
-            Kind::Pod | Kind::ConfigMap | Kind::Secret | Kind::Service | Kind::Endpoints | Kind::Event | Kind::Namespace => Ok(()),
+            Kind::Pod
+            | Kind::ConfigMap
+            | Kind::Secret
+            | Kind::Service
+            | Kind::Endpoints
+            | Kind::Event
+            | Kind::Namespace => Ok(()),
             _ => Err(ApiError::forbidden(format!(
                 "{} is forbidden: User \"system:node:{node}\" cannot access this resource",
                 path.kind.info().plural
@@ -239,10 +290,17 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
         return Err(ApiError::bad_request("the request body is empty"));
     }
     let ct = header(req, "Content-Type").unwrap_or_else(|| "application/json".into());
-    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     match essence.as_str() {
         // The Python client sends no Content-Type (which reads as an octet stream): JSON.
-        "application/json" | "" | "*/*" | "application/octet-stream" => api::codec::parse_json(body).map_err(|e| ApiError::bad_request(e.to_string())),
+        "application/json" | "" | "*/*" | "application/octet-stream" => {
+            api::codec::parse_json(body).map_err(|e| ApiError::bad_request(e.to_string()))
+        }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             api::codec::parse_yaml(body).map_err(|e| ApiError::bad_request(e.to_string()))
         }
@@ -252,7 +310,12 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
 
 fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
     let ct = header(req, "Content-Type").unwrap_or_default();
-    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     match essence.as_str() {
         "application/merge-patch+json" => Ok(PatchType::Merge),
         "application/json-patch+json" => Ok(PatchType::Json),
@@ -261,7 +324,10 @@ fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
     }
 }
 
-fn selectors(req: &tide::Request<State>, kind: Kind) -> Result<(LabelSelector, FieldSelector), ApiError> {
+fn selectors(
+    req: &tide::Request<State>,
+    kind: Kind,
+) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(&query(req, "labelSelector").unwrap_or_default())
         .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
     let fields = FieldSelector::parse_for(kind, &query(req, "fieldSelector").unwrap_or_default())
@@ -269,8 +335,15 @@ fn selectors(req: &tide::Request<State>, kind: Kind) -> Result<(LabelSelector, F
     Ok((labels, fields))
 }
 
-fn object_matches(obj: &AnyObject, ns: Option<&str>, labels: &LabelSelector, fields: &FieldSelector) -> bool {
-    ns.is_none_or(|n| obj.meta().namespace() == n) && labels.matches(&obj.meta().labels) && fields.matches(obj)
+fn object_matches(
+    obj: &AnyObject,
+    ns: Option<&str>,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> bool {
+    ns.is_none_or(|n| obj.meta().namespace() == n)
+        && labels.matches(&obj.meta().labels)
+        && fields.matches(obj)
 }
 
 fn list_kind_name(kind: Kind) -> String {
@@ -278,7 +351,12 @@ fn list_kind_name(kind: Kind) -> String {
 }
 
 /// A Table (meta.k8s.io/v1) for kubectl's server-side printing.
-pub(crate) fn table(kind: Kind, objects: &[&AnyObject], resource_version: &str, with_columns: bool) -> Value {
+pub(crate) fn table(
+    kind: Kind,
+    objects: &[&AnyObject],
+    resource_version: &str,
+    with_columns: bool,
+) -> Value {
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
@@ -299,7 +377,8 @@ pub(crate) fn table(kind: Kind, objects: &[&AnyObject], resource_version: &str, 
         "rows": rows,
     });
     if with_columns {
-        t["columnDefinitions"] = serde_json::to_value(api::table::columns(kind)).unwrap_or(json!([]));
+        t["columnDefinitions"] =
+            serde_json::to_value(api::table::columns(kind)).unwrap_or(json!([]));
     } else {
         t["columnDefinitions"] = json!([]);
     }
@@ -338,11 +417,16 @@ async fn resource<K: Resource>(
                 return watch::serve_watch(state, req, kind, ns, labels, fields).await;
             }
             let (items, rev) = state.store.list(kind, ns.as_deref()).await?;
-            let items: Vec<AnyObject> =
-                items.into_iter().filter(|o| object_matches(o, ns.as_deref(), &labels, &fields)).collect();
+            let items: Vec<AnyObject> = items
+                .into_iter()
+                .filter(|o| object_matches(o, ns.as_deref(), &labels, &fields))
+                .collect();
             if wants_table(req) {
                 let refs: Vec<&AnyObject> = items.iter().collect();
-                return Ok(json_response(StatusCode::Ok, &table(kind, &refs, &rev.to_string(), true)));
+                return Ok(json_response(
+                    StatusCode::Ok,
+                    &table(kind, &refs, &rev.to_string(), true),
+                ));
             }
             let info = kind.info();
             let list = json!({
@@ -358,7 +442,10 @@ async fn resource<K: Resource>(
             let any = obj.into_any();
             if wants_table(req) {
                 let rev = any.meta().resource_version.clone();
-                return Ok(json_response(StatusCode::Ok, &table(kind, &[&any], &rev, true)));
+                return Ok(json_response(
+                    StatusCode::Ok,
+                    &table(kind, &[&any], &rev, true),
+                ));
             }
             Ok(json_response(StatusCode::Ok, &any.to_json()))
         }
@@ -370,7 +457,10 @@ async fn resource<K: Resource>(
             let value = parse_object_body(req, &body)?;
             let obj: K = registry::decode(value)?;
             let created = state.registry.create(obj, ns.as_deref()).await?;
-            Ok(json_response(StatusCode::Created, &created.into_any().to_json()))
+            Ok(json_response(
+                StatusCode::Created,
+                &created.into_any().to_json(),
+            ))
         }
         (Method::Post, Some(name), Some("binding")) => {
             let value = parse_object_body(req, &body)?;
@@ -378,9 +468,15 @@ async fn resource<K: Resource>(
                 .pointer("/target/name")
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
-                .ok_or_else(|| ApiError::invalid(Kind::Pod, name, vec![api::validation::FieldError::required("target.name")]))?
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        Kind::Pod,
+                        name,
+                        vec![api::validation::FieldError::required("target.name")],
+                    )
+                })?
                 .to_string();
-            bind_pod(state, &ns_str, name, target).await?;
+            state.registry.bind(&ns_str, name, target).await?;
             let mut ok = serde_json::to_value(api::meta::Status::success()).unwrap_or_default();
             api::codec::strip_nulls(&mut ok);
             Ok(json_response(StatusCode::Created, &ok))
@@ -388,7 +484,10 @@ async fn resource<K: Resource>(
         (Method::Put, Some(name), None | Some("status") | Some("finalize")) => {
             let value = parse_object_body(req, &body)?;
             let obj: K = registry::decode(value)?;
-            let updated = state.registry.update(obj, ns.as_deref(), name, part_for(sub, part)).await?;
+            let updated = state
+                .registry
+                .update(obj, ns.as_deref(), name, part_for(sub, part))
+                .await?;
             Ok(json_response(StatusCode::Ok, &updated.into_any().to_json()))
         }
         (Method::Put, Some(name), Some("scale")) => {
@@ -397,19 +496,24 @@ async fn resource<K: Resource>(
                 .pointer("/spec/replicas")
                 .and_then(Value::as_i64)
                 .ok_or_else(|| ApiError::bad_request("a Scale needs spec.replicas"))?;
-            let rv = value.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
+            let rv = value
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string);
             let obj = set_replicas::<K>(state, &ns_str, name, replicas, rv).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Patch, Some(name), Some("scale")) => {
             let current: K = state.registry.get(&ns_str, name).await?;
             let mut scale = scale_of(&current.into_any());
-            let patch: Value = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("invalid patch: {e}")))?;
+            let patch: Value = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid patch: {e}")))?;
             match patch_type(req)? {
                 PatchType::Json => {
-                    let p: json_patch::Patch =
-                        serde_json::from_value(patch).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                    json_patch::patch(&mut scale, &p).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                    let p: json_patch::Patch = serde_json::from_value(patch)
+                        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                    json_patch::patch(&mut scale, &p)
+                        .map_err(|e| ApiError::bad_request(e.to_string()))?;
                 }
                 _ => json_patch::merge(&mut scale, &patch),
             }
@@ -435,8 +539,15 @@ async fn resource<K: Resource>(
             let (labels, fields) = selectors(req, kind)?;
             let (items, _) = state.store.list(kind, ns.as_deref()).await?;
             let mut deleted = Vec::new();
-            for o in items.iter().filter(|o| object_matches(o, ns.as_deref(), &labels, &fields)) {
-                match state.registry.delete::<K>(o.meta().namespace(), &o.meta().name, opts.clone()).await {
+            for o in items
+                .iter()
+                .filter(|o| object_matches(o, ns.as_deref(), &labels, &fields))
+            {
+                match state
+                    .registry
+                    .delete::<K>(o.meta().namespace(), &o.meta().name, opts.clone())
+                    .await
+                {
                     Ok((obj, _)) => deleted.push(obj.into_any().to_json()),
                     Err(e) if e.code() == 404 => {}
                     Err(e) => return Err(e),
@@ -467,11 +578,14 @@ fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptio
     let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
     if let Some(g) = query(req, "gracePeriodSeconds") {
-        opts.grace_period_seconds =
-            Some(g.parse().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?);
+        opts.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
     }
     if let Some(p) = query(req, "propagationPolicy") {
         opts.propagation_policy = Some(p);
@@ -486,7 +600,12 @@ fn scale_of(obj: &AnyObject) -> Value {
     let selector = json
         .pointer("/spec/selector/matchLabels")
         .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
         .unwrap_or_default();
     json!({
         "kind": "Scale",
@@ -509,31 +628,10 @@ async fn set_replicas<K: Resource>(
 ) -> Result<K, ApiError> {
     let patch = json!({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": rv}});
     let body = serde_json::to_vec(&patch).unwrap_or_default();
-    state.registry.patch::<K>(ns, name, PatchType::Merge, body, Part::Main).await
-}
-
-async fn bind_pod(state: &State, ns: &str, name: &str, node: String) -> Result<(), ApiError> {
-    let pod_name = name.to_string();
     state
         .registry
-        .mutate::<api::core::Pod>(ns, name, Part::Main, move |pod| {
-            if pod.meta().deletion_timestamp.is_some() {
-                return Err(ApiError::conflict(Kind::Pod, &pod_name, "the pod is being deleted"));
-            }
-            match pod.spec.node_name.as_deref() {
-                Some(current) if !current.is_empty() => Err(ApiError::conflict(
-                    Kind::Pod,
-                    &pod_name,
-                    &format!("pod {pod_name} is already assigned to node \"{current}\""),
-                )),
-                _ => {
-                    pod.spec.node_name = Some(node);
-                    Ok(())
-                }
-            }
-        })
+        .patch::<K>(ns, name, PatchType::Merge, body, Part::Main)
         .await
-        .map(|_| ())
 }
 
 impl ApiError {
@@ -544,13 +642,17 @@ impl ApiError {
 }
 
 /// Joins a listener future with a shutdown signal: whichever finishes first.
-pub async fn serve_until<F>(serve: F, shutdown: impl std::future::Future<Output = ()>) -> std::io::Result<()>
+pub async fn serve_until<F>(
+    serve: F,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()>
 where
     F: std::future::Future<Output = std::io::Result<()>>,
 {
-    serve.or(async {
-        shutdown.await;
-        Ok(())
-    })
-    .await
+    serve
+        .or(async {
+            shutdown.await;
+            Ok(())
+        })
+        .await
 }

@@ -18,7 +18,10 @@ pub enum Route {
     /// `/apis/<group>`
     Group(String),
     /// `/api/v1`, `/apis/apps/v1`
-    ResourceList { group: String, version: String },
+    ResourceList {
+        group: String,
+        version: String,
+    },
     Resource(ResourcePath),
 }
 
@@ -50,8 +53,14 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
         ["apis", group] if *group == "apps" => Ok(Route::Group(group.to_string())),
-        ["api", "v1"] => Ok(Route::ResourceList { group: String::new(), version: "v1".into() }),
-        ["apis", "apps", "v1"] => Ok(Route::ResourceList { group: "apps".into(), version: "v1".into() }),
+        ["api", "v1"] => Ok(Route::ResourceList {
+            group: String::new(),
+            version: "v1".into(),
+        }),
+        ["apis", "apps", "v1"] => Ok(Route::ResourceList {
+            group: "apps".into(),
+            version: "v1".into(),
+        }),
         ["api", "v1", rest @ ..] => resource("", rest),
         ["apis", "apps", "v1", rest @ ..] => resource("apps", rest),
         _ => Err(NoRoute),
@@ -69,7 +78,12 @@ fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {
                 return Err(NoRoute);
             }
             let (name, subresource) = name_and_sub(tail)?;
-            ResourcePath { kind, namespace: Some(ns.to_string()), name, subresource }
+            ResourcePath {
+                kind,
+                namespace: Some(ns.to_string()),
+                name,
+                subresource,
+            }
         }
         [plural, tail @ ..] => {
             let kind = kind_of(plural)?;
@@ -78,7 +92,12 @@ fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {
                 // A namespaced object must be addressed within its namespace.
                 return Err(NoRoute);
             }
-            ResourcePath { kind, namespace: None, name, subresource }
+            ResourcePath {
+                kind,
+                namespace: None,
+                name,
+                subresource,
+            }
         }
         [] => return Err(NoRoute),
     };
@@ -112,16 +131,31 @@ mod tests {
 
     #[test]
     fn parses_namespaced_and_cluster_paths() {
-        assert_eq!(parse("/api/v1/namespaces/a/pods"), Ok(res(Kind::Pod, Some("a"), None, None)));
-        assert_eq!(parse("/api/v1/namespaces/a/pods/p"), Ok(res(Kind::Pod, Some("a"), Some("p"), None)));
+        assert_eq!(
+            parse("/api/v1/namespaces/a/pods"),
+            Ok(res(Kind::Pod, Some("a"), None, None))
+        );
+        assert_eq!(
+            parse("/api/v1/namespaces/a/pods/p"),
+            Ok(res(Kind::Pod, Some("a"), Some("p"), None))
+        );
         assert_eq!(
             parse("/api/v1/namespaces/a/pods/p/status"),
             Ok(res(Kind::Pod, Some("a"), Some("p"), Some("status")))
         );
         assert_eq!(parse("/api/v1/pods"), Ok(res(Kind::Pod, None, None, None)));
-        assert_eq!(parse("/api/v1/nodes/n1"), Ok(res(Kind::Node, None, Some("n1"), None)));
-        assert_eq!(parse("/api/v1/namespaces"), Ok(res(Kind::Namespace, None, None, None)));
-        assert_eq!(parse("/api/v1/namespaces/a"), Ok(res(Kind::Namespace, None, Some("a"), None)));
+        assert_eq!(
+            parse("/api/v1/nodes/n1"),
+            Ok(res(Kind::Node, None, Some("n1"), None))
+        );
+        assert_eq!(
+            parse("/api/v1/namespaces"),
+            Ok(res(Kind::Namespace, None, None, None))
+        );
+        assert_eq!(
+            parse("/api/v1/namespaces/a"),
+            Ok(res(Kind::Namespace, None, Some("a"), None))
+        );
         assert_eq!(
             parse("/api/v1/namespaces/a/status"),
             Ok(res(Kind::Namespace, None, Some("a"), Some("status")))
@@ -130,7 +164,10 @@ mod tests {
             parse("/apis/apps/v1/namespaces/d/deployments/web/scale"),
             Ok(res(Kind::Deployment, Some("d"), Some("web"), Some("scale")))
         );
-        assert_eq!(parse("/apis/apps/v1/deployments"), Ok(res(Kind::Deployment, None, None, None)));
+        assert_eq!(
+            parse("/apis/apps/v1/deployments"),
+            Ok(res(Kind::Deployment, None, None, None))
+        );
     }
 
     #[test]

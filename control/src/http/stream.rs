@@ -15,7 +15,11 @@ pub struct ChannelReader {
 
 impl ChannelReader {
     pub fn new(rx: async_channel::Receiver<Vec<u8>>) -> ChannelReader {
-        ChannelReader { rx: Box::pin(rx), chunk: Vec::new(), pos: 0 }
+        ChannelReader {
+            rx: Box::pin(rx),
+            chunk: Vec::new(),
+            pos: 0,
+        }
     }
 }
 
@@ -42,7 +46,11 @@ impl AsyncBufRead for ChannelReader {
 }
 
 impl AsyncRead for ChannelReader {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
         let available = match self.as_mut().poll_fill_buf(cx) {
             Poll::Ready(Ok(b)) => b,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),

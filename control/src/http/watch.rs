@@ -27,7 +27,12 @@ struct Encoder {
 impl Encoder {
     fn event(&mut self, event_type: &str, obj: &AnyObject) -> Vec<u8> {
         let object = if self.as_table {
-            let t = table(self.kind, &[obj], &obj.meta().resource_version, !self.columns_sent);
+            let t = table(
+                self.kind,
+                &[obj],
+                &obj.meta().resource_version,
+                !self.columns_sent,
+            );
             self.columns_sent = true;
             t
         } else {
@@ -75,27 +80,38 @@ pub(super) async fn serve_watch(
     fields: FieldSelector,
 ) -> Result<tide::Response, ApiError> {
     let timeout = match query(req, "timeoutSeconds") {
-        Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?),
+        Some(t) => Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
         None => DEFAULT_TIMEOUT,
     };
     let bookmarks = query(req, "allowWatchBookmarks").is_some_and(|b| b == "true");
-    let mut enc = Encoder { kind, as_table: wants_table(req), columns_sent: false };
+    let mut enc = Encoder {
+        kind,
+        as_table: wants_table(req),
+        columns_sent: false,
+    };
     let rv = query(req, "resourceVersion").filter(|r| !r.is_empty() && r != "0");
     let (tx, rx) = async_channel::bounded::<Vec<u8>>(64);
 
     let (initial, watch) = match rv {
         None => {
             let (items, rev) = state.store.list(kind, ns.as_deref()).await?;
-            let items: Vec<AnyObject> =
-                items.into_iter().filter(|o| object_matches(o, ns.as_deref(), &labels, &fields)).collect();
+            let items: Vec<AnyObject> = items
+                .into_iter()
+                .filter(|o| object_matches(o, ns.as_deref(), &labels, &fields))
+                .collect();
             (items, state.store.watch(&[kind], Some(rev)).await?)
         }
         Some(r) => {
-            let after: u64 = r.parse().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {r:?}")))?;
+            let after: u64 = r
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {r:?}")))?;
             match state.store.watch(&[kind], Some(after)).await {
                 Ok(w) => (Vec::new(), w),
                 Err(StoreError::Expired { requested, oldest }) => {
-                    let status = ApiError::expired(requested, oldest).0;
+                    let status = *ApiError::expired(requested, oldest).0;
                     let _ = tx.try_send(line(&json!({"type": "ERROR", "object": status})));
                     drop(tx);
                     return Ok(stream_response(rx));

@@ -18,7 +18,10 @@ pub struct TestServer {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 pub fn skiff_bin() -> PathBuf {
@@ -32,10 +35,17 @@ impl TestServer {
 
     pub fn start_with(extra: &[&str]) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("address");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
+            .parse()
+            .expect("address");
         let extra_args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let child = spawn_server(dir.path(), addr, &extra_args);
-        let s = TestServer { child, dir, addr, extra_args };
+        let s = TestServer {
+            child,
+            dir,
+            addr,
+            extra_args,
+        };
         s.wait_ready();
         s
     }
@@ -58,7 +68,9 @@ impl TestServer {
         while Instant::now() < deadline {
             if self.kubeconfig().exists() && TcpStream::connect(self.addr).is_ok() {
                 let c = self.client();
-                if smol::block_on(c.request("GET", "/readyz", None, "*/*")).is_ok_and(|r| r.status == 200) {
+                if smol::block_on(c.request("GET", "/readyz", None, "*/*"))
+                    .is_ok_and(|r| r.status == 200)
+                {
                     return;
                 }
             }
@@ -85,14 +97,23 @@ impl TestServer {
     /// One raw request: returns the status code and the body as JSON (Null when not JSON).
     pub fn http(&self, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> (u16, Value) {
         let c = self.client();
-        let r = smol::block_on(c.request(method, path, body.as_ref().map(|(ct, b)| (*ct, b.clone())), "application/json"))
-            .expect("request");
+        let r = smol::block_on(c.request(
+            method,
+            path,
+            body.as_ref().map(|(ct, b)| (*ct, b.clone())),
+            "application/json",
+        ))
+        .expect("request");
         let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
         (r.status, v)
     }
 
     pub fn json(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
-        self.http(method, path, Some(("application/json", serde_json::to_vec(body).expect("json"))))
+        self.http(
+            method,
+            path,
+            Some(("application/json", serde_json::to_vec(body).expect("json"))),
+        )
     }
 }
 
