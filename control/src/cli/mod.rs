@@ -2,8 +2,6 @@
 
 pub mod apply;
 pub mod delete;
-#[cfg(test)]
-mod fake_api;
 pub mod get;
 pub mod manifest;
 pub mod table;
