@@ -105,6 +105,11 @@ fn get_prints_tables_yaml_json_and_names() {
         wide.contains("SELECTOR") && wide.contains("app=hello"),
         "{wide}"
     );
+    let all = ok(&s, &["get", "all"]);
+    assert!(
+        all.contains("service/hello") && all.contains("deployment.apps/hello"),
+        "{all}"
+    );
     let all_ns = ok(&s, &["get", "ns"]);
     assert!(all_ns.contains("kube-system"), "{all_ns}");
     let across = ok(&s, &["get", "cm", "-A"]);

@@ -19,7 +19,7 @@ pub enum Output {
     Name,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct GetArgs {
     /// The kind (`pods`, `po`, `deployments.apps`, ...), or KIND/NAME.
     pub kind: String,
@@ -84,7 +84,19 @@ pub fn plan(args: &GetArgs, default_namespace: &str) -> anyhow::Result<Query> {
     })
 }
 
+/// The kinds `get all` shows, in kubectl's order.
+const ALL: &[Kind] = &[
+    Kind::Pod,
+    Kind::Service,
+    Kind::DaemonSet,
+    Kind::Deployment,
+    Kind::ReplicaSet,
+];
+
 pub async fn run(session: &Session, args: &GetArgs) -> anyhow::Result<()> {
+    if args.kind == "all" && args.names.is_empty() && args.output.is_none() && !args.watch {
+        return get_all(session, args).await;
+    }
     let q = plan(args, &session.namespace)?;
     match args.output {
         None | Some(Output::Wide) => {
@@ -92,6 +104,59 @@ pub async fn run(session: &Session, args: &GetArgs) -> anyhow::Result<()> {
         }
         Some(out) => objects(session, &q, out, args.watch).await,
     }
+}
+
+/// `get all`: one table per kind of the `all` category that has objects, rows named
+/// `kind/name` as kubectl prints them.
+async fn get_all(session: &Session, args: &GetArgs) -> anyhow::Result<()> {
+    let mut printed = false;
+    for kind in ALL {
+        let q = plan(
+            &GetArgs {
+                kind: kind.info().plural.to_string(),
+                ..args.clone()
+            },
+            &session.namespace,
+        )?;
+        let path = format!(
+            "{}{}",
+            resource_path(q.kind, q.namespace.as_deref(), None),
+            q.options.to_query(false)
+        );
+        let v = session
+            .client
+            .request("GET", &path, None, ACCEPT_TABLE)
+            .await?
+            .error_for_status()?
+            .json()?;
+        let Some(mut table) = Table::from_json(&v) else {
+            continue;
+        };
+        if table.rows.is_empty() {
+            continue;
+        }
+        let label = kind_label(*kind);
+        for row in &mut table.rows {
+            if let Some(first) = row.cells.first_mut() {
+                *first = format!("{label}/{first}");
+            }
+        }
+        if printed {
+            println!();
+        }
+        print!("{}", table.render(false, q.with_namespace_column, true));
+        printed = true;
+    }
+    if !printed {
+        no_resources(&plan(
+            &GetArgs {
+                kind: "pods".into(),
+                ..args.clone()
+            },
+            &session.namespace,
+        )?);
+    }
+    Ok(())
 }
 
 fn no_resources(q: &Query) {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Control-plane figures: watch fan-out latency with 1,000 watchers, resident memory with
+# 10,000 stored Pods and 100 watchers, and idle CPU and disk writes.
+# IDLE_SECONDS (default 600) sets the idle window.
+source "$(dirname "$0")/lib.sh"
+IDLE_SECONDS=${IDLE_SECONDS:-600}
+build_release
+(cd "$ROOT" && cargo build --release -q -p skiff-bench)
+BENCH="$ROOT/target/release/skiff-bench"
+export SMOL_THREADS=2
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null; rm -rf "$work"' EXIT
+ulimit -n 65536
+machine
+
+port=$(free_port)
+start_skiff "$work/fanout" "$port"
+export KUBECONFIG="$work/fanout/admin.kubeconfig"
+echo "--- watch fan-out"
+"$BENCH" watch-fanout --watchers 1000 --writes 50
+kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true
+
+port=$(free_port)
+start_skiff "$work/memory" "$port"
+export KUBECONFIG="$work/memory/admin.kubeconfig"
+echo "--- memory with 10,000 pods and 100 watchers"
+"$BENCH" fill --pods 10000 --concurrency 32
+"$BENCH" watchers --watchers 100 &
+watchers_pid=$!
+sleep 5
+"$BENCH" proc --pid "$SKIFF_PID" --seconds 5
+kill "$watchers_pid"; wait "$watchers_pid" 2>/dev/null || true
+sleep 2
+echo "--- idle for $IDLE_SECONDS s (10,000 pods stored, no clients)"
+"$BENCH" proc --pid "$SKIFF_PID" --seconds "$IDLE_SECONDS"
