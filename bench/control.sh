@@ -10,7 +10,7 @@ BENCH="$ROOT/target/release/skiff-bench"
 export SMOL_THREADS=2
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null; rm -rf "$work"' EXIT
-ulimit -n 65536
+ulimit -n "$(ulimit -Hn)"
 machine
 
 port=$(free_port)

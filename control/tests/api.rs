@@ -374,6 +374,38 @@ fn list_filters_by_label_and_field_selectors() {
     let (code, _) = s.http("GET", &format!("{CMS}?fieldSelector=spec.bogus%3D1"), None);
     assert_eq!(code, 400);
 
+    // Paging with limit and continue, with a selector applied before the limit.
+    let mut seen = Vec::new();
+    let mut path = format!("{CMS}?limit=1&labelSelector=app%3Dweb");
+    let mut first_rv = None;
+    loop {
+        let (code, page) = s.http("GET", &path, None);
+        assert_eq!(code, 200, "{page}");
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 1);
+        seen.extend(
+            items
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
+        );
+        let rv = page["metadata"]["resourceVersion"].clone();
+        assert_eq!(
+            *first_rv.get_or_insert(rv.clone()),
+            rv,
+            "every page reports the first page's revision"
+        );
+        match page["metadata"]["continue"].as_str() {
+            Some(c) => path = format!("{CMS}?limit=1&labelSelector=app%3Dweb&continue={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a", "b"]);
+    assert_eq!(
+        s.http("GET", &format!("{CMS}?limit=1&continue=garbage"), None)
+            .0,
+        400
+    );
+
     s.json("POST", PODS, &pod("p1"));
     s.json("POST", PODS, &pod("p2"));
     s.json(

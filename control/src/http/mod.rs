@@ -346,43 +346,89 @@ fn object_matches(
         && fields.matches(obj)
 }
 
+/// `head` (a JSON object) with one more member, `field`, whose value is the JSON array with
+/// the already encoded, comma-separated `elements`: lists are written element by element, so
+/// no JSON tree of the whole list is ever built.
+fn spliced_response(head: &Value, field: &str, elements: &[u8]) -> tide::Response {
+    let mut out = serde_json::to_vec(head).unwrap_or_default();
+    out.pop(); // the closing brace
+    out.extend_from_slice(format!(",\"{field}\":[").as_bytes());
+    out.extend_from_slice(elements);
+    out.extend_from_slice(b"]}");
+    let mut r = tide::Response::new(StatusCode::Ok);
+    r.set_body(out);
+    r.set_content_type(mime::JSON);
+    r
+}
+
+/// Gives memory back to the system after a large answer: glibc keeps freed memory in its
+/// arenas, which would otherwise pin the peak of the largest list for the life of the server.
+fn release_memory_after(bytes: usize) {
+    #[cfg(target_env = "gnu")]
+    if bytes > (4 << 20) {
+        // SAFETY: malloc_trim only returns free heap pages to the kernel; it is thread-safe.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = bytes;
+}
+
+/// A continue token: the list's revision and the key to go on after.
+fn encode_continue(revision: u64, key: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{revision}\n{key}"))
+}
+
+fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
+    use base64::Engine;
+    let bad =
+        || ApiError::bad_request("continue key is not valid: use the token of the previous page");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let text = String::from_utf8(raw).map_err(|_| bad())?;
+    let (rev, key) = text.split_once('\n').ok_or_else(bad)?;
+    Ok((rev.parse().map_err(|_| bad())?, key.to_string()))
+}
+
 fn list_kind_name(kind: Kind) -> String {
     format!("{}List", kind.info().kind)
 }
 
 /// A Table (meta.k8s.io/v1) for kubectl's server-side printing.
+/// One row of a Table: the cells and the object's metadata.
+pub(crate) fn table_row(o: &AnyObject) -> Value {
+    let mut meta = o.to_json().get("metadata").cloned().unwrap_or(json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("managedFields");
+    }
+    json!({
+        "cells": api::table::cells(o),
+        "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta},
+    })
+}
+
 pub(crate) fn table(
     kind: Kind,
     objects: &[&AnyObject],
     resource_version: &str,
     with_columns: bool,
 ) -> Value {
-    let rows: Vec<Value> = objects
-        .iter()
-        .map(|o| {
-            let mut meta = o.to_json().get("metadata").cloned().unwrap_or(json!({}));
-            if let Some(m) = meta.as_object_mut() {
-                m.remove("managedFields");
-            }
-            json!({
-                "cells": api::table::cells(o),
-                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta},
-            })
-        })
-        .collect();
-    let mut t = json!({
+    let rows: Vec<Value> = objects.iter().map(|o| table_row(o)).collect();
+    let columns = if with_columns {
+        serde_json::to_value(api::table::columns(kind)).unwrap_or(json!([]))
+    } else {
+        json!([])
+    };
+    json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": columns,
         "rows": rows,
-    });
-    if with_columns {
-        t["columnDefinitions"] =
-            serde_json::to_value(api::table::columns(kind)).unwrap_or(json!([]));
-    } else {
-        t["columnDefinitions"] = json!([]);
-    }
-    t
+    })
 }
 
 async fn resource<K: Resource>(
@@ -416,26 +462,58 @@ async fn resource<K: Resource>(
             if query(req, "watch").is_some_and(|w| w == "true" || w == "1") {
                 return watch::serve_watch(state, req, kind, ns, labels, fields).await;
             }
-            let (items, rev) = state.store.list(kind, ns.as_deref()).await?;
-            let items: Vec<AnyObject> = items
-                .into_iter()
-                .filter(|o| object_matches(o, ns.as_deref(), &labels, &fields))
-                .collect();
-            if wants_table(req) {
-                let refs: Vec<&AnyObject> = items.iter().collect();
-                return Ok(json_response(
-                    StatusCode::Ok,
-                    &table(kind, &refs, &rev.to_string(), true),
-                ));
+            let limit: usize = match query(req, "limit") {
+                Some(l) => l
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+                None => 0,
+            };
+            let (token_rev, after) = match query(req, "continue").filter(|c| !c.is_empty()) {
+                Some(c) => {
+                    let (rev, key) = decode_continue(&c)?;
+                    (Some(rev), Some(key))
+                }
+                None => (None, None),
+            };
+            let filter_ns = ns.clone();
+            let as_table = wants_table(req);
+            let (items, page) = state
+                .store
+                .list_page(
+                    kind,
+                    ns.as_deref(),
+                    after,
+                    limit,
+                    Vec::new(),
+                    move |out: &mut Vec<u8>, o| {
+                        if !object_matches(&o, filter_ns.as_deref(), &labels, &fields) {
+                            return false;
+                        }
+                        if !out.is_empty() {
+                            out.push(b',');
+                        }
+                        let v = if as_table { table_row(&o) } else { o.to_json() };
+                        let _ = serde_json::to_writer(&mut *out, &v);
+                        true
+                    },
+                )
+                .await?;
+            let list_rev = token_rev.unwrap_or(page.revision);
+            let mut meta = json!({"resourceVersion": list_rev.to_string()});
+            if let Some(key) = &page.next {
+                meta["continue"] = json!(encode_continue(list_rev, key));
             }
-            let info = kind.info();
-            let list = json!({
-                "kind": list_kind_name(kind),
-                "apiVersion": info.api_version(),
-                "metadata": {"resourceVersion": rev.to_string()},
-                "items": items.iter().map(AnyObject::to_json).collect::<Vec<_>>(),
-            });
-            Ok(json_response(StatusCode::Ok, &list))
+            let response = if as_table {
+                let columns = serde_json::to_value(api::table::columns(kind)).unwrap_or(json!([]));
+                let head = json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": columns});
+                spliced_response(&head, "rows", &items)
+            } else {
+                let info = kind.info();
+                let head = json!({"kind": list_kind_name(kind), "apiVersion": info.api_version(), "metadata": meta});
+                spliced_response(&head, "items", &items)
+            };
+            release_memory_after(items.len());
+            Ok(response)
         }
         (Method::Get, Some(name), None | Some("status")) => {
             let obj: K = state.registry.get(&ns_str, name).await?;

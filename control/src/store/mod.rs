@@ -82,6 +82,15 @@ use codec::{
 use hub::{kind_bit, kind_mask, lock, Hub};
 use writer::{Job, JobOutcome, Msg, Writer};
 
+/// Where a [`Store::list_page`] ended.
+#[derive(Debug)]
+pub struct Page {
+    /// The revision of the snapshot the page was read from.
+    pub revision: u64,
+    /// The key to continue after, when more objects follow.
+    pub next: Option<String>,
+}
+
 /// The file name of the store inside the data directory.
 pub const STATE_FILE: &str = "state.redb";
 
@@ -400,6 +409,67 @@ impl Store {
                 objects.push(decode_object(kind, k.value(), v.value())?);
             }
             Ok((objects, revision))
+        })
+        .await
+    }
+
+    /// Visits a page of `kind` objects (in `namespace` if given) in key order, starting after
+    /// the key `after` (see [`Page::next`]). `visit` gets each object with the caller's `sink`
+    /// and says whether the object counts (passed the caller's filter); the page ends after
+    /// `limit` counted objects (0: no limit). Objects are decoded one at a time and handed over,
+    /// so a large list never sits in memory as objects: the sink keeps what it needs (encoded
+    /// bytes, say). Returns the sink and the page's revision and continuation.
+    pub async fn list_page<T, F>(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        after: Option<String>,
+        limit: usize,
+        mut sink: T,
+        mut visit: F,
+    ) -> Result<(T, Page), StoreError>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut T, AnyObject) -> bool + Send + 'static,
+    {
+        let db = self.inner.db.clone();
+        let (start, end) = match namespace {
+            Some(ns) => {
+                let (s, e) = namespace_range(ns);
+                (Some(s), Some(e))
+            }
+            None => (None, None),
+        };
+        smol::unblock(move || {
+            let rtx = db.begin_read()?;
+            let revision = read_meta(&rtx.open_table(META_TABLE)?, META_REVISION)?;
+            let table = rtx.open_table(kind_table(kind))?;
+            let lower = match (&after, &start) {
+                (Some(a), _) => std::ops::Bound::Excluded(a.as_str()),
+                (None, Some(s)) => std::ops::Bound::Included(s.as_str()),
+                (None, None) => std::ops::Bound::Unbounded,
+            };
+            let upper = match &end {
+                Some(e) => std::ops::Bound::Excluded(e.as_str()),
+                None => std::ops::Bound::Unbounded,
+            };
+            let mut counted = 0;
+            let mut last_key = None;
+            let mut next = None;
+            for entry in table.range::<&str>((lower, upper))? {
+                let (k, v) = entry?;
+                if limit > 0 && counted == limit {
+                    // More objects follow the page; the next page starts after its last one.
+                    next = last_key;
+                    break;
+                }
+                let obj = decode_object(kind, k.value(), v.value())?;
+                if visit(&mut sink, obj) {
+                    counted += 1;
+                    last_key = Some(k.value().to_string());
+                }
+            }
+            Ok((sink, Page { revision, next }))
         })
         .await
     }
