@@ -167,13 +167,25 @@ pub(crate) fn unpack_layer(
             size += entry.header().size().unwrap_or(0);
             entry
                 .unpack_in(dest)
-                .map_err(|e| bad(format!("cannot unpack {}: {e}", rel.display())))?;
+                .map_err(|e| bad(format!("cannot unpack {}: {}", rel.display(), chain(&e))))?;
         }
     }
     let (diff_id, _) = hashing
         .finish()
         .map_err(|e| bad(format!("cannot read the blob: {e}")))?;
     Ok((diff_id, size))
+}
+
+/// An error with its sources (the tar crate hides the cause in them).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
 }
 
 /// Strips `./` and leading `/`; None if the path climbs out with `..`.
