@@ -273,3 +273,300 @@ pub fn is_mount_point(p: &Path) -> bool {
         .filter_map(|l| l.split(' ').nth(4))
         .any(|mp| Path::new(mp) == canon)
 }
+
+// ---------------------------------------------------------------------------------------
+// A real registry (apt `docker-registry`) on 127.0.0.1 over TLS, and a small push client.
+
+use agent::image::http::{tls_config, HttpClient, Url};
+use base64::Engine;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+
+/// A `docker-registry` process; killed on drop.
+pub struct Registry {
+    child: Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    pub ca_file: PathBuf,
+    pub ca_pem: Vec<u8>,
+    pub log: PathBuf,
+    /// `user:password` accepted by htpasswd auth, if enabled.
+    pub basic: Option<(String, String)>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Registry {
+    /// Starts the registry with TLS (self-signed for 127.0.0.1) and, if `basic` is given,
+    /// htpasswd authentication.
+    pub fn start(basic: Option<(&str, &str)>) -> Registry {
+        assert!(
+            Path::new(REGISTRY_BIN).is_file(),
+            "{REGISTRY_BIN} is missing: apt-get install -y docker-registry"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let ca_pem = cert.cert.pem().into_bytes();
+        let ca_file = dir.path().join("cert.pem");
+        std::fs::write(&ca_file, &ca_pem).unwrap();
+        std::fs::write(dir.path().join("key.pem"), cert.signing_key.serialize_pem()).unwrap();
+        let port = free_port();
+        let auth = match basic {
+            Some((user, password)) => {
+                let hash = bcrypt::hash(password, 4).unwrap();
+                std::fs::write(dir.path().join("htpasswd"), format!("{user}:{hash}\n")).unwrap();
+                format!(
+                    "auth:\n  htpasswd:\n    realm: skiff-test\n    path: {}\n",
+                    dir.path().join("htpasswd").display()
+                )
+            }
+            None => String::new(),
+        };
+        let config = format!(
+            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: skiff-test-secret\n  tls:\n    certificate: {cert}\n    key: {key}\n{auth}",
+            data = dir.path().join("data").display(),
+            cert = ca_file.display(),
+            key = dir.path().join("key.pem").display(),
+        );
+        let config_file = dir.path().join("config.yml");
+        std::fs::write(&config_file, config).unwrap();
+        let log = dir.path().join("registry.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(REGISTRY_BIN)
+            .arg("serve")
+            .arg(&config_file)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .env_remove("http_proxy")
+            .env_remove("https_proxy")
+            .env_remove("HTTP_PROXY")
+            .env_remove("HTTPS_PROXY")
+            .spawn()
+            .unwrap();
+        let registry = Registry {
+            child,
+            port,
+            dir,
+            ca_file,
+            ca_pem,
+            log,
+            basic: basic.map(|(u, p)| (u.to_string(), p.to_string())),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the registry did not start: {}",
+                std::fs::read_to_string(&registry.log).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        registry
+    }
+
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The registry's own log (stdout and stderr, including the access log).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// How many `GET` requests for a blob the access log shows.
+    pub fn blob_gets(&self, digest: &str) -> usize {
+        let needle = "\"GET /v2/";
+        self.log_text()
+            .lines()
+            .filter(|l| l.contains(needle) && l.contains(&format!("/blobs/{digest} ")))
+            .count()
+    }
+
+    /// Where the registry keeps a blob's bytes.
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    fn client(&self) -> HttpClient {
+        HttpClient::new(tls_config(Some(&self.ca_pem)).unwrap())
+    }
+
+    fn auth_header(&self) -> Option<String> {
+        self.basic.as_ref().map(|(u, p)| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )
+        })
+    }
+
+    async fn put_blob(&self, http: &HttpClient, repo: &str, blob: &[u8]) {
+        let digest = sha256_bytes(blob);
+        let auth = self.auth_header();
+        let mut headers: Vec<(&str, &str)> = Vec::new();
+        if let Some(a) = auth.as_deref() {
+            headers.push(("Authorization", a));
+        }
+        let base = Url::parse(&format!("https://{}/", self.host())).unwrap();
+        let start = base.join(&format!("/v2/{repo}/blobs/uploads/")).unwrap();
+        let mut resp = http.send("POST", &start, &headers, b"").await.unwrap();
+        assert_eq!(resp.status, 202, "start upload: {resp:?}");
+        let location = resp.header("location").unwrap().to_string();
+        let _ = resp.bytes(1 << 20).await;
+        let mut put = base.join(&location).unwrap();
+        let sep = if put.path.contains('?') { '&' } else { '?' };
+        put.path = format!("{}{sep}digest={}", put.path, digest.replace(':', "%3A"));
+        let mut h = headers.clone();
+        h.push(("Content-Type", "application/octet-stream"));
+        let mut resp = http.send("PUT", &put, &h, blob).await.unwrap();
+        let body = resp.bytes(1 << 20).await.unwrap();
+        assert_eq!(
+            resp.status,
+            201,
+            "put blob: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+
+    async fn put_manifest(
+        &self,
+        http: &HttpClient,
+        repo: &str,
+        reference: &str,
+        media_type: &str,
+        body: &[u8],
+    ) {
+        let auth = self.auth_header();
+        let mut headers: Vec<(&str, &str)> = vec![("Content-Type", media_type)];
+        if let Some(a) = auth.as_deref() {
+            headers.push(("Authorization", a));
+        }
+        let url = Url::parse(&format!(
+            "https://{}/v2/{repo}/manifests/{reference}",
+            self.host()
+        ))
+        .unwrap();
+        let mut resp = http.send("PUT", &url, &headers, body).await.unwrap();
+        let text = resp.bytes(1 << 20).await.unwrap();
+        assert_eq!(
+            resp.status,
+            201,
+            "put manifest: {}",
+            String::from_utf8_lossy(&text)
+        );
+    }
+
+    /// Pushes an image's blobs and its manifest under `tag`.
+    pub fn push(&self, repo: &str, tag: &str, image: &TestImage) {
+        smol::block_on(async {
+            let http = self.client();
+            for (blob, _) in &image.layers {
+                self.put_blob(&http, repo, blob).await;
+            }
+            self.put_blob(&http, repo, &image.config).await;
+            self.put_manifest(
+                &http,
+                repo,
+                tag,
+                "application/vnd.oci.image.manifest.v1+json",
+                &image.manifest,
+            )
+            .await;
+        })
+    }
+
+    /// Pushes images (blobs and manifests by digest) and an index of them under `tag`;
+    /// returns the index digest.
+    pub fn push_index(
+        &self,
+        repo: &str,
+        tag: &str,
+        images: &[(&TestImage, &str, Option<&str>)],
+    ) -> String {
+        let manifests: Vec<serde_json::Value> = images
+            .iter()
+            .map(|(img, arch, variant)| {
+                let mut platform = serde_json::json!({"architecture": arch, "os": "linux"});
+                if let Some(v) = variant {
+                    platform["variant"] = serde_json::json!(v);
+                }
+                serde_json::json!({
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": img.manifest_digest(),
+                    "size": img.manifest.len(),
+                    "platform": platform,
+                })
+            })
+            .collect();
+        let index = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": manifests,
+        }))
+        .unwrap();
+        smol::block_on(async {
+            let http = self.client();
+            for (img, _, _) in images {
+                for (blob, _) in &img.layers {
+                    self.put_blob(&http, repo, blob).await;
+                }
+                self.put_blob(&http, repo, &img.config).await;
+                self.put_manifest(
+                    &http,
+                    repo,
+                    &img.manifest_digest(),
+                    "application/vnd.oci.image.manifest.v1+json",
+                    &img.manifest,
+                )
+                .await;
+            }
+            self.put_manifest(
+                &http,
+                repo,
+                tag,
+                "application/vnd.oci.image.index.v1+json",
+                &index,
+            )
+            .await;
+        });
+        sha256_bytes(&index)
+    }
+
+    /// Pull options trusting this registry's certificate.
+    pub fn pull_options(&self) -> agent::image::PullOptions {
+        let mut registries = agent::image::RegistryConfig::default();
+        registries.registries.insert(
+            self.host(),
+            agent::image::RegistryHost {
+                ca_file: Some(self.ca_file.clone()),
+                ..Default::default()
+            },
+        );
+        agent::image::PullOptions {
+            registries,
+            platform: None,
+        }
+    }
+}
