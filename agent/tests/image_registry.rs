@@ -309,3 +309,37 @@ fn basic_auth_is_used_and_bad_passwords_are_unauthorized() {
     host.password = Some("s3cret".into());
     smol::block_on(store2.pull(&reference, &RegistryAuth::Anonymous, &opts2)).unwrap();
 }
+
+#[test]
+fn bearer_token_challenges_fetch_a_token_with_basic_credentials() {
+    require_root_and_busybox();
+    let tokens = TokenService::start("skiff", "t0ken-pass");
+    let mut reg = Registry::start_with(None, Some((&tokens.realm, &tokens.bundle)));
+    reg.push_token = Some(tokens.token("tok/app"));
+    let image = busybox_image("behind a token service\n");
+    reg.push("tok/app", "1", &image);
+    let (_tmp, store) = new_store();
+    let reference = format!("{}/tok/app:1", reg.host());
+    let opts = reg.pull_options();
+    let token_requests = || tokens.requests.load(std::sync::atomic::Ordering::SeqCst);
+
+    // Anonymous: the token service refuses, the pull is unauthorized.
+    let err = smol::block_on(store.pull(&reference, &RegistryAuth::Anonymous, &opts)).unwrap_err();
+    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+    assert_eq!(token_requests(), 1);
+
+    let creds = RegistryAuth::Basic {
+        username: "skiff".into(),
+        password: "t0ken-pass".into(),
+    };
+    let info = smol::block_on(store.pull(&reference, &creds, &opts)).unwrap();
+    assert_eq!(info.id, image.config_digest());
+    assert_eq!(info.layers, image.diff_ids);
+    assert_eq!(token_requests(), 2, "one token serves the whole pull");
+
+    // A ready bearer token is sent as is.
+    let (_tmp2, store2) = new_store();
+    let bearer = RegistryAuth::Bearer(tokens.token("tok/app"));
+    smol::block_on(store2.pull(&reference, &bearer, &opts)).unwrap();
+    assert_eq!(token_requests(), 2);
+}

@@ -294,6 +294,8 @@ pub struct Registry {
     pub log: PathBuf,
     /// `user:password` accepted by htpasswd auth, if enabled.
     pub basic: Option<(String, String)>,
+    /// A token used by the push client (token auth).
+    pub push_token: Option<String>,
 }
 
 impl Drop for Registry {
@@ -315,6 +317,12 @@ impl Registry {
     /// Starts the registry with TLS (self-signed for 127.0.0.1) and, if `basic` is given,
     /// htpasswd authentication.
     pub fn start(basic: Option<(&str, &str)>) -> Registry {
+        Registry::start_with(basic, None)
+    }
+
+    /// Like [`Registry::start`]; with `token` = (realm URL, path of the PEM certificate
+    /// whose key signs the tokens), the registry uses token (Bearer) authentication.
+    pub fn start_with(basic: Option<(&str, &str)>, token: Option<(&str, &Path)>) -> Registry {
         assert!(
             Path::new(REGISTRY_BIN).is_file(),
             "{REGISTRY_BIN} is missing: apt-get install -y docker-registry"
@@ -336,6 +344,13 @@ impl Registry {
                 )
             }
             None => String::new(),
+        };
+        let auth = match token {
+            Some((realm, bundle)) => format!(
+                "auth:\n  token:\n    realm: {realm}\n    service: skiff-registry\n    issuer: skiff-test-issuer\n    rootcertbundle: {}\n",
+                bundle.display()
+            ),
+            None => auth,
         };
         let config = format!(
             "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: skiff-test-secret\n  tls:\n    certificate: {cert}\n    key: {key}\n{auth}",
@@ -367,6 +382,7 @@ impl Registry {
             ca_pem,
             log,
             basic: basic.map(|(u, p)| (u.to_string(), p.to_string())),
+            push_token: None,
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -414,6 +430,9 @@ impl Registry {
     }
 
     fn auth_header(&self) -> Option<String> {
+        if let Some(t) = &self.push_token {
+            return Some(format!("Bearer {t}"));
+        }
         self.basic.as_ref().map(|(u, p)| {
             format!(
                 "Basic {}",
@@ -568,5 +587,140 @@ impl Registry {
             registries,
             platform: None,
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A token service for registry token auth: ES256 JWTs with an x5c header, on plain HTTP.
+
+pub struct TokenService {
+    pub realm: String,
+    pub bundle: PathBuf,
+    key: ring::signature::EcdsaKeyPair,
+    cert_der: Vec<u8>,
+    pub requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _dir: tempfile::TempDir,
+}
+
+fn b64url(data: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
+}
+
+impl TokenService {
+    /// Serves `GET /token?service=..&scope=..` on 127.0.0.1, answering only requests with
+    /// Basic `user:password`.
+    pub fn start(user: &str, password: &str) -> std::sync::Arc<TokenService> {
+        let dir = tempfile::tempdir().unwrap();
+        let key_pair = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["skiff-token".to_string()]).unwrap();
+        let cert = params.self_signed(&key_pair).unwrap();
+        let bundle = dir.path().join("token-ca.pem");
+        std::fs::write(&bundle, cert.pem()).unwrap();
+        let rng = ring::rand::SystemRandom::new();
+        let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &key_pair.serialize_der(),
+            &rng,
+        )
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let svc = std::sync::Arc::new(TokenService {
+            realm: format!("http://127.0.0.1:{port}/token"),
+            bundle,
+            key,
+            cert_der: cert.der().to_vec(),
+            requests: Default::default(),
+            _dir: dir,
+        });
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        );
+        let weak = std::sync::Arc::downgrade(&svc);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Some(svc) = weak.upgrade() else { return };
+                let Ok(conn) = conn else { continue };
+                svc.serve(conn, &expected);
+            }
+        });
+        svc
+    }
+
+    fn serve(&self, mut conn: std::net::TcpStream, expected_auth: &str) {
+        use std::io::{BufRead, BufReader};
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut reader = BufReader::new(conn.try_clone().unwrap());
+        let mut request_line = String::new();
+        reader.read_line(&mut request_line).unwrap();
+        let mut authorized = false;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap() == 0 || line.trim().is_empty() {
+                break;
+            }
+            if let Some((n, v)) = line.split_once(':') {
+                if n.eq_ignore_ascii_case("authorization") && v.trim() == expected_auth {
+                    authorized = true;
+                }
+            }
+        }
+        let target = request_line.split(' ').nth(1).unwrap_or("");
+        let scope = target
+            .split(['?', '&'])
+            .find_map(|kv| kv.strip_prefix("scope="))
+            .unwrap_or("")
+            .replace("%3A", ":")
+            .replace("%2F", "/");
+        let (status, body) = if !authorized {
+            (
+                "401 Unauthorized",
+                r#"{"details":"bad credentials"}"#.to_string(),
+            )
+        } else {
+            let repo = scope.split(':').nth(1).unwrap_or("").to_string();
+            let token = self.token(&repo);
+            ("200 OK", serde_json::json!({"token": token}).to_string())
+        };
+        let _ = conn.write_all(
+            format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+    }
+
+    /// A token granting pull and push on `repo`.
+    pub fn token(&self, repo: &str) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let header = serde_json::json!({
+            "typ": "JWT",
+            "alg": "ES256",
+            "x5c": [base64::engine::general_purpose::STANDARD.encode(&self.cert_der)],
+        });
+        let claims = serde_json::json!({
+            "iss": "skiff-test-issuer",
+            "sub": "skiff",
+            "aud": "skiff-registry",
+            "exp": now + 300,
+            "nbf": now - 30,
+            "iat": now - 30,
+            "jti": format!("{now}-{repo}"),
+            "access": [{"type": "repository", "name": repo, "actions": ["pull", "push"]}],
+        });
+        let signing_input = format!(
+            "{}.{}",
+            b64url(header.to_string().as_bytes()),
+            b64url(claims.to_string().as_bytes())
+        );
+        let rng = ring::rand::SystemRandom::new();
+        let sig = self.key.sign(&rng, signing_input.as_bytes()).unwrap();
+        format!("{signing_input}.{}", b64url(sig.as_ref()))
     }
 }
