@@ -202,6 +202,21 @@ fn remove_keeps_shared_layers_and_prune_keeps_images_in_use() {
     let store = ImageStore::open(&tmp.path().join("images")).unwrap();
     assert_eq!(store.list().len(), 1);
 
+    // Two handles on one directory (the agent and `skiff-agent image import`) see each
+    // other's changes and do not overwrite them.
+    let other = ImageStore::open(&tmp.path().join("images")).unwrap();
+    other.import_archive(&f1).unwrap();
+    assert!(
+        store.resolve("app:one").is_some(),
+        "seen by the first handle"
+    );
+    store.remove("app:two").unwrap();
+    let names: Vec<String> = other.list().into_iter().map(|i| i.reference).collect();
+    assert_eq!(names, vec!["docker.io/library/app:one"]);
+    other.remove("app:one").unwrap();
+    assert!(store.list().is_empty());
+    store.import_archive(&f2).unwrap();
+
     // Prune keeps what is in use (by digest here).
     store.import_archive(&f1).unwrap();
     let keep: HashSet<String> = [one.manifest_digest()].into_iter().collect();

@@ -9,7 +9,11 @@
 //! blobs/sha256/<hex>          manifests and image configs, verified against their digest
 //! layers/sha256/<hex>/        one unpacked layer per diff id (overlayfs lower dir; whiteouts
 //!                             as 0:0 char devices, opaque dirs with trusted.overlay.opaque=y)
-//! tmp/                        downloads and unpacks in progress (emptied on open)
+//! index.lock                  flock held while index.json is changed (several processes,
+//!                             e.g. the agent and `skiff-agent image import`, share a store)
+//! gc.lock                     shared flock held by pulls/imports, exclusive by garbage collection
+//! tmp/                        downloads and unpacks in progress (`<what>-<pid>-..`; entries of
+//!                             dead processes are removed on open)
 //! ```
 //!
 //! Compressed layer blobs are not kept once unpacked: the unpacked directory, named by its
@@ -129,6 +133,55 @@ struct IndexFile {
     images: BTreeMap<String, ImageInfo>,
 }
 
+/// `index.json` may be changed by another process (`skiff-agent image import` while the
+/// agent runs): reads reload it when its (inode, mtime, size) changed, and changes are made
+/// under an exclusive `flock` on `index.lock` after reloading.
+#[derive(Default)]
+struct Cached {
+    stamp: Option<(u64, i64, i64, u64)>,
+    index: IndexFile,
+}
+
+fn stamp_of(path: &Path) -> Option<(u64, i64, i64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).ok()?;
+    Some((m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+}
+
+fn read_index_file(path: &Path) -> Result<IndexFile, ImageError> {
+    match fs::read(path) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            ImageError::io(
+                format!("the image index {} is corrupt", path.display()),
+                std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(IndexFile::default()),
+        Err(e) => Err(ImageError::io(format!("cannot read {}", path.display()), e)),
+    }
+}
+
+/// Takes a `flock` on `path` (created if needed); released on drop.
+fn flock(
+    path: &Path,
+    arg: nix::fcntl::FlockArg,
+) -> Result<Option<nix::fcntl::Flock<fs::File>>, ImageError> {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ctx(|| format!("cannot open {}", path.display()))?;
+    match nix::fcntl::Flock::lock(f, arg) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(ImageError::io(
+            format!("cannot lock {}", path.display()),
+            e.into(),
+        )),
+    }
+}
+
 /// A pull in progress that others wait for: its leader holds the lock until the result is in.
 type Flight = smol::lock::Mutex<Option<Result<ImageInfo, ImageError>>>;
 
@@ -146,7 +199,8 @@ impl Drop for Unregister<'_> {
 
 struct Inner {
     root: PathBuf,
-    index: Mutex<IndexFile>,
+    /// The index as last read from or written to `index.json`, with the file's identity.
+    index: Mutex<Cached>,
     inflight: Mutex<HashMap<String, Arc<Flight>>>,
     /// Blob and layer digests that garbage collection must keep (pulls and imports in
     /// progress), with counts.
@@ -180,6 +234,8 @@ fn hex_of(digest: &str) -> &str {
 pub(crate) struct Pins {
     inner: Arc<Inner>,
     digests: Vec<String>,
+    /// Shared lock on `gc.lock`: other processes' garbage collection waits for this pull.
+    _gc: Option<nix::fcntl::Flock<fs::File>>,
 }
 
 impl Pins {
@@ -215,29 +271,26 @@ impl ImageStore {
         let tmp = root.join("tmp");
         if let Ok(rd) = fs::read_dir(&tmp) {
             for e in rd.flatten() {
-                let _ = remove_path(&e.path());
+                // Names are `<what>-<pid>-..`: leave other live processes' work alone.
+                let name = e.file_name().to_string_lossy().into_owned();
+                let pid = name.split('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+                let alive = pid.is_some_and(|p| {
+                    p != std::process::id() && Path::new(&format!("/proc/{p}")).exists()
+                });
+                if !alive {
+                    let _ = remove_path(&e.path());
+                }
             }
         }
         let index_path = root.join("index.json");
-        let index = match fs::read(&index_path) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                ImageError::io(
-                    format!("the image index {} is corrupt", index_path.display()),
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => IndexFile::default(),
-            Err(e) => {
-                return Err(ImageError::io(
-                    format!("cannot read {}", index_path.display()),
-                    e,
-                ))
-            }
+        let cached = Cached {
+            stamp: stamp_of(&index_path),
+            index: read_index_file(&index_path)?,
         };
         Ok(ImageStore {
             inner: Arc::new(Inner {
                 root: root.to_path_buf(),
-                index: Mutex::new(index),
+                index: Mutex::new(cached),
                 inflight: Mutex::new(HashMap::new()),
                 pins: Mutex::new(HashMap::new()),
                 counter: AtomicU64::new(0),
@@ -272,9 +325,17 @@ impl ImageStore {
     }
 
     pub(crate) fn pins(&self) -> Pins {
+        // Blocking only while a collection runs, which is short.
+        let gc = flock(
+            &self.inner.root.join("gc.lock"),
+            nix::fcntl::FlockArg::LockShared,
+        )
+        .ok()
+        .flatten();
         Pins {
             inner: self.inner.clone(),
             digests: Vec::new(),
+            _gc: gc,
         }
     }
 
@@ -344,26 +405,54 @@ impl ImageStore {
 
     /// Records an image under its reference (replacing what the name pointed to).
     pub(crate) fn commit(&self, info: &ImageInfo) -> Result<(), ImageError> {
-        let mut index = lock(&self.inner.index);
-        index.images.insert(info.reference.clone(), info.clone());
-        self.save_index(&index)
+        self.modify_index(|index| {
+            index.images.insert(info.reference.clone(), info.clone());
+            Ok(())
+        })
     }
 
-    fn save_index(&self, index: &IndexFile) -> Result<(), ImageError> {
+    /// The current index (reloaded if another process changed it).
+    fn current(&self) -> MutexGuard<'_, Cached> {
+        let mut cached = lock(&self.inner.index);
         let path = self.inner.root.join("index.json");
-        let data = serde_json::to_vec_pretty(index)
+        let stamp = stamp_of(&path);
+        if stamp != cached.stamp {
+            if let Ok(index) = read_index_file(&path) {
+                cached.index = index;
+                cached.stamp = stamp;
+            }
+        }
+        cached
+    }
+
+    /// Changes the index under the cross-process lock, after reloading it.
+    fn modify_index<R>(
+        &self,
+        f: impl FnOnce(&mut IndexFile) -> Result<R, ImageError>,
+    ) -> Result<R, ImageError> {
+        let mut cached = lock(&self.inner.index);
+        let _lock = flock(
+            &self.inner.root.join("index.lock"),
+            nix::fcntl::FlockArg::LockExclusive,
+        )?;
+        let path = self.inner.root.join("index.json");
+        let mut index = read_index_file(&path)?;
+        let r = f(&mut index)?;
+        let data = serde_json::to_vec_pretty(&index)
             .map_err(|e| ImageError::io("cannot encode the image index", e.into()))?;
         let tmp = self.temp_path("index");
         fs::write(&tmp, data).ctx(|| format!("cannot write {}", tmp.display()))?;
-        fs::rename(&tmp, &path).ctx(|| format!("cannot write {}", path.display()))
+        fs::rename(&tmp, &path).ctx(|| format!("cannot write {}", path.display()))?;
+        cached.stamp = stamp_of(&path);
+        cached.index = index;
+        Ok(r)
     }
 
     /// The local image a reference names, if present with all its layers. Accepts names
     /// (normalised as Docker does), `name@sha256:..`, and bare manifest / config digests or
     /// their unique prefixes of at least 12 hex digits (as `crictl` shows IDs).
     pub fn resolve(&self, reference: &str) -> Option<ImageInfo> {
-        let index = lock(&self.inner.index);
-        let found = Self::lookup(&index, reference)?;
+        let found = Self::lookup(&self.current().index, reference)?;
         found
             .layers
             .iter()
@@ -401,16 +490,15 @@ impl ImageStore {
 
     /// Every image in the store, by reference.
     pub fn list(&self) -> Vec<ImageInfo> {
-        lock(&self.inner.index).images.values().cloned().collect()
+        self.current().index.images.values().cloned().collect()
     }
 
     /// Removes a reference (or every reference of an image given by ID/digest) and frees
     /// the blobs and layers no other image uses. Layers that are lower dirs of a live overlay
     /// mount are kept. Returns the removed entries.
     pub fn remove(&self, reference: &str) -> Result<Vec<ImageInfo>, ImageError> {
-        let removed = {
-            let mut index = lock(&self.inner.index);
-            let Some(found) = Self::lookup(&index, reference) else {
+        let removed = self.modify_index(|index| {
+            let Some(found) = Self::lookup(index, reference) else {
                 return Err(ImageError::NotPresent {
                     reference: reference.to_string(),
                 });
@@ -432,11 +520,11 @@ impl ImageStore {
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
-            let removed: Vec<ImageInfo> =
-                keys.iter().filter_map(|k| index.images.remove(k)).collect();
-            self.save_index(&index)?;
-            removed
-        };
+            Ok(keys
+                .iter()
+                .filter_map(|k| index.images.remove(k))
+                .collect::<Vec<ImageInfo>>())
+        })?;
         self.collect_garbage();
         Ok(removed)
     }
@@ -444,8 +532,7 @@ impl ImageStore {
     /// Removes every image whose manifest digest, repo digest, ID or reference is not in
     /// `in_use`, then frees unused blobs and layers. Returns the bytes freed.
     pub fn prune(&self, in_use: &HashSet<String>) -> Result<u64, ImageError> {
-        {
-            let mut index = lock(&self.inner.index);
+        self.modify_index(|index| {
             index.images.retain(|k, i| {
                 in_use.contains(k)
                     || in_use.contains(&i.digest)
@@ -453,15 +540,23 @@ impl ImageStore {
                     || in_use.contains(&i.id)
                     || in_use.contains(&normalize_key(k))
             });
-            self.save_index(&index)?;
-        }
+            Ok(())
+        })?;
         Ok(self.collect_garbage())
     }
 
-    /// Deletes blobs and layers that no image, pull in progress or live mount uses.
-    /// Returns the bytes freed.
+    /// Deletes blobs and layers that no image, pull or import in progress (in any process)
+    /// or live overlay mount uses. Returns the bytes freed (0 if another process is pulling:
+    /// the next collection frees the space).
     pub fn collect_garbage(&self) -> u64 {
-        let index = lock(&self.inner.index);
+        let Ok(Some(_gc)) = flock(
+            &self.inner.root.join("gc.lock"),
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        ) else {
+            return 0;
+        };
+        let cached = self.current();
+        let index = &cached.index;
         let pins = lock(&self.inner.pins);
         let mounted = mount::mounted_lower_dirs();
         let mut keep: HashSet<String> = pins.keys().map(|d| hex_of(d).to_string()).collect();
