@@ -274,3 +274,41 @@ fn broken_archives_are_refused() {
     let err = store.import_archive(&oci).unwrap_err();
     assert!(matches!(err, ImageError::DigestMismatch { .. }), "{err}");
 }
+
+#[test]
+fn cli_subcommands_drive_the_store() {
+    use agent::image::cli::{cli_image, images_dir, ImageArgs};
+    require_root_and_busybox();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("agent-data");
+    let archive = tmp.path().join("cli.tar");
+    write_docker_archive(&archive, &busybox_image("cli\n"), &["cli:1", "cli:2"]);
+    let none = HashSet::new();
+    cli_image(&data, ImageArgs::Import { file: archive }, &none).unwrap();
+    let store = ImageStore::open(&images_dir(&data)).unwrap();
+    assert_eq!(store.list().len(), 2);
+    cli_image(&data, ImageArgs::Ls { quiet: false }, &none).unwrap();
+    cli_image(
+        &data,
+        ImageArgs::Rm {
+            references: vec!["cli:1".into()],
+        },
+        &none,
+    )
+    .unwrap();
+    assert!(store.resolve("cli:1").is_none());
+    assert!(cli_image(
+        &data,
+        ImageArgs::Rm {
+            references: vec!["cli:1".into()],
+        },
+        &none
+    )
+    .is_err());
+    let keep: HashSet<String> = ["cli:2".to_string()].into_iter().collect();
+    cli_image(&data, ImageArgs::Prune, &keep).unwrap();
+    assert!(store.resolve("cli:2").is_some());
+    cli_image(&data, ImageArgs::Prune, &none).unwrap();
+    assert!(store.list().is_empty());
+    assert_eq!(layer_dirs(&store), 0);
+}

@@ -532,13 +532,15 @@ impl ImageStore {
     /// Removes every image whose manifest digest, repo digest, ID or reference is not in
     /// `in_use`, then frees unused blobs and layers. Returns the bytes freed.
     pub fn prune(&self, in_use: &HashSet<String>) -> Result<u64, ImageError> {
+        // References are compared normalised (`busybox` = `docker.io/library/busybox:latest`).
+        let names: HashSet<String> = in_use.iter().map(|r| reference::normalize(r)).collect();
         self.modify_index(|index| {
             index.images.retain(|k, i| {
-                in_use.contains(k)
+                names.contains(k)
                     || in_use.contains(&i.digest)
                     || in_use.contains(&i.manifest_digest)
                     || in_use.contains(&i.id)
-                    || in_use.contains(&normalize_key(k))
+                    || names.contains(&i.repo_digest())
             });
             Ok(())
         })?;
@@ -701,10 +703,6 @@ impl ImageStore {
         }
         mount::mount_overlay(&lowers, scratch, target)
     }
-}
-
-fn normalize_key(k: &str) -> String {
-    reference::normalize(k)
 }
 
 pub(crate) fn remove_path(p: &Path) -> std::io::Result<()> {
