@@ -9,6 +9,7 @@ have iptables || need_apt+=(iptables)
 have busybox || [ -x /bin/busybox ] || need_apt+=(busybox-static)
 have kubectl || need_apt+=(kubernetes-client)
 have ip || need_apt+=(iproute2)
+[ -x /usr/bin/docker-registry ] || need_apt+=(docker-registry)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 if [ "${#need_apt[@]}" -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"
