@@ -5,6 +5,7 @@ pub mod apps;
 pub mod client;
 pub mod codec;
 pub mod core;
+pub mod join;
 pub mod kubeconfig;
 pub mod meta;
 pub mod object;

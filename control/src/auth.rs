@@ -148,7 +148,7 @@ fn bearer_token(header: &str) -> Option<&str> {
 }
 
 /// Compares without an early exit, so timing does not reveal how much of a guess matched.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -16,6 +16,12 @@ impl ApiError {
         ApiError(Box::new(status))
     }
 
+    /// The same error with another message.
+    pub fn with_message(mut self, message: impl Into<String>) -> ApiError {
+        self.0.message = message.into();
+        self
+    }
+
     pub fn code(&self) -> u16 {
         self.0.code
     }

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod controllers;
 pub mod error;
 pub mod http;
+pub mod join;
 pub mod pki;
 pub mod registry;
 pub mod server;

@@ -91,6 +91,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 
     let state = Arc::new(AppState {
         registry: registry.clone(),
+        pki: Arc::new(pki),
         store: store.clone(),
         auth,
         metrics: Default::default(),

@@ -45,6 +45,19 @@ pub enum Command {
     Delete(delete::DeleteArgs),
     /// Print the client and server versions.
     Version(VersionArgs),
+    /// Manage node join tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new join token for `skiff-agent --token`.
+    Create {
+        /// How long the token may be used, e.g. `24h`, `30m`, `7d`.
+        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -137,6 +150,26 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Delete(args) => {
             let session = Session::open(&cli)?;
             smol::block_on(delete::run(&session, args))
+        }
+        Command::Token(TokenCommand::Create { ttl }) => {
+            let session = Session::open(&cli)?;
+            let body = serde_json::to_value(api::join::TokenRequest {
+                ttl_seconds: ttl.as_secs(),
+            })?;
+            smol::block_on(async {
+                let v = session
+                    .client
+                    .request_json(
+                        "POST",
+                        api::join::TOKENS_PATH,
+                        Some(&body),
+                        api::client::ACCEPT_JSON,
+                    )
+                    .await?;
+                let t: api::join::TokenResponse = serde_json::from_value(v)?;
+                println!("{}", t.token);
+                Ok(())
+            })
         }
     }
 }

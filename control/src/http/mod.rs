@@ -32,6 +32,7 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Everything a request handler needs.
 pub struct AppState {
     pub registry: Registry,
+    pub pki: Arc<crate::pki::Pki>,
     pub store: Store,
     pub auth: Authenticator,
     pub metrics: metrics::Metrics,
@@ -168,6 +169,26 @@ async fn handle(
     route: Result<Route, route::NoRoute>,
 ) -> Result<tide::Response, ApiError> {
     let state = req.state().clone();
+    // The two steps of joining come before a node has credentials.
+    match &route {
+        Ok(Route::JoinCa) => {
+            let mut r = tide::Response::new(StatusCode::Ok);
+            r.set_body(state.pki.ca_pem().to_string());
+            r.set_content_type("application/x-pem-file");
+            return Ok(r);
+        }
+        Ok(Route::Join) => {
+            let body = read_body(&mut req).await?;
+            let join: api::join::JoinRequest = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid join request: {e}")))?;
+            let answer = crate::join::join(&state.registry, &state.pki, join).await?;
+            return Ok(json_response(
+                StatusCode::Ok,
+                &serde_json::to_value(answer).unwrap_or_default(),
+            ));
+        }
+        _ => {}
+    }
     let certs = req.ext::<PeerCerts>().cloned().unwrap_or(PeerCerts(None));
     let user = state
         .auth
@@ -218,6 +239,25 @@ async fn handle(
             Ok(r)
         }
         Route::OpenApiV3 => Err(ApiError::path_not_found()),
+        Route::JoinCa | Route::Join => Err(ApiError::path_not_found()),
+        Route::Tokens => {
+            if user != User::Admin {
+                return Err(ApiError::forbidden("only an admin may create join tokens"));
+            }
+            let body = read_body(&mut req).await?;
+            let t: api::join::TokenRequest = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid token request: {e}")))?;
+            let answer = crate::join::create_token(
+                &state.registry,
+                &state.pki,
+                std::time::Duration::from_secs(t.ttl_seconds),
+            )
+            .await?;
+            Ok(json_response(
+                StatusCode::Created,
+                &serde_json::to_value(answer).unwrap_or_default(),
+            ))
+        }
         Route::CoreVersions => {
             get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::core_versions()))
         }
@@ -235,8 +275,10 @@ async fn handle(
             ))
         }
         Route::Resource(path) => {
-            authorize(&user, &path)?;
             let body = read_body(&mut req).await?;
+            if let User::Node(node) = &user {
+                authorize_node(&state, node, &req.method(), &path, &body).await?;
+            }
             with_kind!(path.kind, K, {
                 resource::<K>(&state, &req, path, body).await
             })
@@ -244,25 +286,78 @@ async fn handle(
     }
 }
 
-/// What a caller may touch. Admins may do anything; nodes get their own Node and pods (and
-/// read access that a kubelet needs).
-fn authorize(user: &User, path: &ResourcePath) -> Result<(), ApiError> {
-    match user {
-        User::Admin => Ok(()),
-        User::Node(node) => match path.kind {
-            Kind::Node if path.name.as_deref().is_none_or(|n| n == node) => Ok(()),
-            Kind::Pod
-            | Kind::ConfigMap
-            | Kind::Secret
-            | Kind::Service
-            | Kind::Endpoints
-            | Kind::Event
-            | Kind::Namespace => Ok(()),
-            _ => Err(ApiError::forbidden(format!(
-                "{} is forbidden: User \"system:node:{node}\" cannot access this resource",
-                path.kind.info().plural
-            ))),
-        },
+/// What a node may do (Kubernetes' node authorizer and NodeRestriction, simplified): read
+/// what a kubelet reads; write only its own Node, the status of pods bound to it, deletions of
+/// pods bound to it, and events.
+async fn authorize_node(
+    state: &State,
+    node: &str,
+    method: &tide::http::Method,
+    path: &ResourcePath,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    use tide::http::Method;
+    let forbidden = |what: &str| {
+        ApiError::forbidden(format!(
+            "{} is forbidden: User \"system:node:{node}\" cannot {what}",
+            path.kind.info().plural
+        ))
+    };
+    let reading = *method == Method::Get || *method == Method::Head;
+    match path.kind {
+        Kind::Node
+        | Kind::Pod
+        | Kind::Service
+        | Kind::Endpoints
+        | Kind::Namespace
+        | Kind::ConfigMap
+        | Kind::Secret
+        | Kind::Event
+            if reading =>
+        {
+            Ok(())
+        }
+        Kind::Node => {
+            let name = match (&path.name, method) {
+                (Some(n), _) => n.clone(),
+                (None, &Method::Post) => serde_json::from_slice::<Value>(body)
+                    .ok()
+                    .and_then(|v| {
+                        v.pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_default(),
+                (None, _) => return Err(forbidden("modify other nodes")),
+            };
+            if name == node {
+                Ok(())
+            } else {
+                Err(forbidden(&format!("modify node \"{name}\"")))
+            }
+        }
+        Kind::Pod => {
+            let (Some(ns), Some(name)) = (&path.namespace, &path.name) else {
+                return Err(forbidden("create or delete collections of pods"));
+            };
+            let allowed = match (method, path.subresource.as_deref()) {
+                (&Method::Put | &Method::Patch, Some("status")) | (&Method::Delete, None) => true,
+                _ => false,
+            };
+            if !allowed {
+                return Err(forbidden("change pods other than their status"));
+            }
+            let pod: api::core::Pod = state.registry.get(ns, name).await?;
+            if pod.spec.node_name.as_deref() == Some(node) {
+                Ok(())
+            } else {
+                Err(forbidden(&format!(
+                    "modify pod \"{name}\", which is not bound to it"
+                )))
+            }
+        }
+        Kind::Event if *method == Method::Post || *method == Method::Patch => Ok(()),
+        _ => Err(forbidden("modify this resource")),
     }
 }
 
@@ -710,13 +805,6 @@ async fn set_replicas<K: Resource>(
         .registry
         .patch::<K>(ns, name, PatchType::Merge, body, Part::Main)
         .await
-}
-
-impl ApiError {
-    fn with_message(mut self, message: String) -> ApiError {
-        self.0.message = message;
-        self
-    }
 }
 
 /// Joins a listener future with a shutdown signal: whichever finishes first.

@@ -23,6 +23,12 @@ pub enum Route {
         version: String,
     },
     Resource(ResourcePath),
+    /// The CA certificate, for joining nodes (no authentication).
+    JoinCa,
+    /// A node's join request (authenticated by its join token).
+    Join,
+    /// Join token creation (admin).
+    Tokens,
 }
 
 /// A path to a collection, an object or one of its subresources.
@@ -50,6 +56,9 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["metrics"] => Ok(Route::Metrics),
         ["openapi", "v2"] | ["swagger-2.0.0.pb-v1"] => Ok(Route::OpenApiV2),
         ["openapi", "v3", ..] => Ok(Route::OpenApiV3),
+        ["skiff", "v1", "ca.crt"] => Ok(Route::JoinCa),
+        ["skiff", "v1", "join"] => Ok(Route::Join),
+        ["skiff", "v1", "tokens"] => Ok(Route::Tokens),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
         ["apis", group] if *group == "apps" => Ok(Route::Group(group.to_string())),
