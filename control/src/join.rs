@@ -25,27 +25,17 @@ fn secret_name(id: &str) -> String {
 }
 
 fn random_token_part(len: usize) -> Result<String, ApiError> {
-    let mut bytes = vec![0u8; len];
-    ring::rand::SystemRandom::new()
-        .fill(&mut bytes)
-        .map_err(|_| ApiError::internal("the system's random source failed"))?;
-    // 36 does not divide 256, so reject the top values to keep the draw uniform.
+    let rng = ring::rand::SystemRandom::new();
     let mut out = String::with_capacity(len);
-    let mut pool = bytes.into_iter();
     while out.len() < len {
-        let b = match pool.next() {
-            Some(b) => b,
-            None => {
-                let mut more = [0u8; 16];
-                ring::rand::SystemRandom::new()
-                    .fill(&mut more)
-                    .map_err(|_| ApiError::internal("the system's random source failed"))?;
-                pool = more.to_vec().into_iter();
-                continue;
+        let mut bytes = [0u8; 32];
+        rng.fill(&mut bytes)
+            .map_err(|_| ApiError::internal("the system's random source failed"))?;
+        // 36 does not divide 256: drop the top values so that every character is equally likely.
+        for b in bytes.into_iter().filter(|b| (*b as usize) < 252) {
+            if out.len() < len {
+                out.push(TOKEN_ALPHABET[b as usize % TOKEN_ALPHABET.len()] as char);
             }
-        };
-        if (b as usize) < 252 {
-            out.push(TOKEN_ALPHABET[b as usize % TOKEN_ALPHABET.len()] as char);
         }
     }
     Ok(out)

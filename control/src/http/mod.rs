@@ -340,10 +340,10 @@ async fn authorize_node(
             let (Some(ns), Some(name)) = (&path.namespace, &path.name) else {
                 return Err(forbidden("create or delete collections of pods"));
             };
-            let allowed = match (method, path.subresource.as_deref()) {
-                (&Method::Put | &Method::Patch, Some("status")) | (&Method::Delete, None) => true,
-                _ => false,
-            };
+            let allowed = matches!(
+                (method, path.subresource.as_deref()),
+                (&Method::Put | &Method::Patch, Some("status")) | (&Method::Delete, None)
+            );
             if !allowed {
                 return Err(forbidden("change pods other than their status"));
             }
