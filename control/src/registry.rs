@@ -11,13 +11,14 @@
 use std::any::Any;
 
 use api::codec::{self, DecodeError};
-use api::core::{Namespace, Pod};
+use api::core::{Namespace, Node, Pod};
 use api::meta::{DeleteOptions, Time};
 use api::object::Resource;
 use api::{AnyObject, Kind};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::heartbeat::{heartbeat_only, Heartbeats};
 use crate::store::{Store, Txn};
 
 /// Which part of an object a write addresses.
@@ -42,6 +43,7 @@ pub const SYSTEM_NAMESPACES: &[&str] =
 #[derive(Clone)]
 pub struct Registry {
     pub store: Store,
+    pub heartbeats: std::sync::Arc<crate::heartbeat::Heartbeats>,
 }
 
 fn decode_error(e: DecodeError) -> ApiError {
@@ -67,6 +69,10 @@ fn as_pod_mut<K: Resource>(obj: &mut K) -> Option<&mut Pod> {
 
 fn as_pod<K: Resource>(obj: &K) -> Option<&Pod> {
     (obj as &dyn Any).downcast_ref::<Pod>()
+}
+
+fn as_node<K: Resource>(obj: &K) -> Option<&Node> {
+    (obj as &dyn Any).downcast_ref::<Node>()
 }
 
 fn as_namespace_mut<K: Resource>(obj: &mut K) -> Option<&mut Namespace> {
@@ -200,14 +206,21 @@ fn is_bound<K: Resource>(obj: &K) -> bool {
 }
 
 /// The update rules shared by PUT, PATCH and internal writers; runs inside the transaction.
-fn apply_update<K: Resource>(txn: &mut Txn, old: K, new: K, part: Part) -> Result<K, ApiError> {
-    apply_update_checked(txn, old, new, part, true)
+fn apply_update<K: Resource>(
+    txn: &mut Txn,
+    beats: &Heartbeats,
+    old: K,
+    new: K,
+    part: Part,
+) -> Result<K, ApiError> {
+    apply_update_checked(txn, beats, old, new, part, true)
 }
 
 /// [`apply_update`], optionally without the immutable-field rules (binding sets the otherwise
 /// immutable `spec.nodeName`).
 fn apply_update_checked<K: Resource>(
     txn: &mut Txn,
+    beats: &Heartbeats,
     old: K,
     mut new: K,
     part: Part,
@@ -264,6 +277,17 @@ fn apply_update_checked<K: Resource>(
     if new == old {
         return Ok(old);
     }
+    // A heartbeat alone stays in memory: no disk write, no event.
+    if part == Part::Status {
+        if let (Some(o), Some(n)) = (as_node(&old), as_node(&new)) {
+            if let Some(at) = heartbeat_only(o, n) {
+                beats.record(&name, at);
+                let mut shown = new;
+                shown.meta_mut().resource_version = old.meta().resource_version.clone();
+                return Ok(shown);
+            }
+        }
+    }
     let ns = new.meta().namespace().to_string();
     if ready_to_remove(&new) {
         return typed(txn.delete(K::KIND, &ns, &name)?);
@@ -306,7 +330,10 @@ fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Result<Va
 
 impl Registry {
     pub fn new(store: Store) -> Registry {
-        Registry { store }
+        Registry {
+            store,
+            heartbeats: Default::default(),
+        }
     }
 
     pub async fn get<K: Resource>(&self, ns: &str, name: &str) -> Result<K, ApiError> {
@@ -390,12 +417,13 @@ impl Registry {
             )));
         }
         let name = name.to_string();
+        let beats = self.heartbeats.clone();
         self.store
             .write(move |txn| {
                 let ns = obj.meta().namespace().to_string();
                 let old: K = get_typed(txn, &ns, &name)?
                     .ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
-                apply_update(txn, old, obj, part)
+                apply_update(txn, &beats, old, obj, part)
             })
             .await
     }
@@ -410,6 +438,7 @@ impl Registry {
         part: Part,
     ) -> Result<K, ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
+        let beats = self.heartbeats.clone();
         self.store
             .write(move |txn| {
                 let old: K = get_typed(txn, &ns, &name)?
@@ -432,7 +461,7 @@ impl Registry {
                 if new.meta().resource_version.is_empty() {
                     new.meta_mut().resource_version = old.meta().resource_version.clone();
                 }
-                apply_update(txn, old, new, part)
+                apply_update(txn, &beats, old, new, part)
             })
             .await
     }
@@ -446,13 +475,14 @@ impl Registry {
         f: impl FnOnce(&mut K) -> Result<(), ApiError> + Send + 'static,
     ) -> Result<K, ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
+        let beats = self.heartbeats.clone();
         self.store
             .write(move |txn| {
                 let old: K = get_typed(txn, &ns, &name)?
                     .ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
                 let mut new = old.clone();
                 f(&mut new)?;
-                apply_update(txn, old, new, part)
+                apply_update(txn, &beats, old, new, part)
             })
             .await
     }
@@ -460,6 +490,7 @@ impl Registry {
     /// Binds a pending pod to a node (the `binding` subresource).
     pub async fn bind(&self, ns: &str, name: &str, node: String) -> Result<(), ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
+        let beats = self.heartbeats.clone();
         self.store
             .write(move |txn| {
                 let old: Pod = get_typed(txn, &ns, &name)?
@@ -480,7 +511,7 @@ impl Registry {
                 }
                 let mut new = old.clone();
                 new.spec.node_name = Some(node);
-                apply_update_checked(txn, old, new, Part::Main, false).map(|_| ())
+                apply_update_checked(txn, &beats, old, new, Part::Main, false).map(|_| ())
             })
             .await
     }

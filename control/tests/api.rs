@@ -643,3 +643,38 @@ fn acknowledged_writes_survive_kill_9_and_sigterm_is_clean() {
         "SIGTERM ends the server cleanly: {status:?}"
     );
 }
+
+#[test]
+fn heartbeat_only_status_writes_stay_in_memory() {
+    let s = TestServer::start();
+    let node = json!({"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"},
+        "status":{"conditions":[{"type":"Ready","status":"True","lastHeartbeatTime":"2026-01-01T00:00:00Z","lastTransitionTime":"2026-01-01T00:00:00Z"}]}});
+    let (code, created) = s.json("POST", "/api/v1/nodes", &node);
+    assert_eq!(code, 201, "{created}");
+    let rv = created["metadata"]["resourceVersion"].clone();
+    let mut beat = created.clone();
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = json!("2026-01-01T00:00:10Z");
+    let (code, answered) = s.json("PUT", "/api/v1/nodes/n1/status", &beat);
+    assert_eq!(code, 200, "{answered}");
+    assert_eq!(
+        answered["metadata"]["resourceVersion"], rv,
+        "a heartbeat is not a write"
+    );
+    let (_, got) = s.http("GET", "/api/v1/nodes/n1", None);
+    assert_eq!(
+        got["status"]["conditions"][0]["lastHeartbeatTime"],
+        "2026-01-01T00:00:10Z"
+    );
+    assert_eq!(got["metadata"]["resourceVersion"], rv);
+    let (_, list) = s.http("GET", "/api/v1/nodes", None);
+    assert_eq!(
+        list["items"][0]["status"]["conditions"][0]["lastHeartbeatTime"],
+        "2026-01-01T00:00:10Z"
+    );
+    // A real change is written.
+    let mut change = got.clone();
+    change["status"]["conditions"][0]["status"] = json!("False");
+    let (code, changed) = s.json("PUT", "/api/v1/nodes/n1/status", &change);
+    assert_eq!(code, 200);
+    assert_ne!(changed["metadata"]["resourceVersion"], rv);
+}

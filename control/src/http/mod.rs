@@ -571,6 +571,7 @@ async fn resource<K: Resource>(
                 None => (None, None),
             };
             let filter_ns = ns.clone();
+            let beats = state.registry.heartbeats.clone();
             let as_table = wants_table(req);
             let (items, page) = state
                 .store
@@ -580,9 +581,12 @@ async fn resource<K: Resource>(
                     after,
                     limit,
                     Vec::new(),
-                    move |out: &mut Vec<u8>, o| {
+                    move |out: &mut Vec<u8>, mut o| {
                         if !object_matches(&o, filter_ns.as_deref(), &labels, &fields) {
                             return false;
+                        }
+                        if let AnyObject::Node(n) = &mut o {
+                            beats.overlay(n);
                         }
                         if !out.is_empty() {
                             out.push(b',');
@@ -612,7 +616,10 @@ async fn resource<K: Resource>(
         }
         (Method::Get, Some(name), None | Some("status")) => {
             let obj: K = state.registry.get(&ns_str, name).await?;
-            let any = obj.into_any();
+            let mut any = obj.into_any();
+            if let AnyObject::Node(n) = &mut any {
+                state.registry.heartbeats.overlay(n);
+            }
             if wants_table(req) {
                 let rev = any.meta().resource_version.clone();
                 return Ok(json_response(
