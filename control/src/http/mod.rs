@@ -415,6 +415,7 @@ fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
         "application/merge-patch+json" => Ok(PatchType::Merge),
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/strategic-merge-patch+json" => Ok(PatchType::StrategicMerge),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchType::Apply),
         other => Err(ApiError::unsupported_media_type(other)),
     }
 }
@@ -706,6 +707,23 @@ async fn resource<K: Resource>(
         }
         (Method::Patch, Some(name), None | Some("status")) => {
             let pt = patch_type(req)?;
+            if pt == PatchType::Apply && part == Part::Main {
+                // Server-side apply creates what does not exist yet.
+                let exists = state.registry.get::<K>(&ns_str, name).await;
+                if matches!(&exists, Err(e) if e.code() == 404) {
+                    let mut value = api::codec::parse_yaml(&body)
+                        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                    if value.pointer("/metadata/name").is_none() {
+                        value["metadata"]["name"] = json!(name);
+                    }
+                    let obj: K = registry::decode(value)?;
+                    let created = state.registry.create(obj, ns.as_deref()).await?;
+                    return Ok(json_response(
+                        StatusCode::Created,
+                        &created.into_any().to_json(),
+                    ));
+                }
+            }
             let patched: K = state.registry.patch(&ns_str, name, pt, body, part).await?;
             Ok(json_response(StatusCode::Ok, &patched.into_any().to_json()))
         }
