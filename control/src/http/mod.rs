@@ -403,6 +403,19 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
     }
 }
 
+/// Decodes a create or update body: JSON straight into the model when it is well formed,
+/// otherwise through a JSON tree, which also gives precise errors.
+fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K, ApiError> {
+    let ct = header(req, "Content-Type").unwrap_or_default();
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if matches!(essence.as_str(), "application/json" | "" | "application/octet-stream") {
+        if let Some(obj) = api::codec::from_json_bytes::<K>(body) {
+            return Ok(obj);
+        }
+    }
+    registry::decode(parse_object_body(req, body)?)
+}
+
 fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
     let ct = header(req, "Content-Type").unwrap_or_default();
     let essence = ct
@@ -635,8 +648,7 @@ async fn resource<K: Resource>(
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Post, None, None) => {
-            let value = parse_object_body(req, &body)?;
-            let obj: K = registry::decode(value)?;
+            let obj: K = decode_body(req, &body)?;
             let created = state.registry.create(obj, ns.as_deref()).await?;
             Ok(json_response(
                 StatusCode::Created,
@@ -663,8 +675,7 @@ async fn resource<K: Resource>(
             Ok(json_response(StatusCode::Created, &ok))
         }
         (Method::Put, Some(name), None | Some("status") | Some("finalize")) => {
-            let value = parse_object_body(req, &body)?;
-            let obj: K = registry::decode(value)?;
+            let obj: K = decode_body(req, &body)?;
             let updated = state
                 .registry
                 .update(obj, ns.as_deref(), name, part_for(sub, part))
