@@ -165,6 +165,16 @@ pub fn process_alive(proc_root: &Path, pid: i32) -> bool {
     }
 }
 
+/// The calling process's capability bounding set (`CapBnd` in `<proc_root>/self/status`).
+pub fn bounding_capabilities(proc_root: &Path) -> std::io::Result<u64> {
+    let status = std::fs::read_to_string(proc_root.join("self/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .ok_or_else(|| std::io::Error::other("no CapBnd in /proc/self/status"))
+}
+
 /// Mount points at or below `dir`, read from `<proc_root>/self/mountinfo`.
 pub fn mounts_under(proc_root: &Path, dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     let info = std::fs::read_to_string(proc_root.join("self/mountinfo"))?;

@@ -72,11 +72,11 @@
 //! management (network layer), no host devices for privileged containers.
 
 pub mod cgroup;
+mod executor;
 pub mod logs;
 pub mod sandbox;
 pub mod spec;
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -380,6 +380,10 @@ fn from_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
+/// Serialises libcontainer's create and exec within the process: both clone children from this
+/// multi-threaded process and flip the process-wide dumpable flag while doing so.
+static FORK_LOCK: Mutex<()> = Mutex::new(());
+
 /// The container runtime of one agent.
 pub struct Runtime {
     config: RuntimeConfig,
@@ -561,7 +565,9 @@ impl Runtime {
         cgroup_path: &str,
     ) -> Result<(), RuntimeError> {
         let bundle = dir.join("bundle");
-        spec::write_bundle(&bundle, sandbox, spec, cgroup_path)?;
+        let available = sys::bounding_capabilities(&self.config.proc_root)
+            .map_err(|e| RuntimeError::io("read capabilities", &self.config.proc_root, e))?;
+        spec::write_bundle(&bundle, sandbox, spec, cgroup_path, available)?;
         let record = Record {
             cgroup_path: cgroup_path.trim_start_matches('/').to_string(),
             log_path: spec.log_path.clone(),
@@ -578,12 +584,14 @@ impl Runtime {
         let null = std::fs::File::open("/dev/null")
             .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
 
+        let fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let built = ContainerBuilder::new(id.as_str().to_string(), SyscallType::default())
             .with_root_path(self.libcontainer_dir())
             .map_err(|e| RuntimeError::lc("container root", e))?
             .with_stdin(OwnedFd::from(null))
             .with_stdout(OwnedFd::from(log))
             .with_stderr(OwnedFd::from(log_err))
+            .with_executor(executor::ExecveExecutor)
             .as_init(&bundle)
             .with_systemd(false)
             .with_detach(true)
@@ -591,6 +599,7 @@ impl Runtime {
         // libcontainer marks the calling process non-dumpable while it forks; undo that for
         // the long-running agent.
         let _ = sys::set_dumpable(true);
+        drop(fork_guard);
         built.map_err(|e| RuntimeError::lc("create container", e))?;
         Ok(())
     }
@@ -805,18 +814,28 @@ impl Runtime {
             .map_err(|e| RuntimeError::io("dup", Path::new("exec"), e))?;
         let null = std::fs::File::open("/dev/null")
             .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
+        // Like `runc exec`, run as the container's user and in its working directory.
+        let config_path = self.container_dir(id).join("bundle/config.json");
+        let oci = libcontainer::oci_spec::runtime::Spec::load(&config_path)
+            .map_err(|e| RuntimeError::Corrupt(format!("{}: {e}", config_path.display())))?;
+        let process = oci.process().clone().unwrap_or_default();
+        let fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let built = ContainerBuilder::new(id.as_str().to_string(), SyscallType::default())
             .with_root_path(self.libcontainer_dir())
             .map_err(|e| RuntimeError::lc("container root", e))?
             .with_stdin(OwnedFd::from(null))
             .with_stdout(OwnedFd::from(writer))
             .with_stderr(OwnedFd::from(writer_err))
+            .with_executor(executor::ExecveExecutor)
             .as_tenant()
             .with_container_args(argv.to_vec())
-            .with_env(HashMap::new())
+            .with_user(Some(process.user().uid()))
+            .with_group(Some(process.user().gid()))
+            .with_cwd(Some(process.cwd().clone()))
             .with_detach(true)
             .build();
         let _ = sys::set_dumpable(true);
+        drop(fork_guard);
         let pid = built
             .map_err(|e| RuntimeError::lc("exec in container", e))?
             .as_raw();

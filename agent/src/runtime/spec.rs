@@ -99,16 +99,36 @@ pub fn normalize_capability(name: &str) -> Result<String, RuntimeError> {
     }
 }
 
+fn capability_bit(cap: &str) -> u64 {
+    // ALL_CAPABILITIES is in kernel numbering order.
+    ALL_CAPABILITIES
+        .iter()
+        .position(|c| *c == cap)
+        .map_or(0, |n| 1u64 << n)
+}
+
+/// Every capability in the mask `available` (bit n = capability n).
+fn all_available(available: u64) -> Vec<String> {
+    ALL_CAPABILITIES
+        .iter()
+        .filter(|c| capability_bit(c) & available != 0)
+        .map(|c| c.to_string())
+        .collect()
+}
+
 /// The effective capability set: the default set (or all, if privileged), minus `drop`, plus
 /// `add`; "ALL" in either list means every capability. Drops are applied before adds, as in
-/// Docker, so `drop: [ALL], add: [NET_BIND_SERVICE]` keeps exactly one.
+/// Docker, so `drop: [ALL], add: [NET_BIND_SERVICE]` keeps exactly one. A container can only
+/// get capabilities the agent has itself (`available`, its bounding set): "all" means all of
+/// those, and naming one the agent lacks is an error.
 pub fn capability_set(
     privileged: bool,
     add: &[String],
     drop: &[String],
+    available: u64,
 ) -> Result<Vec<String>, RuntimeError> {
     let mut caps: Vec<String> = if privileged {
-        ALL_CAPABILITIES.iter().map(|c| c.to_string()).collect()
+        all_available(available)
     } else {
         DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()).collect()
     };
@@ -123,11 +143,16 @@ pub fn capability_set(
     for name in add {
         let cap = normalize_capability(name)?;
         if cap == "ALL" {
-            caps = ALL_CAPABILITIES.iter().map(|c| c.to_string()).collect();
+            caps = all_available(available);
+        } else if capability_bit(&cap) & available == 0 {
+            return Err(RuntimeError::Refused(format!(
+                "capability {cap} is not in the agent's own bounding set"
+            )));
         } else if !caps.contains(&cap) {
             caps.push(cap);
         }
     }
+    caps.retain(|c| capability_bit(c) & available != 0);
     Ok(caps)
 }
 
@@ -137,8 +162,9 @@ pub fn write_bundle(
     sandbox: &Sandbox,
     spec: &ContainerSpec,
     cgroup_path: &str,
+    available_caps: u64,
 ) -> Result<(), RuntimeError> {
-    let value = build(sandbox, spec, cgroup_path)?;
+    let value = build(sandbox, spec, cgroup_path, available_caps)?;
     let oci: Spec = serde_json::from_value(value)
         .map_err(|e| RuntimeError::InvalidSpec(format!("generated OCI spec is invalid: {e}")))?;
     std::fs::create_dir_all(bundle)
@@ -153,8 +179,14 @@ pub fn build(
     sandbox: &Sandbox,
     spec: &ContainerSpec,
     cgroup_path: &str,
+    available_caps: u64,
 ) -> Result<Value, RuntimeError> {
-    let caps = capability_set(spec.privileged, &spec.caps_add, &spec.caps_drop)?;
+    let caps = capability_set(
+        spec.privileged,
+        &spec.caps_add,
+        &spec.caps_drop,
+        available_caps,
+    )?;
 
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     if !spec.env.iter().any(|(k, _)| k == "PATH") {
@@ -300,18 +332,26 @@ mod tests {
     #[test]
     fn capabilities_follow_docker_rules() {
         let none: Vec<String> = Vec::new();
-        let set = capability_set(false, &none, &["chown".into()]).expect("caps");
+        let all = u64::MAX;
+        let set = capability_set(false, &none, &["chown".into()], all).expect("caps");
         assert!(!set.contains(&"CAP_CHOWN".to_string()));
         assert!(set.contains(&"CAP_KILL".to_string()));
-        let set =
-            capability_set(false, &["NET_BIND_SERVICE".into()], &["ALL".into()]).expect("caps");
+        let set = capability_set(false, &["NET_BIND_SERVICE".into()], &["ALL".into()], all)
+            .expect("caps");
         assert_eq!(set, vec!["CAP_NET_BIND_SERVICE".to_string()]);
-        let set = capability_set(false, &["NET_ADMIN".into()], &none).expect("caps");
+        let set = capability_set(false, &["NET_ADMIN".into()], &none, all).expect("caps");
         assert!(set.contains(&"CAP_NET_ADMIN".to_string()));
-        assert!(capability_set(false, &["NOT_A_CAP".into()], &none).is_err());
+        assert!(capability_set(false, &["NOT_A_CAP".into()], &none, all).is_err());
         assert_eq!(
-            capability_set(true, &none, &none).expect("caps").len(),
+            capability_set(true, &none, &none, all).expect("caps").len(),
             ALL_CAPABILITIES.len()
         );
+        // Without CAP_SYS_RESOURCE (24) in the agent's bounding set.
+        let limited = all & !(1 << 24);
+        let set = capability_set(true, &none, &none, limited).expect("caps");
+        assert_eq!(set.len(), ALL_CAPABILITIES.len() - 1);
+        assert!(!set.contains(&"CAP_SYS_RESOURCE".to_string()));
+        assert!(capability_set(false, &["SYS_RESOURCE".into()], &none, limited).is_err());
+        assert_eq!(capability_bit("CAP_CHECKPOINT_RESTORE"), 1 << 40);
     }
 }
