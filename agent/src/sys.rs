@@ -150,6 +150,20 @@ pub fn kill(pid: i32, signal: Signal) -> Result<(), Errno> {
     }
 }
 
+/// Sets `O_NONBLOCK` on a descriptor.
+pub fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> Result<(), Errno> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: fcntl on a descriptor the caller keeps open for the duration of the call; the
+    // flag operations take and return plain integers.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags == -1 {
+            return Err(Errno::last());
+        }
+        check(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK))
+    }
+}
+
 /// Whether `pid` exists and is not a zombie, judged from `<proc_root>/<pid>/stat`.
 pub fn process_alive(proc_root: &Path, pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else {

@@ -64,14 +64,23 @@ fn ns_inode(path: &std::path::Path) -> u64 {
 fn pod_containers_share_ipc_uts_net_but_not_pid() {
     let env = TestEnv::new("ns");
     let sb = env.sandbox("pod-ns");
+    // `a` keeps running, so its namespaces stay alive (exited namespaces' inode numbers are
+    // recycled) while `b` reports its own.
+    let a_id = env.run(&sb, &env.spec("a", &["sleep", "1000"]));
+    let a_pid = match env.rt().state(&a_id).expect("state") {
+        ContainerState::Running { pid, .. } => pid,
+        other => panic!("{other:?}"),
+    };
+    let kinds = ["ipc", "uts", "net", "pid", "mnt"];
+    let a: Vec<u64> = kinds
+        .iter()
+        .map(|n| ns_inode(&std::path::PathBuf::from(format!("/proc/{a_pid}/ns/{n}"))))
+        .collect();
     let script = "for n in ipc uts net pid mnt; do stat -L -c %i /proc/self/ns/$n; done";
-    let (s1, log1) = env.run_to_exit(&sb, &env.spec("a", &["sh", "-c", script]));
     let (s2, log2) = env.run_to_exit(&sb, &env.spec("b", &["sh", "-c", script]));
-    assert_eq!(exit_code(&s1), Some(0), "{log1}");
     assert_eq!(exit_code(&s2), Some(0), "{log2}");
-    let a: Vec<u64> = log1.lines().map(|l| l.parse().expect("inode")).collect();
     let b: Vec<u64> = log2.lines().map(|l| l.parse().expect("inode")).collect();
-    assert_eq!(a.len(), 5, "{log1}");
+    assert_eq!(b.len(), 5, "{log2}");
     assert_eq!(a[..3], b[..3], "ipc, uts and net are shared");
     assert_ne!(a[3], b[3], "pid namespaces are separate");
     assert_ne!(a[4], b[4], "mount namespaces are separate");
@@ -349,6 +358,18 @@ fn exec_in_running_container() {
         .expect("exec");
     assert_eq!(r.exit_code, 0);
     assert_eq!(String::from_utf8_lossy(&r.output), "sleep\u{0}1000\u{0}");
+
+    // A background process keeping stdout open does not hold the exec up.
+    let t = Instant::now();
+    let r = rt
+        .exec(
+            &id,
+            &argv(&["sh", "-c", "sleep 30 & echo bg"]),
+            Duration::from_secs(10),
+        )
+        .expect("exec");
+    assert_eq!((r.exit_code, r.output.as_slice()), (0, &b"bg\n"[..]));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 
     let t = Instant::now();
     match rt.exec(&id, &argv(&["sleep", "30"]), Duration::from_millis(300)) {

@@ -840,27 +840,25 @@ impl Runtime {
             .map_err(|e| RuntimeError::lc("exec in container", e))?
             .as_raw();
 
-        // The pipe's write ends went away with the builder, so the reader sees EOF once the
-        // exec'd process (and anything it forked that kept stdout) is gone.
-        let output_thread = std::thread::spawn(move || {
-            let mut output = Vec::new();
+        // The pipe's write ends went away with the builder. Output is drained without blocking
+        // while waiting for the process, so a background process that keeps the pipe open
+        // cannot hang the exec: once the exec'd process has exited, whatever is buffered is
+        // read and the pipe closed.
+        let mut reader = reader;
+        sys::set_nonblocking(&reader).map_err(|e| RuntimeError::sys("fcntl", e))?;
+        let mut output = Vec::new();
+        let mut drain = |reader: &mut std::io::PipeReader| {
             let mut buf = [0u8; 8192];
-            let mut reader = reader;
-            loop {
-                match reader.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        let room = EXEC_OUTPUT_LIMIT.saturating_sub(output.len());
-                        output.extend_from_slice(&buf[..n.min(room)]);
-                    }
-                }
+            // Ok(0) is EOF, WouldBlock means nothing more for now; both end this round.
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                let room = EXEC_OUTPUT_LIMIT.saturating_sub(output.len());
+                output.extend_from_slice(&buf[..n.min(room)]);
             }
-            output
-        });
-
+        };
         let deadline = Instant::now() + timeout;
         let mut delay = Duration::from_millis(1);
         let code = loop {
+            drain(&mut reader);
             match sys::try_wait(pid).map_err(|e| RuntimeError::sys("waitpid exec", e))? {
                 sys::ChildStatus::Exited(code) => break Some(code),
                 sys::ChildStatus::Signaled(sig) => break Some(128 + sig),
@@ -881,7 +879,7 @@ impl Runtime {
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_millis(20));
         };
-        let output = output_thread.join().unwrap_or_default();
+        drain(&mut reader);
         let exit_code =
             code.ok_or_else(|| RuntimeError::Corrupt("exec process was reaped elsewhere".into()))?;
         Ok(ExecResult { exit_code, output })
