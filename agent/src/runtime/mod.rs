@@ -66,6 +66,19 @@
 //! agent can still use `std::process::Command` safely. [`sys::set_child_subreaper`] is there for
 //! the agent binary; processes it adopts that are not containers are not reaped here.
 //!
+//! # Forking from a multi-threaded agent
+//! libcontainer `clone`s the container's processes from the calling process, and those
+//! children run Rust code (allocations, file I/O) before they `execve`. A lock held by another
+//! agent thread at that instant stays locked in the child forever. Two were handled: the
+//! standard library's environment lock (libcontainer's default executor calls `set_var` in the
+//! child; we use our own executor that passes the environment to `execve` instead, see
+//! `executor.rs`), and concurrent creates in this process (serialised by a process-wide lock,
+//! which also keeps libcontainer's process-wide "dumpable" toggling consistent). The agent must
+//! not call `std::env::set_var` while containers are created, and should filter libcontainer's
+//! own log events to `error` (`RUST_LOG=...,libcontainer=error`): events logged in the child
+//! go to the container's stderr, i.e. its log file (libcontainer warns "seccomp not available"
+//! for every container at `warn`).
+//!
 //! # Not done
 //! No seccomp (libcontainer is built without `libseccomp`), no AppArmor/SELinux, no user
 //! namespaces, no pod-level cgroup limits, no `share_pid`, no `/etc/hosts`/`resolv.conf`
@@ -949,6 +962,12 @@ mod tests {
         assert!(ContainerId::parse("nodot").is_none());
         assert!(ContainerId::new("a/b", "c").is_err());
         assert!(ContainerId::new("a", "b.c").is_err());
+    }
+
+    #[test]
+    fn runtime_can_move_to_blocking_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Runtime>();
     }
 
     #[test]

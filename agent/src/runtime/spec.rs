@@ -328,6 +328,72 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::{MountSpec, SandboxConfig};
+    use std::path::PathBuf;
+
+    fn sandbox(host_network: bool) -> Sandbox {
+        Sandbox {
+            pod_uid: "p1".into(),
+            dir: PathBuf::from("/run/skiff/sandboxes/p1"),
+            config: SandboxConfig {
+                hostname: "web-0".into(),
+                host_network,
+                host_pid: false,
+                share_pid: false,
+            },
+        }
+    }
+
+    #[test]
+    fn spec_joins_pod_namespaces_and_sets_limits() {
+        let mut spec = ContainerSpec::new("web", "/images/x/rootfs", &["httpd", "-f"], "/l");
+        spec.resources.cpu_quota = Some(20_000);
+        spec.resources.memory_limit = Some(1 << 20);
+        spec.mounts.push(MountSpec {
+            source: "/data".into(),
+            destination: "/srv".into(),
+            readonly: true,
+            kind: MountKind::Bind,
+        });
+        let v = build(&sandbox(false), &spec, "/skiff/p1/web", u64::MAX).expect("spec");
+        let oci: Spec = serde_json::from_value(v.clone()).expect("valid OCI spec");
+        assert_eq!(v["linux"]["cgroupsPath"], "/skiff/p1/web");
+        let ns = v["linux"]["namespaces"].as_array().expect("namespaces");
+        let types: Vec<&str> = ns.iter().filter_map(|n| n["type"].as_str()).collect();
+        assert_eq!(types, ["mount", "pid", "ipc", "uts", "network"]);
+        assert_eq!(ns[4]["path"], "/run/skiff/sandboxes/p1/ns/net");
+        assert_eq!(v["linux"]["resources"]["cpu"]["period"], 100_000);
+        assert_eq!(v["linux"]["resources"]["memory"]["swap"], 1 << 20);
+        assert!(v["process"]["env"]
+            .as_array()
+            .expect("env")
+            .contains(&json!("HOSTNAME=web-0")));
+        let srv = oci
+            .mounts()
+            .as_ref()
+            .and_then(|m| {
+                m.iter()
+                    .find(|m| m.destination() == Path::new("/srv"))
+                    .cloned()
+            })
+            .expect("bind mount");
+        assert!(srv
+            .options()
+            .as_ref()
+            .expect("options")
+            .contains(&"ro".to_string()));
+        assert!(!v["linux"]["maskedPaths"]
+            .as_array()
+            .expect("masked")
+            .is_empty());
+
+        let v = build(&sandbox(true), &spec, "/skiff/p1/web", u64::MAX).expect("spec");
+        let ns = v["linux"]["namespaces"].as_array().expect("namespaces");
+        assert!(!ns.iter().any(|n| n["type"] == "network"), "host network");
+
+        spec.args.clear();
+        assert!(build(&sandbox(false), &spec, "/x", u64::MAX).is_err());
+    }
 
     #[test]
     fn capabilities_follow_docker_rules() {
