@@ -531,3 +531,115 @@ fn logs_keep_flowing_after_rotation() {
     );
     env.rt().stop(&id, Duration::ZERO).expect("stop");
 }
+
+const HELPER_ENV: &str = "SKIFF_RUNTIME_TEST_AGENT";
+
+/// Not a test: the "agent" process that `agent_killed_with_sigkill_leaves_containers_running`
+/// starts, which creates a pod and then dies by SIGKILL.
+#[test]
+#[ignore = "helper process for agent_killed_with_sigkill_leaves_containers_running"]
+fn helper_agent_that_gets_killed() {
+    let Ok(spec) = std::env::var(HELPER_ENV) else {
+        return;
+    };
+    let mut parts = spec.split('\n');
+    let (state_dir, cgroup_parent, rootfs, log) = (
+        parts.next().expect("state dir"),
+        parts.next().expect("cgroup parent"),
+        parts.next().expect("rootfs"),
+        parts.next().expect("log"),
+    );
+    let rt = Runtime::new(agent::runtime::RuntimeConfig::new(state_dir, cgroup_parent))
+        .expect("runtime");
+    let sb = rt
+        .create_sandbox(
+            "pod-orphan",
+            &SandboxConfig {
+                hostname: "orphan".into(),
+                host_network: false,
+                host_pid: false,
+                share_pid: false,
+            },
+        )
+        .expect("sandbox");
+    let spec = agent::runtime::ContainerSpec::new(
+        "ticker",
+        rootfs,
+        &["sh", "-c", "while true; do echo tick; sleep 0.05; done"],
+        log,
+    );
+    let id = rt.create_container(&sb, &spec).expect("create");
+    rt.start(&id).expect("start");
+    nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL).expect("raise");
+}
+
+#[test]
+fn agent_killed_with_sigkill_leaves_containers_running() {
+    let env = TestEnv::new("orphan");
+    let log = env.log_path("ticker");
+    let status = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--ignored",
+            "--exact",
+            "helper_agent_that_gets_killed",
+            "--nocapture",
+        ])
+        .env(
+            HELPER_ENV,
+            format!(
+                "{}\n{}\n{}\n{}",
+                env.config.state_dir.display(),
+                env.config.cgroup_parent,
+                env.rootfs.display(),
+                log.display()
+            ),
+        )
+        .status()
+        .expect("run helper agent");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "helper agent should die by SIGKILL"
+    );
+
+    // The "restarted agent": nothing in memory, the container is no longer its child.
+    let rt = env.rt();
+    let ids = rt.list().expect("list");
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = &ids[0];
+    let pid = match rt.state(id).expect("state") {
+        ContainerState::Running { pid, .. } => pid,
+        other => panic!("container did not survive the agent: {other:?}"),
+    };
+    let size = || std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let before = size();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        size() > before,
+        "the container keeps logging without an agent"
+    );
+    assert!(
+        matches!(rt.state(id).expect("state"), ContainerState::Running { pid: p, .. } if p == pid)
+    );
+
+    // Exec and stop still work; the exit code of a process that is not our child is unknown.
+    let r = rt
+        .exec(id, &["hostname".to_string()], Duration::from_secs(10))
+        .expect("exec");
+    assert_eq!(String::from_utf8_lossy(&r.output), "orphan\n");
+    let state = rt.stop(id, Duration::from_millis(200)).expect("stop");
+    assert!(
+        matches!(
+            state,
+            ContainerState::Exited {
+                exit_code: None,
+                oom_killed: false,
+                ..
+            }
+        ),
+        "{state:?}"
+    );
+    rt.remove_sandbox("pod-orphan").expect("remove sandbox");
+    assert!(rt.list().expect("list").is_empty());
+}
