@@ -63,8 +63,11 @@
 //! was its parent (it exited while the agent was down, so init reaped it), the code is
 //! unknown: `Exited { exit_code: None, .. }`, with `finished_at` the time the agent noticed.
 //! There is no background reaper thread: only known pids are waited for, so other code in the
-//! agent can still use `std::process::Command` safely. [`sys::set_child_subreaper`] is there for
-//! the agent binary; processes it adopts that are not containers are not reaped here.
+//! agent can still use `std::process::Command` safely. [`sys::set_child_subreaper`] exists but
+//! is not needed for exit codes (the init is already our child) and should stay off until a
+//! reaper for adopted non-container orphans exists: with it on, orphans of `host_pid`
+//! containers would be re-parented to the agent and stay zombies. Under systemd the agent unit
+//! needs `KillMode=process`, or restarting the agent would kill every container.
 //!
 //! # Forking from a multi-threaded agent
 //! libcontainer `clone`s the container's processes from the calling process, and those
