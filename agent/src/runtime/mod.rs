@@ -13,10 +13,12 @@
 //!   state(&self, &ContainerId) -> Result<ContainerState>
 //!   kill(&self, &ContainerId, Signal) -> Result<()>
 //!   stop(&self, &ContainerId, grace: Duration) -> Result<ContainerState>
+//!   wait_exit(&self, &ContainerId, timeout: Duration) -> Result<ContainerState>
 //!   remove(&self, &ContainerId) -> Result<()>
 //!   list(&self) -> Result<Vec<ContainerId>>
 //!   exec(&self, &ContainerId, argv, timeout) -> Result<ExecResult>
 //!   cgroup_dir(&self, &ContainerId, controller) -> PathBuf
+//!   log_path(&self, &ContainerId) -> Result<PathBuf>
 //!   remove_cgroup_parent(&self) -> Result<()>
 //! rotate_log(path, max_bytes, keep) -> io::Result<bool>
 //! sys::set_child_subreaper()
