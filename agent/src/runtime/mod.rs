@@ -1,1 +1,945 @@
-//! (to be written)
+//! The container runtime: pod sandboxes and containers, run through libcontainer (youki).
+//!
+//! # API
+//!
+//! ```text
+//! Runtime::new(RuntimeConfig) -> Result<Runtime, RuntimeError>
+//!   create_sandbox(&self, pod_uid, &SandboxConfig) -> Result<Sandbox>
+//!   sandbox(&self, pod_uid) -> Result<Option<Sandbox>>          // reload after a restart
+//!   list_sandboxes(&self) -> Result<Vec<String>>                // pod uids
+//!   remove_sandbox(&self, pod_uid) -> Result<()>                // force-removes its containers too
+//!   create_container(&self, &Sandbox, &ContainerSpec) -> Result<ContainerId>
+//!   start(&self, &ContainerId) -> Result<()>
+//!   state(&self, &ContainerId) -> Result<ContainerState>
+//!   kill(&self, &ContainerId, Signal) -> Result<()>
+//!   stop(&self, &ContainerId, grace: Duration) -> Result<ContainerState>
+//!   remove(&self, &ContainerId) -> Result<()>
+//!   list(&self) -> Result<Vec<ContainerId>>
+//!   exec(&self, &ContainerId, argv, timeout) -> Result<ExecResult>
+//!   cgroup_dir(&self, &ContainerId, controller) -> PathBuf
+//!   remove_cgroup_parent(&self) -> Result<()>
+//! rotate_log(path, max_bytes, keep) -> io::Result<bool>
+//! sys::set_child_subreaper()
+//! ```
+//! Every method blocks (libcontainer forks, waits and polls); async callers wrap them in
+//! `smol::unblock`. A `Runtime` is `Send + Sync`; calls for different containers may run in
+//! parallel.
+//!
+//! # State on disk (`RuntimeConfig::state_dir`)
+//!
+//! - `sandboxes/<pod_uid>/ns/{ipc,uts,net}`: bind-mounted namespace files (see [`sandbox`]),
+//!   `sandboxes/<pod_uid>/sandbox.json`: its [`SandboxConfig`].
+//! - `containers/<id>/bundle/config.json`: the OCI spec; `containers/<id>/record.json`: what
+//!   libcontainer does not keep (log path, cgroup path, start time, exit status once known).
+//! - `libcontainer/<id>/`: libcontainer's own state (pid, status, notify socket).
+//!
+//! Nothing lives only in memory, so a restarted agent sees every sandbox and container again
+//! ([`Runtime::list`], [`Runtime::sandbox`]) without touching running processes.
+//!
+//! # Namespaces
+//! Each pod gets ipc, uts and (unless `host_network`) net namespaces kept alive by bind
+//! mounts; each container gets its own mount and pid namespaces (unless `host_pid`) and joins
+//! the pod's by path. `share_pid` (one pid namespace per pod) is refused for now.
+//!
+//! # Cgroups
+//! Container cgroups are `/<cgroup_parent>/<pod_uid>/<container_name>` (libcontainer's
+//! cgroupfs managers, v1 — including hybrid hosts — and v2; no systemd). libcontainer removes
+//! the container level on delete; `remove_sandbox` removes the pod level and
+//! `remove_cgroup_parent` the parent. CPU shares/quota/period and a memory limit (with swap
+//! disabled) come from [`Resources`]. Pod-level limits are not set yet.
+//!
+//! # Logs
+//! stdout and stderr of the container's main process go to `ContainerSpec::log_path`, opened
+//! `O_APPEND` and passed as fds 1 and 2 (stdin is `/dev/null`), so output keeps flowing while
+//! the agent is down. Rotate with [`rotate_log`] (copy-truncate).
+//!
+//! # Exit codes
+//! libcontainer's double fork clones the container's init with `CLONE_PARENT`, so it is a
+//! direct child of the agent. [`Runtime::state`] (and `stop`/`remove`) reap it with
+//! `waitpid(pid, WNOHANG)` and write the exit status into `record.json`, so it is still known
+//! after an agent restart. An exit code is `128 + signal` for a signalled process (137 after
+//! SIGKILL), as Kubernetes reports. `oom_killed` comes from the container cgroup's OOM-kill
+//! counter (v2 `memory.events`, v1 `memory.oom_control`). If the container died while no agent
+//! was its parent (it exited while the agent was down, so init reaped it), the code is
+//! unknown: `Exited { exit_code: None, .. }`, with `finished_at` the time the agent noticed.
+//! There is no background reaper thread: only known pids are waited for, so other code in the
+//! agent can still use `std::process::Command` safely. [`sys::set_child_subreaper`] is there for
+//! the agent binary; processes it adopts that are not containers are not reaped here.
+//!
+//! # Not done
+//! No seccomp (libcontainer is built without `libseccomp`), no AppArmor/SELinux, no user
+//! namespaces, no pod-level cgroup limits, no `share_pid`, no `/etc/hosts`/`resolv.conf`
+//! management (network layer), no host devices for privileged containers.
+
+pub mod cgroup;
+pub mod logs;
+pub mod sandbox;
+pub mod spec;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::container::{Container, ContainerStatus};
+use libcontainer::syscall::syscall::SyscallType;
+pub use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+
+pub use logs::{open_log, rotate_log};
+pub use sandbox::{Sandbox, SandboxConfig};
+
+use crate::sys;
+
+/// Where the runtime keeps its state and what it allows.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Root of the runtime's state, e.g. `/run/skiff/agent` (a tmpfs, so it is gone after a
+    /// reboot together with the processes it describes).
+    pub state_dir: PathBuf,
+    /// The cgroup every pod cgroup is created under, relative to the cgroup root, e.g. "skiff".
+    pub cgroup_parent: String,
+    /// Whether `privileged` containers and `host_pid` sandboxes are allowed.
+    pub allow_privileged: bool,
+    /// The cgroup filesystem root, normally `/sys/fs/cgroup`. Only read by this module (OOM
+    /// counters, cleanup); libcontainer always uses `/sys/fs/cgroup`.
+    pub cgroup_root: PathBuf,
+    /// The proc filesystem root, normally `/proc`.
+    pub proc_root: PathBuf,
+}
+
+impl RuntimeConfig {
+    /// The usual configuration with the given state dir and cgroup parent.
+    pub fn new(state_dir: impl Into<PathBuf>, cgroup_parent: impl Into<String>) -> Self {
+        RuntimeConfig {
+            state_dir: state_dir.into(),
+            cgroup_parent: cgroup_parent.into(),
+            allow_privileged: false,
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// What went wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A file operation failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A system call failed.
+    #[error("{what}: {errno}")]
+    Sys {
+        what: &'static str,
+        errno: sys::Errno,
+    },
+    /// libcontainer failed.
+    #[error("{what}: {source}")]
+    Container {
+        what: &'static str,
+        source: Box<libcontainer::error::LibcontainerError>,
+    },
+    /// The request cannot be turned into a container.
+    #[error("invalid container spec: {0}")]
+    InvalidSpec(String),
+    /// The request needs a permission the agent was not started with.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// No such container or sandbox.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// It already exists.
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    /// The container is not in a state that allows the operation.
+    #[error("container {id} is {state}")]
+    WrongState { id: String, state: &'static str },
+    /// An exec did not finish in time (its process was killed).
+    #[error("exec timed out after {0:?}")]
+    ExecTimeout(Duration),
+    /// Stored state could not be read.
+    #[error("corrupt runtime state: {0}")]
+    Corrupt(String),
+}
+
+impl RuntimeError {
+    fn io(what: &'static str, path: &Path, source: std::io::Error) -> Self {
+        RuntimeError::Io {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn sys(what: &'static str, errno: sys::Errno) -> Self {
+        RuntimeError::Sys { what, errno }
+    }
+
+    fn lc(what: &'static str, source: libcontainer::error::LibcontainerError) -> Self {
+        RuntimeError::Container {
+            what,
+            source: Box::new(source),
+        }
+    }
+}
+
+/// A container's id: `<pod_uid>.<container_name>`; also its libcontainer id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContainerId(String);
+
+fn valid_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl ContainerId {
+    /// The id of container `name` in pod `pod_uid` (letters, digits, '-' and '_' only).
+    pub fn new(pod_uid: &str, name: &str) -> Result<Self, RuntimeError> {
+        if !valid_part(pod_uid) || !valid_part(name) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "invalid pod uid {pod_uid:?} or container name {name:?}"
+            )));
+        }
+        Ok(ContainerId(format!("{pod_uid}.{name}")))
+    }
+
+    /// Parses `<pod_uid>.<name>`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (pod, name) = s.split_once('.')?;
+        ContainerId::new(pod, name).ok()
+    }
+
+    /// The full id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The pod's uid.
+    pub fn pod_uid(&self) -> &str {
+        self.0.split_once('.').map_or("", |(p, _)| p)
+    }
+
+    /// The container's name within the pod.
+    pub fn name(&self) -> &str {
+        self.0.split_once('.').map_or("", |(_, n)| n)
+    }
+}
+
+impl std::fmt::Display for ContainerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How a volume is mounted into a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountKind {
+    /// Recursive bind mount of `source`.
+    Bind,
+    /// A fresh tmpfs (`source` ignored).
+    Tmpfs,
+}
+
+/// One mount in a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSpec {
+    pub source: PathBuf,
+    pub destination: PathBuf,
+    pub readonly: bool,
+    pub kind: MountKind,
+}
+
+/// Cgroup limits of one container (Kubernetes requests and limits already converted).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// v1 `cpu.shares` (2..262144; libcontainer converts to `cpu.weight` on v2).
+    pub cpu_shares: Option<u64>,
+    /// CFS quota in microseconds per period.
+    pub cpu_quota: Option<i64>,
+    /// CFS period in microseconds (default 100000).
+    pub cpu_period: Option<u64>,
+    /// Memory limit in bytes; swap is disabled when set.
+    pub memory_limit: Option<i64>,
+}
+
+/// Everything needed to create one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerSpec {
+    /// Container name, unique within the pod.
+    pub name: String,
+    /// Absolute path of the prepared root filesystem.
+    pub rootfs: PathBuf,
+    /// The resolved command line (entrypoint/command + args).
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Working directory inside the container; empty means "/".
+    pub cwd: String,
+    /// (uid, gid); `None` runs as 0:0.
+    pub user: Option<(u32, u32)>,
+    /// Capabilities to add / drop, Kubernetes names ("NET_ADMIN" or "CAP_NET_ADMIN", "ALL").
+    pub caps_add: Vec<String>,
+    pub caps_drop: Vec<String>,
+    pub readonly_rootfs: bool,
+    pub privileged: bool,
+    pub mounts: Vec<MountSpec>,
+    pub resources: Resources,
+    /// File receiving stdout and stderr (appended to).
+    pub log_path: PathBuf,
+}
+
+impl ContainerSpec {
+    /// A spec with just a name, rootfs, command and log file; the rest default.
+    pub fn new(
+        name: &str,
+        rootfs: impl Into<PathBuf>,
+        args: &[&str],
+        log_path: impl Into<PathBuf>,
+    ) -> Self {
+        ContainerSpec {
+            name: name.to_string(),
+            rootfs: rootfs.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
+            cwd: String::new(),
+            user: None,
+            caps_add: Vec::new(),
+            caps_drop: Vec::new(),
+            readonly_rootfs: false,
+            privileged: false,
+            mounts: Vec::new(),
+            resources: Resources::default(),
+            log_path: log_path.into(),
+        }
+    }
+}
+
+/// Where a container is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerState {
+    /// Created, its command not started yet.
+    Created,
+    /// Running as `pid` (in the agent's pid namespace).
+    Running {
+        pid: i32,
+        started_at: Option<SystemTime>,
+    },
+    /// Finished. `exit_code` is `None` when the process ended while no agent could reap it.
+    Exited {
+        exit_code: Option<i32>,
+        finished_at: SystemTime,
+        oom_killed: bool,
+    },
+    /// libcontainer's state and ours disagree or are incomplete (e.g. a crash mid-create).
+    Unknown,
+}
+
+/// Result of [`Runtime::exec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecResult {
+    /// Exit code (128 + signal if killed by a signal).
+    pub exit_code: i32,
+    /// Combined stdout and stderr, at most [`EXEC_OUTPUT_LIMIT`] bytes.
+    pub output: Vec<u8>,
+}
+
+/// How much exec output is kept.
+pub const EXEC_OUTPUT_LIMIT: usize = 64 * 1024;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    cgroup_path: String,
+    log_path: PathBuf,
+    /// Milliseconds since the epoch.
+    started_at: Option<u64>,
+    exit: Option<ExitRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ExitRecord {
+    code: Option<i32>,
+    finished_at: u64,
+    oom_killed: bool,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn from_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// The container runtime of one agent.
+pub struct Runtime {
+    config: RuntimeConfig,
+    /// Serialises reaping and record updates, so two callers never both `waitpid` one pid
+    /// (the loser would see ECHILD and record an unknown exit code).
+    reap_lock: Mutex<()>,
+}
+
+impl Runtime {
+    /// Opens (creating the directories if needed) a runtime on `config.state_dir`. Existing
+    /// sandboxes and containers are picked up as they are.
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        if !valid_cgroup_parent(&config.cgroup_parent) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "invalid cgroup parent {:?}",
+                config.cgroup_parent
+            )));
+        }
+        let rt = Runtime {
+            config,
+            reap_lock: Mutex::new(()),
+        };
+        for dir in [
+            rt.sandboxes_dir(),
+            rt.containers_dir(),
+            rt.libcontainer_dir(),
+        ] {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| RuntimeError::io("create state dir", &dir, e))?;
+        }
+        Ok(rt)
+    }
+
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    fn sandboxes_dir(&self) -> PathBuf {
+        self.config.state_dir.join("sandboxes")
+    }
+
+    fn containers_dir(&self) -> PathBuf {
+        self.config.state_dir.join("containers")
+    }
+
+    fn libcontainer_dir(&self) -> PathBuf {
+        self.config.state_dir.join("libcontainer")
+    }
+
+    fn container_dir(&self, id: &ContainerId) -> PathBuf {
+        self.containers_dir().join(id.as_str())
+    }
+
+    fn pod_cgroup(&self, pod_uid: &str) -> String {
+        format!("{}/{}", self.config.cgroup_parent, pod_uid)
+    }
+
+    /// The container's cgroup directory for `controller` ("memory", "cpu", ...; ignored on v2).
+    pub fn cgroup_dir(&self, id: &ContainerId, controller: &str) -> PathBuf {
+        let rel = format!("{}/{}", self.pod_cgroup(id.pod_uid()), id.name());
+        cgroup::controller_dir(&self.config.cgroup_root, controller, &rel)
+    }
+
+    // ---- sandboxes -------------------------------------------------------------------------
+
+    /// Creates the pod's sandbox: persistent ipc, uts and net namespaces, hostname set.
+    pub fn create_sandbox(
+        &self,
+        pod_uid: &str,
+        cfg: &SandboxConfig,
+    ) -> Result<Sandbox, RuntimeError> {
+        if !valid_part(pod_uid) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "invalid pod uid {pod_uid:?}"
+            )));
+        }
+        if cfg.share_pid {
+            return Err(RuntimeError::InvalidSpec(
+                "shareProcessNamespace is not supported".into(),
+            ));
+        }
+        if cfg.host_pid && !self.config.allow_privileged {
+            return Err(RuntimeError::Refused(
+                "hostPID needs an agent started with privileged pods allowed".into(),
+            ));
+        }
+        let dir = self.sandboxes_dir().join(pod_uid);
+        if dir.exists() {
+            return Err(RuntimeError::AlreadyExists(format!("sandbox {pod_uid}")));
+        }
+        sandbox::create(pod_uid, &dir, cfg)
+    }
+
+    /// The stored sandbox of `pod_uid`, if any.
+    pub fn sandbox(&self, pod_uid: &str) -> Result<Option<Sandbox>, RuntimeError> {
+        if !valid_part(pod_uid) {
+            return Ok(None);
+        }
+        let dir = self.sandboxes_dir().join(pod_uid);
+        if !dir.join("sandbox.json").exists() {
+            return Ok(None);
+        }
+        Sandbox::load(pod_uid, &dir).map(Some)
+    }
+
+    /// The pod uids that have a sandbox.
+    pub fn list_sandboxes(&self) -> Result<Vec<String>, RuntimeError> {
+        list_dir(&self.sandboxes_dir())
+    }
+
+    /// Removes the pod's containers (killing any still running), its namespaces, its pod
+    /// cgroup and its state directory. Removing a missing sandbox is not an error.
+    pub fn remove_sandbox(&self, pod_uid: &str) -> Result<(), RuntimeError> {
+        if !valid_part(pod_uid) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "invalid pod uid {pod_uid:?}"
+            )));
+        }
+        for id in self.list()? {
+            if id.pod_uid() == pod_uid {
+                self.remove(&id)?;
+            }
+        }
+        cgroup::remove_tree(&self.config.cgroup_root, &self.pod_cgroup(pod_uid)).map_err(|e| {
+            RuntimeError::io("remove pod cgroup", Path::new(&self.pod_cgroup(pod_uid)), e)
+        })?;
+        sandbox::remove(&self.sandboxes_dir().join(pod_uid))
+    }
+
+    /// Removes the (empty) cgroup parent in every hierarchy; for tests and uninstall.
+    pub fn remove_cgroup_parent(&self) -> Result<(), RuntimeError> {
+        cgroup::remove_tree(&self.config.cgroup_root, &self.config.cgroup_parent).map_err(|e| {
+            RuntimeError::io(
+                "remove cgroup parent",
+                Path::new(&self.config.cgroup_parent),
+                e,
+            )
+        })
+    }
+
+    // ---- containers ------------------------------------------------------------------------
+
+    /// Creates a container in `sandbox`: its process exists, in its namespaces and cgroup,
+    /// but its command is not started before [`Runtime::start`].
+    pub fn create_container(
+        &self,
+        sandbox: &Sandbox,
+        spec: &ContainerSpec,
+    ) -> Result<ContainerId, RuntimeError> {
+        if spec.privileged && !self.config.allow_privileged {
+            return Err(RuntimeError::Refused(
+                "privileged containers need an agent started with privileged pods allowed".into(),
+            ));
+        }
+        let id = ContainerId::new(&sandbox.pod_uid, &spec.name)?;
+        let dir = self.container_dir(&id);
+        if dir.exists() || self.libcontainer_dir().join(id.as_str()).exists() {
+            return Err(RuntimeError::AlreadyExists(format!("container {id}")));
+        }
+        let cgroup_path = format!("/{}/{}", self.pod_cgroup(&sandbox.pod_uid), spec.name);
+        let result = self.create_inner(&id, &dir, sandbox, spec, &cgroup_path);
+        if result.is_err() {
+            // Leave nothing behind: libcontainer state, bundle, cgroup.
+            let _ = self.delete_libcontainer(&id);
+            let _ = std::fs::remove_dir_all(&dir);
+            let rel = format!("{}/{}", self.pod_cgroup(&sandbox.pod_uid), spec.name);
+            let _ = cgroup::remove_tree(&self.config.cgroup_root, &rel);
+        }
+        result.map(|()| id)
+    }
+
+    fn create_inner(
+        &self,
+        id: &ContainerId,
+        dir: &Path,
+        sandbox: &Sandbox,
+        spec: &ContainerSpec,
+        cgroup_path: &str,
+    ) -> Result<(), RuntimeError> {
+        let bundle = dir.join("bundle");
+        spec::write_bundle(&bundle, sandbox, spec, cgroup_path)?;
+        let record = Record {
+            cgroup_path: cgroup_path.trim_start_matches('/').to_string(),
+            log_path: spec.log_path.clone(),
+            started_at: None,
+            exit: None,
+        };
+        write_record(dir, &record)?;
+
+        let log = open_log(&spec.log_path)
+            .map_err(|e| RuntimeError::io("open log", &spec.log_path, e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| RuntimeError::io("dup log fd", &spec.log_path, e))?;
+        let null = std::fs::File::open("/dev/null")
+            .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
+
+        let built = ContainerBuilder::new(id.as_str().to_string(), SyscallType::default())
+            .with_root_path(self.libcontainer_dir())
+            .map_err(|e| RuntimeError::lc("container root", e))?
+            .with_stdin(OwnedFd::from(null))
+            .with_stdout(OwnedFd::from(log))
+            .with_stderr(OwnedFd::from(log_err))
+            .as_init(&bundle)
+            .with_systemd(false)
+            .with_detach(true)
+            .build();
+        // libcontainer marks the calling process non-dumpable while it forks; undo that for
+        // the long-running agent.
+        let _ = sys::set_dumpable(true);
+        built.map_err(|e| RuntimeError::lc("create container", e))?;
+        Ok(())
+    }
+
+    fn load(&self, id: &ContainerId) -> Result<Container, RuntimeError> {
+        let root = self.libcontainer_dir().join(id.as_str());
+        if !root.exists() {
+            return Err(RuntimeError::NotFound(format!("container {id}")));
+        }
+        Container::load(root).map_err(|e| RuntimeError::lc("load container", e))
+    }
+
+    /// Starts the container's command.
+    pub fn start(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let mut container = self.load(id)?;
+        container
+            .start()
+            .map_err(|e| RuntimeError::lc("start container", e))?;
+        let dir = self.container_dir(id);
+        let _guard = self.reap_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut record = read_record(&dir)?;
+        record.started_at = Some(now_ms());
+        write_record(&dir, &record)
+    }
+
+    /// The container's state, reaping and recording its exit status if it has finished.
+    pub fn state(&self, id: &ContainerId) -> Result<ContainerState, RuntimeError> {
+        let container = self.load(id)?;
+        let dir = self.container_dir(id);
+        let _guard = self.reap_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Ok(mut record) = read_record(&dir) else {
+            return Ok(ContainerState::Unknown);
+        };
+        if let Some(exit) = &record.exit {
+            return Ok(exited(exit));
+        }
+        let Some(pid) = container.pid().map(|p| p.as_raw()) else {
+            return Ok(ContainerState::Unknown);
+        };
+        let code = match sys::try_wait(pid).map_err(|e| RuntimeError::sys("waitpid", e))? {
+            sys::ChildStatus::Alive => return Ok(self.live_state(&container, pid, &record)),
+            sys::ChildStatus::Exited(code) => Some(code),
+            sys::ChildStatus::Signaled(sig) => Some(128 + sig),
+            sys::ChildStatus::NotOurs => {
+                if sys::process_alive(&self.config.proc_root, pid) {
+                    return Ok(self.live_state(&container, pid, &record));
+                }
+                None
+            }
+        };
+        let exit = ExitRecord {
+            code,
+            finished_at: now_ms(),
+            oom_killed: cgroup::oom_killed(&self.config.cgroup_root, &record.cgroup_path),
+        };
+        let state = exited(&exit);
+        record.exit = Some(exit);
+        write_record(&dir, &record)?;
+        Ok(state)
+    }
+
+    fn live_state(&self, container: &Container, pid: i32, record: &Record) -> ContainerState {
+        match container.status() {
+            ContainerStatus::Creating | ContainerStatus::Created => ContainerState::Created,
+            _ => ContainerState::Running {
+                pid,
+                started_at: record.started_at.map(from_ms),
+            },
+        }
+    }
+
+    /// Sends `signal` to the container's main process.
+    pub fn kill(&self, id: &ContainerId, signal: Signal) -> Result<(), RuntimeError> {
+        let container = self.load(id)?;
+        let pid = container
+            .pid()
+            .ok_or_else(|| RuntimeError::WrongState {
+                id: id.to_string(),
+                state: "without a process",
+            })?
+            .as_raw();
+        if !matches!(
+            self.state(id)?,
+            ContainerState::Running { .. } | ContainerState::Created
+        ) {
+            return Ok(());
+        }
+        sys::kill(pid, signal).map_err(|e| RuntimeError::sys("kill", e))
+    }
+
+    /// SIGKILLs every process in the container's cgroup.
+    fn kill_all(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let mut container = self.load(id)?;
+        match container.kill(Signal::SIGKILL, true) {
+            Ok(()) => Ok(()),
+            // Already stopped and its cgroup gone: nothing to kill.
+            Err(libcontainer::error::LibcontainerError::IncorrectStatus(_)) => Ok(()),
+            Err(e) => Err(RuntimeError::lc("kill container", e)),
+        }
+    }
+
+    /// Stops the container: SIGTERM to its main process, up to `grace` for it to exit, then
+    /// SIGKILL to every process of the container. Returns the final state.
+    pub fn stop(&self, id: &ContainerId, grace: Duration) -> Result<ContainerState, RuntimeError> {
+        match self.state(id)? {
+            s @ ContainerState::Exited { .. } => return Ok(s),
+            ContainerState::Created | ContainerState::Unknown => {
+                self.kill_all(id)?;
+                return self.wait_exit(id, Duration::from_secs(10));
+            }
+            ContainerState::Running { .. } => {}
+        }
+        self.kill(id, Signal::SIGTERM)?;
+        let state = self.wait_exit(id, grace)?;
+        if matches!(state, ContainerState::Exited { .. }) {
+            return Ok(state);
+        }
+        self.kill_all(id)?;
+        self.wait_exit(id, Duration::from_secs(10))
+    }
+
+    /// Polls `state` until the container has exited or `timeout` passed; returns the last state.
+    pub fn wait_exit(
+        &self,
+        id: &ContainerId,
+        timeout: Duration,
+    ) -> Result<ContainerState, RuntimeError> {
+        let deadline = Instant::now() + timeout;
+        let mut delay = Duration::from_millis(2);
+        loop {
+            let state = self.state(id)?;
+            if matches!(state, ContainerState::Exited { .. }) || Instant::now() >= deadline {
+                return Ok(state);
+            }
+            std::thread::sleep(delay.min(deadline.saturating_duration_since(Instant::now())));
+            delay = (delay * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Removes the container: kills whatever still runs in it, reaps it, deletes its cgroup,
+    /// libcontainer state and bundle. The log file is left for the caller. A missing
+    /// container is not an error.
+    pub fn remove(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let lc_root = self.libcontainer_dir().join(id.as_str());
+        if lc_root.exists() {
+            match self.state(id) {
+                Ok(ContainerState::Exited { .. }) => {}
+                _ => {
+                    self.kill_all(id)?;
+                    let _ = self.wait_exit(id, Duration::from_secs(10))?;
+                }
+            }
+            // Also clears any processes left in the cgroup (e.g. daemons of an exited init).
+            self.delete_libcontainer(id)?;
+        }
+        let dir = self.container_dir(id);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RuntimeError::io("remove container dir", &dir, e)),
+        }
+    }
+
+    fn delete_libcontainer(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        let root = self.libcontainer_dir().join(id.as_str());
+        if !root.exists() {
+            return Ok(());
+        }
+        match Container::load(root.clone()) {
+            Ok(mut container) => container
+                .delete(true)
+                .map_err(|e| RuntimeError::lc("delete container", e)),
+            // A create that failed half-way may leave a directory without state.
+            Err(_) => std::fs::remove_dir_all(&root)
+                .map_err(|e| RuntimeError::io("remove container state", &root, e)),
+        }
+    }
+
+    /// Every container libcontainer knows about (after a restart: the ones to re-adopt).
+    pub fn list(&self) -> Result<Vec<ContainerId>, RuntimeError> {
+        Ok(list_dir(&self.libcontainer_dir())?
+            .iter()
+            .filter_map(|name| ContainerId::parse(name))
+            .collect())
+    }
+
+    /// Runs `argv` inside the running container (its namespaces, cgroup, user and
+    /// capabilities), waits up to `timeout`, and returns the exit code and combined output.
+    /// On timeout the process is killed and [`RuntimeError::ExecTimeout`] returned.
+    pub fn exec(
+        &self,
+        id: &ContainerId,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult, RuntimeError> {
+        if argv.is_empty() {
+            return Err(RuntimeError::InvalidSpec("exec needs a command".into()));
+        }
+        match self.state(id)? {
+            ContainerState::Running { .. } => {}
+            _ => {
+                return Err(RuntimeError::WrongState {
+                    id: id.to_string(),
+                    state: "not running",
+                })
+            }
+        }
+        let (reader, writer) =
+            std::io::pipe().map_err(|e| RuntimeError::io("pipe", Path::new("exec"), e))?;
+        let writer_err = writer
+            .try_clone()
+            .map_err(|e| RuntimeError::io("dup", Path::new("exec"), e))?;
+        let null = std::fs::File::open("/dev/null")
+            .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
+        let built = ContainerBuilder::new(id.as_str().to_string(), SyscallType::default())
+            .with_root_path(self.libcontainer_dir())
+            .map_err(|e| RuntimeError::lc("container root", e))?
+            .with_stdin(OwnedFd::from(null))
+            .with_stdout(OwnedFd::from(writer))
+            .with_stderr(OwnedFd::from(writer_err))
+            .as_tenant()
+            .with_container_args(argv.to_vec())
+            .with_env(HashMap::new())
+            .with_detach(true)
+            .build();
+        let _ = sys::set_dumpable(true);
+        let pid = built
+            .map_err(|e| RuntimeError::lc("exec in container", e))?
+            .as_raw();
+
+        // The pipe's write ends went away with the builder, so the reader sees EOF once the
+        // exec'd process (and anything it forked that kept stdout) is gone.
+        let output_thread = std::thread::spawn(move || {
+            let mut output = Vec::new();
+            let mut buf = [0u8; 8192];
+            let mut reader = reader;
+            loop {
+                match reader.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let room = EXEC_OUTPUT_LIMIT.saturating_sub(output.len());
+                        output.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                }
+            }
+            output
+        });
+
+        let deadline = Instant::now() + timeout;
+        let mut delay = Duration::from_millis(1);
+        let code = loop {
+            match sys::try_wait(pid).map_err(|e| RuntimeError::sys("waitpid exec", e))? {
+                sys::ChildStatus::Exited(code) => break Some(code),
+                sys::ChildStatus::Signaled(sig) => break Some(128 + sig),
+                sys::ChildStatus::NotOurs => break None,
+                sys::ChildStatus::Alive => {}
+            }
+            if Instant::now() >= deadline {
+                let _ = sys::kill(pid, Signal::SIGKILL);
+                // Reap it so it does not linger as a zombie.
+                let kill_deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < kill_deadline
+                    && matches!(sys::try_wait(pid), Ok(sys::ChildStatus::Alive))
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                return Err(RuntimeError::ExecTimeout(timeout));
+            }
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(20));
+        };
+        let output = output_thread.join().unwrap_or_default();
+        let exit_code =
+            code.ok_or_else(|| RuntimeError::Corrupt("exec process was reaped elsewhere".into()))?;
+        Ok(ExecResult { exit_code, output })
+    }
+
+    /// Where the container's log goes.
+    pub fn log_path(&self, id: &ContainerId) -> Result<PathBuf, RuntimeError> {
+        Ok(read_record(&self.container_dir(id))?.log_path)
+    }
+}
+
+fn exited(exit: &ExitRecord) -> ContainerState {
+    ContainerState::Exited {
+        exit_code: exit.code,
+        finished_at: from_ms(exit.finished_at),
+        oom_killed: exit.oom_killed,
+    }
+}
+
+fn valid_cgroup_parent(parent: &str) -> bool {
+    !parent.is_empty()
+        && parent
+            .split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != ".." && !seg.contains('\0'))
+}
+
+fn list_dir(dir: &Path) -> Result<Vec<String>, RuntimeError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(RuntimeError::io("list", dir, e)),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn read_record(dir: &Path) -> Result<Record, RuntimeError> {
+    let path = dir.join("record.json");
+    let bytes = std::fs::read(&path).map_err(|e| RuntimeError::io("read record", &path, e))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| RuntimeError::Corrupt(format!("{}: {e}", path.display())))
+}
+
+fn write_record(dir: &Path, record: &Record) -> Result<(), RuntimeError> {
+    let path = dir.join("record.json");
+    let tmp = dir.join("record.json.tmp");
+    let bytes = serde_json::to_vec(record).map_err(|e| RuntimeError::Corrupt(e.to_string()))?;
+    std::fs::write(&tmp, bytes).map_err(|e| RuntimeError::io("write record", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| RuntimeError::io("write record", &path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_ids() {
+        let id = ContainerId::new("0f4c-aa", "web").expect("id");
+        assert_eq!(id.as_str(), "0f4c-aa.web");
+        assert_eq!(id.pod_uid(), "0f4c-aa");
+        assert_eq!(id.name(), "web");
+        assert_eq!(ContainerId::parse("0f4c-aa.web"), Some(id));
+        assert!(ContainerId::parse("nodot").is_none());
+        assert!(ContainerId::new("a/b", "c").is_err());
+        assert!(ContainerId::new("a", "b.c").is_err());
+    }
+
+    #[test]
+    fn cgroup_parent_validation() {
+        assert!(valid_cgroup_parent("skiff"));
+        assert!(valid_cgroup_parent("kube/skiff"));
+        assert!(!valid_cgroup_parent(""));
+        assert!(!valid_cgroup_parent("/skiff"));
+        assert!(!valid_cgroup_parent("a/../b"));
+    }
+}

@@ -1,0 +1,216 @@
+//! The agent's thin system-call layer: every mount, namespace, signal and wait the runtime does
+//! goes through these functions, so the code above them can be read (and later tested with
+//! fakes) without raw `libc` calls scattered around. Each function is a direct wrapper that
+//! returns `nix::Error` (an errno) on failure.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+pub use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+fn cpath(path: &Path) -> Result<CString, Errno> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+fn check(ret: libc::c_int) -> Result<(), Errno> {
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Bind-mounts `source` onto `target` (which must exist).
+pub fn bind_mount(source: &Path, target: &Path) -> Result<(), Errno> {
+    let src = cpath(source)?;
+    let dst = cpath(target)?;
+    // SAFETY: both pointers are valid NUL-terminated strings that outlive the call; the fs type
+    // and data arguments may be null for MS_BIND.
+    let ret = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    check(ret)
+}
+
+/// Detaches the mount at `target` (`umount2(MNT_DETACH)`).
+pub fn unmount_detach(target: &Path) -> Result<(), Errno> {
+    let dst = cpath(target)?;
+    // SAFETY: `dst` is a valid NUL-terminated string for the duration of the call.
+    let ret = unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) };
+    check(ret)
+}
+
+/// `unshare(2)` for the calling thread. Only flags that are per-thread (ipc, uts, net) are
+/// meant to be used from the agent's multi-threaded process.
+pub fn unshare(flags: libc::c_int) -> Result<(), Errno> {
+    // SAFETY: unshare takes a plain integer and touches no memory of ours.
+    check(unsafe { libc::unshare(flags) })
+}
+
+/// Sets the hostname of the calling thread's UTS namespace.
+pub fn sethostname(name: &str) -> Result<(), Errno> {
+    // SAFETY: the pointer and length describe the bytes of `name`, valid during the call.
+    let ret = unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) };
+    check(ret)
+}
+
+/// Brings the loopback interface of the calling thread's network namespace up.
+pub fn loopback_up() -> Result<(), Errno> {
+    // SAFETY: plain socket(2) call; the returned descriptor is closed below.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: `sock` is an open socket and `req` a properly initialised ifreq that lives for
+    // the duration of both ioctls; SIOCGIFFLAGS/SIOCSIFFLAGS read and write ifr_flags only.
+    let result = unsafe {
+        if libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) == -1 {
+            Err(Errno::last())
+        } else {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            if libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) == -1 {
+                Err(Errno::last())
+            } else {
+                Ok(())
+            }
+        }
+    };
+    // SAFETY: `sock` is ours and not used after this.
+    unsafe { libc::close(sock) };
+    result
+}
+
+/// Makes the calling process a child subreaper (`PR_SET_CHILD_SUBREAPER`): orphaned
+/// descendants are re-parented to it instead of to init, so their exit status can be read.
+pub fn set_child_subreaper() -> Result<(), Errno> {
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) })
+}
+
+/// Restores `PR_SET_DUMPABLE` (libcontainer clears it on the calling process while creating a
+/// container, which would otherwise stick to the long-running agent).
+pub fn set_dumpable(dumpable: bool) -> Result<(), Errno> {
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_SET_DUMPABLE,
+            libc::c_ulong::from(dumpable),
+            0,
+            0,
+            0,
+        )
+    })
+}
+
+/// What a non-blocking wait for one child found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildStatus {
+    /// Still running (or stopped).
+    Alive,
+    /// Exited with this code.
+    Exited(i32),
+    /// Killed by this signal number.
+    Signaled(i32),
+    /// Not a child of this process (ECHILD): it was reaped elsewhere or belongs to an earlier
+    /// agent process.
+    NotOurs,
+}
+
+/// `waitpid(pid, WNOHANG)`: reaps `pid` if it has exited.
+pub fn try_wait(pid: i32) -> Result<ChildStatus, Errno> {
+    match nix::sys::wait::waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Ok(ChildStatus::Exited(code)),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Ok(ChildStatus::Signaled(sig as i32)),
+        Ok(_) => Ok(ChildStatus::Alive),
+        Err(Errno::ECHILD) => Ok(ChildStatus::NotOurs),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends `signal` to `pid`; a process that is already gone is not an error.
+pub fn kill(pid: i32, signal: Signal) -> Result<(), Errno> {
+    match nix::sys::signal::kill(Pid::from_raw(pid), signal) {
+        Ok(()) | Err(Errno::ESRCH) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `pid` exists and is not a zombie, judged from `<proc_root>/<pid>/stat`.
+pub fn process_alive(proc_root: &Path, pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else {
+        return false;
+    };
+    // The state is the first field after the parenthesised command name.
+    match stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+    {
+        Some("Z") | Some("X") | Some("x") | None => false,
+        Some(_) => true,
+    }
+}
+
+/// Mount points at or below `dir`, read from `<proc_root>/self/mountinfo`.
+pub fn mounts_under(proc_root: &Path, dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let info = std::fs::read_to_string(proc_root.join("self/mountinfo"))?;
+    Ok(info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(unescape_mountinfo)
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.starts_with(dir))
+        .collect())
+}
+
+fn unescape_mountinfo(field: &str) -> String {
+    // mountinfo escapes space, tab, newline and backslash as \ooo octal.
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
+            let oct = std::str::from_utf8(&bytes[i + 1..i + 4]).unwrap_or("");
+            if let Ok(v) = u8::from_str_radix(oct, 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_unescape() {
+        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo("/end\\"), "/end\\");
+    }
+
+    #[test]
+    fn own_process_is_alive() {
+        assert!(process_alive(Path::new("/proc"), std::process::id() as i32));
+        assert!(!process_alive(Path::new("/proc"), i32::MAX));
+    }
+}
