@@ -388,10 +388,15 @@ impl Worker {
                 }
                 ContainerState::Exited { .. } => {
                     // Looked at (and restarted if the policy says so) by the next round.
-                    rec.running_since = old
-                        .and_then(|s| s.state.as_ref())
+                    let state = old.and_then(|s| s.state.as_ref());
+                    rec.running_since = state
                         .and_then(|s| s.running.as_ref())
                         .and_then(|r| r.started_at)
+                        .or_else(|| {
+                            state
+                                .and_then(|s| s.terminated.as_ref())
+                                .and_then(|t| t.started_at)
+                        })
                         .or(Some(Time::now()));
                 }
                 ContainerState::Created | ContainerState::Unknown => {
