@@ -150,6 +150,20 @@ pub fn kill(pid: i32, signal: Signal) -> Result<(), Errno> {
     }
 }
 
+/// Sets `O_NONBLOCK` on a descriptor.
+pub fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> Result<(), Errno> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: fcntl on a descriptor the caller keeps open for the duration of the call; the
+    // flag operations take and return plain integers.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags == -1 {
+            return Err(Errno::last());
+        }
+        check(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK))
+    }
+}
+
 /// Whether `pid` exists and is not a zombie, judged from `<proc_root>/<pid>/stat`.
 pub fn process_alive(proc_root: &Path, pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else {
@@ -163,6 +177,16 @@ pub fn process_alive(proc_root: &Path, pid: i32) -> bool {
         Some("Z") | Some("X") | Some("x") | None => false,
         Some(_) => true,
     }
+}
+
+/// The calling process's capability bounding set (`CapBnd` in `<proc_root>/self/status`).
+pub fn bounding_capabilities(proc_root: &Path) -> std::io::Result<u64> {
+    let status = std::fs::read_to_string(proc_root.join("self/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .ok_or_else(|| std::io::Error::other("no CapBnd in /proc/self/status"))
 }
 
 /// Mount points at or below `dir`, read from `<proc_root>/self/mountinfo`.

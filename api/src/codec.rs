@@ -200,3 +200,125 @@ pub fn parse_yaml(bytes: &[u8]) -> Result<Value, DecodeError> {
 pub fn to_yaml(v: &Value) -> String {
     serde_yaml_ng::to_string(v).unwrap_or_default()
 }
+
+/// Decodes a JSON body straight into `K` without building a JSON tree first: the common,
+/// well-formed case of a create or update. `None` means "take the careful path"
+/// ([`parse_json`] then [`from_json`]): the body has nulls where the model has no `Option`,
+/// is malformed, names another kind, or fails in any other way; that path then gives the
+/// precise error with its field path.
+pub fn from_json_bytes<K: Resource>(bytes: &[u8]) -> Option<K> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut seen = TypeFields::default();
+    let obj = K::deserialize(TopLevel { inner: &mut de, seen: &mut seen }).ok()?;
+    de.end().ok()?;
+    let info = K::KIND.info();
+    let kind_ok = seen.kind.as_deref().is_none_or(|k| k == info.kind);
+    let version_ok = seen.api_version.as_deref().is_none_or(|v| v == info.api_version());
+    (kind_ok && version_ok).then_some(obj)
+}
+
+/// `apiVersion` and `kind` as found at the top of a body.
+#[derive(Default)]
+struct TypeFields {
+    api_version: Option<String>,
+    kind: Option<String>,
+}
+
+/// A deserializer for the top-level object that takes `apiVersion` and `kind` out of the
+/// map (the typed model has no such fields) and passes everything else through.
+struct TopLevel<'a, D> {
+    inner: D,
+    seen: &'a mut TypeFields,
+}
+
+impl<'de, 'a, D: serde::Deserializer<'de>> serde::Deserializer<'de> for TopLevel<'a, D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_any(visitor)
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        let seen = self.seen;
+        self.inner.deserialize_struct(name, fields, TypeStripping { visitor, seen })
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map enum identifier ignored_any
+    }
+}
+
+struct TypeStripping<'a, V> {
+    visitor: V,
+    seen: &'a mut TypeFields,
+}
+
+impl<'de, 'a, V: serde::de::Visitor<'de>> serde::de::Visitor<'de> for TypeStripping<'a, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        self.visitor.expecting(f)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.visitor.visit_map(StrippedMap { inner: map, seen: self.seen })
+    }
+}
+
+struct StrippedMap<'a, A> {
+    inner: A,
+    seen: &'a mut TypeFields,
+}
+
+impl<'de, 'a, A: serde::de::MapAccess<'de>> serde::de::MapAccess<'de> for StrippedMap<'a, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        use serde::de::IntoDeserializer;
+        loop {
+            let Some(key) = self.inner.next_key::<String>()? else { return Ok(None) };
+            match key.as_str() {
+                "apiVersion" => self.seen.api_version = Some(self.inner.next_value()?),
+                "kind" => self.seen.kind = Some(self.inner.next_value()?),
+                _ => return seed.deserialize(key.into_deserializer()).map(Some),
+            }
+        }
+    }
+
+    fn next_value_seed<S: serde::de::DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+        self.inner.next_value_seed(seed)
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use crate::core::{ConfigMap, Pod};
+
+    #[test]
+    fn fast_path_decodes_what_the_careful_path_decodes() {
+        let body = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","labels":{"a":"b"}},
+            "spec":{"containers":[{"name":"c","image":"busybox","args":["1"]}],"nodeName":null}}"#;
+        let fast: Pod = from_json_bytes(body).expect("fast path");
+        let careful: Pod = from_json(parse_json(body).unwrap()).unwrap();
+        assert_eq!(fast, careful);
+    }
+
+    #[test]
+    fn fast_path_steps_aside_for_other_kinds_unknown_fields_and_nulls_in_lists() {
+        assert!(from_json_bytes::<ConfigMap>(br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"}}"#).is_none());
+        assert!(from_json_bytes::<ConfigMap>(br#"{"apiVersion":"v2","kind":"ConfigMap","metadata":{"name":"x"}}"#).is_none());
+        assert!(from_json_bytes::<ConfigMap>(br#"{"metadata":{"name":"x"},"bogus":1}"#).is_none());
+        assert!(from_json_bytes::<ConfigMap>(br#"{"metadata":{"name":"x","finalizers":null}}"#).is_none());
+        assert!(from_json_bytes::<ConfigMap>(br#"{"metadata":{"name":"x"}} trailing"#).is_none());
+        let cm: ConfigMap = from_json_bytes(br#"{"metadata":{"name":"x"},"data":{"k":"v"}}"#).unwrap();
+        assert_eq!(cm.data.get("k").map(String::as_str), Some("v"));
+    }
+}

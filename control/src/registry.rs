@@ -34,6 +34,9 @@ pub enum PatchType {
     Merge,
     Json,
     StrategicMerge,
+    /// Server-side apply (`application/apply-patch+yaml`), simplified: the applied
+    /// configuration is merged like a strategic merge patch; field ownership is not tracked.
+    Apply,
 }
 
 /// Namespaces that always exist and may not be deleted.
@@ -315,6 +318,12 @@ fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Result<Va
                     format!("the JSON patch could not be applied: {e}"),
                 ))
             })?;
+            Ok(doc)
+        }
+        PatchType::Apply => {
+            let p = codec::parse_yaml(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let mut doc = current;
+            crate::strategic::merge(&mut doc, &p).map_err(ApiError::bad_request)?;
             Ok(doc)
         }
         PatchType::StrategicMerge => {

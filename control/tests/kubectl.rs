@@ -183,3 +183,59 @@ fn get_watch_shows_later_changes() {
         "one header: {seen:?}"
     );
 }
+
+#[test]
+fn apply_scale_label_patch_and_server_side_apply() {
+    let s = TestServer::start();
+    let out = ok(&s, &["apply", "-f", &example()]);
+    assert!(out.contains("deployment.apps/hello created"), "{out}");
+    let changed = std::fs::read_to_string(example())
+        .unwrap()
+        .replace("replicas: 2", "replicas: 5");
+    let path = s.data_dir().join("changed.yaml");
+    std::fs::write(&path, changed).unwrap();
+    let out = ok(&s, &["apply", "-f", path.to_str().unwrap()]);
+    assert!(
+        out.contains("deployment.apps/hello configured") && out.contains("service/hello unchanged"),
+        "{out}"
+    );
+    ok(&s, &["scale", "deploy", "hello", "--replicas=1"]);
+    ok(&s, &["label", "deploy", "hello", "team=edge"]);
+    ok(
+        &s,
+        &["set", "image", "deploy/hello", "web=skiff.local/busybox:2"],
+    );
+    ok(
+        &s,
+        &[
+            "patch",
+            "deploy",
+            "hello",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/replicas","value":3}]"#,
+        ],
+    );
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&s, &["get", "deploy", "hello", "-o", "json"])).unwrap();
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["metadata"]["labels"]["team"], "edge");
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "skiff.local/busybox:2"
+    );
+    ok(&s, &["delete", "-f", &example()]);
+    let out = ok(&s, &["apply", "--server-side", "-f", &example()]);
+    assert!(
+        out.contains("deployment.apps/hello serverside-applied"),
+        "{out}"
+    );
+    let out = ok(
+        &s,
+        &["apply", "--server-side", "-f", path.to_str().unwrap()],
+    );
+    assert!(out.contains("serverside-applied"), "{out}");
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&s, &["get", "deploy", "hello", "-o", "json"])).unwrap();
+    assert_eq!(d["spec"]["replicas"], 5);
+}

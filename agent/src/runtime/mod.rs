@@ -13,10 +13,12 @@
 //!   state(&self, &ContainerId) -> Result<ContainerState>
 //!   kill(&self, &ContainerId, Signal) -> Result<()>
 //!   stop(&self, &ContainerId, grace: Duration) -> Result<ContainerState>
+//!   wait_exit(&self, &ContainerId, timeout: Duration) -> Result<ContainerState>
 //!   remove(&self, &ContainerId) -> Result<()>
 //!   list(&self) -> Result<Vec<ContainerId>>
 //!   exec(&self, &ContainerId, argv, timeout) -> Result<ExecResult>
 //!   cgroup_dir(&self, &ContainerId, controller) -> PathBuf
+//!   log_path(&self, &ContainerId) -> Result<PathBuf>
 //!   remove_cgroup_parent(&self) -> Result<()>
 //! rotate_log(path, max_bytes, keep) -> io::Result<bool>
 //! sys::set_child_subreaper()
@@ -63,8 +65,24 @@
 //! was its parent (it exited while the agent was down, so init reaped it), the code is
 //! unknown: `Exited { exit_code: None, .. }`, with `finished_at` the time the agent noticed.
 //! There is no background reaper thread: only known pids are waited for, so other code in the
-//! agent can still use `std::process::Command` safely. [`sys::set_child_subreaper`] is there for
-//! the agent binary; processes it adopts that are not containers are not reaped here.
+//! agent can still use `std::process::Command` safely. [`sys::set_child_subreaper`] exists but
+//! is not needed for exit codes (the init is already our child) and should stay off until a
+//! reaper for adopted non-container orphans exists: with it on, orphans of `host_pid`
+//! containers would be re-parented to the agent and stay zombies. Under systemd the agent unit
+//! needs `KillMode=process`, or restarting the agent would kill every container.
+//!
+//! # Forking from a multi-threaded agent
+//! libcontainer `clone`s the container's processes from the calling process, and those
+//! children run Rust code (allocations, file I/O) before they `execve`. A lock held by another
+//! agent thread at that instant stays locked in the child forever. Two were handled: the
+//! standard library's environment lock (libcontainer's default executor calls `set_var` in the
+//! child; we use our own executor that passes the environment to `execve` instead, see
+//! `executor.rs`), and concurrent creates in this process (serialised by a process-wide lock,
+//! which also keeps libcontainer's process-wide "dumpable" toggling consistent). The agent must
+//! not call `std::env::set_var` while containers are created, and should filter libcontainer's
+//! own log events to `error` (`RUST_LOG=...,libcontainer=error`): events logged in the child
+//! go to the container's stderr, i.e. its log file (libcontainer warns "seccomp not available"
+//! for every container at `warn`).
 //!
 //! # Not done
 //! No seccomp (libcontainer is built without `libseccomp`), no AppArmor/SELinux, no user
@@ -72,11 +90,11 @@
 //! management (network layer), no host devices for privileged containers.
 
 pub mod cgroup;
+mod executor;
 pub mod logs;
 pub mod sandbox;
 pub mod spec;
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -380,6 +398,10 @@ fn from_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
+/// Serialises libcontainer's create and exec within the process: both clone children from this
+/// multi-threaded process and flip the process-wide dumpable flag while doing so.
+static FORK_LOCK: Mutex<()> = Mutex::new(());
+
 /// The container runtime of one agent.
 pub struct Runtime {
     config: RuntimeConfig,
@@ -561,7 +583,9 @@ impl Runtime {
         cgroup_path: &str,
     ) -> Result<(), RuntimeError> {
         let bundle = dir.join("bundle");
-        spec::write_bundle(&bundle, sandbox, spec, cgroup_path)?;
+        let available = sys::bounding_capabilities(&self.config.proc_root)
+            .map_err(|e| RuntimeError::io("read capabilities", &self.config.proc_root, e))?;
+        spec::write_bundle(&bundle, sandbox, spec, cgroup_path, available)?;
         let record = Record {
             cgroup_path: cgroup_path.trim_start_matches('/').to_string(),
             log_path: spec.log_path.clone(),
@@ -578,12 +602,14 @@ impl Runtime {
         let null = std::fs::File::open("/dev/null")
             .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
 
+        let fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let built = ContainerBuilder::new(id.as_str().to_string(), SyscallType::default())
             .with_root_path(self.libcontainer_dir())
             .map_err(|e| RuntimeError::lc("container root", e))?
             .with_stdin(OwnedFd::from(null))
             .with_stdout(OwnedFd::from(log))
             .with_stderr(OwnedFd::from(log_err))
+            .with_executor(executor::ExecveExecutor)
             .as_init(&bundle)
             .with_systemd(false)
             .with_detach(true)
@@ -591,6 +617,7 @@ impl Runtime {
         // libcontainer marks the calling process non-dumpable while it forks; undo that for
         // the long-running agent.
         let _ = sys::set_dumpable(true);
+        drop(fork_guard);
         built.map_err(|e| RuntimeError::lc("create container", e))?;
         Ok(())
     }
@@ -805,43 +832,51 @@ impl Runtime {
             .map_err(|e| RuntimeError::io("dup", Path::new("exec"), e))?;
         let null = std::fs::File::open("/dev/null")
             .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
+        // Like `runc exec`, run as the container's user and in its working directory.
+        let config_path = self.container_dir(id).join("bundle/config.json");
+        let oci = libcontainer::oci_spec::runtime::Spec::load(&config_path)
+            .map_err(|e| RuntimeError::Corrupt(format!("{}: {e}", config_path.display())))?;
+        let process = oci.process().clone().unwrap_or_default();
+        let fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let built = ContainerBuilder::new(id.as_str().to_string(), SyscallType::default())
             .with_root_path(self.libcontainer_dir())
             .map_err(|e| RuntimeError::lc("container root", e))?
             .with_stdin(OwnedFd::from(null))
             .with_stdout(OwnedFd::from(writer))
             .with_stderr(OwnedFd::from(writer_err))
+            .with_executor(executor::ExecveExecutor)
             .as_tenant()
             .with_container_args(argv.to_vec())
-            .with_env(HashMap::new())
+            .with_user(Some(process.user().uid()))
+            .with_group(Some(process.user().gid()))
+            .with_cwd(Some(process.cwd().clone()))
             .with_detach(true)
             .build();
         let _ = sys::set_dumpable(true);
+        drop(fork_guard);
         let pid = built
             .map_err(|e| RuntimeError::lc("exec in container", e))?
             .as_raw();
 
-        // The pipe's write ends went away with the builder, so the reader sees EOF once the
-        // exec'd process (and anything it forked that kept stdout) is gone.
-        let output_thread = std::thread::spawn(move || {
-            let mut output = Vec::new();
+        // The pipe's write ends went away with the builder. Output is drained without blocking
+        // while waiting for the process, so a background process that keeps the pipe open
+        // cannot hang the exec: once the exec'd process has exited, whatever is buffered is
+        // read and the pipe closed.
+        let mut reader = reader;
+        sys::set_nonblocking(&reader).map_err(|e| RuntimeError::sys("fcntl", e))?;
+        let mut output = Vec::new();
+        let mut drain = |reader: &mut std::io::PipeReader| {
             let mut buf = [0u8; 8192];
-            let mut reader = reader;
-            loop {
-                match reader.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        let room = EXEC_OUTPUT_LIMIT.saturating_sub(output.len());
-                        output.extend_from_slice(&buf[..n.min(room)]);
-                    }
-                }
+            // Ok(0) is EOF, WouldBlock means nothing more for now; both end this round.
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                let room = EXEC_OUTPUT_LIMIT.saturating_sub(output.len());
+                output.extend_from_slice(&buf[..n.min(room)]);
             }
-            output
-        });
-
+        };
         let deadline = Instant::now() + timeout;
         let mut delay = Duration::from_millis(1);
         let code = loop {
+            drain(&mut reader);
             match sys::try_wait(pid).map_err(|e| RuntimeError::sys("waitpid exec", e))? {
                 sys::ChildStatus::Exited(code) => break Some(code),
                 sys::ChildStatus::Signaled(sig) => break Some(128 + sig),
@@ -862,7 +897,7 @@ impl Runtime {
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_millis(20));
         };
-        let output = output_thread.join().unwrap_or_default();
+        drain(&mut reader);
         let exit_code =
             code.ok_or_else(|| RuntimeError::Corrupt("exec process was reaped elsewhere".into()))?;
         Ok(ExecResult { exit_code, output })
@@ -932,6 +967,12 @@ mod tests {
         assert!(ContainerId::parse("nodot").is_none());
         assert!(ContainerId::new("a/b", "c").is_err());
         assert!(ContainerId::new("a", "b.c").is_err());
+    }
+
+    #[test]
+    fn runtime_can_move_to_blocking_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Runtime>();
     }
 
     #[test]

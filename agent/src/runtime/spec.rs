@@ -99,16 +99,36 @@ pub fn normalize_capability(name: &str) -> Result<String, RuntimeError> {
     }
 }
 
+fn capability_bit(cap: &str) -> u64 {
+    // ALL_CAPABILITIES is in kernel numbering order.
+    ALL_CAPABILITIES
+        .iter()
+        .position(|c| *c == cap)
+        .map_or(0, |n| 1u64 << n)
+}
+
+/// Every capability in the mask `available` (bit n = capability n).
+fn all_available(available: u64) -> Vec<String> {
+    ALL_CAPABILITIES
+        .iter()
+        .filter(|c| capability_bit(c) & available != 0)
+        .map(|c| c.to_string())
+        .collect()
+}
+
 /// The effective capability set: the default set (or all, if privileged), minus `drop`, plus
 /// `add`; "ALL" in either list means every capability. Drops are applied before adds, as in
-/// Docker, so `drop: [ALL], add: [NET_BIND_SERVICE]` keeps exactly one.
+/// Docker, so `drop: [ALL], add: [NET_BIND_SERVICE]` keeps exactly one. A container can only
+/// get capabilities the agent has itself (`available`, its bounding set): "all" means all of
+/// those, and naming one the agent lacks is an error.
 pub fn capability_set(
     privileged: bool,
     add: &[String],
     drop: &[String],
+    available: u64,
 ) -> Result<Vec<String>, RuntimeError> {
     let mut caps: Vec<String> = if privileged {
-        ALL_CAPABILITIES.iter().map(|c| c.to_string()).collect()
+        all_available(available)
     } else {
         DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()).collect()
     };
@@ -123,11 +143,16 @@ pub fn capability_set(
     for name in add {
         let cap = normalize_capability(name)?;
         if cap == "ALL" {
-            caps = ALL_CAPABILITIES.iter().map(|c| c.to_string()).collect();
+            caps = all_available(available);
+        } else if capability_bit(&cap) & available == 0 {
+            return Err(RuntimeError::Refused(format!(
+                "capability {cap} is not in the agent's own bounding set"
+            )));
         } else if !caps.contains(&cap) {
             caps.push(cap);
         }
     }
+    caps.retain(|c| capability_bit(c) & available != 0);
     Ok(caps)
 }
 
@@ -137,8 +162,9 @@ pub fn write_bundle(
     sandbox: &Sandbox,
     spec: &ContainerSpec,
     cgroup_path: &str,
+    available_caps: u64,
 ) -> Result<(), RuntimeError> {
-    let value = build(sandbox, spec, cgroup_path)?;
+    let value = build(sandbox, spec, cgroup_path, available_caps)?;
     let oci: Spec = serde_json::from_value(value)
         .map_err(|e| RuntimeError::InvalidSpec(format!("generated OCI spec is invalid: {e}")))?;
     std::fs::create_dir_all(bundle)
@@ -153,8 +179,14 @@ pub fn build(
     sandbox: &Sandbox,
     spec: &ContainerSpec,
     cgroup_path: &str,
+    available_caps: u64,
 ) -> Result<Value, RuntimeError> {
-    let caps = capability_set(spec.privileged, &spec.caps_add, &spec.caps_drop)?;
+    let caps = capability_set(
+        spec.privileged,
+        &spec.caps_add,
+        &spec.caps_drop,
+        available_caps,
+    )?;
 
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     if !spec.env.iter().any(|(k, _)| k == "PATH") {
@@ -296,22 +328,96 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::{MountSpec, SandboxConfig};
+    use std::path::PathBuf;
+
+    fn sandbox(host_network: bool) -> Sandbox {
+        Sandbox {
+            pod_uid: "p1".into(),
+            dir: PathBuf::from("/run/skiff/sandboxes/p1"),
+            config: SandboxConfig {
+                hostname: "web-0".into(),
+                host_network,
+                host_pid: false,
+                share_pid: false,
+            },
+        }
+    }
+
+    #[test]
+    fn spec_joins_pod_namespaces_and_sets_limits() {
+        let mut spec = ContainerSpec::new("web", "/images/x/rootfs", &["httpd", "-f"], "/l");
+        spec.resources.cpu_quota = Some(20_000);
+        spec.resources.memory_limit = Some(1 << 20);
+        spec.mounts.push(MountSpec {
+            source: "/data".into(),
+            destination: "/srv".into(),
+            readonly: true,
+            kind: MountKind::Bind,
+        });
+        let v = build(&sandbox(false), &spec, "/skiff/p1/web", u64::MAX).expect("spec");
+        let oci: Spec = serde_json::from_value(v.clone()).expect("valid OCI spec");
+        assert_eq!(v["linux"]["cgroupsPath"], "/skiff/p1/web");
+        let ns = v["linux"]["namespaces"].as_array().expect("namespaces");
+        let types: Vec<&str> = ns.iter().filter_map(|n| n["type"].as_str()).collect();
+        assert_eq!(types, ["mount", "pid", "ipc", "uts", "network"]);
+        assert_eq!(ns[4]["path"], "/run/skiff/sandboxes/p1/ns/net");
+        assert_eq!(v["linux"]["resources"]["cpu"]["period"], 100_000);
+        assert_eq!(v["linux"]["resources"]["memory"]["swap"], 1 << 20);
+        assert!(v["process"]["env"]
+            .as_array()
+            .expect("env")
+            .contains(&json!("HOSTNAME=web-0")));
+        let srv = oci
+            .mounts()
+            .as_ref()
+            .and_then(|m| {
+                m.iter()
+                    .find(|m| m.destination() == Path::new("/srv"))
+                    .cloned()
+            })
+            .expect("bind mount");
+        assert!(srv
+            .options()
+            .as_ref()
+            .expect("options")
+            .contains(&"ro".to_string()));
+        assert!(!v["linux"]["maskedPaths"]
+            .as_array()
+            .expect("masked")
+            .is_empty());
+
+        let v = build(&sandbox(true), &spec, "/skiff/p1/web", u64::MAX).expect("spec");
+        let ns = v["linux"]["namespaces"].as_array().expect("namespaces");
+        assert!(!ns.iter().any(|n| n["type"] == "network"), "host network");
+
+        spec.args.clear();
+        assert!(build(&sandbox(false), &spec, "/x", u64::MAX).is_err());
+    }
 
     #[test]
     fn capabilities_follow_docker_rules() {
         let none: Vec<String> = Vec::new();
-        let set = capability_set(false, &none, &["chown".into()]).expect("caps");
+        let all = u64::MAX;
+        let set = capability_set(false, &none, &["chown".into()], all).expect("caps");
         assert!(!set.contains(&"CAP_CHOWN".to_string()));
         assert!(set.contains(&"CAP_KILL".to_string()));
-        let set =
-            capability_set(false, &["NET_BIND_SERVICE".into()], &["ALL".into()]).expect("caps");
+        let set = capability_set(false, &["NET_BIND_SERVICE".into()], &["ALL".into()], all)
+            .expect("caps");
         assert_eq!(set, vec!["CAP_NET_BIND_SERVICE".to_string()]);
-        let set = capability_set(false, &["NET_ADMIN".into()], &none).expect("caps");
+        let set = capability_set(false, &["NET_ADMIN".into()], &none, all).expect("caps");
         assert!(set.contains(&"CAP_NET_ADMIN".to_string()));
-        assert!(capability_set(false, &["NOT_A_CAP".into()], &none).is_err());
+        assert!(capability_set(false, &["NOT_A_CAP".into()], &none, all).is_err());
         assert_eq!(
-            capability_set(true, &none, &none).expect("caps").len(),
+            capability_set(true, &none, &none, all).expect("caps").len(),
             ALL_CAPABILITIES.len()
         );
+        // Without CAP_SYS_RESOURCE (24) in the agent's bounding set.
+        let limited = all & !(1 << 24);
+        let set = capability_set(true, &none, &none, limited).expect("caps");
+        assert_eq!(set.len(), ALL_CAPABILITIES.len() - 1);
+        assert!(!set.contains(&"CAP_SYS_RESOURCE".to_string()));
+        assert!(capability_set(false, &["SYS_RESOURCE".into()], &none, limited).is_err());
+        assert_eq!(capability_bit("CAP_CHECKPOINT_RESTORE"), 1 << 40);
     }
 }

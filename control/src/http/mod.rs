@@ -403,6 +403,19 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
     }
 }
 
+/// Decodes a create or update body: JSON straight into the model when it is well formed,
+/// otherwise through a JSON tree, which also gives precise errors.
+fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K, ApiError> {
+    let ct = header(req, "Content-Type").unwrap_or_default();
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if matches!(essence.as_str(), "application/json" | "" | "application/octet-stream") {
+        if let Some(obj) = api::codec::from_json_bytes::<K>(body) {
+            return Ok(obj);
+        }
+    }
+    registry::decode(parse_object_body(req, body)?)
+}
+
 fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
     let ct = header(req, "Content-Type").unwrap_or_default();
     let essence = ct
@@ -415,6 +428,7 @@ fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
         "application/merge-patch+json" => Ok(PatchType::Merge),
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/strategic-merge-patch+json" => Ok(PatchType::StrategicMerge),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchType::Apply),
         other => Err(ApiError::unsupported_media_type(other)),
     }
 }
@@ -634,8 +648,7 @@ async fn resource<K: Resource>(
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Post, None, None) => {
-            let value = parse_object_body(req, &body)?;
-            let obj: K = registry::decode(value)?;
+            let obj: K = decode_body(req, &body)?;
             let created = state.registry.create(obj, ns.as_deref()).await?;
             Ok(json_response(
                 StatusCode::Created,
@@ -662,8 +675,7 @@ async fn resource<K: Resource>(
             Ok(json_response(StatusCode::Created, &ok))
         }
         (Method::Put, Some(name), None | Some("status") | Some("finalize")) => {
-            let value = parse_object_body(req, &body)?;
-            let obj: K = registry::decode(value)?;
+            let obj: K = decode_body(req, &body)?;
             let updated = state
                 .registry
                 .update(obj, ns.as_deref(), name, part_for(sub, part))
@@ -706,6 +718,23 @@ async fn resource<K: Resource>(
         }
         (Method::Patch, Some(name), None | Some("status")) => {
             let pt = patch_type(req)?;
+            if pt == PatchType::Apply && part == Part::Main {
+                // Server-side apply creates what does not exist yet.
+                let exists = state.registry.get::<K>(&ns_str, name).await;
+                if matches!(&exists, Err(e) if e.code() == 404) {
+                    let mut value = api::codec::parse_yaml(&body)
+                        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                    if value.pointer("/metadata/name").is_none() {
+                        value["metadata"]["name"] = json!(name);
+                    }
+                    let obj: K = registry::decode(value)?;
+                    let created = state.registry.create(obj, ns.as_deref()).await?;
+                    return Ok(json_response(
+                        StatusCode::Created,
+                        &created.into_any().to_json(),
+                    ));
+                }
+            }
             let patched: K = state.registry.patch(&ns_str, name, pt, body, part).await?;
             Ok(json_response(StatusCode::Ok, &patched.into_any().to_json()))
         }
