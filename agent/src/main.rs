@@ -78,10 +78,17 @@ enum Command {
     },
 }
 
+/// libcontainer logs from inside the forked container child (into the container's log), and
+/// a log event there must not take locks: keep its events at `error`.
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SKIFF_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,libcgroups=error,libcontainer=warn")
-    });
+    let mut spec = std::env::var("SKIFF_LOG").unwrap_or_else(|_| "info".into());
+    for quiet in ["libcontainer", "libcgroups"] {
+        if !spec.contains(quiet) {
+            spec.push_str(&format!(",{quiet}=error"));
+        }
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&spec)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,libcontainer=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

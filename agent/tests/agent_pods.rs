@@ -9,7 +9,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use api::client::Client;
-use api::core::{Container, Node, Pod, PodSpec};
+use api::core::{
+    Capabilities, ConfigMap, Container, EnvVar, EnvVarSource, KeySelector, Node,
+    ObjectFieldSelector, Pod, PodSpec, SecurityContext,
+};
 use api::meta::{DeleteOptions, ObjectMeta};
 use common::{wait_for, TestAgent, TestServer};
 
@@ -50,6 +53,51 @@ fn wait_phase(c: &Client, name: &str, want: &str, timeout: Duration) -> Pod {
     wait_for(&format!("pod {name} to be {want}"), timeout, || {
         get_pod(c, name).filter(|p| phase(p) == want)
     })
+}
+
+fn waiting_reason(p: &Pod) -> Option<String> {
+    p.status
+        .container_statuses
+        .first()
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.clone())
+}
+
+fn env_from(name: &str, src: EnvVarSource) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(src),
+    }
+}
+
+fn field(path: &str) -> EnvVarSource {
+    EnvVarSource {
+        field_ref: Some(ObjectFieldSelector {
+            api_version: None,
+            field_path: path.into(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn heartbeat_of(c: &Client, node: &str) -> i64 {
+    let n = smol::block_on(c.get::<Node>("", node)).expect("node");
+    n.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .and_then(|c| c.last_heartbeat_time)
+        .map_or(0, |t| t.0)
+}
+
+fn runtime_of(agent: &TestAgent) -> agent::runtime::Runtime {
+    agent::runtime::Runtime::new(agent::runtime::RuntimeConfig::new(
+        agent.run.path(),
+        agent.cgroup_parent.clone(),
+    ))
+    .expect("runtime")
 }
 
 #[test]
@@ -120,16 +168,71 @@ fn agent_joins_registers_and_runs_pods() {
         assert_eq!(mode & 0o777, 0o600, "{f}");
     }
 
-    // Pods: a long runner, one that succeeds, one that fails with exit code 3.
+    let first_heartbeat = heartbeat_of(&client, &node_name);
+
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = "settings".into();
+    cm.metadata.namespace = Some("default".into());
+    cm.data.insert("greeting".into(), "from-configmap".into());
+    smol::block_on(client.create(&cm)).expect("create configmap");
+
+    // Pods: a long runner; one with an init container and an environment from everywhere
+    // that succeeds; one that fails with exit code 3; one crash-looping; one whose image is
+    // absent with pull policy Never; one privileged (refused).
+    let mut ok = pod(
+        "ok",
+        &node_name,
+        &[
+            "sh",
+            "-c",
+            "echo \"$CM $POD $NODE $IP $GREETING $(pwd) $ARG $0\"; exit 0",
+            "$(CM)",
+        ],
+        Some("Never"),
+    );
+    ok.spec.containers[0].env = vec![
+        env_from(
+            "CM",
+            EnvVarSource {
+                config_map_key_ref: Some(KeySelector {
+                    name: Some("settings".into()),
+                    key: "greeting".into(),
+                    optional: None,
+                }),
+                ..Default::default()
+            },
+        ),
+        env_from("POD", field("metadata.name")),
+        env_from("NODE", field("spec.nodeName")),
+        env_from("IP", field("status.hostIP")),
+        EnvVar {
+            name: "ARG".into(),
+            value: Some("arg-$(CM)".into()),
+            value_from: None,
+        },
+    ];
+    ok.spec.init_containers = vec![Container {
+        name: "setup".into(),
+        image: Some(IMAGE.into()),
+        args: vec!["true".into()],
+        ..Default::default()
+    }];
+    let mut never = pod("never", &node_name, &["true"], None);
+    never.spec.containers[0].image = Some("skiff.test/absent:v1".into());
+    never.spec.containers[0].image_pull_policy = Some("Never".into());
+    let mut privileged = pod("privileged", &node_name, &["true"], None);
+    privileged.spec.containers[0].security_context = Some(SecurityContext {
+        privileged: Some(true),
+        capabilities: Some(Capabilities::default()),
+        ..Default::default()
+    });
     for p in [
         pod("sleeper", &node_name, &["sleep", "3600"], None),
-        pod(
-            "ok",
-            &node_name,
-            &["sh", "-c", "echo $GREETING; exit 0"],
-            Some("Never"),
-        ),
+        ok,
         pod("bad", &node_name, &["sh", "-c", "exit 3"], Some("Never")),
+        pod("crash", &node_name, &["sh", "-c", "exit 1"], Some("Always")),
+        never,
+        privileged,
     ] {
         smol::block_on(client.create(&p)).expect("create pod");
     }
@@ -170,6 +273,53 @@ fn agent_joins_registers_and_runs_pods() {
     assert_eq!(t.exit_code, 3);
     assert_eq!(t.reason.as_deref(), Some("Error"));
 
+    // The init container ran first; the environment and $(VAR) expansion are Kubernetes'.
+    let init = &ok.status.init_container_statuses[0];
+    let t = init
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("init terminated");
+    assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+    let log = agent
+        .data_dir()
+        .join("pods")
+        .join(&ok.metadata.uid)
+        .join("logs/main/0.log");
+    let text = std::fs::read_to_string(&log).expect("log of ok");
+    assert_eq!(
+        text.trim(),
+        format!(
+            "from-configmap ok {node_name} 127.0.0.1 hi /data arg-from-configmap from-configmap"
+        )
+    );
+
+    let never = wait_for("ErrImageNeverPull", Duration::from_secs(30), || {
+        get_pod(&client, "never")
+            .filter(|p| waiting_reason(p).as_deref() == Some("ErrImageNeverPull"))
+    });
+    assert_eq!(phase(&never), "Pending");
+    let refused = wait_phase(&client, "privileged", "Failed", Duration::from_secs(30));
+    let msg = refused.status.message.clone().unwrap_or_default();
+    assert!(msg.contains("--allow-privileged"), "{msg}");
+
+    let crash = wait_for("CrashLoopBackOff", Duration::from_secs(30), || {
+        get_pod(&client, "crash")
+            .filter(|p| waiting_reason(p).as_deref() == Some("CrashLoopBackOff"))
+    });
+    let last = crash.status.container_statuses[0]
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("last state");
+    assert_eq!(last.exit_code, 1);
+
+    wait_for(
+        "the Node heartbeat to advance",
+        Duration::from_secs(10),
+        || (heartbeat_of(&client, &node_name) > first_heartbeat).then_some(()),
+    );
+
     // The local cache has the desired pods.
     assert!(agent.data_dir().join("pods.redb").exists());
 
@@ -202,19 +352,48 @@ fn agent_joins_registers_and_runs_pods() {
     assert!(!agent.run.path().join("sandboxes").join(&uid).exists());
     assert!(!agent.data_dir().join("pods").join(&uid).exists());
 
-    // Everything else goes too.
-    for name in ["ok", "bad", "after"] {
+    // The crash-looping container was restarted after its back-off.
+    wait_for("crash to restart", Duration::from_secs(40), || {
+        get_pod(&client, "crash").filter(|p| p.status.container_statuses[0].restart_count >= 1)
+    });
+
+    // Everything else goes too, whatever state it is in.
+    let others = ["ok", "bad", "crash", "never", "privileged"];
+    for name in others {
         smol::block_on(client.delete::<Pod>("default", name, &DeleteOptions::default()))
             .expect("delete");
     }
-    wait_for("all pods to disappear", Duration::from_secs(30), || {
-        ["ok", "bad", "after"]
+    wait_for("the pods to disappear", Duration::from_secs(30), || {
+        others
             .iter()
             .all(|n| get_pod(&client, n).is_none())
             .then_some(())
     });
-    let left = std::fs::read_dir(agent.run.path().join("sandboxes"))
-        .map(|rd| rd.count())
-        .unwrap_or(0);
-    assert_eq!(left, 0, "sandboxes left behind");
+
+    // A reboot while the server is down: no containers are left, and the agent starts the
+    // pods of its local cache anyway.
+    let after = get_pod(&client, "after").expect("after");
+    drop(server);
+    agent.clean_up();
+    assert!(runtime_of(&agent).list().expect("list").is_empty());
+    agent.start(None);
+    let rt = runtime_of(&agent);
+    let id = agent::runtime::ContainerId::new(&after.metadata.uid, "main").expect("id");
+    wait_for(
+        "the cached pod to run without the server",
+        Duration::from_secs(30),
+        || {
+            matches!(
+                rt.state(&id),
+                Ok(agent::runtime::ContainerState::Running { .. })
+            )
+            .then_some(())
+        },
+    );
+    let sandboxes = rt.list_sandboxes().expect("sandboxes");
+    assert_eq!(
+        sandboxes,
+        vec![after.metadata.uid.clone()],
+        "only the desired pod runs"
+    );
 }

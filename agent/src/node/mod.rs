@@ -185,7 +185,7 @@ async fn keep_registered(
         loop {
             smol::Timer::after(every).await;
             match register::heartbeat(&client, &settings.name, ready_since).await {
-                Ok(true) => {}
+                Ok(true) => tracing::debug!(node = %settings.name, "heartbeat"),
                 Ok(false) => break,
                 Err(e) => tracing::warn!(node = %settings.name, "heartbeat failed: {e}"),
             }

@@ -21,10 +21,16 @@ pub fn agent_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_skiff-agent"))
 }
 
-/// The `skiff` binary next to `skiff-agent`, built once per test run.
+/// The `skiff` binary next to `skiff-agent`; built if missing (`cargo test --workspace` and
+/// the CI script build it anyway). Building it from here each time would make cargo rebuild
+/// dependencies shared with this test, whose fingerprints differ between the two builds.
 pub fn skiff_bin() -> PathBuf {
     static BUILD: Once = Once::new();
+    let bin = agent_bin().with_file_name("skiff");
     BUILD.call_once(|| {
+        if bin.exists() {
+            return;
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args(["build", "-p", "skiff-control", "--bin", "skiff"])
@@ -33,7 +39,7 @@ pub fn skiff_bin() -> PathBuf {
             .expect("run cargo build");
         assert!(status.success(), "building the skiff server failed");
     });
-    agent_bin().with_file_name("skiff")
+    bin
 }
 
 pub struct TestServer {
@@ -184,7 +190,10 @@ impl TestAgent {
             .args(["--cgroup-parent", &self.cgroup_parent])
             .args(["--heartbeat-seconds", "1"])
             .args(["--node-label", "zone=test", "--node-ip", "127.0.0.1"])
-            .env("SKIFF_LOG", "info")
+            .env(
+                "SKIFF_LOG",
+                std::env::var("AGENT_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null());
         if let Some(t) = token {
             cmd.args(["--server", &self.server, "--token", t]);
