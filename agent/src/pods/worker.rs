@@ -36,6 +36,8 @@ pub enum PodUpdate {
 const SUPERVISE_EVERY: Duration = Duration::from_secs(1);
 /// How often an init container is looked at while it runs.
 const INIT_POLL: Duration = Duration::from_millis(200);
+/// How long after a failed status report the next one is tried.
+const REPORT_RETRY: Duration = Duration::from_secs(5);
 
 struct Worker {
     ctx: Arc<Context>,
@@ -53,11 +55,14 @@ struct Worker {
     adoption_checked: bool,
     torn_down: bool,
     last_reported: Option<PodStatus>,
+    report_failed_at: Option<Instant>,
 }
 
 /// Runs the pod's worker until the pod is gone from the node.
 pub async fn run(ctx: Arc<Context>, pod: Pod, updates: Receiver<PodUpdate>) {
     let mut w = Worker::new(ctx, pod);
+    // A pod already being deleted (e.g. from the cache after a restart) is only cleaned up.
+    w.check_deletion();
     let uid = w.pod.metadata.uid.clone();
     tracing::info!(pod = %w.key(), %uid, "pod worker started");
     let mut closed = false;
@@ -163,6 +168,7 @@ impl Worker {
             adoption_checked: false,
             torn_down: false,
             last_reported: None,
+            report_failed_at: None,
         }
     }
 
@@ -191,6 +197,11 @@ impl Worker {
             }
             PodUpdate::Gone => self.gone = true,
         }
+        self.check_deletion();
+    }
+
+    /// Moves to Terminating once the pod is being deleted (or gone).
+    fn check_deletion(&mut self) {
         let deleting = self.gone || self.pod.metadata.deletion_timestamp.is_some();
         if deleting && !matches!(self.stage, Stage::Terminating | Stage::Gone) {
             self.advance(Event::DeleteRequested);
@@ -916,10 +927,25 @@ impl Worker {
         if self.last_reported.as_ref() == Some(&status) {
             return;
         }
+        // While the server is unreachable, try again every few seconds, not every round.
+        if self
+            .report_failed_at
+            .is_some_and(|at| at.elapsed() < REPORT_RETRY)
+        {
+            return;
+        }
         match self.send_status(&status).await {
-            Ok(()) => self.last_reported = Some(status),
+            Ok(()) => {
+                self.last_reported = Some(status);
+                self.report_failed_at = None;
+            }
             Err(e) if e.is_not_found() => {}
-            Err(e) => tracing::warn!(pod = %self.key(), "cannot report the pod status: {e}"),
+            Err(e) => {
+                if self.report_failed_at.is_none() {
+                    tracing::warn!(pod = %self.key(), "cannot report the pod status: {e}");
+                }
+                self.report_failed_at = Some(Instant::now());
+            }
         }
     }
 
