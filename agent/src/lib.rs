@@ -2,5 +2,7 @@
 //! service proxy, probes and logs.
 
 pub mod image;
+pub mod node;
+pub mod pods;
 pub mod runtime;
 pub mod sys;

@@ -1,4 +1,190 @@
+//! `skiff-agent`: the node agent. Joins the cluster once, registers the Node, and runs the
+//! pods bound to it. `skiff-agent self-check` reports what this machine supports;
+//! `skiff-agent image ...` manages the node's images.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent::image::cli::{cli_image, ImageArgs};
+use agent::node::{self, register, AgentConfig};
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "skiff-agent", version, about = "skiff node agent")]
+struct Cli {
+    /// The server to join, `https://HOST:PORT` (only needed for the first start).
+    #[arg(long, env = "SKIFF_AGENT_SERVER")]
+    server: Option<String>,
+    /// Join token from `skiff token create` (only needed for the first start).
+    #[arg(long, env = "SKIFF_AGENT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Where credentials, images, the pod cache and pod files live.
+    #[arg(
+        long,
+        env = "SKIFF_AGENT_DATA_DIR",
+        default_value = "/var/lib/skiff/agent",
+        global = true
+    )]
+    data_dir: PathBuf,
+    /// Runtime state (sandboxes, containers); a tmpfs so it goes away with a reboot.
+    #[arg(long, env = "SKIFF_AGENT_RUN_DIR", default_value = "/run/skiff/agent")]
+    run_dir: PathBuf,
+    /// The Node's name (default: the host name).
+    #[arg(long, env = "SKIFF_AGENT_NODE_NAME")]
+    node_name: Option<String>,
+    /// The Node's InternalIP (default: the local address used to reach the server).
+    #[arg(long, env = "SKIFF_AGENT_NODE_IP")]
+    node_ip: Option<String>,
+    /// A label for the Node, `key=value` (repeatable).
+    #[arg(
+        long = "node-label",
+        env = "SKIFF_AGENT_NODE_LABELS",
+        value_delimiter = ','
+    )]
+    node_labels: Vec<String>,
+    /// A taint for the Node, `key[=value]:Effect` (repeatable).
+    #[arg(
+        long = "register-with-taints",
+        env = "SKIFF_AGENT_REGISTER_WITH_TAINTS",
+        value_delimiter = ','
+    )]
+    taints: Vec<String>,
+    /// How many pods this node takes.
+    #[arg(long, env = "SKIFF_AGENT_MAX_PODS", default_value_t = 110)]
+    max_pods: u32,
+    /// Allow privileged containers and hostPID pods.
+    #[arg(long, env = "SKIFF_AGENT_ALLOW_PRIVILEGED")]
+    allow_privileged: bool,
+    /// The cgroup all pod cgroups go under.
+    #[arg(long, env = "SKIFF_AGENT_CGROUP_PARENT", default_value = "skiff")]
+    cgroup_parent: String,
+    /// Seconds between Node heartbeats.
+    #[arg(long, env = "SKIFF_AGENT_HEARTBEAT_SECONDS", default_value_t = 10)]
+    heartbeat_seconds: u64,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Report what this machine supports (works offline, without root).
+    SelfCheck,
+    /// Manage the images on this node.
+    Image {
+        #[command(subcommand)]
+        args: ImageArgs,
+    },
+}
+
+/// libcontainer logs from inside the forked container child (into the container's log), and
+/// a log event there must not take locks: keep its events at `error`.
+fn init_tracing() {
+    let mut spec = std::env::var("SKIFF_LOG").unwrap_or_else(|_| "info".into());
+    for quiet in ["libcontainer", "libcgroups"] {
+        if !spec.contains(quiet) {
+            spec.push_str(&format!(",{quiet}=error"));
+        }
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&spec)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,libcontainer=error"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 fn main() {
-    eprintln!("skiff-agent: not built yet");
-    std::process::exit(1);
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::SelfCheck) => self_check(&cli.data_dir),
+        Some(Command::Image { ref args }) => {
+            cli_image(&cli.data_dir, args.clone(), &HashSet::new())
+        }
+        None => {
+            init_tracing();
+            run_agent(&cli)
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("skiff-agent: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run_agent(cli: &Cli) -> anyhow::Result<()> {
+    let labels = cli
+        .node_labels
+        .iter()
+        .map(|l| register::parse_label(l))
+        .collect::<Result<Vec<_>, _>>()?;
+    let taints = cli
+        .taints
+        .iter()
+        .map(|t| register::parse_taint(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cfg = AgentConfig {
+        server: cli.server.clone(),
+        token: cli.token.clone(),
+        data_dir: cli.data_dir.clone(),
+        run_dir: cli.run_dir.clone(),
+        node_name: cli.node_name.clone().unwrap_or_else(node::facts::hostname),
+        node_ip: cli.node_ip.clone(),
+        labels,
+        taints,
+        max_pods: cli.max_pods,
+        allow_privileged: cli.allow_privileged,
+        cgroup_parent: cli.cgroup_parent.clone(),
+        heartbeat: Duration::from_secs(cli.heartbeat_seconds.max(1)),
+    };
+    node::run(cfg).context("skiff-agent stopped")
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Prints what the machine offers; never fails on a missing feature, only reports it.
+fn self_check(data_dir: &Path) -> anyhow::Result<()> {
+    let arch = node::facts::kube_arch(std::env::consts::ARCH);
+    let cgroup = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        "v2"
+    } else if Path::new("/sys/fs/cgroup/memory").exists() {
+        "v1"
+    } else {
+        "none"
+    };
+    let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    let overlay = filesystems
+        .lines()
+        .any(|l| l.trim_end().ends_with("overlay"));
+    let ns = |n: &str| Path::new("/proc/self/ns").join(n).exists();
+    let facts = node::NodeFacts::gather(if data_dir.exists() {
+        data_dir
+    } else {
+        Path::new("/")
+    });
+    println!("skiff-agent {}", env!("CARGO_PKG_VERSION"));
+    println!("arch: {arch} ({})", std::env::consts::ARCH);
+    println!("kernel: {}", facts.kernel_version);
+    println!("os: {}", facts.os_image);
+    println!("cpus: {}", facts.cpus);
+    println!("memory: {} KiB", facts.memory_kib);
+    println!("cgroup: {cgroup}");
+    println!("overlay: {}", yes(overlay));
+    for n in ["mnt", "pid", "net", "ipc", "uts", "user", "cgroup"] {
+        println!("namespace {n}: {}", yes(ns(n)));
+    }
+    println!("root: {}", yes(nix::unistd::geteuid().is_root()));
+    let joined = node::Credentials::load(data_dir).ok().flatten();
+    println!(
+        "joined: {}",
+        joined.map_or_else(|| "no".to_string(), |c| format!("yes ({})", c.server))
+    );
+    Ok(())
 }

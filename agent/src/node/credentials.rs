@@ -1,0 +1,283 @@
+//! Joining the cluster once, and the credentials kept afterwards.
+//!
+//! The join fetches the server's CA over an unverified connection, accepts it only if the
+//! SHA-256 of its DER encoding equals the token's pin, sends a CSR for a fresh ECDSA P-256 key
+//! together with the token, and stores the signed certificate. Files in the data dir:
+//! `ca.crt`, `node.crt`, `node.key`, `server` (the URL), all 0600, the dir 0700.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use api::client::{Client, ClientConfig, ClientError};
+use api::join::{JoinRequest, JoinResponse, JoinToken, CA_PATH, JOIN_PATH};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::CertificateDer;
+
+/// What went wrong while joining or loading the node's credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error("{0}")]
+    Token(#[from] api::join::TokenError),
+    #[error("the join token was refused by the server: it is unknown, wrong or expired (create a new one with `skiff token create`)")]
+    Refused,
+    #[error("the server's CA certificate does not match the join token's pin (expected sha256 {expected}, got {actual}): refusing to join")]
+    CaMismatch { expected: String, actual: String },
+    #[error("the server sent an unreadable CA certificate: {0}")]
+    BadCa(String),
+    #[error("cannot talk to the server: {0}")]
+    Client(#[from] ClientError),
+    #[error("cannot make the node key or CSR: {0}")]
+    Key(String),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("this node has not joined yet: give --server and --token")]
+    NotJoined,
+}
+
+fn io_err(what: &'static str, path: &Path, source: std::io::Error) -> JoinError {
+    JoinError::Io {
+        what,
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The node's credentials: everything needed to build an API client.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    pub server: String,
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl Credentials {
+    /// The client configuration for these credentials.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig {
+            server: self.server.clone(),
+            ca_pem: Some(self.ca_pem.clone()),
+            client_cert_pem: Some(self.cert_pem.clone()),
+            client_key_pem: Some(self.key_pem.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// A client that authenticates as the node.
+    pub fn client(&self) -> Result<Client, ClientError> {
+        Client::new(self.client_config())
+    }
+
+    /// Loads stored credentials, or `None` if the node has not joined.
+    pub fn load(data_dir: &Path) -> Result<Option<Credentials>, JoinError> {
+        let read = |name: &str| -> Result<Option<String>, JoinError> {
+            let p = data_dir.join(name);
+            match fs::read_to_string(&p) {
+                Ok(s) => Ok(Some(s)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io_err("read", &p, e)),
+            }
+        };
+        let (Some(server), Some(ca_pem), Some(cert_pem), Some(key_pem)) = (
+            read("server")?,
+            read("ca.crt")?,
+            read("node.crt")?,
+            read("node.key")?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Credentials {
+            server: server.trim().to_string(),
+            ca_pem,
+            cert_pem,
+            key_pem,
+        }))
+    }
+
+    /// Writes the credentials (0600 files in a 0700 dir); the key is written last-but-one
+    /// and the server URL last, so a half-written set is never taken as joined.
+    pub fn store(&self, data_dir: &Path) -> Result<(), JoinError> {
+        fs::create_dir_all(data_dir).map_err(|e| io_err("create", data_dir, e))?;
+        fs::set_permissions(data_dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| io_err("chmod", data_dir, e))?;
+        for (name, content) in [
+            ("ca.crt", &self.ca_pem),
+            ("node.crt", &self.cert_pem),
+            ("node.key", &self.key_pem),
+            ("server", &self.server),
+        ] {
+            write_private(&data_dir.join(name), content.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `path` with mode 0600 via a temporary file and a rename.
+pub fn write_private(path: &Path, data: &[u8]) -> Result<(), JoinError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| io_err("create", &tmp, e))?;
+    f.write_all(data)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| io_err("write", &tmp, e))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600))
+        .map_err(|e| io_err("chmod", &tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| io_err("rename", path, e))
+}
+
+/// Lowercase hex SHA-256 of the first certificate's DER in `pem`.
+pub fn ca_fingerprint(pem: &str) -> Result<String, JoinError> {
+    let der = CertificateDer::from_pem_slice(pem.as_bytes())
+        .map_err(|e| JoinError::BadCa(e.to_string()))?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
+    Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A fresh ECDSA P-256 key (PKCS#8 PEM) and a CSR (PEM) for `system:node:<node_name>`.
+pub fn make_key_and_csr(node_name: &str) -> Result<(String, String), JoinError> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(|e| JoinError::Key(e.to_string()))?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("system:node:{node_name}"),
+    );
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|c| c.pem())
+        .map_err(|e| JoinError::Key(e.to_string()))?;
+    Ok((key.serialize_pem(), csr))
+}
+
+/// Joins the cluster at `server` with `token` as `node_name`; stores and returns the
+/// credentials.
+pub async fn join(
+    server: &str,
+    token: &str,
+    node_name: &str,
+    data_dir: &Path,
+) -> Result<Credentials, JoinError> {
+    let token = JoinToken::parse(token)?;
+    let server = server.trim_end_matches('/').to_string();
+    let unverified = Client::new(ClientConfig {
+        server: server.clone(),
+        insecure_skip_tls_verify: true,
+        ..Default::default()
+    })?;
+    let resp = unverified
+        .request("GET", CA_PATH, None, "*/*")
+        .await?
+        .error_for_status()?;
+    let ca_pem = String::from_utf8(resp.body).map_err(|e| JoinError::BadCa(e.to_string()))?;
+    let actual = ca_fingerprint(&ca_pem)?;
+    if actual != token.ca_hash {
+        return Err(JoinError::CaMismatch {
+            expected: token.ca_hash.clone(),
+            actual,
+        });
+    }
+    // From here on the server is verified against the pinned CA.
+    let pinned = Client::new(ClientConfig {
+        server: server.clone(),
+        ca_pem: Some(ca_pem.clone()),
+        ..Default::default()
+    })?;
+    let (key_pem, csr) = make_key_and_csr(node_name)?;
+    let req = JoinRequest {
+        token: token.credential(),
+        node_name: node_name.to_string(),
+        csr,
+    };
+    let body = serde_json::to_vec(&req).map_err(|e| JoinError::Key(e.to_string()))?;
+    let resp = pinned
+        .request(
+            "POST",
+            JOIN_PATH,
+            Some(("application/json", body)),
+            "application/json",
+        )
+        .await?;
+    if resp.status == 401 || resp.status == 403 {
+        return Err(JoinError::Refused);
+    }
+    let resp = resp.error_for_status()?;
+    let answer: JoinResponse =
+        serde_json::from_slice(&resp.body).map_err(|e| ClientError::Decode(e.to_string()))?;
+    let creds = Credentials {
+        server,
+        ca_pem: answer.ca,
+        cert_pem: answer.certificate,
+        key_pem,
+    };
+    creds.store(data_dir)?;
+    Ok(creds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csr_names_the_node_and_files_are_private() {
+        let (key, csr) = make_key_and_csr("pi-1").expect("csr");
+        assert!(key.contains("PRIVATE KEY"));
+        let parsed = rcgen::CertificateSigningRequestParams::from_pem(&csr).expect("parse");
+        let cn = parsed
+            .params
+            .distinguished_name
+            .get(&rcgen::DnType::CommonName)
+            .cloned();
+        assert_eq!(
+            cn,
+            Some(rcgen::DnValue::Utf8String("system:node:pi-1".into()))
+        );
+
+        let dir = tempfile::tempdir().expect("dir");
+        let data = dir.path().join("agent");
+        let creds = Credentials {
+            server: "https://127.0.0.1:6443".into(),
+            ca_pem: "ca".into(),
+            cert_pem: "cert".into(),
+            key_pem: key,
+        };
+        assert!(Credentials::load(&data).expect("load").is_none());
+        creds.store(&data).expect("store");
+        let mode = |p: &Path| fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&data.join("node.key")), 0o600);
+        let back = Credentials::load(&data).expect("load").expect("joined");
+        assert_eq!(back.server, creds.server);
+    }
+
+    #[test]
+    fn fingerprint_of_a_certificate() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["x".into()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let fp = ca_fingerprint(&cert.pem()).expect("fp");
+        let want: String = ring::digest::digest(&ring::digest::SHA256, cert.der())
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(fp, want);
+        assert!(ca_fingerprint("nonsense").is_err());
+    }
+}

@@ -1,0 +1,284 @@
+//! Pods bound to this node: the watch (list + watch with resume, re-list on 410), the local
+//! cache of desired pods, one worker task per pod, and re-adoption after a restart.
+//!
+//! ```text
+//! PodManager::new(Context) ; manager.run().await      // never returns
+//! ```
+
+pub mod cache;
+pub mod container;
+pub mod machine;
+pub mod status;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::client::{Client, ClientError, WatchEvent};
+use api::core::{Pod, PodSpec};
+use api::meta::Time;
+use async_channel::Sender;
+use futures_lite::StreamExt;
+use smol::Task;
+
+pub use cache::{CacheError, PodCache};
+use worker::PodUpdate;
+
+use crate::image::{ImageStore, PullOptions};
+use crate::runtime::Runtime;
+
+/// What every pod worker shares.
+pub struct Context {
+    pub runtime: Arc<Runtime>,
+    pub images: ImageStore,
+    pub client: Client,
+    pub cache: Arc<PodCache>,
+    pub node_name: String,
+    /// The node's InternalIP: hostIP, and podIP until pod networking exists.
+    pub node_ip: String,
+    /// `<data-dir>/pods`: per-pod root filesystems and logs.
+    pub pods_dir: PathBuf,
+    pub pull_options: PullOptions,
+    pub allow_privileged: bool,
+}
+
+struct Handle {
+    updates: Sender<PodUpdate>,
+    task: Task<()>,
+}
+
+/// What the cache holds of a pod: written again only when this changes.
+#[derive(PartialEq)]
+struct CachedPart {
+    spec: PodSpec,
+    deletion: Option<Time>,
+}
+
+/// Keeps one worker per desired pod, fed from the API watch (or the cache while offline).
+pub struct PodManager {
+    ctx: Arc<Context>,
+    workers: HashMap<String, Handle>,
+    cached: HashMap<String, CachedPart>,
+}
+
+/// Whether a watch/list error means "your resourceVersion is too old".
+fn is_expired(e: &ClientError) -> bool {
+    e.code() == Some(410)
+}
+
+impl PodManager {
+    pub fn new(ctx: Context) -> PodManager {
+        PodManager {
+            ctx: Arc::new(ctx),
+            workers: HashMap::new(),
+            cached: HashMap::new(),
+        }
+    }
+
+    /// Starts the pods of the local cache (so a node that reboots without the server runs
+    /// them), cleans up runtime leftovers of pods it does not know, then follows the API.
+    pub async fn run(mut self) {
+        let cache = self.ctx.cache.clone();
+        let cached = smol::unblock(move || cache.list())
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!("{e}");
+                Vec::new()
+            });
+        tracing::info!(pods = cached.len(), "starting pods from the local cache");
+        for pod in cached {
+            self.cached.insert(
+                pod.metadata.uid.clone(),
+                CachedPart {
+                    spec: pod.spec.clone(),
+                    deletion: pod.metadata.deletion_timestamp,
+                },
+            );
+            self.desired(pod).await;
+        }
+        self.clean_leftovers().await;
+        self.follow().await;
+    }
+
+    /// Removes sandboxes, containers and pod directories of pods that are not desired.
+    async fn clean_leftovers(&self) {
+        let known: Vec<String> = self.workers.keys().cloned().collect();
+        let rt = self.ctx.runtime.clone();
+        let pods_dir = self.ctx.pods_dir.clone();
+        smol::unblock(move || {
+            let mut uids: Vec<String> = rt.list_sandboxes().unwrap_or_default();
+            uids.extend(
+                rt.list()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|id| id.pod_uid().to_string()),
+            );
+            if let Ok(rd) = std::fs::read_dir(&pods_dir) {
+                uids.extend(
+                    rd.flatten()
+                        .filter_map(|e| e.file_name().into_string().ok()),
+                );
+            }
+            uids.sort();
+            uids.dedup();
+            for uid in uids.iter().filter(|u| !known.contains(u)) {
+                tracing::info!(%uid, "removing leftovers of a pod no longer on this node");
+                for id in rt.list().unwrap_or_default() {
+                    if id.pod_uid() == uid {
+                        let _ = rt.stop(&id, Duration::from_secs(10));
+                    }
+                }
+                if let Err(e) = rt.remove_sandbox(uid) {
+                    tracing::warn!(%uid, "{e}");
+                }
+                worker::cleanup_pod_dir(&pods_dir.join(uid));
+            }
+        })
+        .await;
+    }
+
+    /// Hands the pod to its worker (starting one if needed) and updates the cache.
+    async fn desired(&mut self, pod: Pod) {
+        let uid = pod.metadata.uid.clone();
+        if uid.is_empty() {
+            return;
+        }
+        let part = CachedPart {
+            spec: pod.spec.clone(),
+            deletion: pod.metadata.deletion_timestamp,
+        };
+        if self.cached.get(&uid) != Some(&part) {
+            let cache = self.ctx.cache.clone();
+            let copy = pod.clone();
+            match smol::unblock(move || cache.put(&copy)).await {
+                Ok(()) => {
+                    self.cached.insert(uid.clone(), part);
+                }
+                Err(e) => tracing::warn!(%uid, "{e}"),
+            }
+        }
+        if let Some(h) = self.workers.get(&uid) {
+            if !h.task.is_finished()
+                && h.updates
+                    .try_send(PodUpdate::Desired(Box::new(pod.clone())))
+                    .is_ok()
+            {
+                return;
+            }
+            if pod.metadata.deletion_timestamp.is_some() {
+                // The worker finished its teardown; the confirmation is in flight.
+                return;
+            }
+        }
+        let (tx, rx) = async_channel::unbounded();
+        let task = smol::spawn(worker::run(self.ctx.clone(), pod, rx));
+        self.workers.insert(uid, Handle { updates: tx, task });
+    }
+
+    /// The pod is gone from the API.
+    fn gone(&mut self, uid: &str) {
+        if let Some(h) = self.workers.get(uid) {
+            let _ = h.updates.try_send(PodUpdate::Gone);
+        } else {
+            let cache = self.ctx.cache.clone();
+            let uid = uid.to_string();
+            smol::spawn(async move {
+                let _ = smol::unblock(move || cache.remove(&uid)).await;
+            })
+            .detach();
+        }
+        self.cached.remove(uid);
+    }
+
+    fn prune_finished(&mut self) {
+        self.workers.retain(|_, h| !h.task.is_finished());
+    }
+
+    /// List + watch of the pods bound to this node, resuming from the last resourceVersion;
+    /// re-lists after 410 Gone or a failed watch.
+    async fn follow(&mut self) {
+        let field = format!("spec.nodeName={}", self.ctx.node_name);
+        let mut rv = String::new();
+        let mut failures = 0u32;
+        loop {
+            self.prune_finished();
+            if rv.is_empty() {
+                match self.ctx.client.list::<Pod>(None, None, Some(&field)).await {
+                    Ok((pods, list_rv)) => {
+                        failures = 0;
+                        let listed: std::collections::HashSet<String> =
+                            pods.iter().map(|p| p.metadata.uid.clone()).collect();
+                        let known: Vec<String> = self.workers.keys().cloned().collect();
+                        for uid in known.iter().filter(|u| !listed.contains(*u)) {
+                            self.gone(uid);
+                        }
+                        for pod in pods {
+                            self.desired(pod).await;
+                        }
+                        rv = list_rv;
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        tracing::warn!("cannot list pods: {e}");
+                        smol::Timer::after(retry_delay(failures)).await;
+                        continue;
+                    }
+                }
+            }
+            let stream = self
+                .ctx
+                .client
+                .watch::<Pod>(
+                    None,
+                    &rv,
+                    None,
+                    Some(&field),
+                    Some(Duration::from_secs(300)),
+                )
+                .await;
+            let mut stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    if is_expired(&e) {
+                        rv.clear();
+                    } else {
+                        failures += 1;
+                        tracing::warn!("cannot watch pods: {e}");
+                        smol::Timer::after(retry_delay(failures)).await;
+                    }
+                    continue;
+                }
+            };
+            failures = 0;
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => {
+                        rv = p.metadata.resource_version.clone();
+                        self.desired(p).await;
+                    }
+                    Ok(WatchEvent::Deleted(p)) => {
+                        rv = p.metadata.resource_version.clone();
+                        self.gone(&p.metadata.uid);
+                    }
+                    Ok(WatchEvent::Bookmark { resource_version }) => rv = resource_version,
+                    Err(e) => {
+                        if is_expired(&e) {
+                            rv.clear();
+                        } else {
+                            tracing::warn!("pod watch broke: {e}");
+                            // Resume from rv; if that fails too the next list starts over.
+                        }
+                        break;
+                    }
+                }
+                self.prune_finished();
+            }
+        }
+    }
+}
+
+fn retry_delay(failures: u32) -> Duration {
+    Duration::from_millis(500u64 << failures.min(4)).min(Duration::from_secs(5))
+}

@@ -1,0 +1,983 @@
+//! One task per pod: performs what the pod's [`Stage`] calls for (images, sandbox, root
+//! filesystems, containers, supervision, teardown), feeds events to [`machine::step`], and
+//! reports the status. Runtime and image store calls block, so they run on `smol::unblock`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use api::client::{resource_path, ClientError};
+use api::core::{ConfigMap, Pod, PodCondition, PodStatus, Secret};
+use api::meta::{DeleteOptions, Preconditions, Time};
+use api::object::Kind;
+use async_channel::Receiver;
+use futures_lite::future;
+use smol::Timer;
+
+use super::container::{self, EnvSources};
+use super::machine::{self, Event, Stage};
+use super::status::{self, ContainerRecord, Termination, BACKOFF_MAX, BACKOFF_START};
+use super::Context;
+use crate::image::{unmount_rootfs, PullPolicy, RegistryAuth};
+use crate::runtime::{
+    ContainerId, ContainerSpec, ContainerState, RuntimeError, Sandbox, SandboxConfig,
+};
+
+/// What the manager tells a worker.
+#[derive(Debug)]
+pub enum PodUpdate {
+    /// The pod as the API (or the local cache) has it now.
+    Desired(Box<Pod>),
+    /// The pod no longer exists: tear down without confirming to the API.
+    Gone,
+}
+
+/// How often a running pod's containers are looked at.
+const SUPERVISE_EVERY: Duration = Duration::from_secs(1);
+/// How often an init container is looked at while it runs.
+const INIT_POLL: Duration = Duration::from_millis(200);
+/// How long after a failed status report the next one is tried.
+const REPORT_RETRY: Duration = Duration::from_secs(5);
+
+struct Worker {
+    ctx: Arc<Context>,
+    pod: Pod,
+    gone: bool,
+    stage: Stage,
+    containers: Vec<ContainerRecord>,
+    init_count: usize,
+    sandbox: Option<Sandbox>,
+    start_time: Option<Time>,
+    message: Option<String>,
+    image_retry: Option<Instant>,
+    image_backoff: Duration,
+    sandbox_retry: Option<Instant>,
+    adoption_checked: bool,
+    torn_down: bool,
+    last_reported: Option<PodStatus>,
+    report_failed_at: Option<Instant>,
+}
+
+/// Runs the pod's worker until the pod is gone from the node.
+pub async fn run(ctx: Arc<Context>, pod: Pod, updates: Receiver<PodUpdate>) {
+    let mut w = Worker::new(ctx, pod);
+    // A pod already being deleted (e.g. from the cache after a restart) is only cleaned up.
+    w.check_deletion();
+    let uid = w.pod.metadata.uid.clone();
+    tracing::info!(pod = %w.key(), %uid, "pod worker started");
+    let mut closed = false;
+    loop {
+        while let Ok(u) = updates.try_recv() {
+            w.apply(u);
+        }
+        let wait = w.sync().await;
+        if w.stage == Stage::Gone {
+            tracing::info!(pod = %w.key(), %uid, "pod removed from the node");
+            return;
+        }
+        w.report().await;
+        if wait.is_zero() {
+            continue;
+        }
+        let next = if closed {
+            Timer::after(wait).await;
+            None
+        } else {
+            future::or(async { Some(updates.recv().await) }, async {
+                Timer::after(wait).await;
+                None
+            })
+            .await
+        };
+        match next {
+            Some(Ok(u)) => w.apply(u),
+            Some(Err(_)) => closed = true,
+            None => {}
+        }
+    }
+}
+
+fn pull_policy(c: &api::core::Container) -> PullPolicy {
+    let image = c.image.as_deref().unwrap_or("");
+    PullPolicy::parse(c.image_pull_policy.as_deref().unwrap_or(""), image)
+        .unwrap_or_else(|| PullPolicy::default_for(image))
+}
+
+/// Unmounts every container root filesystem left in a pod directory and removes it (unless
+/// something is still mounted there).
+pub fn cleanup_pod_dir(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut still_mounted = false;
+    for e in entries.flatten() {
+        let d = e.path();
+        let target = d.join("rootfs");
+        if target.exists() {
+            let _ = unmount_rootfs(&d.join("overlay"), &target);
+            if is_mount_point(&target) {
+                still_mounted = true;
+            }
+        }
+    }
+    if !still_mounted {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn is_mount_point(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(p), p.parent().map(std::fs::metadata)) {
+        (Ok(m), Some(Ok(parent))) => m.dev() != parent.dev(),
+        _ => false,
+    }
+}
+
+fn time_of(t: Option<std::time::SystemTime>) -> Time {
+    t.map_or_else(Time::now, Time::from_system)
+}
+
+impl Worker {
+    fn new(ctx: Arc<Context>, pod: Pod) -> Worker {
+        let mut containers: Vec<ContainerRecord> = pod
+            .spec
+            .init_containers
+            .iter()
+            .map(|c| ContainerRecord::new(c.clone(), true))
+            .collect();
+        let init_count = containers.len();
+        containers.extend(
+            pod.spec
+                .containers
+                .iter()
+                .map(|c| ContainerRecord::new(c.clone(), false)),
+        );
+        Worker {
+            ctx,
+            pod,
+            gone: false,
+            stage: Stage::Preparing,
+            containers,
+            init_count,
+            sandbox: None,
+            start_time: None,
+            message: None,
+            image_retry: None,
+            image_backoff: BACKOFF_START,
+            sandbox_retry: None,
+            adoption_checked: false,
+            torn_down: false,
+            last_reported: None,
+            report_failed_at: None,
+        }
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.pod.metadata.namespace(),
+            self.pod.metadata.name
+        )
+    }
+
+    fn uid(&self) -> String {
+        self.pod.metadata.uid.clone()
+    }
+
+    fn pod_dir(&self) -> PathBuf {
+        self.ctx.pods_dir.join(&self.pod.metadata.uid)
+    }
+
+    fn apply(&mut self, u: PodUpdate) {
+        match u {
+            PodUpdate::Desired(p) => {
+                if p.metadata.uid == self.pod.metadata.uid {
+                    self.pod = *p;
+                }
+            }
+            PodUpdate::Gone => self.gone = true,
+        }
+        self.check_deletion();
+    }
+
+    /// Moves to Terminating once the pod is being deleted (or gone).
+    fn check_deletion(&mut self) {
+        let deleting = self.gone || self.pod.metadata.deletion_timestamp.is_some();
+        if deleting && !matches!(self.stage, Stage::Terminating | Stage::Gone) {
+            self.advance(Event::DeleteRequested);
+        }
+    }
+
+    fn advance(&mut self, event: Event) {
+        match machine::step(&self.stage, &event) {
+            Ok(next) => {
+                tracing::debug!(pod = %self.key(), from = ?self.stage, to = ?next, "pod stage");
+                self.stage = machine::settle(next, self.init_count);
+            }
+            Err(e) => tracing::warn!(pod = %self.key(), "{e}"),
+        }
+    }
+
+    /// Does what the stage calls for; answers how long to wait before the next round.
+    async fn sync(&mut self) -> Duration {
+        match self.stage.clone() {
+            Stage::Preparing => self.prepare().await,
+            Stage::CreatingSandbox => self.create_sandbox().await,
+            Stage::Initializing { index } => self.run_init(index).await,
+            Stage::Running => self.supervise().await,
+            Stage::Finished { .. } | Stage::Rejected { .. } => Duration::from_secs(30),
+            Stage::Terminating => self.teardown().await,
+            Stage::Gone => Duration::ZERO,
+        }
+    }
+
+    // ---- preparing -----------------------------------------------------------------------
+
+    async fn prepare(&mut self) -> Duration {
+        if let Some(what) = container::needs_privilege(&self.pod) {
+            if !self.ctx.allow_privileged {
+                self.advance(Event::Rejected {
+                    message: format!(
+                        "{what} is not allowed on node {}: start skiff-agent with --allow-privileged",
+                        self.ctx.node_name
+                    ),
+                });
+                return Duration::ZERO;
+            }
+        }
+        if self.pod.spec.share_process_namespace == Some(true) {
+            self.advance(Event::Rejected {
+                message: "shareProcessNamespace is not supported by skiff".into(),
+            });
+            return Duration::ZERO;
+        }
+        if !self.adoption_checked {
+            self.adoption_checked = true;
+            if self.try_adopt().await {
+                self.advance(Event::Adopted);
+                return Duration::ZERO;
+            }
+        }
+        if let Some(at) = self.image_retry {
+            let now = Instant::now();
+            if at > now {
+                for c in &mut self.containers {
+                    if let Some((reason, msg)) = &mut c.waiting {
+                        if reason == "ErrImagePull" {
+                            *reason = "ImagePullBackOff".into();
+                            *msg = format!(
+                                "Back-off pulling image {:?}",
+                                c.spec.image.as_deref().unwrap_or("")
+                            );
+                        }
+                    }
+                }
+                return at - now;
+            }
+        }
+        let mut failed = false;
+        for i in 0..self.containers.len() {
+            if self.containers[i].image.is_some() {
+                continue;
+            }
+            let c = &self.containers[i].spec;
+            let reference = c.image.clone().unwrap_or_default();
+            let policy = pull_policy(c);
+            let result = self
+                .ctx
+                .images
+                .ensure(
+                    &reference,
+                    policy,
+                    &RegistryAuth::Anonymous,
+                    &self.ctx.pull_options,
+                )
+                .await;
+            let rec = &mut self.containers[i];
+            match result {
+                Ok(info) => {
+                    rec.image = Some(info);
+                    rec.waiting = None;
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %self.pod.metadata.name, image = %reference, "{e}");
+                    rec.waiting = Some((e.reason().to_string(), e.to_string()));
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            let wait = self.image_backoff;
+            self.image_retry = Some(Instant::now() + wait);
+            self.image_backoff = (self.image_backoff * 2).min(BACKOFF_MAX);
+            return wait.min(Duration::from_secs(1));
+        }
+        self.image_retry = None;
+        self.advance(Event::ImagesReady);
+        Duration::ZERO
+    }
+
+    /// After an agent restart: takes over the pod's sandbox and containers if its app
+    /// containers exist; otherwise clears whatever is left so the pod starts afresh.
+    async fn try_adopt(&mut self) -> bool {
+        let uid = self.uid();
+        let rt = self.ctx.runtime.clone();
+        let found = smol::unblock(move || -> Result<_, RuntimeError> {
+            let sandbox = rt.sandbox(&uid)?;
+            let ids: Vec<ContainerId> = rt
+                .list()?
+                .into_iter()
+                .filter(|id| id.pod_uid() == uid)
+                .collect();
+            let mut states = Vec::new();
+            for id in ids {
+                let st = rt.state(&id).unwrap_or(ContainerState::Unknown);
+                states.push((id, st));
+            }
+            Ok((sandbox, states))
+        })
+        .await;
+        let (sandbox, states) = match found {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(pod = %self.key(), "cannot inspect the runtime: {e}");
+                (None, Vec::new())
+            }
+        };
+        let app_found = states.iter().any(|(id, _)| {
+            self.containers
+                .iter()
+                .any(|c| !c.init && c.name() == id.name())
+        });
+        let (Some(sandbox), true) = (sandbox, app_found) else {
+            if !states.is_empty() || self.pod_dir().exists() {
+                self.remove_everything().await;
+            }
+            return false;
+        };
+        let previous = self.pod.status.clone();
+        for rec in &mut self.containers {
+            rec.image = rec
+                .spec
+                .image
+                .as_deref()
+                .and_then(|r| self.ctx.images.resolve(r));
+            let old = previous
+                .container_statuses
+                .iter()
+                .chain(&previous.init_container_statuses)
+                .find(|s| s.name == rec.spec.name);
+            rec.restart_count = old.map_or(0, |s| s.restart_count);
+            if rec.init {
+                rec.terminated = Some(Termination {
+                    exit_code: 0,
+                    reason: "Completed".into(),
+                    started_at: None,
+                    finished_at: Time::now(),
+                });
+                if let Some(t) = old
+                    .and_then(|s| s.state.as_ref())
+                    .and_then(|s| s.terminated.as_ref())
+                {
+                    rec.terminated = Some(Termination {
+                        exit_code: t.exit_code,
+                        reason: t.reason.clone().unwrap_or_default(),
+                        started_at: t.started_at,
+                        finished_at: t.finished_at.unwrap_or_else(Time::now),
+                    });
+                }
+                continue;
+            }
+            let Some((id, state)) = states.iter().find(|(id, _)| id.name() == rec.spec.name) else {
+                continue;
+            };
+            rec.id = Some(id.clone());
+            rec.mounted = true;
+            match state {
+                ContainerState::Running { started_at, .. } => {
+                    rec.running_since = Some(time_of(*started_at));
+                }
+                ContainerState::Exited { .. } => {
+                    // Looked at (and restarted if the policy says so) by the next round.
+                    let state = old.and_then(|s| s.state.as_ref());
+                    rec.running_since = state
+                        .and_then(|s| s.running.as_ref())
+                        .and_then(|r| r.started_at)
+                        .or_else(|| {
+                            state
+                                .and_then(|s| s.terminated.as_ref())
+                                .and_then(|t| t.started_at)
+                        })
+                        .or(Some(Time::now()));
+                }
+                ContainerState::Created | ContainerState::Unknown => {
+                    let rt = self.ctx.runtime.clone();
+                    let id = id.clone();
+                    let _ = smol::unblock(move || rt.remove(&id)).await;
+                    rec.id = None;
+                }
+            }
+        }
+        self.sandbox = Some(sandbox);
+        self.start_time = previous.start_time.or_else(|| Some(Time::now()));
+        tracing::info!(pod = %self.key(), "adopted the running pod");
+        true
+    }
+
+    // ---- sandbox -------------------------------------------------------------------------
+
+    async fn create_sandbox(&mut self) -> Duration {
+        if let Some(at) = self.sandbox_retry {
+            if at > Instant::now() {
+                return at - Instant::now();
+            }
+        }
+        let uid = self.uid();
+        let dir = self.pod_dir();
+        let hostname: String = self
+            .pod
+            .spec
+            .hostname
+            .clone()
+            .unwrap_or_else(|| self.pod.metadata.name.clone())
+            .chars()
+            .take(63)
+            .collect();
+        let cfg = SandboxConfig {
+            hostname,
+            host_network: self.pod.spec.host_network == Some(true),
+            host_pid: self.pod.spec.host_pid == Some(true),
+            share_pid: false,
+        };
+        let rt = self.ctx.runtime.clone();
+        let result = smol::unblock(move || {
+            cleanup_pod_dir(&dir);
+            match rt.create_sandbox(&uid, &cfg) {
+                Err(RuntimeError::AlreadyExists(_)) => rt
+                    .sandbox(&uid)?
+                    .ok_or_else(|| RuntimeError::NotFound(format!("sandbox {uid}"))),
+                other => other,
+            }
+        })
+        .await;
+        match result {
+            Ok(sb) => {
+                self.sandbox = Some(sb);
+                self.message = None;
+                self.start_time.get_or_insert_with(Time::now);
+                self.advance(Event::SandboxReady {
+                    init_containers: self.init_count,
+                });
+                Duration::ZERO
+            }
+            Err(RuntimeError::Refused(m)) => {
+                self.advance(Event::Rejected { message: m });
+                Duration::ZERO
+            }
+            Err(e) => {
+                tracing::warn!(pod = %self.key(), "cannot create the pod sandbox: {e}");
+                self.message = Some(format!("cannot create the pod sandbox: {e}"));
+                self.sandbox_retry = Some(Instant::now() + Duration::from_secs(10));
+                Duration::from_secs(10)
+            }
+        }
+    }
+
+    // ---- containers ----------------------------------------------------------------------
+
+    /// Fetches the ConfigMaps and Secrets the container's environment needs.
+    async fn env_sources(&self, idx: usize) -> Result<EnvSources<'_>, String> {
+        let (cms, secrets) = container::env_references(&self.containers[idx].spec);
+        let ns = self.pod.metadata.namespace().to_string();
+        let mut src = EnvSources {
+            node_name: &self.ctx.node_name,
+            host_ip: &self.ctx.node_ip,
+            pod_ip: &self.ctx.node_ip,
+            ..Default::default()
+        };
+        for name in cms {
+            match self.ctx.client.get::<ConfigMap>(&ns, &name).await {
+                Ok(cm) => {
+                    src.config_maps.insert(name, cm);
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(format!("cannot read configmap {name}: {e}")),
+            }
+        }
+        for name in secrets {
+            match self.ctx.client.get::<Secret>(&ns, &name).await {
+                Ok(s) => {
+                    src.secrets.insert(name, s);
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(format!("cannot read secret {name}: {e}")),
+            }
+        }
+        Ok(src)
+    }
+
+    fn fail_start(&mut self, idx: usize, reason: &str, message: String) {
+        tracing::warn!(pod = %self.key(), container = %self.containers[idx].name(), "{reason}: {message}");
+        let rec = &mut self.containers[idx];
+        rec.waiting = Some((reason.to_string(), message));
+        rec.retry_at = Some(Instant::now() + rec.backoff);
+        rec.backoff = (rec.backoff * 2).min(BACKOFF_MAX);
+    }
+
+    /// (Re)creates and starts container `idx`.
+    async fn start_container(&mut self, idx: usize) {
+        let Some(sandbox) = self.sandbox.clone() else {
+            return;
+        };
+        let Some(image) = self.containers[idx].image.clone() else {
+            return;
+        };
+        let name = self.containers[idx].name().to_string();
+        let cdir = self.pod_dir().join(&name);
+        let target = cdir.join("rootfs");
+        let scratch = cdir.join("overlay");
+
+        if let Some(old) = self.containers[idx].id.take() {
+            let rt = self.ctx.runtime.clone();
+            if let Err(e) = smol::unblock(move || rt.remove(&old)).await {
+                tracing::warn!(pod = %self.key(), "cannot remove the old container: {e}");
+            }
+        }
+        if !self.containers[idx].mounted {
+            let images = self.ctx.images.clone();
+            let (t, s, img) = (target.clone(), scratch.clone(), image.clone());
+            let mounted = smol::unblock(move || {
+                std::fs::create_dir_all(&t).map_err(|e| e.to_string())?;
+                images
+                    .mount_rootfs(&img, &s, &t)
+                    .map(|m| m.leak())
+                    .map_err(|e| e.to_string())
+            })
+            .await;
+            if let Err(e) = mounted {
+                return self.fail_start(idx, "CreateContainerError", e);
+            }
+            self.containers[idx].mounted = true;
+        }
+        let env = match self.env_sources(idx).await {
+            Ok(src) => {
+                container::build_env(&self.pod, &self.containers[idx].spec, &image.config, &src)
+            }
+            Err(e) => Err(e),
+        };
+        let env = match env {
+            Ok(env) => env,
+            Err(e) => return self.fail_start(idx, "CreateContainerConfigError", e),
+        };
+        let spec_c = self.containers[idx].spec.clone();
+        let args = container::resolve_args(&spec_c, &image.config, &env);
+        if args.is_empty() {
+            return self.fail_start(
+                idx,
+                "CreateContainerError",
+                "no command specified: the image has no Entrypoint or Cmd and the container no command".into(),
+            );
+        }
+        let user = match container::run_as(&self.pod, &spec_c, &image.config, &target) {
+            Ok(u) => u,
+            Err(e) => return self.fail_start(idx, "CreateContainerConfigError", e),
+        };
+        let resources = match container::resources(&spec_c) {
+            Ok(r) => r,
+            Err(e) => return self.fail_start(idx, "CreateContainerConfigError", e),
+        };
+        let sc = spec_c.security_context.clone().unwrap_or_default();
+        let caps = sc.capabilities.clone().unwrap_or_default();
+        let log_path = self
+            .pod_dir()
+            .join("logs")
+            .join(&name)
+            .join(format!("{}.log", self.containers[idx].restart_count));
+        let spec = ContainerSpec {
+            name: name.clone(),
+            rootfs: target,
+            args,
+            env,
+            cwd: spec_c
+                .working_dir
+                .clone()
+                .filter(|w| !w.is_empty())
+                .unwrap_or_else(|| image.config.working_dir.clone()),
+            user,
+            caps_add: caps.add,
+            caps_drop: caps.drop,
+            readonly_rootfs: sc.read_only_root_filesystem == Some(true),
+            privileged: sc.privileged == Some(true),
+            mounts: Vec::new(),
+            resources,
+            log_path,
+        };
+        let rt = self.ctx.runtime.clone();
+        let started = smol::unblock(
+            move || -> Result<(ContainerId, ContainerState), (bool, RuntimeError)> {
+                if let Some(parent) = spec.log_path.parent() {
+                    let _ = std::fs::create_dir_all(parent);
+                }
+                let id = rt
+                    .create_container(&sandbox, &spec)
+                    .map_err(|e| (false, e))?;
+                if let Err(e) = rt.start(&id) {
+                    let _ = rt.remove(&id);
+                    return Err((true, e));
+                }
+                let state = rt.state(&id).unwrap_or(ContainerState::Unknown);
+                Ok((id, state))
+            },
+        )
+        .await;
+        match started {
+            Ok((id, state)) => {
+                let rec = &mut self.containers[idx];
+                rec.id = Some(id);
+                rec.waiting = None;
+                rec.terminated = None;
+                rec.retry_at = None;
+                rec.running_since = Some(match state {
+                    ContainerState::Running { started_at, .. } => time_of(started_at),
+                    _ => Time::now(),
+                });
+                tracing::info!(pod = %self.key(), container = %name, "container started");
+            }
+            Err((false, e)) => self.fail_start(idx, "CreateContainerError", e.to_string()),
+            Err((true, e)) => self.fail_start(idx, "RunContainerError", e.to_string()),
+        }
+    }
+
+    /// Looks at a running container; records its exit and decides about a restart.
+    /// Answers whether it has just exited.
+    async fn poll_container(&mut self, idx: usize) -> bool {
+        let Some(id) = self.containers[idx].id.clone() else {
+            return false;
+        };
+        if !self.containers[idx].is_running() {
+            return false;
+        }
+        let rt = self.ctx.runtime.clone();
+        let state = match smol::unblock(move || rt.state(&id)).await {
+            Ok(s) => s,
+            Err(RuntimeError::NotFound(_)) => ContainerState::Exited {
+                exit_code: None,
+                finished_at: std::time::SystemTime::now(),
+                oom_killed: false,
+            },
+            Err(e) => {
+                tracing::warn!(pod = %self.key(), "cannot read a container's state: {e}");
+                return false;
+            }
+        };
+        let ContainerState::Exited {
+            exit_code,
+            finished_at,
+            oom_killed,
+        } = state
+        else {
+            return false;
+        };
+        let policy = self
+            .pod
+            .spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into());
+        let rec = &mut self.containers[idx];
+        let code = exit_code.unwrap_or(255);
+        let reason = if oom_killed {
+            "OOMKilled"
+        } else if exit_code.is_none() {
+            "Unknown"
+        } else if code == 0 {
+            "Completed"
+        } else {
+            "Error"
+        };
+        let started = rec.running_since.take();
+        let term = Termination {
+            exit_code: code,
+            reason: reason.into(),
+            started_at: started,
+            finished_at: Time::from_system(finished_at),
+        };
+        let restart = if rec.init {
+            policy != "Never" && code != 0
+        } else {
+            match policy.as_str() {
+                "Never" => false,
+                "OnFailure" => code != 0,
+                _ => true,
+            }
+        };
+        tracing::info!(pod = %self.pod.metadata.name, container = %rec.spec.name, code, restart, "container exited");
+        if restart {
+            // A run of ten minutes or more resets the back-off, as the kubelet does.
+            if let Some(s) = started {
+                if Time::now().0 - s.0 >= 600 {
+                    rec.backoff = BACKOFF_START;
+                }
+            }
+            rec.waiting = Some((
+                "CrashLoopBackOff".into(),
+                format!(
+                    "back-off {}s restarting failed container={} pod={}",
+                    rec.backoff.as_secs(),
+                    rec.spec.name,
+                    self.pod.metadata.name
+                ),
+            ));
+            rec.retry_at = Some(Instant::now() + rec.backoff);
+            rec.backoff = (rec.backoff * 2).min(BACKOFF_MAX);
+            rec.last_terminated = Some(term);
+            rec.terminated = None;
+        } else {
+            rec.terminated = Some(term);
+        }
+        true
+    }
+
+    /// Whether container `idx` should be (re)started now; `Err(wait)` if later.
+    fn due(&self, idx: usize) -> Result<bool, Duration> {
+        let rec = &self.containers[idx];
+        if rec.is_running() || rec.terminated.is_some() {
+            return Ok(false);
+        }
+        match rec.retry_at {
+            Some(at) if at > Instant::now() => Err(at - Instant::now()),
+            _ => Ok(true),
+        }
+    }
+
+    async fn start_due(&mut self, idx: usize) -> Option<Duration> {
+        match self.due(idx) {
+            Ok(true) => {
+                if self.containers[idx].last_terminated.is_some() {
+                    self.containers[idx].restart_count += 1;
+                }
+                self.start_container(idx).await;
+                None
+            }
+            Ok(false) => None,
+            Err(wait) => Some(wait),
+        }
+    }
+
+    async fn run_init(&mut self, index: usize) -> Duration {
+        if index >= self.init_count {
+            self.stage = Stage::Running;
+            return Duration::ZERO;
+        }
+        if let Some(wait) = self.start_due(index).await {
+            return wait.min(Duration::from_secs(1));
+        }
+        self.poll_container(index).await;
+        let rec = &self.containers[index];
+        match &rec.terminated {
+            Some(t) if t.exit_code == 0 => {
+                self.advance(Event::InitSucceeded);
+                Duration::ZERO
+            }
+            Some(_) => {
+                self.advance(Event::InitFailed);
+                Duration::ZERO
+            }
+            None => INIT_POLL,
+        }
+    }
+
+    async fn supervise(&mut self) -> Duration {
+        let mut wait = SUPERVISE_EVERY;
+        for idx in self.init_count..self.containers.len() {
+            if let Some(w) = self.start_due(idx).await {
+                wait = wait.min(w);
+            }
+            if self.poll_container(idx).await {
+                wait = Duration::ZERO;
+            }
+        }
+        let apps = &self.containers[self.init_count..];
+        if !apps.is_empty() && apps.iter().all(|c| c.terminated.is_some()) {
+            let succeeded = apps
+                .iter()
+                .all(|c| c.terminated.as_ref().is_some_and(|t| t.exit_code == 0));
+            self.advance(Event::AllExited { succeeded });
+            return Duration::ZERO;
+        }
+        wait
+    }
+
+    // ---- teardown ------------------------------------------------------------------------
+
+    fn grace(&self) -> Duration {
+        let secs = self
+            .pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or(self.pod.spec.termination_grace_period_seconds)
+            .unwrap_or(30)
+            .max(0) as u64;
+        Duration::from_secs(secs.max(1))
+    }
+
+    /// Stops every container (SIGTERM, grace, SIGKILL, all at once), then removes them, the
+    /// sandbox, the root filesystems and the pod directory.
+    async fn remove_everything(&mut self) {
+        let grace = self.grace();
+        let uid = self.uid();
+        let rt = self.ctx.runtime.clone();
+        let ids: Vec<ContainerId> = smol::unblock(move || rt.list())
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|id| id.pod_uid() == uid)
+            .collect();
+        let stops: Vec<_> = ids
+            .into_iter()
+            .map(|id| {
+                let rt = self.ctx.runtime.clone();
+                smol::unblock(move || rt.stop(&id, grace))
+            })
+            .collect();
+        for s in stops {
+            if let Err(e) = s.await {
+                tracing::warn!(pod = %self.key(), "stopping a container: {e}");
+            }
+        }
+        let rt = self.ctx.runtime.clone();
+        let uid = self.uid();
+        let dir = self.pod_dir();
+        let removed = smol::unblock(move || {
+            let r = rt.remove_sandbox(&uid);
+            cleanup_pod_dir(&dir);
+            r
+        })
+        .await;
+        if let Err(e) = removed {
+            tracing::warn!(pod = %self.key(), "removing the pod sandbox: {e}");
+        }
+        for rec in &mut self.containers {
+            rec.id = None;
+            rec.mounted = false;
+            rec.running_since = None;
+        }
+        self.sandbox = None;
+    }
+
+    async fn teardown(&mut self) -> Duration {
+        if !self.torn_down {
+            self.remove_everything().await;
+            let cache = self.ctx.cache.clone();
+            let uid = self.uid();
+            if let Err(e) = smol::unblock(move || cache.remove(&uid)).await {
+                tracing::warn!(pod = %self.key(), "{e}");
+            }
+            self.torn_down = true;
+        }
+        if !self.gone {
+            let opts = DeleteOptions {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: Some(self.uid()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let ns = self.pod.metadata.namespace().to_string();
+            match self
+                .ctx
+                .client
+                .delete::<Pod>(&ns, &self.pod.metadata.name, &opts)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() || e.is_conflict() => {}
+                Err(e) => {
+                    tracing::warn!(pod = %self.key(), "cannot confirm the deletion: {e}");
+                    return Duration::from_secs(5);
+                }
+            }
+        }
+        self.advance(Event::TornDown);
+        Duration::ZERO
+    }
+
+    // ---- status --------------------------------------------------------------------------
+
+    async fn report(&mut self) {
+        if matches!(self.stage, Stage::Terminating | Stage::Gone) || self.gone {
+            return;
+        }
+        let previous: Vec<PodCondition> = self
+            .last_reported
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_else(|| self.pod.status.conditions.clone());
+        let status = status::pod_status(&status::StatusInput {
+            pod: &self.pod,
+            stage: &self.stage,
+            containers: &self.containers,
+            host_ip: &self.ctx.node_ip,
+            start_time: self.start_time,
+            message: self.message.as_deref(),
+            previous: &previous,
+            now: Time::now(),
+        });
+        if self.last_reported.as_ref() == Some(&status) {
+            return;
+        }
+        // While the server is unreachable, try again every few seconds, not every round.
+        if self
+            .report_failed_at
+            .is_some_and(|at| at.elapsed() < REPORT_RETRY)
+        {
+            return;
+        }
+        match self.send_status(&status).await {
+            Ok(()) => {
+                self.last_reported = Some(status);
+                self.report_failed_at = None;
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                if self.report_failed_at.is_none() {
+                    tracing::warn!(pod = %self.key(), "cannot report the pod status: {e}");
+                }
+                self.report_failed_at = Some(Instant::now());
+            }
+        }
+    }
+
+    async fn send_status(&self, status: &PodStatus) -> Result<(), ClientError> {
+        let path = format!(
+            "{}/status",
+            resource_path(
+                Kind::Pod,
+                Some(self.pod.metadata.namespace()),
+                Some(&self.pod.metadata.name)
+            )
+        );
+        let mut value =
+            serde_json::to_value(status).map_err(|e| ClientError::Decode(e.to_string()))?;
+        // Fields we do not set are cleared (merge-patch null), as a full status write would.
+        if let Some(obj) = value.as_object_mut() {
+            for k in ["reason", "message"] {
+                obj.entry(k).or_insert(serde_json::Value::Null);
+            }
+        }
+        let patch = serde_json::json!({ "status": value });
+        let body = serde_json::to_vec(&patch).map_err(|e| ClientError::Decode(e.to_string()))?;
+        self.ctx
+            .client
+            .request(
+                "PATCH",
+                &path,
+                Some(("application/merge-patch+json", body)),
+                "application/json",
+            )
+            .await?
+            .error_for_status()?;
+        Ok(())
+    }
+}

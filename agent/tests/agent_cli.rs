@@ -1,0 +1,88 @@
+//! The `skiff-agent` command line: version, self-check, image subcommands, join errors.
+//! None of these need root.
+
+use std::process::Command;
+
+fn agent() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_skiff-agent"))
+}
+
+#[test]
+fn version_and_self_check() {
+    let out = agent().arg("--version").output().expect("run");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("skiff-agent "), "{text}");
+
+    let dir = tempfile::tempdir().expect("dir");
+    let out = agent()
+        .arg("self-check")
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "arch: ",
+        "cgroup: ",
+        "overlay: ",
+        "namespace mnt: ",
+        "joined: no",
+    ] {
+        assert!(text.contains(line), "{line} missing in:\n{text}");
+    }
+}
+
+#[test]
+fn image_subcommands_use_the_data_dir() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = agent()
+        .args(["image", "ls", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("images").is_dir());
+}
+
+#[test]
+fn refuses_to_start_unjoined_or_with_bad_flags() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = agent()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has not joined yet"), "{err}");
+
+    let out = agent()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--server", "https://127.0.0.1:1", "--token", "nonsense"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("malformed join token"), "{err}");
+
+    let out = agent()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--register-with-taints", "gpu:Sometimes"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad taint"), "{err}");
+}

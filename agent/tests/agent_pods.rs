@@ -1,0 +1,399 @@
+//! The agent end to end: a real `skiff server`, a real `skiff-agent` process, real
+//! containers. Needs root (containers, overlay mounts, cgroups) and /bin/busybox.
+
+mod common;
+#[path = "image_util/mod.rs"]
+mod image_util;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use api::client::Client;
+use api::core::{
+    Capabilities, ConfigMap, Container, EnvVar, EnvVarSource, KeySelector, Node,
+    ObjectFieldSelector, Pod, PodSpec, SecurityContext,
+};
+use api::meta::{DeleteOptions, ObjectMeta};
+use common::{wait_for, TestAgent, TestServer};
+
+const IMAGE: &str = "skiff.test/testbox:v1";
+
+fn pod(name: &str, node: &str, args: &[&str], restart: Option<&str>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: name.into(),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: PodSpec {
+            node_name: Some(node.into()),
+            restart_policy: restart.map(str::to_string),
+            termination_grace_period_seconds: Some(2),
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some(IMAGE.into()),
+                args: args.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn get_pod(c: &Client, name: &str) -> Option<Pod> {
+    smol::block_on(c.get::<Pod>("default", name)).ok()
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status.phase.as_deref().unwrap_or("")
+}
+
+fn wait_phase(c: &Client, name: &str, want: &str, timeout: Duration) -> Pod {
+    wait_for(&format!("pod {name} to be {want}"), timeout, || {
+        get_pod(c, name).filter(|p| phase(p) == want)
+    })
+}
+
+fn waiting_reason(p: &Pod) -> Option<String> {
+    p.status
+        .container_statuses
+        .first()
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.clone())
+}
+
+fn env_from(name: &str, src: EnvVarSource) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(src),
+    }
+}
+
+fn field(path: &str) -> EnvVarSource {
+    EnvVarSource {
+        field_ref: Some(ObjectFieldSelector {
+            api_version: None,
+            field_path: path.into(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn heartbeat_of(c: &Client, node: &str) -> i64 {
+    let n = smol::block_on(c.get::<Node>("", node)).expect("node");
+    n.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .and_then(|c| c.last_heartbeat_time)
+        .map_or(0, |t| t.0)
+}
+
+fn runtime_of(agent: &TestAgent) -> agent::runtime::Runtime {
+    agent::runtime::Runtime::new(agent::runtime::RuntimeConfig::new(
+        agent.run.path(),
+        agent.cgroup_parent.clone(),
+    ))
+    .expect("runtime")
+}
+
+#[test]
+fn agent_joins_registers_and_runs_pods() {
+    image_util::require_root_and_busybox();
+    let server = TestServer::start();
+    let client = server.client();
+    let token = server.join_token();
+
+    let mut agent = TestAgent::new(&server);
+    let archive = agent.data_dir().join("testbox.tar");
+    image_util::write_oci_archive(&archive, &image_util::busybox_image("hello"), IMAGE);
+    agent.import(&archive);
+
+    // A token with the wrong CA pin, and one with a wrong secret, are refused clearly.
+    let bad_pin = format!(
+        "SK1::{}::{}",
+        "0".repeat(64),
+        token.rsplit("::").next().unwrap()
+    );
+    let out = agent.command(Some(&bad_pin)).output().expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not match the join token"), "{err}");
+    let (head, _) = token.rsplit_once('.').unwrap();
+    let bad_secret = format!("{head}.{}", "x".repeat(16));
+    let out = agent.command(Some(&bad_secret)).output().expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown, wrong or expired"), "{err}");
+
+    agent.start(Some(&token));
+    let node_name = agent.node_name.clone();
+
+    // The Node registers, Ready, with the right labels and capacity.
+    let node = wait_for("the node to register", Duration::from_secs(30), || {
+        smol::block_on(client.get::<Node>("", &node_name))
+            .ok()
+            .filter(|n| {
+                n.status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+    });
+    let labels = &node.metadata.labels;
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert_eq!(labels["kubernetes.io/arch"], image_util::host_arch());
+    assert_eq!(labels["kubernetes.io/hostname"], node_name);
+    assert_eq!(labels["zone"], "test");
+    assert_eq!(node.status.capacity["pods"].0, "110");
+    assert!(node.status.capacity["memory"].0.ends_with("Ki"));
+    assert!(node.status.capacity.contains_key("cpu"));
+    assert!(node.status.capacity.contains_key("ephemeral-storage"));
+    assert!(node
+        .status
+        .addresses
+        .iter()
+        .any(|a| a.type_ == "InternalIP" && a.address == "127.0.0.1"));
+    let info = node.status.node_info.clone().expect("nodeInfo");
+    assert_eq!(info.kubelet_version, "v1.32.0-skiff");
+    assert_eq!(info.container_runtime_version, "libcontainer://0.7");
+    for f in ["ca.crt", "node.crt", "node.key", "server"] {
+        let mode = std::fs::metadata(agent.data_dir().join(f))
+            .expect(f)
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{f}");
+    }
+
+    let first_heartbeat = heartbeat_of(&client, &node_name);
+
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = "settings".into();
+    cm.metadata.namespace = Some("default".into());
+    cm.data.insert("greeting".into(), "from-configmap".into());
+    smol::block_on(client.create(&cm)).expect("create configmap");
+
+    // Pods: a long runner; one with an init container and an environment from everywhere
+    // that succeeds; one that fails with exit code 3; one crash-looping; one whose image is
+    // absent with pull policy Never; one privileged (refused).
+    let mut ok = pod(
+        "ok",
+        &node_name,
+        &[
+            "sh",
+            "-c",
+            "echo \"$CM $POD $NODE $IP $GREETING $(pwd) $ARG $0\"; exit 0",
+            "$(CM)",
+        ],
+        Some("Never"),
+    );
+    ok.spec.containers[0].env = vec![
+        env_from(
+            "CM",
+            EnvVarSource {
+                config_map_key_ref: Some(KeySelector {
+                    name: Some("settings".into()),
+                    key: "greeting".into(),
+                    optional: None,
+                }),
+                ..Default::default()
+            },
+        ),
+        env_from("POD", field("metadata.name")),
+        env_from("NODE", field("spec.nodeName")),
+        env_from("IP", field("status.hostIP")),
+        EnvVar {
+            name: "ARG".into(),
+            value: Some("arg-$(CM)".into()),
+            value_from: None,
+        },
+    ];
+    ok.spec.init_containers = vec![Container {
+        name: "setup".into(),
+        image: Some(IMAGE.into()),
+        args: vec!["true".into()],
+        ..Default::default()
+    }];
+    let mut never = pod("never", &node_name, &["true"], None);
+    never.spec.containers[0].image = Some("skiff.test/absent:v1".into());
+    never.spec.containers[0].image_pull_policy = Some("Never".into());
+    let mut privileged = pod("privileged", &node_name, &["true"], None);
+    privileged.spec.containers[0].security_context = Some(SecurityContext {
+        privileged: Some(true),
+        capabilities: Some(Capabilities::default()),
+        ..Default::default()
+    });
+    for p in [
+        pod("sleeper", &node_name, &["sleep", "3600"], None),
+        ok,
+        pod("bad", &node_name, &["sh", "-c", "exit 3"], Some("Never")),
+        pod("crash", &node_name, &["sh", "-c", "exit 1"], Some("Always")),
+        never,
+        privileged,
+    ] {
+        smol::block_on(client.create(&p)).expect("create pod");
+    }
+    let sleeper = wait_phase(&client, "sleeper", "Running", Duration::from_secs(60));
+    let cs = &sleeper.status.container_statuses[0];
+    let running = cs
+        .state
+        .as_ref()
+        .and_then(|s| s.running.clone())
+        .expect("running state");
+    assert!(cs.ready);
+    assert_eq!(cs.restart_count, 0);
+    let container_id = cs.container_id.clone().expect("containerID");
+    assert!(container_id.starts_with("libcontainer://"));
+    assert!(cs.image_id.contains("sha256:"), "{}", cs.image_id);
+    assert_eq!(sleeper.status.host_ip.as_deref(), Some("127.0.0.1"));
+    assert!(sleeper.status.start_time.is_some());
+    assert!(sleeper
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True"));
+
+    let ok = wait_phase(&client, "ok", "Succeeded", Duration::from_secs(30));
+    let t = ok.status.container_statuses[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("terminated");
+    assert_eq!(t.exit_code, 0);
+    assert_eq!(t.reason.as_deref(), Some("Completed"));
+    let bad = wait_phase(&client, "bad", "Failed", Duration::from_secs(30));
+    let t = bad.status.container_statuses[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("terminated");
+    assert_eq!(t.exit_code, 3);
+    assert_eq!(t.reason.as_deref(), Some("Error"));
+
+    // The init container ran first; the environment and $(VAR) expansion are Kubernetes'.
+    let init = &ok.status.init_container_statuses[0];
+    let t = init
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("init terminated");
+    assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+    let log = agent
+        .data_dir()
+        .join("pods")
+        .join(&ok.metadata.uid)
+        .join("logs/main/0.log");
+    let text = std::fs::read_to_string(&log).expect("log of ok");
+    assert_eq!(
+        text.trim(),
+        format!(
+            "from-configmap ok {node_name} 127.0.0.1 hi /data arg-from-configmap from-configmap"
+        )
+    );
+
+    let never = wait_for("ErrImageNeverPull", Duration::from_secs(30), || {
+        get_pod(&client, "never")
+            .filter(|p| waiting_reason(p).as_deref() == Some("ErrImageNeverPull"))
+    });
+    assert_eq!(phase(&never), "Pending");
+    let refused = wait_phase(&client, "privileged", "Failed", Duration::from_secs(30));
+    let msg = refused.status.message.clone().unwrap_or_default();
+    assert!(msg.contains("--allow-privileged"), "{msg}");
+
+    let crash = wait_for("CrashLoopBackOff", Duration::from_secs(30), || {
+        get_pod(&client, "crash")
+            .filter(|p| waiting_reason(p).as_deref() == Some("CrashLoopBackOff"))
+    });
+    let last = crash.status.container_statuses[0]
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("last state");
+    assert_eq!(last.exit_code, 1);
+
+    wait_for(
+        "the Node heartbeat to advance",
+        Duration::from_secs(10),
+        || (heartbeat_of(&client, &node_name) > first_heartbeat).then_some(()),
+    );
+
+    // The local cache has the desired pods.
+    assert!(agent.data_dir().join("pods.redb").exists());
+
+    // kill -9 and restart (no token needed): the running container is adopted.
+    agent.kill9();
+    agent.start(None);
+    smol::block_on(client.create(&pod("after", &node_name, &["sleep", "3600"], None)))
+        .expect("create pod");
+    wait_phase(&client, "after", "Running", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(2));
+    let again = get_pod(&client, "sleeper").expect("sleeper");
+    assert_eq!(phase(&again), "Running");
+    let cs2 = &again.status.container_statuses[0];
+    assert_eq!(cs2.container_id.as_deref(), Some(container_id.as_str()));
+    assert_eq!(cs2.restart_count, 0);
+    let running2 = cs2
+        .state
+        .as_ref()
+        .and_then(|s| s.running.clone())
+        .expect("running");
+    assert_eq!(running2.started_at, running.started_at);
+
+    // Deleting a running pod stops it; the object goes away once the agent confirms.
+    let uid = again.metadata.uid.clone();
+    smol::block_on(client.delete::<Pod>("default", "sleeper", &DeleteOptions::default()))
+        .expect("delete");
+    wait_for("sleeper to disappear", Duration::from_secs(30), || {
+        get_pod(&client, "sleeper").is_none().then_some(())
+    });
+    assert!(!agent.run.path().join("sandboxes").join(&uid).exists());
+    assert!(!agent.data_dir().join("pods").join(&uid).exists());
+
+    // The crash-looping container was restarted after its back-off.
+    wait_for("crash to restart", Duration::from_secs(40), || {
+        get_pod(&client, "crash").filter(|p| p.status.container_statuses[0].restart_count >= 1)
+    });
+
+    // Everything else goes too, whatever state it is in.
+    let others = ["ok", "bad", "crash", "never", "privileged"];
+    for name in others {
+        smol::block_on(client.delete::<Pod>("default", name, &DeleteOptions::default()))
+            .expect("delete");
+    }
+    wait_for("the pods to disappear", Duration::from_secs(30), || {
+        others
+            .iter()
+            .all(|n| get_pod(&client, n).is_none())
+            .then_some(())
+    });
+
+    // A reboot while the server is down: no containers are left, and the agent starts the
+    // pods of its local cache anyway.
+    let after = get_pod(&client, "after").expect("after");
+    drop(server);
+    agent.clean_up();
+    assert!(runtime_of(&agent).list().expect("list").is_empty());
+    agent.start(None);
+    let rt = runtime_of(&agent);
+    let id = agent::runtime::ContainerId::new(&after.metadata.uid, "main").expect("id");
+    wait_for(
+        "the cached pod to run without the server",
+        Duration::from_secs(30),
+        || {
+            matches!(
+                rt.state(&id),
+                Ok(agent::runtime::ContainerState::Running { .. })
+            )
+            .then_some(())
+        },
+    );
+    let sandboxes = rt.list_sandboxes().expect("sandboxes");
+    assert_eq!(
+        sandboxes,
+        vec![after.metadata.uid.clone()],
+        "only the desired pod runs"
+    );
+}

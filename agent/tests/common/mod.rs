@@ -1,0 +1,243 @@
+//! Real `skiff server` and `skiff-agent` processes for the agent's integration tests.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use api::client::Client;
+use api::kubeconfig::Kubeconfig;
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub fn agent_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_skiff-agent"))
+}
+
+/// The `skiff` binary next to `skiff-agent`; built if missing (`cargo test --workspace` and
+/// the CI script build it anyway). Building it from here each time would make cargo rebuild
+/// dependencies shared with this test, whose fingerprints differ between the two builds.
+pub fn skiff_bin() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let bin = agent_bin().with_file_name("skiff");
+    BUILD.call_once(|| {
+        if bin.exists() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "skiff-control", "--bin", "skiff"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the skiff server failed");
+    });
+    bin
+}
+
+pub struct TestServer {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub addr: SocketAddr,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
+            .parse()
+            .expect("address");
+        let child = Command::new(skiff_bin())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .arg("--listen")
+            .arg(addr.to_string())
+            .env("SKIFF_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start skiff server");
+        let s = TestServer { child, dir, addr };
+        s.wait_ready();
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    pub fn client(&self) -> Client {
+        let kc = Kubeconfig::load(&self.kubeconfig()).expect("kubeconfig");
+        Client::from_kubeconfig(&kc).expect("client")
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.kubeconfig().exists() && TcpStream::connect(self.addr).is_ok() {
+                let c = self.client();
+                if smol::block_on(c.request("GET", "/readyz", None, "*/*"))
+                    .is_ok_and(|r| r.status == 200)
+                {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("skiff server did not become ready at {}", self.addr);
+    }
+
+    /// `skiff token create --ttl 1h`.
+    pub fn join_token(&self) -> String {
+        let out = Command::new(skiff_bin())
+            .args(["token", "create", "--ttl", "1h", "--kubeconfig"])
+            .arg(self.kubeconfig())
+            .output()
+            .expect("skiff token create");
+        assert!(
+            out.status.success(),
+            "token create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .expect("utf8")
+            .trim()
+            .to_string()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` until it answers `Some`, or panics with `what` after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A `skiff-agent` process with its own data dir, run dir and cgroup parent.
+pub struct TestAgent {
+    pub child: Option<Child>,
+    pub data: tempfile::TempDir,
+    pub run: tempfile::TempDir,
+    pub node_name: String,
+    pub cgroup_parent: String,
+    pub server: String,
+}
+
+impl TestAgent {
+    pub fn new(server: &TestServer) -> TestAgent {
+        let pid = std::process::id();
+        TestAgent {
+            child: None,
+            data: tempfile::tempdir().expect("data dir"),
+            run: tempfile::tempdir().expect("run dir"),
+            node_name: format!("node-{pid}"),
+            cgroup_parent: format!("skiff-test-{pid}"),
+            server: server.url(),
+        }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.data.path()
+    }
+
+    /// `skiff-agent image import <archive>` into this agent's store.
+    pub fn import(&self, archive: &Path) {
+        let out = Command::new(agent_bin())
+            .arg("image")
+            .arg("import")
+            .arg(archive)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .output()
+            .expect("skiff-agent image import");
+        assert!(
+            out.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn command(&self, token: Option<&str>) -> Command {
+        let mut cmd = Command::new(agent_bin());
+        cmd.arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--run-dir")
+            .arg(self.run.path())
+            .args(["--node-name", &self.node_name])
+            .args(["--cgroup-parent", &self.cgroup_parent])
+            .args(["--heartbeat-seconds", "1"])
+            .args(["--node-label", "zone=test", "--node-ip", "127.0.0.1"])
+            .env(
+                "SKIFF_LOG",
+                std::env::var("AGENT_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null());
+        if let Some(t) = token {
+            cmd.args(["--server", &self.server, "--token", t]);
+        }
+        cmd
+    }
+
+    pub fn start(&mut self, token: Option<&str>) {
+        self.child = Some(self.command(token).spawn().expect("start skiff-agent"));
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills the agent and removes every container, sandbox, mount and cgroup it left.
+    pub fn clean_up(&mut self) {
+        self.kill9();
+        let mut cfg =
+            agent::runtime::RuntimeConfig::new(self.run.path(), self.cgroup_parent.clone());
+        cfg.allow_privileged = true;
+        if let Ok(rt) = agent::runtime::Runtime::new(cfg) {
+            for uid in rt.list_sandboxes().unwrap_or_default() {
+                let _ = rt.remove_sandbox(&uid);
+            }
+            for id in rt.list().unwrap_or_default() {
+                let _ = rt.remove(&id);
+            }
+            let _ = rt.remove_cgroup_parent();
+        }
+        if let Ok(rd) = std::fs::read_dir(self.data_dir().join("pods")) {
+            for e in rd.flatten() {
+                agent::pods::worker::cleanup_pod_dir(&e.path());
+            }
+        }
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        self.clean_up();
+    }
+}
