@@ -209,11 +209,18 @@ pub fn to_yaml(v: &Value) -> String {
 pub fn from_json_bytes<K: Resource>(bytes: &[u8]) -> Option<K> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let mut seen = TypeFields::default();
-    let obj = K::deserialize(TopLevel { inner: &mut de, seen: &mut seen }).ok()?;
+    let obj = K::deserialize(TopLevel {
+        inner: &mut de,
+        seen: &mut seen,
+    })
+    .ok()?;
     de.end().ok()?;
     let info = K::KIND.info();
     let kind_ok = seen.kind.as_deref().is_none_or(|k| k == info.kind);
-    let version_ok = seen.api_version.as_deref().is_none_or(|v| v == info.api_version());
+    let version_ok = seen
+        .api_version
+        .as_deref()
+        .is_none_or(|v| v == info.api_version());
     (kind_ok && version_ok).then_some(obj)
 }
 
@@ -245,7 +252,8 @@ impl<'de, 'a, D: serde::Deserializer<'de>> serde::Deserializer<'de> for TopLevel
         visitor: V,
     ) -> Result<V::Value, D::Error> {
         let seen = self.seen;
-        self.inner.deserialize_struct(name, fields, TypeStripping { visitor, seen })
+        self.inner
+            .deserialize_struct(name, fields, TypeStripping { visitor, seen })
     }
 
     serde::forward_to_deserialize_any! {
@@ -268,7 +276,10 @@ impl<'de, 'a, V: serde::de::Visitor<'de>> serde::de::Visitor<'de> for TypeStripp
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.visitor.visit_map(StrippedMap { inner: map, seen: self.seen })
+        self.visitor.visit_map(StrippedMap {
+            inner: map,
+            seen: self.seen,
+        })
     }
 }
 
@@ -280,10 +291,15 @@ struct StrippedMap<'a, A> {
 impl<'de, 'a, A: serde::de::MapAccess<'de>> serde::de::MapAccess<'de> for StrippedMap<'a, A> {
     type Error = A::Error;
 
-    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
         use serde::de::IntoDeserializer;
         loop {
-            let Some(key) = self.inner.next_key::<String>()? else { return Ok(None) };
+            let Some(key) = self.inner.next_key::<String>()? else {
+                return Ok(None);
+            };
             match key.as_str() {
                 "apiVersion" => self.seen.api_version = Some(self.inner.next_value()?),
                 "kind" => self.seen.kind = Some(self.inner.next_value()?),
@@ -292,7 +308,10 @@ impl<'de, 'a, A: serde::de::MapAccess<'de>> serde::de::MapAccess<'de> for Stripp
         }
     }
 
-    fn next_value_seed<S: serde::de::DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+    fn next_value_seed<S: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<S::Value, A::Error> {
         self.inner.next_value_seed(seed)
     }
 }
@@ -313,12 +332,22 @@ mod fast_path_tests {
 
     #[test]
     fn fast_path_steps_aside_for_other_kinds_unknown_fields_and_nulls_in_lists() {
-        assert!(from_json_bytes::<ConfigMap>(br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"}}"#).is_none());
-        assert!(from_json_bytes::<ConfigMap>(br#"{"apiVersion":"v2","kind":"ConfigMap","metadata":{"name":"x"}}"#).is_none());
+        assert!(from_json_bytes::<ConfigMap>(
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"}}"#
+        )
+        .is_none());
+        assert!(from_json_bytes::<ConfigMap>(
+            br#"{"apiVersion":"v2","kind":"ConfigMap","metadata":{"name":"x"}}"#
+        )
+        .is_none());
         assert!(from_json_bytes::<ConfigMap>(br#"{"metadata":{"name":"x"},"bogus":1}"#).is_none());
-        assert!(from_json_bytes::<ConfigMap>(br#"{"metadata":{"name":"x","finalizers":null}}"#).is_none());
+        assert!(
+            from_json_bytes::<ConfigMap>(br#"{"metadata":{"name":"x","finalizers":null}}"#)
+                .is_none()
+        );
         assert!(from_json_bytes::<ConfigMap>(br#"{"metadata":{"name":"x"}} trailing"#).is_none());
-        let cm: ConfigMap = from_json_bytes(br#"{"metadata":{"name":"x"},"data":{"k":"v"}}"#).unwrap();
+        let cm: ConfigMap =
+            from_json_bytes(br#"{"metadata":{"name":"x"},"data":{"k":"v"}}"#).unwrap();
         assert_eq!(cm.data.get("k").map(String::as_str), Some("v"));
     }
 }

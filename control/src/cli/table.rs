@@ -104,7 +104,7 @@ impl Table {
     pub fn fallback_row(object: &Value) -> Row {
         let name = str_at(object, "/metadata/name").to_string();
         let age = match api::meta::Time::parse(str_at(object, "/metadata/creationTimestamp")) {
-            Ok(t) => human_duration(t.age().as_secs() as i64),
+            Ok(t) => api::table::human_duration(t.age()),
             Err(_) => "<unknown>".into(),
         };
         Row {
@@ -202,63 +202,6 @@ pub fn format_line(cells: &[String], widths: &[usize]) -> String {
     out
 }
 
-/// kubectl's short age format (`HumanDuration`).
-pub fn human_duration(seconds: i64) -> String {
-    if seconds < -1 {
-        return "<invalid>".into();
-    }
-    if seconds < 0 {
-        return "0s".into();
-    }
-    if seconds < 60 * 2 {
-        return format!("{seconds}s");
-    }
-    let minutes = seconds / 60;
-    if minutes < 10 {
-        let s = seconds % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
-    }
-    if minutes < 60 * 3 {
-        return format!("{minutes}m");
-    }
-    let hours = minutes / 60;
-    if hours < 8 {
-        let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
-    }
-    if hours < 48 {
-        return format!("{hours}h");
-    }
-    if hours < 24 * 8 {
-        let h = hours % 24;
-        return if h == 0 {
-            format!("{}d", hours / 24)
-        } else {
-            format!("{}d{h}h", hours / 24)
-        };
-    }
-    if hours < 24 * 365 * 2 {
-        return format!("{}d", hours / 24);
-    }
-    if hours < 24 * 365 * 8 {
-        let dy = (hours / 24) % 365;
-        return if dy == 0 {
-            format!("{}y", hours / 24 / 365)
-        } else {
-            format!("{}y{dy}d", hours / 24 / 365)
-        };
-    }
-    format!("{}y", hours / 24 / 365)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,19 +262,5 @@ mod tests {
         ]);
         assert_eq!(t.render(false, false, true), "NAME   AGE\na      90s\n");
         assert!(Table::from_json(&json!({"kind": "PodList"})).is_none());
-    }
-
-    #[test]
-    fn ages_match_kubectl() {
-        assert_eq!(human_duration(5), "5s");
-        assert_eq!(human_duration(119), "119s");
-        assert_eq!(human_duration(125), "2m5s");
-        assert_eq!(human_duration(600), "10m");
-        assert_eq!(human_duration(3 * 3600 + 60), "3h1m");
-        assert_eq!(human_duration(30 * 3600), "30h");
-        assert_eq!(human_duration(3 * 86400 + 3600), "3d1h");
-        assert_eq!(human_duration(400 * 86400), "400d");
-        assert_eq!(human_duration(3 * 365 * 86400 + 86400), "3y1d");
-        assert_eq!(human_duration(-5), "<invalid>");
     }
 }

@@ -407,8 +407,16 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
 /// otherwise through a JSON tree, which also gives precise errors.
 fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K, ApiError> {
     let ct = header(req, "Content-Type").unwrap_or_default();
-    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    if matches!(essence.as_str(), "application/json" | "" | "application/octet-stream") {
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if matches!(
+        essence.as_str(),
+        "application/json" | "" | "application/octet-stream"
+    ) {
         if let Some(obj) = api::codec::from_json_bytes::<K>(body) {
             return Ok(obj);
         }
