@@ -79,11 +79,11 @@ pub fn loopback_up() -> Result<(), Errno> {
     // SAFETY: `sock` is an open socket and `req` a properly initialised ifreq that lives for
     // the duration of both ioctls; SIOCGIFFLAGS/SIOCSIFFLAGS read and write ifr_flags only.
     let result = unsafe {
-        if libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) == -1 {
+        if libc::ioctl(sock, libc::SIOCGIFFLAGS as _, &mut req) == -1 {
             Err(Errno::last())
         } else {
             req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            if libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) == -1 {
+            if libc::ioctl(sock, libc::SIOCSIFFLAGS as _, &req) == -1 {
                 Err(Errno::last())
             } else {
                 Ok(())
