@@ -196,8 +196,8 @@ impl PodManager {
         self.workers.retain(|_, h| !h.task.is_finished());
     }
 
-    /// List + watch of the pods bound to this node, resuming from the last resourceVersion;
-    /// re-lists after 410 Gone or a failed watch.
+    /// List + watch of the pods bound to this node: a watch that ends normally is resumed from
+    /// the last resourceVersion; after 410 Gone or a broken stream the pods are listed again.
     async fn follow(&mut self) {
         let field = format!("spec.nodeName={}", self.ctx.node_name);
         let mut rv = String::new();
@@ -264,12 +264,12 @@ impl PodManager {
                     }
                     Ok(WatchEvent::Bookmark { resource_version }) => rv = resource_version,
                     Err(e) => {
-                        if is_expired(&e) {
-                            rv.clear();
-                        } else {
+                        // Expired or broken: start over with a fresh list (a node's pods
+                        // are few, and a list also catches deletions the watch missed).
+                        if !is_expired(&e) {
                             tracing::warn!("pod watch broke: {e}");
-                            // Resume from rv; if that fails too the next list starts over.
                         }
+                        rv.clear();
                         break;
                     }
                 }

@@ -144,6 +144,9 @@ pub struct TestAgent {
     pub node_name: String,
     pub cgroup_parent: String,
     pub server: String,
+    /// Process groups of agents started (each agent leads its own), killed on clean-up so
+    /// that no stray child of an agent outlives the test.
+    pub groups: Vec<i32>,
 }
 
 impl TestAgent {
@@ -156,6 +159,7 @@ impl TestAgent {
             node_name: format!("node-{pid}"),
             cgroup_parent: format!("skiff-test-{pid}"),
             server: server.url(),
+            groups: Vec::new(),
         }
     }
 
@@ -202,7 +206,14 @@ impl TestAgent {
     }
 
     pub fn start(&mut self, token: Option<&str>) {
-        self.child = Some(self.command(token).spawn().expect("start skiff-agent"));
+        use std::os::unix::process::CommandExt;
+        let child = self
+            .command(token)
+            .process_group(0)
+            .spawn()
+            .expect("start skiff-agent");
+        self.groups.push(child.id() as i32);
+        self.child = Some(child);
     }
 
     /// SIGKILL, as a crash would.
@@ -216,6 +227,12 @@ impl TestAgent {
     /// Kills the agent and removes every container, sandbox, mount and cgroup it left.
     pub fn clean_up(&mut self) {
         self.kill9();
+        for pgid in self.groups.drain(..) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let mut cfg =
             agent::runtime::RuntimeConfig::new(self.run.path(), self.cgroup_parent.clone());
         cfg.allow_privileged = true;
