@@ -238,3 +238,55 @@ mod tests {
         assert!(!process_alive(Path::new("/proc"), i32::MAX));
     }
 }
+
+/// Runs `f` in a child process made by glibc's `fork()` and waits for it; `f`'s error comes
+/// back as text. Used for libcontainer's clones: in the agent, other threads may hold locks
+/// (malloc's) at any moment, and a raw `clone` from a multi-threaded process copies such a
+/// held lock into the child for ever. glibc's `fork()` takes malloc's locks around the fork,
+/// and the forked child is single-threaded, so clones made from it are safe.
+pub fn in_forked_child<F: FnOnce() -> Result<(), String>>(f: F) -> Result<(), String> {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::ForkResult;
+    use std::io::Read;
+
+    let (read, write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: the child only runs `f`, writes its error to the pipe and leaves with `_exit`,
+    // never returning into the caller's frames; glibc's fork() leaves malloc usable in it.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err(format!("fork: {e}")),
+        Ok(ForkResult::Child) => {
+            drop(read);
+            let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                Ok(Ok(())) => 0,
+                Ok(Err(message)) => {
+                    let _ = nix::unistd::write(&write, message.as_bytes());
+                    1
+                }
+                Err(_) => {
+                    let _ = nix::unistd::write(&write, b"the container builder panicked");
+                    2
+                }
+            };
+            // SAFETY: `_exit` ends the child at once, without the parent's atexit handlers,
+            // destructors or buffered output.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(write);
+            // Wait first: processes cloned from the child may hold the write end until they
+            // exec, so the pipe need not reach end-of-file.
+            let status = waitpid(child, None).map_err(|e| format!("waitpid: {e}"))?;
+            set_nonblocking(&read).map_err(|e| format!("pipe: {e}"))?;
+            let mut message = Vec::new();
+            let _ = std::fs::File::from(read).read_to_end(&mut message);
+            match status {
+                WaitStatus::Exited(_, 0) => Ok(()),
+                other if message.is_empty() => {
+                    Err(format!("the forked builder ended with {other:?}"))
+                }
+                _ => Err(String::from_utf8_lossy(&message).into_owned()),
+            }
+        }
+    }
+}

@@ -164,6 +164,9 @@ pub enum RuntimeError {
         what: &'static str,
         source: Box<libcontainer::error::LibcontainerError>,
     },
+    /// libcontainer failed in the forked child that creates containers.
+    #[error("{what}: {message}")]
+    Isolated { what: &'static str, message: String },
     /// The request cannot be turned into a container.
     #[error("invalid container spec: {0}")]
     InvalidSpec(String),
@@ -602,23 +605,34 @@ impl Runtime {
         let null = std::fs::File::open("/dev/null")
             .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
 
-        let fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let built = ContainerBuilder::new(id.as_str().to_string(), SyscallType::default())
-            .with_root_path(self.libcontainer_dir())
-            .map_err(|e| RuntimeError::lc("container root", e))?
-            .with_stdin(OwnedFd::from(null))
-            .with_stdout(OwnedFd::from(log))
-            .with_stderr(OwnedFd::from(log_err))
-            .with_executor(executor::ExecveExecutor)
-            .as_init(&bundle)
-            .with_systemd(false)
-            .with_detach(true)
-            .build();
-        // libcontainer marks the calling process non-dumpable while it forks; undo that for
-        // the long-running agent.
-        let _ = sys::set_dumpable(true);
-        drop(fork_guard);
-        built.map_err(|e| RuntimeError::lc("create container", e))?;
+        let root = self.libcontainer_dir();
+        let name = id.as_str().to_string();
+        let _fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        // libcontainer clones with raw `clone`, which in a multi-threaded agent can copy a
+        // malloc lock held by another thread into the child, where it stays locked for ever.
+        // So the build runs in a glibc `fork()` child (fork hands the child consistent malloc
+        // state), which is single-threaded; the intermediate process is cloned as that child's
+        // sibling, so the container's init still ends up a direct child of the agent.
+        sys::in_forked_child(move || {
+            ContainerBuilder::new(name, SyscallType::default())
+                .with_root_path(root)
+                .map_err(|e| format!("container root: {e}"))?
+                .with_stdin(OwnedFd::from(null))
+                .with_stdout(OwnedFd::from(log))
+                .with_stderr(OwnedFd::from(log_err))
+                .with_executor(executor::ExecveExecutor)
+                .as_init(&bundle)
+                .as_sibling(true)
+                .with_systemd(false)
+                .with_detach(true)
+                .build()
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|message| RuntimeError::Isolated {
+            what: "create container",
+            message,
+        })?;
         Ok(())
     }
 
