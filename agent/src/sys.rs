@@ -221,24 +221,6 @@ fn unescape_mountinfo(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_unescape() {
-        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
-        assert_eq!(unescape_mountinfo("/end\\"), "/end\\");
-    }
-
-    #[test]
-    fn own_process_is_alive() {
-        assert!(process_alive(Path::new("/proc"), std::process::id() as i32));
-        assert!(!process_alive(Path::new("/proc"), i32::MAX));
-    }
-}
-
 /// Runs `f` in a child process made by glibc's `fork()` and waits for it; `f`'s error comes
 /// back as text. Used for libcontainer's clones: in the agent, other threads may hold locks
 /// (malloc's) at any moment, and a raw `clone` from a multi-threaded process copies such a
@@ -288,5 +270,23 @@ pub fn in_forked_child<F: FnOnce() -> Result<(), String>>(f: F) -> Result<(), St
                 _ => Err(String::from_utf8_lossy(&message).into_owned()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_unescape() {
+        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo("/end\\"), "/end\\");
+    }
+
+    #[test]
+    fn own_process_is_alive() {
+        assert!(process_alive(Path::new("/proc"), std::process::id() as i32));
+        assert!(!process_alive(Path::new("/proc"), i32::MAX));
     }
 }
