@@ -5,6 +5,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 T=aarch64-unknown-linux-musl
+command -v file >/dev/null 2>&1 || {
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq file >/dev/null
+}
 command -v qemu-aarch64-static >/dev/null 2>&1 || {
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static >/dev/null

@@ -8,4 +8,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast
+# The static aarch64 binaries, run under qemu-aarch64-static.
+cross/smoke.sh
 SKIFF_BIN="$PWD/target/debug/skiff" python3 -m pytest -q tests/python
