@@ -423,6 +423,15 @@ impl Runtime {
                 config.cgroup_parent
             )));
         }
+        // Containers are built in a forked child (see `create_inner`); their init processes
+        // are orphaned when that child exits and must come to the agent, which reaps them and
+        // records their exit codes. Orphans inside a container stay with the container's own
+        // init (its pid namespace); only hostPID containers, refused by default, could leave
+        // orphans with the agent.
+        sys::set_child_subreaper().map_err(|errno| RuntimeError::Sys {
+            what: "become a child subreaper",
+            errno,
+        })?;
         let rt = Runtime {
             config,
             reap_lock: Mutex::new(()),
@@ -611,8 +620,9 @@ impl Runtime {
         // libcontainer clones with raw `clone`, which in a multi-threaded agent can copy a
         // malloc lock held by another thread into the child, where it stays locked for ever.
         // So the build runs in a glibc `fork()` child (fork hands the child consistent malloc
-        // state), which is single-threaded; the intermediate process is cloned as that child's
-        // sibling, so the container's init still ends up a direct child of the agent.
+        // state), which is single-threaded; libcontainer's intermediate process is that
+        // child's child; the container's init is orphaned when that child exits and, the agent being a
+        // child subreaper, becomes the agent's child.
         sys::in_forked_child(move || {
             ContainerBuilder::new(name, SyscallType::default())
                 .with_root_path(root)
@@ -622,7 +632,6 @@ impl Runtime {
                 .with_stderr(OwnedFd::from(log_err))
                 .with_executor(executor::ExecveExecutor)
                 .as_init(&bundle)
-                .as_sibling(true)
                 .with_systemd(false)
                 .with_detach(true)
                 .build()
