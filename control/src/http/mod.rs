@@ -379,19 +379,22 @@ async fn read_body(req: &mut tide::Request<State>) -> Result<Vec<u8>, ApiError> 
     Ok(buf)
 }
 
+/// The request's media type without parameters, lower case ("" when absent).
+fn media_type(req: &tide::Request<State>) -> String {
+    let ct = header(req, "Content-Type").unwrap_or_default();
+    ct.split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// Parses a create/update body: JSON or YAML.
 fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
-    let ct = header(req, "Content-Type").unwrap_or_else(|| "application/json".into());
-    let essence = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    match essence.as_str() {
+    match media_type(req).as_str() {
         // The Python client sends no Content-Type (which reads as an octet stream): JSON.
         "application/json" | "" | "*/*" | "application/octet-stream" => {
             api::codec::parse_json(body).map_err(|e| ApiError::bad_request(e.to_string()))
@@ -406,15 +409,8 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
 /// Decodes a create or update body: JSON straight into the model when it is well formed,
 /// otherwise through a JSON tree, which also gives precise errors.
 fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K, ApiError> {
-    let ct = header(req, "Content-Type").unwrap_or_default();
-    let essence = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
     if matches!(
-        essence.as_str(),
+        media_type(req).as_str(),
         "application/json" | "" | "application/octet-stream"
     ) {
         if let Some(obj) = api::codec::from_json_bytes::<K>(body) {
@@ -425,14 +421,7 @@ fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K
 }
 
 fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
-    let ct = header(req, "Content-Type").unwrap_or_default();
-    let essence = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    match essence.as_str() {
+    match media_type(req).as_str() {
         "application/merge-patch+json" => Ok(PatchType::Merge),
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/strategic-merge-patch+json" => Ok(PatchType::StrategicMerge),
