@@ -61,9 +61,26 @@ fn decode_error(e: DecodeError) -> ApiError {
     }
 }
 
-/// Decodes a request body into `K`.
+/// Decodes a request body into `K`. A body of another or an unknown kind is an invalid
+/// object (422 with the `kind` field as its cause).
 pub fn decode<K: Resource>(body: Value) -> Result<K, ApiError> {
-    codec::from_json::<K>(body).map_err(decode_error)
+    let name = body
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    codec::from_json::<K>(body).map_err(|e| match e {
+        DecodeError::WrongKind { expected, found } => ApiError::invalid(
+            K::KIND,
+            &name,
+            vec![api::validation::FieldError::not_supported(
+                "kind",
+                found,
+                &[&expected],
+            )],
+        ),
+        other => decode_error(other),
+    })
 }
 
 fn as_pod_mut<K: Resource>(obj: &mut K) -> Option<&mut Pod> {

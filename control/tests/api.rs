@@ -484,7 +484,12 @@ fn bad_input_is_refused_and_changes_nothing() {
         CMS,
         &json!({"apiVersion":"v1","kind":"Widget","metadata":{"name":"w"}}),
     );
-    assert_eq!(code, 400, "{e}");
+    assert_eq!(
+        (code, e["reason"].as_str()),
+        (422, Some("Invalid")),
+        "an unknown kind is an invalid object: {e}"
+    );
+    assert_eq!(e["details"]["causes"][0]["field"], "kind");
     let (code, _) = s.json("POST", "/api/v1/namespaces/default/widgets", &json!({}));
     assert_eq!(code, 404);
     let (code, e) = s.json(
