@@ -31,3 +31,6 @@ echo "== skiff get all"
 "$SKIFF" get all
 echo "== the real kubectl sees the same"
 kubectl get deploy,svc,cm -o wide
+echo "== not yet: the Deployment's pods are created by the controllers and scheduler (issue 4),"
+echo "   and the Service answers once pod networking and the service proxy exist (issue 5)."
+echo "   Stop the server with: kill \$(cat $DATA/server.pid)"
