@@ -103,10 +103,11 @@ fn typed<K: Resource>(obj: AnyObject) -> Result<K, ApiError> {
     K::from_any(obj).ok_or_else(|| ApiError::internal("stored object has the wrong kind"))
 }
 
-fn get_typed<K: Resource>(txn: &Txn, ns: &str, name: &str) -> Result<Option<K>, ApiError> {
+/// The stored object, or NotFound.
+fn get_existing<K: Resource>(txn: &Txn, ns: &str, name: &str) -> Result<K, ApiError> {
     match txn.get(K::KIND, ns, name)? {
-        Some(o) => Ok(Some(typed(o)?)),
-        None => Ok(None),
+        Some(o) => typed(o),
+        None => Err(ApiError::not_found(K::KIND, name)),
     }
 }
 
@@ -447,8 +448,7 @@ impl Registry {
         self.store
             .write(move |txn| {
                 let ns = obj.meta().namespace().to_string();
-                let old: K = get_typed(txn, &ns, &name)?
-                    .ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let old: K = get_existing(txn, &ns, &name)?;
                 apply_update(txn, &beats, old, obj, part)
             })
             .await
@@ -467,8 +467,7 @@ impl Registry {
         let beats = self.heartbeats.clone();
         self.store
             .write(move |txn| {
-                let old: K = get_typed(txn, &ns, &name)?
-                    .ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let old: K = get_existing(txn, &ns, &name)?;
                 let current = codec::to_json(&old);
                 let patched = apply_patch(current, patch_type, &patch)?;
                 let mut new: K = decode(patched)?;
@@ -504,8 +503,7 @@ impl Registry {
         let beats = self.heartbeats.clone();
         self.store
             .write(move |txn| {
-                let old: K = get_typed(txn, &ns, &name)?
-                    .ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let old: K = get_existing(txn, &ns, &name)?;
                 let mut new = old.clone();
                 f(&mut new)?;
                 apply_update(txn, &beats, old, new, part)
@@ -519,8 +517,7 @@ impl Registry {
         let beats = self.heartbeats.clone();
         self.store
             .write(move |txn| {
-                let old: Pod = get_typed(txn, &ns, &name)?
-                    .ok_or_else(|| ApiError::not_found(Kind::Pod, &name))?;
+                let old: Pod = get_existing(txn, &ns, &name)?;
                 if old.metadata.deletion_timestamp.is_some() {
                     return Err(ApiError::conflict(
                         Kind::Pod,
@@ -558,7 +555,7 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         self.store
             .write(move |txn| {
-                let mut obj: K = get_typed(txn, &ns, &name)?.ok_or_else(|| ApiError::not_found(K::KIND, &name))?;
+                let mut obj: K = get_existing(txn, &ns, &name)?;
                 if let Some(pre) = &opts.preconditions {
                     if let Some(uid) = pre.uid.as_deref().filter(|u| *u != obj.meta().uid) {
                         return Err(ApiError::conflict(

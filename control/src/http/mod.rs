@@ -675,7 +675,7 @@ async fn resource<K: Resource>(
             let obj: K = decode_body(req, &body)?;
             let updated = state
                 .registry
-                .update(obj, ns.as_deref(), name, part_for(sub, part))
+                .update(obj, ns.as_deref(), name, part)
                 .await?;
             Ok(json_response(StatusCode::Ok, &updated.into_any().to_json()))
         }
@@ -770,13 +770,6 @@ async fn resource<K: Resource>(
             kind.info().plural,
             sub.map(|s| format!("/{s}")).unwrap_or_default()
         ))),
-    }
-}
-
-fn part_for(sub: Option<&str>, part: Part) -> Part {
-    match sub {
-        Some("status") => Part::Status,
-        _ => part,
     }
 }
 
