@@ -11,6 +11,7 @@ use api::meta::ObjectMeta;
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::auth::Authenticator;
+use crate::controllers::{ControllerConfig, CACHED_KINDS};
 use crate::http::{self, AppState};
 use crate::pki::Pki;
 use crate::registry::{Registry, SYSTEM_NAMESPACES};
@@ -31,6 +32,13 @@ pub struct ServerArgs {
     /// Extra names or addresses for the serving certificate (repeatable).
     #[arg(long = "tls-san", env = "SKIFF_TLS_SAN", value_delimiter = ',')]
     pub tls_san: Vec<String>,
+    /// A node without a heartbeat for this long is marked unreachable.
+    #[arg(long, env = "SKIFF_NODE_MONITOR_GRACE_PERIOD", default_value = "40s", value_parser = humantime::parse_duration)]
+    pub node_monitor_grace_period: std::time::Duration,
+    /// Seconds pods tolerate an unreachable or not-ready node before they are evicted
+    /// (unless their tolerations say otherwise).
+    #[arg(long, env = "SKIFF_DEFAULT_TOLERATION_SECONDS", default_value_t = 300)]
+    pub default_toleration_seconds: i64,
 }
 
 /// The URL the admin kubeconfig points at: loopback when listening on every address.
@@ -98,7 +106,17 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
-        smol::spawn(crate::controllers::namespace::run(registry.clone())).detach();
+        let informers = crate::controllers::informer::Informers::start(store.clone(), CACHED_KINDS)
+            .await
+            .context("loading the controllers' cache")?;
+        crate::controllers::start_all(&crate::controllers::Context {
+            registry: registry.clone(),
+            informers,
+            config: ControllerConfig {
+                node_monitor_grace_period: args.node_monitor_grace_period,
+                default_toleration_seconds: args.default_toleration_seconds,
+            },
+        });
         let listener = async_net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
