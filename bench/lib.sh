@@ -28,7 +28,7 @@ build_release() {
 start_skiff() {  # start_skiff DATA_DIR PORT [extra args...]; sets SKIFF_PID
     local dir=$1 port=$2
     shift 2
-    SKIFF_LOG=warn "$SKIFF" server --data-dir "$dir" --listen "127.0.0.1:$port" "$@" &
+    SKIFF_LOG=warn "$SKIFF" server --data-dir "$dir" --listen "127.0.0.1:$port" --disable-agent "$@" &
     SKIFF_PID=$!
     wait_port "$port"
     for _ in $(seq 1 100); do [ -s "$dir/admin-token" ] && break; sleep 0.1; done

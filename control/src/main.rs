@@ -4,8 +4,16 @@ use clap::Parser as _;
 use skiff_control::cli::{self, AlreadyReported, Cli, Command};
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SKIFF_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The in-process agent's libcontainer logs from inside forked container children, where
+    // a log event must not take locks: keep its events at `error`.
+    let mut spec = std::env::var("SKIFF_LOG").unwrap_or_else(|_| "info".into());
+    for quiet in ["libcontainer", "libcgroups"] {
+        if !spec.contains(quiet) {
+            spec.push_str(&format!(",{quiet}=error"));
+        }
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&spec)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,libcontainer=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -39,6 +39,92 @@ pub struct ServerArgs {
     /// (unless their tolerations say otherwise).
     #[arg(long, env = "SKIFF_DEFAULT_TOLERATION_SECONDS", default_value_t = 300)]
     pub default_toleration_seconds: i64,
+    #[command(flatten)]
+    pub agent: EmbeddedAgentArgs,
+}
+
+/// The server's own node: `skiff server` runs the agent in-process unless `--disable-agent`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EmbeddedAgentArgs {
+    /// Do not run pods on this machine (no in-process agent).
+    #[arg(long, env = "SKIFF_DISABLE_AGENT")]
+    pub disable_agent: bool,
+    /// The name of this machine's Node (default: the host name).
+    #[arg(long, env = "SKIFF_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// The InternalIP of this machine's Node (default: the address that reaches the API).
+    #[arg(long, env = "SKIFF_NODE_IP")]
+    pub node_ip: Option<String>,
+    /// A label for this machine's Node, `key=value` (repeatable).
+    #[arg(long = "node-label", env = "SKIFF_NODE_LABELS", value_delimiter = ',')]
+    pub node_labels: Vec<String>,
+    /// A taint for this machine's Node, `key[=value]:Effect` (repeatable).
+    #[arg(long = "node-taint", env = "SKIFF_NODE_TAINTS", value_delimiter = ',')]
+    pub node_taints: Vec<String>,
+    /// The agent's data (credentials, images, pod files); default `DATA_DIR/agent`.
+    #[arg(long, env = "SKIFF_AGENT_DATA_DIR")]
+    pub agent_data_dir: Option<PathBuf>,
+    /// The agent's runtime state, normally on a tmpfs.
+    #[arg(
+        long,
+        env = "SKIFF_AGENT_RUN_DIR",
+        default_value = "/run/skiff/server-agent"
+    )]
+    pub agent_run_dir: PathBuf,
+    /// The cgroup the local pods go under.
+    #[arg(long, env = "SKIFF_CGROUP_PARENT", default_value = "skiff")]
+    pub cgroup_parent: String,
+    /// How many pods this machine takes.
+    #[arg(long, env = "SKIFF_MAX_PODS", default_value_t = 110)]
+    pub max_pods: u32,
+    /// Allow privileged containers and hostPID pods on this machine.
+    #[arg(long, env = "SKIFF_ALLOW_PRIVILEGED")]
+    pub allow_privileged: bool,
+}
+
+impl EmbeddedAgentArgs {
+    fn data_dir(&self, server_data_dir: &std::path::Path) -> PathBuf {
+        self.agent_data_dir
+            .clone()
+            .unwrap_or_else(|| server_data_dir.join("agent"))
+    }
+
+    /// The agent's configuration; `token` only when it has not joined yet.
+    fn config(
+        &self,
+        server_data_dir: &std::path::Path,
+        url: String,
+        token: Option<String>,
+    ) -> anyhow::Result<agent::node::AgentConfig> {
+        use agent::node::register;
+        let labels = self
+            .node_labels
+            .iter()
+            .map(|l| register::parse_label(l))
+            .collect::<Result<Vec<_>, _>>()?;
+        let taints = self
+            .node_taints
+            .iter()
+            .map(|t| register::parse_taint(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(agent::node::AgentConfig {
+            server: Some(url),
+            token,
+            data_dir: self.data_dir(server_data_dir),
+            run_dir: self.agent_run_dir.clone(),
+            node_name: self
+                .node_name
+                .clone()
+                .unwrap_or_else(agent::node::facts::hostname),
+            node_ip: self.node_ip.clone(),
+            labels,
+            taints,
+            max_pods: self.max_pods,
+            allow_privileged: self.allow_privileged,
+            cgroup_parent: self.cgroup_parent.clone(),
+            heartbeat: std::time::Duration::from_secs(10),
+        })
+    }
 }
 
 /// The URL the admin kubeconfig points at: loopback when listening on every address.
@@ -120,6 +206,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         let listener = async_net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
+        if !args.agent.disable_agent {
+            start_local_agent(&args, &registry, &state.pki).await?;
+        }
         tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), "skiff server ready");
         http::serve_until(http::serve(listener, tls, state), async {
             let _ = stop_rx.recv().await;
@@ -130,6 +219,44 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     })?;
     smol::block_on(store.close());
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Starts the in-process agent for this machine's Node on its own thread. It joins over
+/// loopback with a short-lived token the first time (the same path a remote agent takes),
+/// then reuses its credentials. An agent that cannot run (no root, no cgroups) is reported
+/// and the API keeps serving.
+async fn start_local_agent(
+    args: &ServerArgs,
+    registry: &Registry,
+    pki: &Pki,
+) -> anyhow::Result<()> {
+    let agent_dir = args.agent.data_dir(&args.data_dir);
+    let joined = agent::node::Credentials::load(&agent_dir)
+        .ok()
+        .flatten()
+        .is_some();
+    let token = if joined {
+        None
+    } else {
+        let t = crate::join::create_token(registry, pki, std::time::Duration::from_secs(600))
+            .await
+            .map_err(|e| anyhow::anyhow!("creating the local agent's join token: {e}"))?;
+        Some(t.token)
+    };
+    let cfg = args
+        .agent
+        .config(&args.data_dir, local_url(args.listen), token)
+        .context("the local agent's settings")?;
+    std::thread::Builder::new()
+        .name("agent".into())
+        .spawn(move || {
+            tracing::info!(node = %cfg.node_name, "starting the local agent");
+            if let Err(e) = agent::node::run(cfg) {
+                tracing::error!("the local agent stopped: {e}; this machine runs no pods");
+            }
+        })
+        .context("starting the local agent's thread")?;
     Ok(())
 }
 

@@ -24,7 +24,7 @@ def server():
     data = tempfile.mkdtemp(prefix="skiff-py-")
     port = _free_port()
     proc = subprocess.Popen(
-        [binary, "server", "--data-dir", data, "--listen", f"127.0.0.1:{port}"],
+        [binary, "server", "--data-dir", data, "--listen", f"127.0.0.1:{port}", "--disable-agent"],
         env={**os.environ, "SKIFF_LOG": "warn"},
     )
     kubeconfig = Path(data) / "admin.kubeconfig"

@@ -60,6 +60,7 @@ impl TestServer {
             .arg(dir.path())
             .arg("--listen")
             .arg(addr.to_string())
+            .arg("--disable-agent")
             .env("SKIFF_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()

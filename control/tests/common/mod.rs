@@ -117,13 +117,17 @@ impl TestServer {
     }
 }
 
+/// Starts `skiff server`; without its own agent unless `extra` names the node
+/// (`--node-name`).
 fn spawn_server(dir: &Path, addr: SocketAddr, extra: &[String]) -> Child {
+    let own_agent = extra.iter().any(|a| a == "--node-name");
     Command::new(skiff_bin())
         .arg("server")
         .arg("--data-dir")
         .arg(dir)
         .arg("--listen")
         .arg(addr.to_string())
+        .args((!own_agent).then_some("--disable-agent"))
         .args(extra)
         .env("SKIFF_LOG", "warn")
         .stdin(Stdio::null())
