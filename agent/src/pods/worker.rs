@@ -276,6 +276,7 @@ impl Worker {
             }
         }
         let mut failed = false;
+        let secrets = self.pull_secrets().await;
         for i in 0..self.containers.len() {
             if self.containers[i].image.is_some() {
                 continue;
@@ -283,15 +284,12 @@ impl Worker {
             let c = &self.containers[i].spec;
             let reference = c.image.clone().unwrap_or_default();
             let policy = pull_policy(c);
+            let auth = super::pull_secrets::auth_for(&reference, &secrets)
+                .unwrap_or(RegistryAuth::Anonymous);
             let result = self
                 .ctx
                 .images
-                .ensure(
-                    &reference,
-                    policy,
-                    &RegistryAuth::Anonymous,
-                    &self.ctx.pull_options,
-                )
+                .ensure(&reference, policy, &auth, &self.ctx.pull_options)
                 .await;
             let rec = &mut self.containers[i];
             match result {
@@ -486,6 +484,23 @@ impl Worker {
     // ---- containers ----------------------------------------------------------------------
 
     /// Fetches the ConfigMaps and Secrets the container's environment needs.
+    /// The pod's `imagePullSecrets` that exist (a missing one is skipped, as the kubelet
+    /// does, and the pull goes on without it).
+    async fn pull_secrets(&self) -> Vec<Secret> {
+        let ns = self.pod.metadata.namespace().to_string();
+        let mut out = Vec::new();
+        for r in &self.pod.spec.image_pull_secrets {
+            let Some(name) = r.name.as_deref().filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            match self.ctx.client.get::<Secret>(&ns, name).await {
+                Ok(s) => out.push(s),
+                Err(e) => tracing::warn!(pod = %self.key(), secret = name, "pull secret: {e}"),
+            }
+        }
+        out
+    }
+
     async fn env_sources(&self, idx: usize) -> Result<EnvSources<'_>, String> {
         let (cms, secrets) = container::env_references(&self.containers[idx].spec);
         let ns = self.pod.metadata.namespace().to_string();

@@ -1,0 +1,135 @@
+//! A pod pulls its image from a real registry (apt `docker-registry` on 127.0.0.1, HTTPS,
+//! htpasswd auth) with the credentials of its `imagePullSecrets`; a pod without them gets
+//! ErrImagePull and then ImagePullBackOff. Needs root and /bin/busybox.
+
+mod common;
+#[path = "image_util/mod.rs"]
+mod image_util;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use api::client::Client;
+use api::core::{ByteString, Container, LocalObjectReference, Pod, PodSpec, Secret};
+use api::meta::ObjectMeta;
+use base64::Engine as _;
+use common::{wait_for, TestAgent, TestServer};
+
+fn pod(name: &str, node: &str, image: &str, secret: Option<&str>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: name.into(),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: PodSpec {
+            node_name: Some(node.into()),
+            termination_grace_period_seconds: Some(1),
+            image_pull_secrets: secret
+                .map(|s| LocalObjectReference {
+                    name: Some(s.into()),
+                })
+                .into_iter()
+                .collect(),
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some(image.into()),
+                args: vec!["sleep".into(), "3600".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn waiting_reason(p: &Pod) -> Option<String> {
+    p.status
+        .container_statuses
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+fn get(c: &Client, name: &str) -> Option<Pod> {
+    smol::block_on(c.get::<Pod>("default", name)).ok()
+}
+
+#[test]
+fn pods_pull_from_a_registry_with_their_pull_secret() {
+    image_util::require_root_and_busybox();
+    let reg = image_util::Registry::start(Some(("puller", "s3cret")));
+    let image = image_util::busybox_image("pulled by a pod\n");
+    reg.push("skiff/app", "1.0", &image);
+    let reference = format!("{}/skiff/app:1.0", reg.host());
+
+    let server = TestServer::start();
+    let client = server.client();
+    let mut agent = TestAgent::new(&server);
+    // The node trusts the registry's certificate; it holds no credentials of its own.
+    let registries = serde_json::json!({
+        "registries": { reg.host(): { "ca_file": reg.ca_file } }
+    });
+    std::fs::create_dir_all(agent.data_dir()).expect("data dir");
+    std::fs::write(
+        agent.data_dir().join("registries.json"),
+        serde_json::to_vec(&registries).expect("json"),
+    )
+    .expect("registries.json");
+    agent.start(Some(&server.join_token()));
+    let node = agent.node_name.clone();
+
+    let auth = base64::engine::general_purpose::STANDARD.encode("puller:s3cret");
+    let config = serde_json::json!({"auths": {reg.host(): {"auth": auth}}});
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: "regcred".into(),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".into()),
+        data: BTreeMap::from([(
+            ".dockerconfigjson".to_string(),
+            ByteString(serde_json::to_vec(&config).expect("json")),
+        )]),
+        ..Default::default()
+    };
+    smol::block_on(client.create(&secret)).expect("secret");
+
+    smol::block_on(client.create(&pod("with-secret", &node, &reference, Some("regcred"))))
+        .expect("pod");
+    // Always: the registry is asked even once the image is on the node, as in Kubernetes
+    // (IfNotPresent would use the image the other pod pulled).
+    let mut without = pod("without", &node, &reference, None);
+    without.spec.containers[0].image_pull_policy = Some("Always".into());
+    smol::block_on(client.create(&without)).expect("pod");
+
+    let running = wait_for("the pulled pod to run", Duration::from_secs(90), || {
+        get(&client, "with-secret").filter(|p| p.status.phase.as_deref() == Some("Running"))
+    });
+    let cs = &running.status.container_statuses[0];
+    assert!(
+        cs.image_id.contains(&image.manifest_digest()),
+        "imageID {} names the pulled manifest {}",
+        cs.image_id,
+        image.manifest_digest()
+    );
+    assert!(reg.blob_gets(&image.layer_digests()[0]) >= 1);
+
+    // Without credentials the registry refuses; the agent backs off.
+    let refused = wait_for("ImagePullBackOff", Duration::from_secs(60), || {
+        get(&client, "without").filter(|p| waiting_reason(p).as_deref() == Some("ImagePullBackOff"))
+    });
+    assert_eq!(refused.status.phase.as_deref(), Some("Pending"));
+    let message = refused.status.container_statuses[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("Back-off pulling image"), "{message}");
+}
