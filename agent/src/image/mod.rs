@@ -534,9 +534,19 @@ impl ImageStore {
     pub fn prune(&self, in_use: &HashSet<String>) -> Result<u64, ImageError> {
         // References are compared normalised (`busybox` = `docker.io/library/busybox:latest`).
         let names: HashSet<String> = in_use.iter().map(|r| reference::normalize(r)).collect();
+        // An image whose layers all sit under a live root filesystem is in use by a container
+        // even if the caller did not name it: keep it, so the container can restart from it.
+        let mounted = mount::mounted_lower_dirs();
+        let live = |i: &ImageInfo| {
+            !i.layers.is_empty()
+                && i.layers
+                    .iter()
+                    .all(|l| mounted.contains(&self.layer_path(l)))
+        };
         self.modify_index(|index| {
             index.images.retain(|k, i| {
-                names.contains(k)
+                live(i)
+                    || names.contains(k)
                     || in_use.contains(&i.digest)
                     || in_use.contains(&i.manifest_digest)
                     || in_use.contains(&i.id)
