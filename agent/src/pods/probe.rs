@@ -155,7 +155,10 @@ impl ProbeSpec {
             }
         } else if let Some(h) = &probe.http_get {
             let scheme = h.scheme.as_deref().unwrap_or("HTTP");
-            match (resolve_port(c, &h.port), scheme.to_ascii_uppercase().as_str()) {
+            match (
+                resolve_port(c, &h.port),
+                scheme.to_ascii_uppercase().as_str(),
+            ) {
                 (Err(e), _) => Action::Invalid(e),
                 (Ok(port), s @ ("HTTP" | "HTTPS")) => {
                     let path = h.path.clone().unwrap_or_default();
@@ -304,10 +307,8 @@ impl ContainerProbes {
 
     /// The container's run ended: forget every result; the next run starts afresh.
     pub fn reset(&mut self) {
-        for p in [&mut self.startup, &mut self.liveness, &mut self.readiness] {
-            if let Some(s) = p {
-                *s = s.fresh();
-            }
+        for p in self.all_mut() {
+            *p = p.fresh();
         }
         self.since = None;
         self.killing = false;
@@ -379,7 +380,13 @@ impl ContainerProbes {
     }
 
     /// Records the outcome of a run of `kind` that began at `began` and ended at `now`.
-    pub fn record(&mut self, kind: ProbeKind, success: bool, began: Instant, now: Instant) -> Verdict {
+    pub fn record(
+        &mut self,
+        kind: ProbeKind,
+        success: bool,
+        began: Instant,
+        now: Instant,
+    ) -> Verdict {
         if self.since.is_none() || self.killing {
             // The run ended (or is being killed) while the probe ran: stale.
             if let Some(p) = self.get_mut(kind) {
@@ -419,7 +426,10 @@ impl ContainerProbes {
                 p.result = true;
                 p.next_at = None;
                 let since = self.since.unwrap_or(now);
-                for q in [&mut self.liveness, &mut self.readiness].into_iter().flatten() {
+                for q in [&mut self.liveness, &mut self.readiness]
+                    .into_iter()
+                    .flatten()
+                {
                     q.next_at = Some((since + q.spec.timing.initial_delay).max(now));
                 }
                 Verdict::Changed
@@ -455,9 +465,7 @@ impl ProbeTarget {
         if netns {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
         } else {
-            node_ip
-                .parse()
-                .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+            node_ip.parse().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
         }
     }
 }
@@ -623,7 +631,10 @@ pub fn http_request(check: &HttpCheck, host: &str) -> Vec<u8> {
         ("Accept".into(), "*/*".into()),
     ];
     for (name, value) in &check.headers {
-        if let Some(h) = headers.iter_mut().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+        if let Some(h) = headers
+            .iter_mut()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        {
             h.1 = value.clone();
         } else {
             headers.push((name.clone(), value.clone()));
@@ -854,7 +865,10 @@ mod tests {
             ..p
         };
         let t = Timing::of(&zero, ProbeKind::Readiness);
-        assert_eq!((t.period, t.timeout, t.failure_threshold), (secs(1), secs(1), 1));
+        assert_eq!(
+            (t.period, t.timeout, t.failure_threshold),
+            (secs(1), secs(1), 1)
+        );
     }
 
     #[test]
@@ -966,7 +980,11 @@ mod tests {
         );
         assert!(p.ready());
         // Two failures keep it ready, the third (failureThreshold 3) does not.
-        for (i, want) in [(9, Verdict::Unchanged), (11, Verdict::Unchanged), (13, Verdict::Changed)] {
+        for (i, want) in [
+            (9, Verdict::Unchanged),
+            (11, Verdict::Unchanged),
+            (13, Verdict::Changed),
+        ] {
             assert_eq!(
                 tick(&mut p, t0 + secs(i), |_| false),
                 vec![(ProbeKind::Readiness, want)]
@@ -1003,7 +1021,10 @@ mod tests {
             tick(&mut p, t0 + secs(2), |_| false),
             vec![(ProbeKind::Liveness, Verdict::Kill)]
         );
-        assert!(p.due(t0 + secs(10)).is_empty(), "nothing runs while killing");
+        assert!(
+            p.due(t0 + secs(10)).is_empty(),
+            "nothing runs while killing"
+        );
         assert_eq!(p.next_due(), None);
         // The next run starts afresh.
         p.reset();
@@ -1058,7 +1079,11 @@ mod tests {
     #[test]
     fn startup_failures_kill() {
         let t0 = Instant::now();
-        let mut p = container(Some(exec_probe(1, 1, 2, 0)), Some(exec_probe(1, 1, 1, 0)), None);
+        let mut p = container(
+            Some(exec_probe(1, 1, 2, 0)),
+            Some(exec_probe(1, 1, 1, 0)),
+            None,
+        );
         p.begin(t0);
         tick(&mut p, t0, |_| false);
         assert_eq!(

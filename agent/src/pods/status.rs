@@ -275,12 +275,7 @@ pub fn pod_status(input: &StatusInput<'_>) -> PodStatus {
                 initialized,
                 Some("ContainersNotInitialized"),
             ),
-            condition(
-                input,
-                "ContainersReady",
-                all_ready,
-                Some(not_ready_reason),
-            ),
+            condition(input, "ContainersReady", all_ready, Some(not_ready_reason)),
             condition(input, "Ready", all_ready, Some(not_ready_reason)),
         ],
         reason,

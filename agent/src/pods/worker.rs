@@ -857,7 +857,10 @@ impl Worker {
             if !outcome.success {
                 tracing::debug!(pod = %key, container = %rec.spec.name, probe = kind.name(), "probe failed: {}", outcome.message);
             }
-            match rec.probes.record(kind, outcome.success, began, Instant::now()) {
+            match rec
+                .probes
+                .record(kind, outcome.success, began, Instant::now())
+            {
                 Verdict::Unchanged => {}
                 Verdict::Changed => {
                     tracing::info!(pod = %key, container = %rec.spec.name, started = rec.probes.started(), ready = rec.probes.ready(), "{} probe changed the container's state", kind.name());

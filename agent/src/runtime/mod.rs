@@ -961,7 +961,10 @@ fn remove_tenant_sockets(dir: &Path) {
         return;
     };
     for e in entries.flatten() {
-        if e.file_name().to_string_lossy().starts_with("tenant-notify-") {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with("tenant-notify-")
+        {
             let _ = std::fs::remove_file(e.path());
         }
     }
