@@ -855,7 +855,13 @@ impl Worker {
             let outcome = task.await;
             let rec = &mut self.containers[idx];
             if !outcome.success {
-                tracing::debug!(pod = %key, container = %rec.spec.name, probe = kind.name(), "probe failed: {}", outcome.message);
+                tracing::debug!(
+                    pod = %key,
+                    container = %rec.spec.name,
+                    probe = kind.name(),
+                    "probe failed: {}",
+                    outcome.message
+                );
             }
             match rec
                 .probes
@@ -863,7 +869,14 @@ impl Worker {
             {
                 Verdict::Unchanged => {}
                 Verdict::Changed => {
-                    tracing::info!(pod = %key, container = %rec.spec.name, started = rec.probes.started(), ready = rec.probes.ready(), "{} probe changed the container's state", kind.name());
+                    tracing::info!(
+                        pod = %key,
+                        container = %rec.spec.name,
+                        started = rec.probes.started(),
+                        ready = rec.probes.ready(),
+                        "{} probe changed the container's state",
+                        kind.name()
+                    );
                 }
                 Verdict::Kill => self.kill_for_probe(idx, kind, &outcome.message),
             }

@@ -78,7 +78,12 @@
 //! standard library's environment lock (libcontainer's default executor calls `set_var` in the
 //! child; we use our own executor that passes the environment to `execve` instead, see
 //! `executor.rs`), and concurrent creates in this process (serialised by a process-wide lock,
-//! which also keeps libcontainer's process-wide "dumpable" toggling consistent). The agent must
+//! which also keeps libcontainer's process-wide "dumpable" toggling consistent). Creates and
+//! execs both run libcontainer's builder in a glibc-`fork()`ed, single-threaded child
+//! ([`sys::in_forked_child`], [`sys::in_forked_child_pid`]), which also keeps the tenant
+//! builder's `chdir` and dumpable changes out of the agent; an exec'd process is re-parented
+//! to the agent (a child subreaper) when that child exits and is reaped by [`Runtime::exec`],
+//! killed first if it outlives its timeout. The agent must
 //! not call `std::env::set_var` while containers are created, and should filter libcontainer's
 //! own log events to `error` (`RUST_LOG=...,libcontainer=error`): events logged in the child
 //! go to the container's stderr, i.e. its log file (libcontainer warns "seccomp not available"
