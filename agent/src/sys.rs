@@ -227,29 +227,49 @@ fn unescape_mountinfo(field: &str) -> String {
 /// held lock into the child for ever. glibc's `fork()` takes malloc's locks around the fork,
 /// and the forked child is single-threaded, so clones made from it are safe.
 pub fn in_forked_child<F: FnOnce() -> Result<(), String>>(f: F) -> Result<(), String> {
+    forked(|| f().map(|()| Vec::new())).map(drop)
+}
+
+/// [`in_forked_child`] for a builder that answers a process id (libcontainer's exec): the
+/// pid is passed back to the caller. A process the child started and left running is
+/// orphaned when the child exits and, the agent being a child subreaper
+/// ([`set_child_subreaper`]), becomes the caller's child, to be reaped with [`try_wait`].
+pub fn in_forked_child_pid<F: FnOnce() -> Result<i32, String>>(f: F) -> Result<i32, String> {
+    let bytes = forked(|| f().map(|pid| pid.to_le_bytes().to_vec()))?;
+    let raw: [u8; 4] = bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| format!("the forked builder sent {} bytes, not a pid", bytes.len()))?;
+    Ok(i32::from_le_bytes(raw))
+}
+
+/// The fork/wait behind [`in_forked_child`]: on success the child's payload comes back, on
+/// failure its message.
+fn forked<F: FnOnce() -> Result<Vec<u8>, String>>(f: F) -> Result<Vec<u8>, String> {
     use nix::sys::wait::{waitpid, WaitStatus};
     use nix::unistd::ForkResult;
     use std::io::Read;
 
     let (read, write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    // SAFETY: the child only runs `f`, writes its error to the pipe and leaves with `_exit`,
+    // SAFETY: the child only runs `f`, writes its answer to the pipe and leaves with `_exit`,
     // never returning into the caller's frames; glibc's fork() leaves malloc usable in it.
     match unsafe { nix::unistd::fork() } {
         Err(e) => Err(format!("fork: {e}")),
         Ok(ForkResult::Child) => {
             drop(read);
-            let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-                Ok(Ok(())) => 0,
-                Ok(Err(message)) => {
-                    let _ = nix::unistd::write(&write, message.as_bytes());
-                    1
-                }
-                Err(_) => {
-                    let _ = nix::unistd::write(&write, b"the container builder panicked");
-                    2
-                }
+            let (code, answer) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                Ok(Ok(payload)) => (0, payload),
+                Ok(Err(message)) => (1, message.into_bytes()),
+                Err(_) => (2, b"the container builder panicked".to_vec()),
             };
+            let mut rest = answer.as_slice();
+            while !rest.is_empty() {
+                match nix::unistd::write(&write, rest) {
+                    Ok(n) if n > 0 => rest = &rest[n..],
+                    _ => break,
+                }
+            }
             // SAFETY: `_exit` ends the child at once, without the parent's atexit handlers,
             // destructors or buffered output.
             unsafe { libc::_exit(code) }
@@ -257,20 +277,30 @@ pub fn in_forked_child<F: FnOnce() -> Result<(), String>>(f: F) -> Result<(), St
         Ok(ForkResult::Parent { child }) => {
             drop(write);
             // Wait first: processes cloned from the child may hold the write end until they
-            // exec, so the pipe need not reach end-of-file.
+            // exec, so the pipe need not reach end-of-file. (Answers are small: they fit in
+            // the pipe's buffer, so the child never blocks writing them.)
             let status = waitpid(child, None).map_err(|e| format!("waitpid: {e}"))?;
             set_nonblocking(&read).map_err(|e| format!("pipe: {e}"))?;
-            let mut message = Vec::new();
-            let _ = std::fs::File::from(read).read_to_end(&mut message);
+            let mut answer = Vec::new();
+            let _ = std::fs::File::from(read).read_to_end(&mut answer);
             match status {
-                WaitStatus::Exited(_, 0) => Ok(()),
-                other if message.is_empty() => {
+                WaitStatus::Exited(_, 0) => Ok(answer),
+                other if answer.is_empty() => {
                     Err(format!("the forked builder ended with {other:?}"))
                 }
-                _ => Err(String::from_utf8_lossy(&message).into_owned()),
+                _ => Err(String::from_utf8_lossy(&answer).into_owned()),
             }
         }
     }
+}
+
+/// Moves the calling thread into the network namespace of `ns_file` (e.g. a pod sandbox's
+/// bind-mounted `ns/net`). Network namespaces are per thread: only use this on a thread of
+/// its own that ends afterwards, never on an executor or thread-pool thread.
+pub fn setns_net(ns_file: &std::fs::File) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns takes a descriptor the caller keeps open for the call and an integer flag.
+    check(unsafe { libc::setns(ns_file.as_raw_fd(), libc::CLONE_NEWNET) })
 }
 
 #[cfg(test)]
@@ -282,6 +312,16 @@ mod tests {
         assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
         assert_eq!(unescape_mountinfo("/plain"), "/plain");
         assert_eq!(unescape_mountinfo("/end\\"), "/end\\");
+    }
+
+    #[test]
+    fn forked_child_answers() {
+        assert_eq!(in_forked_child_pid(|| Ok(4242)), Ok(4242));
+        assert_eq!(in_forked_child(|| Ok(())), Ok(()));
+        assert_eq!(
+            in_forked_child(|| Err("no luck".into())),
+            Err("no luck".to_string())
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod container;
 pub mod machine;
+pub mod probe;
 pub mod pull_secrets;
 pub mod status;
 pub mod worker;

@@ -10,6 +10,7 @@ use api::core::{
 use api::meta::Time;
 
 use super::machine::{self, Stage};
+use super::probe::ContainerProbes;
 use crate::image::ImageInfo;
 use crate::runtime::ContainerId;
 
@@ -46,6 +47,13 @@ pub struct ContainerRecord {
     pub retry_at: Option<Instant>,
     /// Its root filesystem is mounted.
     pub mounted: bool,
+    /// Its probes and their state during the current run.
+    pub probes: ContainerProbes,
+    /// Why the container was killed by the agent (a failed liveness or startup probe), set
+    /// when the kill is asked for.
+    pub kill_reason: Option<String>,
+    /// The message of its latest termination (`terminated` if set, else `last_terminated`).
+    pub termination_message: Option<String>,
 }
 
 /// The first crash back-off.
@@ -56,7 +64,6 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 impl ContainerRecord {
     pub fn new(spec: Container, init: bool) -> Self {
         ContainerRecord {
-            spec,
             init,
             image: None,
             id: None,
@@ -68,6 +75,14 @@ impl ContainerRecord {
             backoff: BACKOFF_START,
             retry_at: None,
             mounted: false,
+            probes: if init {
+                ContainerProbes::default()
+            } else {
+                ContainerProbes::new(&spec)
+            },
+            kill_reason: None,
+            termination_message: None,
+            spec,
         }
     }
 
@@ -79,13 +94,20 @@ impl ContainerRecord {
         self.running_since.is_some()
     }
 
+    /// Whether it counts as ready: running, and its startup and readiness probes (if any)
+    /// succeeded in this run.
+    pub fn is_ready(&self) -> bool {
+        self.is_running() && !self.init && self.probes.ready()
+    }
+
     /// Its Kubernetes ContainerStatus; `pending_reason` is the waiting reason when nothing
     /// more specific is known (ContainerCreating, PodInitializing).
     pub fn status(&self, pending_reason: &str) -> ContainerStatus {
-        let term_state = |t: &Termination| ContainerState {
+        let term_state = |t: &Termination, message: Option<String>| ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: t.exit_code,
                 reason: Some(t.reason.clone()),
+                message,
                 started_at: t.started_at,
                 finished_at: Some(t.finished_at),
                 container_id: self.id.as_ref().map(container_id),
@@ -101,7 +123,7 @@ impl ContainerRecord {
                 ..Default::default()
             }
         } else if let Some(t) = &self.terminated {
-            term_state(t)
+            term_state(t, self.termination_message.clone())
         } else {
             let (reason, message) = self
                 .waiting
@@ -118,8 +140,11 @@ impl ContainerRecord {
         ContainerStatus {
             name: self.spec.name.clone(),
             state: Some(state),
-            last_state: self.last_terminated.as_ref().map(term_state),
-            ready: self.is_running() && !self.init,
+            last_state: self.last_terminated.as_ref().map(|t| {
+                let latest = self.terminated.is_none();
+                term_state(t, self.termination_message.clone().filter(|_| latest))
+            }),
+            ready: self.is_ready(),
             restart_count: self.restart_count,
             image: self.spec.image.clone().unwrap_or_default(),
             image_id: self
@@ -128,7 +153,7 @@ impl ContainerRecord {
                 .map(|i| i.repo_digest())
                 .unwrap_or_default(),
             container_id: self.id.as_ref().map(container_id),
-            started: Some(self.is_running()),
+            started: Some(self.is_running() && self.probes.started()),
             ..Default::default()
         }
     }
@@ -224,7 +249,7 @@ pub fn pod_status(input: &StatusInput<'_>) -> PodStatus {
     {
         phase = "Pending".into();
     }
-    let all_running = !apps.is_empty() && apps.iter().all(|c| c.is_running());
+    let all_ready = !apps.is_empty() && apps.iter().all(|c| c.is_ready());
     let not_ready_reason = if matches!(stage, Stage::Finished { .. }) {
         "PodCompleted"
     } else {
@@ -250,13 +275,8 @@ pub fn pod_status(input: &StatusInput<'_>) -> PodStatus {
                 initialized,
                 Some("ContainersNotInitialized"),
             ),
-            condition(
-                input,
-                "ContainersReady",
-                all_running,
-                Some(not_ready_reason),
-            ),
-            condition(input, "Ready", all_running, Some(not_ready_reason)),
+            condition(input, "ContainersReady", all_ready, Some(not_ready_reason)),
+            condition(input, "Ready", all_ready, Some(not_ready_reason)),
         ],
         reason,
         message,
@@ -349,6 +369,66 @@ mod tests {
         assert_eq!(t.exit_code, 3);
         let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.reason.as_deref(), Some("PodCompleted"));
+    }
+
+    #[test]
+    fn readiness_probes_drive_ready() {
+        use api::core::{ExecAction, Probe};
+        let (mut pod, _) = pod_with(&[]);
+        let probe = Probe {
+            exec: Some(ExecAction {
+                command: vec!["true".into()],
+            }),
+            ..Default::default()
+        };
+        let c = Container {
+            name: "a".into(),
+            readiness_probe: Some(probe.clone()),
+            startup_probe: Some(probe),
+            ..Default::default()
+        };
+        pod.spec.containers.push(c.clone());
+        let mut recs = vec![ContainerRecord::new(c, false)];
+        recs[0].running_since = Some(Time(50));
+        let t0 = std::time::Instant::now();
+        recs[0].probes.begin(t0);
+        let ready_of = |recs: &[ContainerRecord]| {
+            let s = pod_status(&input(&pod, &Stage::Running, recs));
+            let cond = |t: &str| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == t)
+                    .map(|c| c.status.clone())
+                    .unwrap()
+            };
+            let cs = &s.container_statuses[0];
+            (cs.started, cs.ready, cond("ContainersReady"), cond("Ready"))
+        };
+        let f = || "False".to_string();
+        let t = || "True".to_string();
+        assert_eq!(ready_of(&recs), (Some(false), false, f(), f()));
+        use super::super::probe::ProbeKind;
+        recs[0].probes.take(ProbeKind::Startup);
+        recs[0].probes.record(ProbeKind::Startup, true, t0, t0);
+        assert_eq!(ready_of(&recs), (Some(true), false, f(), f()));
+        recs[0].probes.take(ProbeKind::Readiness);
+        recs[0].probes.record(ProbeKind::Readiness, true, t0, t0);
+        assert_eq!(ready_of(&recs), (Some(true), true, t(), t()));
+
+        // The message of a probe kill shows on the latest termination.
+        recs[0].running_since = None;
+        recs[0].last_terminated = Some(Termination {
+            exit_code: 137,
+            reason: "Error".into(),
+            started_at: Some(Time(50)),
+            finished_at: Time(60),
+        });
+        recs[0].termination_message = Some("failed liveness probe".into());
+        let s = pod_status(&input(&pod, &Stage::Running, &recs));
+        let last = s.container_statuses[0].last_state.as_ref().unwrap();
+        let term = last.terminated.as_ref().unwrap();
+        assert_eq!(term.message.as_deref(), Some("failed liveness probe"));
+        assert_eq!(s.container_statuses[0].started, Some(false));
     }
 
     #[test]

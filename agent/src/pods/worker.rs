@@ -16,6 +16,7 @@ use smol::Timer;
 
 use super::container::{self, EnvSources};
 use super::machine::{self, Event, Stage};
+use super::probe::{self, ProbeKind, ProbeTarget, Verdict};
 use super::status::{self, ContainerRecord, Termination, BACKOFF_MAX, BACKOFF_START};
 use super::Context;
 use crate::image::{unmount_rootfs, PullPolicy, RegistryAuth};
@@ -711,6 +712,8 @@ impl Worker {
             "Error"
         };
         let started = rec.running_since.take();
+        rec.probes.reset();
+        rec.termination_message = rec.kill_reason.take();
         let term = Termination {
             exit_code: code,
             reason: reason.into(),
@@ -812,6 +815,9 @@ impl Worker {
                 wait = Duration::ZERO;
             }
         }
+        if let Some(w) = self.run_probes().await {
+            wait = wait.min(w);
+        }
         let apps = &self.containers[self.init_count..];
         if !apps.is_empty() && apps.iter().all(|c| c.terminated.is_some()) {
             let succeeded = apps
@@ -821,6 +827,115 @@ impl Worker {
             return Duration::ZERO;
         }
         wait
+    }
+
+    // ---- probes --------------------------------------------------------------------------
+
+    /// Runs the probes that are due, all at once (each bounded by its timeout), records
+    /// their outcomes and kills containers whose liveness or startup probe failed for good.
+    /// Answers how long until the next probe is due.
+    async fn run_probes(&mut self) -> Option<Duration> {
+        let now = Instant::now();
+        let netns = self.sandbox.as_ref().and_then(|s| s.net_ns_path());
+        let default_host = ProbeTarget::default_host_for(netns.is_some(), &self.ctx.node_ip);
+        let mut runs = Vec::new();
+        for idx in self.init_count..self.containers.len() {
+            let rec = &mut self.containers[idx];
+            if !rec.is_running() || rec.probes.is_empty() {
+                continue;
+            }
+            let Some(id) = rec.id.clone() else {
+                continue;
+            };
+            rec.probes.begin(now);
+            for kind in rec.probes.due(now) {
+                let Some(spec) = rec.probes.take(kind) else {
+                    continue;
+                };
+                let target = ProbeTarget {
+                    runtime: self.ctx.runtime.clone(),
+                    id: id.clone(),
+                    netns: netns.clone(),
+                    default_host,
+                };
+                let began = Instant::now();
+                let task = smol::spawn(async move {
+                    probe::run(&spec.action, &target, spec.timing.timeout).await
+                });
+                runs.push((idx, kind, began, task));
+            }
+        }
+        let key = self.key();
+        for (idx, kind, began, task) in runs {
+            let outcome = task.await;
+            let rec = &mut self.containers[idx];
+            if !outcome.success {
+                tracing::debug!(
+                    pod = %key,
+                    container = %rec.spec.name,
+                    probe = kind.name(),
+                    "probe failed: {}",
+                    outcome.message
+                );
+            }
+            match rec
+                .probes
+                .record(kind, outcome.success, began, Instant::now())
+            {
+                Verdict::Unchanged => {}
+                Verdict::Changed => {
+                    tracing::info!(
+                        pod = %key,
+                        container = %rec.spec.name,
+                        started = rec.probes.started(),
+                        ready = rec.probes.ready(),
+                        "{} probe changed the container's state",
+                        kind.name()
+                    );
+                }
+                Verdict::Kill => self.kill_for_probe(idx, kind, &outcome.message),
+            }
+        }
+        let next = self.containers[self.init_count..]
+            .iter()
+            .filter(|c| c.is_running())
+            .filter_map(|c| c.probes.next_due())
+            .min()?;
+        Some(next.saturating_duration_since(Instant::now()))
+    }
+
+    /// Stops container `idx` (SIGTERM, grace, SIGKILL) after a failed liveness or startup
+    /// probe; the next rounds see it exit and restart it as the restart policy says.
+    fn kill_for_probe(&mut self, idx: usize, kind: ProbeKind, why: &str) {
+        let restarts = self.pod.spec.restart_policy.as_deref() != Some("Never");
+        let key = self.key();
+        let pod_grace = self.pod.spec.termination_grace_period_seconds.unwrap_or(30);
+        let rec = &mut self.containers[idx];
+        let Some(id) = rec.id.clone() else {
+            return;
+        };
+        let message = format!(
+            "Container {} failed {} probe{}",
+            rec.spec.name,
+            kind.name(),
+            if restarts { ", will be restarted" } else { "" }
+        );
+        tracing::info!(pod = %key, container = %rec.spec.name, "{message}: {why}");
+        let grace = rec
+            .probes
+            .spec(kind)
+            .and_then(|s| s.grace)
+            .unwrap_or_else(|| Duration::from_secs(pod_grace.max(1) as u64));
+        rec.kill_reason = Some(message);
+        let rt = self.ctx.runtime.clone();
+        // In the background, so the pod's other containers and its status are not held up
+        // for the grace period; `poll_container` notices the exit.
+        smol::unblock(move || {
+            if let Err(e) = rt.stop(&id, grace) {
+                tracing::warn!(pod = %key, "stopping a container that failed its probe: {e}");
+            }
+        })
+        .detach();
     }
 
     // ---- teardown ------------------------------------------------------------------------

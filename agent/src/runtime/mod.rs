@@ -78,7 +78,12 @@
 //! standard library's environment lock (libcontainer's default executor calls `set_var` in the
 //! child; we use our own executor that passes the environment to `execve` instead, see
 //! `executor.rs`), and concurrent creates in this process (serialised by a process-wide lock,
-//! which also keeps libcontainer's process-wide "dumpable" toggling consistent). The agent must
+//! which also keeps libcontainer's process-wide "dumpable" toggling consistent). Creates and
+//! execs both run libcontainer's builder in a glibc-`fork()`ed, single-threaded child
+//! ([`sys::in_forked_child`], [`sys::in_forked_child_pid`]), which also keeps the tenant
+//! builder's `chdir` and dumpable changes out of the agent; an exec'd process is re-parented
+//! to the agent (a child subreaper) when that child exits and is reaped by [`Runtime::exec`],
+//! killed first if it outlives its timeout. The agent must
 //! not call `std::env::set_var` while containers are created, and should filter libcontainer's
 //! own log events to `error` (`RUST_LOG=...,libcontainer=error`): events logged in the child
 //! go to the container's stderr, i.e. its log file (libcontainer warns "seccomp not available"
@@ -839,6 +844,7 @@ impl Runtime {
         if argv.is_empty() {
             return Err(RuntimeError::InvalidSpec("exec needs a command".into()));
         }
+        let argv = argv.to_vec();
         match self.state(id)? {
             ContainerState::Running { .. } => {}
             _ => {
@@ -860,26 +866,40 @@ impl Runtime {
         let oci = libcontainer::oci_spec::runtime::Spec::load(&config_path)
             .map_err(|e| RuntimeError::Corrupt(format!("{}: {e}", config_path.display())))?;
         let process = oci.process().clone().unwrap_or_default();
+        let root = self.libcontainer_dir();
+        let name = id.as_str().to_string();
         let fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let built = ContainerBuilder::new(id.as_str().to_string(), SyscallType::default())
-            .with_root_path(self.libcontainer_dir())
-            .map_err(|e| RuntimeError::lc("container root", e))?
-            .with_stdin(OwnedFd::from(null))
-            .with_stdout(OwnedFd::from(writer))
-            .with_stderr(OwnedFd::from(writer_err))
-            .with_executor(executor::ExecveExecutor)
-            .as_tenant()
-            .with_container_args(argv.to_vec())
-            .with_user(Some(process.user().uid()))
-            .with_group(Some(process.user().gid()))
-            .with_cwd(Some(process.cwd().clone()))
-            .with_detach(true)
-            .build();
-        let _ = sys::set_dumpable(true);
+        // As for creates (see `create_inner`), libcontainer's clones happen in a forked,
+        // single-threaded child; the tenant builder also chdirs the calling process and
+        // toggles its dumpable flag, which must not touch the agent. The exec'd process is
+        // cloned as that child's child; when the child exits it is re-parented to the agent
+        // (a child subreaper), which waits for it below.
+        let built = sys::in_forked_child_pid(move || {
+            ContainerBuilder::new(name, SyscallType::default())
+                .with_root_path(root)
+                .map_err(|e| format!("container root: {e}"))?
+                .with_stdin(OwnedFd::from(null))
+                .with_stdout(OwnedFd::from(writer))
+                .with_stderr(OwnedFd::from(writer_err))
+                .with_executor(executor::ExecveExecutor)
+                .as_tenant()
+                .with_container_args(argv)
+                .with_user(Some(process.user().uid()))
+                .with_group(Some(process.user().gid()))
+                .with_cwd(Some(process.cwd().clone()))
+                .with_detach(true)
+                .build()
+                .map(|pid| pid.as_raw())
+                .map_err(|e| e.to_string())
+        });
+        // libcontainer leaves the tenant's notify socket in the container's state directory;
+        // it is only used during the build (serialised by FORK_LOCK), so remove it here.
+        remove_tenant_sockets(&self.libcontainer_dir().join(id.as_str()));
         drop(fork_guard);
-        let pid = built
-            .map_err(|e| RuntimeError::lc("exec in container", e))?
-            .as_raw();
+        let pid = built.map_err(|message| RuntimeError::Isolated {
+            what: "exec in container",
+            message,
+        })?;
 
         // The pipe's write ends went away with the builder. Output is drained without blocking
         // while waiting for the process, so a background process that keeps the pipe open
@@ -937,6 +957,21 @@ fn exited(exit: &ExitRecord) -> ContainerState {
         exit_code: exit.code,
         finished_at: from_ms(exit.finished_at),
         oom_killed: exit.oom_killed,
+    }
+}
+
+/// Removes the `tenant-notify-*.sock` files libcontainer's exec leaves in `dir`.
+fn remove_tenant_sockets(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with("tenant-notify-")
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
