@@ -9,6 +9,7 @@ pub mod cache;
 pub mod container;
 pub mod machine;
 pub mod status;
+pub mod volumes;
 pub mod worker;
 
 use std::collections::HashMap;
