@@ -121,7 +121,9 @@ pub struct Sources {
 // ---- the pod spec ------------------------------------------------------------------------
 
 fn config_map_name(v: &Volume) -> Option<&str> {
-    v.config_map.as_ref().map(|c| c.name.as_deref().unwrap_or(""))
+    v.config_map
+        .as_ref()
+        .map(|c| c.name.as_deref().unwrap_or(""))
 }
 
 fn secret_name(v: &Volume) -> Option<&str> {
@@ -204,12 +206,7 @@ pub fn check_spec(spec: &PodSpec) -> Result<(), VolumeError> {
                     v.name
                 ))
             }
-            _ => {
-                return invalid(format!(
-                    "volume {:?} must have exactly one source",
-                    v.name
-                ))
-            }
+            _ => return invalid(format!("volume {:?} must have exactly one source", v.name)),
         }
         if let Some(e) = &v.empty_dir {
             match e.medium.as_deref().unwrap_or("") {
@@ -372,8 +369,11 @@ fn config_map_entries(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
 }
 
 fn secret_entries(s: &Secret) -> BTreeMap<String, Vec<u8>> {
-    let mut out: BTreeMap<String, Vec<u8>> =
-        s.data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
+    let mut out: BTreeMap<String, Vec<u8>> = s
+        .data
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
     // Only a Secret that skipped defaulting still has stringData; it wins, as on the API.
     for (k, v) in &s.string_data {
         out.insert(k.clone(), v.as_bytes().to_vec());
@@ -574,7 +574,7 @@ fn is_mount_point(dir: &Path) -> bool {
         return false;
     };
     crate::sys::mounts_under(Path::new("/proc"), &canon)
-        .map(|m| m.iter().any(|p| *p == canon))
+        .map(|m| m.contains(&canon))
         .unwrap_or(false)
 }
 
@@ -760,7 +760,10 @@ pub struct Refreshed {
 /// Kubernetes), unless it is optional. Blocking.
 pub fn refresh(pod_dir: &Path, volumes: &[Volume], sources: &Sources) -> Refreshed {
     let mut out = Refreshed::default();
-    for v in volumes.iter().filter(|v| v.config_map.is_some() || v.secret.is_some()) {
+    for v in volumes
+        .iter()
+        .filter(|v| v.config_map.is_some() || v.secret.is_some())
+    {
         let Some(dir) = volume_dir(pod_dir, v) else {
             continue;
         };
@@ -796,7 +799,8 @@ fn resolve_sub_path(base: &Path, sub: &Path, create: Option<u32>) -> Result<Path
         let next = cur.join(c);
         match fs::symlink_metadata(&next) {
             Ok(_) => {
-                let real = fs::canonicalize(&next).map_err(|e| format!("{}: {e}", next.display()))?;
+                let real =
+                    fs::canonicalize(&next).map_err(|e| format!("{}: {e}", next.display()))?;
                 if !real.starts_with(&root) {
                     return Err(outside());
                 }
@@ -815,7 +819,8 @@ fn resolve_sub_path(base: &Path, sub: &Path, create: Option<u32>) -> Result<Path
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(format!("cannot create {}: {e}", next.display())),
                 }
-                let real = fs::canonicalize(&next).map_err(|e| format!("{}: {e}", next.display()))?;
+                let real =
+                    fs::canonicalize(&next).map_err(|e| format!("{}: {e}", next.display()))?;
                 if !real.starts_with(&root) {
                     return Err(outside());
                 }
@@ -836,7 +841,10 @@ pub fn mounts(
 ) -> Result<Vec<MountSpec>, VolumeError> {
     let mut out = Vec::new();
     for m in &container.volume_mounts {
-        let at = format!("volumeMount {:?} of container {:?}", m.mount_path, container.name);
+        let at = format!(
+            "volumeMount {:?} of container {:?}",
+            m.mount_path, container.name
+        );
         let Some(v) = prepared.iter().find(|v| v.name == m.name) else {
             return Err(VolumeError::Invalid(format!(
                 "{at}: no volume named {:?} in the pod",
@@ -855,9 +863,8 @@ pub fn mounts(
                 VolumeKind::HostPath { dir: true } => Some(0o755),
                 _ => None,
             };
-            resolve_sub_path(&v.path, &rel, create).map_err(|e| {
-                VolumeError::Mount(format!("{at}: volume {:?}: {e}", v.name))
-            })?
+            resolve_sub_path(&v.path, &rel, create)
+                .map_err(|e| VolumeError::Mount(format!("{at}: volume {:?}: {e}", v.name)))?
         };
         out.push(MountSpec {
             source,
@@ -922,7 +929,10 @@ mod tests {
     #[test]
     fn sub_paths() {
         assert_eq!(check_sub_path("a/./b//c").unwrap(), PathBuf::from("a/b/c"));
-        assert_eq!(check_sub_path("file.conf").unwrap(), PathBuf::from("file.conf"));
+        assert_eq!(
+            check_sub_path("file.conf").unwrap(),
+            PathBuf::from("file.conf")
+        );
         let e = check_sub_path("/etc/passwd").unwrap_err();
         assert!(e.contains("relative"), "{e}");
         let e = check_sub_path("a/../../b").unwrap_err();
@@ -972,7 +982,9 @@ mod tests {
         // A missing object.
         let err = payload("configmap", "cm", None, &[], None, false).unwrap_err();
         assert_eq!(err, "configmap \"cm\" not found");
-        assert!(payload("secret", "s", None, &[], None, true).unwrap().is_empty());
+        assert!(payload("secret", "s", None, &[], None, true)
+            .unwrap()
+            .is_empty());
         // A bad item path.
         let items = [key("a", "../evil", None)];
         assert!(payload("configmap", "cm", Some(&e), &items, None, false).is_err());
@@ -999,7 +1011,10 @@ mod tests {
         assert_eq!(fs::read_to_string(dir.join("sub/b")).unwrap(), "two");
         assert!(fs::symlink_metadata(dir.join("a")).unwrap().is_symlink());
         assert_eq!(fs::read_link(dir.join("a")).unwrap(), Path::new("..data/a"));
-        let mode = fs::metadata(dir.join("sub/b")).unwrap().permissions().mode();
+        let mode = fs::metadata(dir.join("sub/b"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let first = fs::read_link(dir.join(DATA_LINK)).unwrap();
         assert!(first.to_string_lossy().starts_with(".."));
@@ -1097,12 +1112,18 @@ mod tests {
 
     #[test]
     fn spec_checks() {
-        let ok = pod_with(vec![empty_dir("a")], vec![vm("a", "/a", Some("x/y"), false)]);
+        let ok = pod_with(
+            vec![empty_dir("a")],
+            vec![vm("a", "/a", Some("x/y"), false)],
+        );
         assert!(check_spec(&ok).is_ok());
         let unknown = pod_with(vec![empty_dir("a")], vec![vm("b", "/b", None, false)]);
         let e = check_spec(&unknown).unwrap_err().to_string();
         assert!(e.contains("no volume named \"b\""), "{e}");
-        let up = pod_with(vec![empty_dir("a")], vec![vm("a", "/a", Some("../x"), false)]);
+        let up = pod_with(
+            vec![empty_dir("a")],
+            vec![vm("a", "/a", Some("../x"), false)],
+        );
         let e = check_spec(&up).unwrap_err().to_string();
         assert!(e.contains("'..'"), "{e}");
         let abs = pod_with(vec![empty_dir("a")], vec![vm("a", "/a", Some("/x"), false)]);
@@ -1179,7 +1200,10 @@ mod tests {
         assert_eq!(m[1].source, fs::canonicalize(ed.join("nested")).unwrap());
         // The configMap file resolves to the file in the current data directory.
         let data = fs::read_link(cm.join(DATA_LINK)).unwrap();
-        assert_eq!(m[2].source, fs::canonicalize(cm.join(data).join("k")).unwrap());
+        assert_eq!(
+            m[2].source,
+            fs::canonicalize(cm.join(data).join("k")).unwrap()
+        );
         // A subPath missing from a configMap volume is not created.
         let c = Container {
             name: "c".into(),
@@ -1207,10 +1231,19 @@ mod tests {
         assert!(e.contains("is not a file"), "{e}");
         assert!(check_host_path(&d.join("f"), "Socket").is_err());
         assert!(check_host_path(&d.join("f"), "BlockDevice").is_err());
-        assert_eq!(check_host_path(Path::new("/dev/null"), "CharDevice"), Ok(false));
-        assert_eq!(check_host_path(&d.join("new/dir"), "DirectoryOrCreate"), Ok(true));
+        assert_eq!(
+            check_host_path(Path::new("/dev/null"), "CharDevice"),
+            Ok(false)
+        );
+        assert_eq!(
+            check_host_path(&d.join("new/dir"), "DirectoryOrCreate"),
+            Ok(true)
+        );
         assert!(d.join("new/dir").is_dir());
-        assert_eq!(check_host_path(&d.join("newfile"), "FileOrCreate"), Ok(false));
+        assert_eq!(
+            check_host_path(&d.join("newfile"), "FileOrCreate"),
+            Ok(false)
+        );
         assert!(d.join("newfile").is_file());
         assert_eq!(check_host_path(&d.join("any"), ""), Ok(true));
     }
