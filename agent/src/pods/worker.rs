@@ -602,9 +602,12 @@ impl Worker {
             Ok(m) => m,
             Err(e @ VolumeError::SetUp { .. }) => {
                 // FailedMount: the pod stays in ContainerCreating and tries again soon.
-                tracing::warn!(pod = %self.key(), "{e}");
                 let rec = &mut self.containers[idx];
-                rec.waiting = Some(("ContainerCreating".into(), e.to_string()));
+                let waiting = Some(("ContainerCreating".to_string(), e.to_string()));
+                if rec.waiting != waiting {
+                    tracing::warn!(pod = %self.pod.metadata.name, "{e}");
+                }
+                rec.waiting = waiting;
                 rec.retry_at = Some(Instant::now() + VOLUME_RETRY);
                 return;
             }
