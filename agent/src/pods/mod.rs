@@ -11,6 +11,7 @@ pub mod machine;
 pub mod probe;
 pub mod pull_secrets;
 pub mod status;
+pub mod volumes;
 pub mod worker;
 
 use std::collections::HashMap;

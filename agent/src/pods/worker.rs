@@ -18,10 +18,11 @@ use super::container::{self, EnvSources};
 use super::machine::{self, Event, Stage};
 use super::probe::{self, ProbeKind, ProbeTarget, Verdict};
 use super::status::{self, ContainerRecord, Termination, BACKOFF_MAX, BACKOFF_START};
+use super::volumes::{self, VolumeError};
 use super::Context;
 use crate::image::{unmount_rootfs, PullPolicy, RegistryAuth};
 use crate::runtime::{
-    ContainerId, ContainerSpec, ContainerState, RuntimeError, Sandbox, SandboxConfig,
+    ContainerId, ContainerSpec, ContainerState, MountSpec, RuntimeError, Sandbox, SandboxConfig,
 };
 
 /// What the manager tells a worker.
@@ -39,6 +40,8 @@ const SUPERVISE_EVERY: Duration = Duration::from_secs(1);
 const INIT_POLL: Duration = Duration::from_millis(200);
 /// How long after a failed status report the next one is tried.
 const REPORT_RETRY: Duration = Duration::from_secs(5);
+/// How long a container waits for its pod's volumes (FailedMount) before the next try.
+const VOLUME_RETRY: Duration = Duration::from_secs(2);
 
 struct Worker {
     ctx: Arc<Context>,
@@ -57,6 +60,8 @@ struct Worker {
     torn_down: bool,
     last_reported: Option<PodStatus>,
     report_failed_at: Option<Instant>,
+    /// When ConfigMap/Secret volumes were last compared with the API.
+    volumes_synced: Option<Instant>,
 }
 
 /// Runs the pod's worker until the pod is gone from the node.
@@ -110,7 +115,7 @@ pub fn cleanup_pod_dir(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut still_mounted = false;
+    let mut still_mounted = !volumes::tear_down(dir);
     for e in entries.flatten() {
         let d = e.path();
         let target = d.join("rootfs");
@@ -170,6 +175,7 @@ impl Worker {
             torn_down: false,
             last_reported: None,
             report_failed_at: None,
+            volumes_synced: None,
         }
     }
 
@@ -225,7 +231,10 @@ impl Worker {
             Stage::Preparing => self.prepare().await,
             Stage::CreatingSandbox => self.create_sandbox().await,
             Stage::Initializing { index } => self.run_init(index).await,
-            Stage::Running => self.supervise().await,
+            Stage::Running => {
+                self.refresh_volumes().await;
+                self.supervise().await
+            }
             Stage::Finished { .. } | Stage::Rejected { .. } => Duration::from_secs(30),
             Stage::Terminating => self.teardown().await,
             Stage::Gone => Duration::ZERO,
@@ -249,6 +258,12 @@ impl Worker {
         if self.pod.spec.share_process_namespace == Some(true) {
             self.advance(Event::Rejected {
                 message: "shareProcessNamespace is not supported by skiff".into(),
+            });
+            return Duration::ZERO;
+        }
+        if let Err(e) = volumes::check_spec(&self.pod.spec) {
+            self.advance(Event::Rejected {
+                message: e.to_string(),
             });
             return Duration::ZERO;
         }
@@ -532,6 +547,46 @@ impl Worker {
         Ok(src)
     }
 
+    /// Sets up the pod's volumes (idempotent) and answers container `idx`'s mounts.
+    async fn volume_mounts(&self, idx: usize) -> Result<Vec<MountSpec>, VolumeError> {
+        let c = self.containers[idx].spec.clone();
+        if self.pod.spec.volumes.is_empty() && c.volume_mounts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ns = self.pod.metadata.namespace().to_string();
+        let vols = self.pod.spec.volumes.clone();
+        let sources = volumes::fetch(&self.ctx.client, &ns, &vols).await;
+        let dir = self.pod_dir();
+        smol::unblock(move || {
+            let prepared = volumes::set_up(&dir, &vols, &sources)?;
+            volumes::mounts(&prepared, &c)
+        })
+        .await
+    }
+
+    /// Every [`volumes::SYNC_EVERY`], brings ConfigMap and Secret volumes up to date.
+    async fn refresh_volumes(&mut self) {
+        if !volumes::has_updatable(&self.pod.spec.volumes)
+            || self
+                .volumes_synced
+                .is_some_and(|at| at.elapsed() < volumes::SYNC_EVERY)
+        {
+            return;
+        }
+        self.volumes_synced = Some(Instant::now());
+        let ns = self.pod.metadata.namespace().to_string();
+        let vols = self.pod.spec.volumes.clone();
+        let sources = volumes::fetch(&self.ctx.client, &ns, &vols).await;
+        let dir = self.pod_dir();
+        let done = smol::unblock(move || volumes::refresh(&dir, &vols, &sources)).await;
+        for v in done.updated {
+            tracing::info!(pod = %self.key(), volume = %v, "volume contents updated");
+        }
+        for e in done.errors {
+            tracing::warn!(pod = %self.key(), "{e}");
+        }
+    }
+
     fn fail_start(&mut self, idx: usize, reason: &str, message: String) {
         tracing::warn!(pod = %self.key(), container = %self.containers[idx].name(), "{reason}: {message}");
         let rec = &mut self.containers[idx];
@@ -559,6 +614,21 @@ impl Worker {
                 tracing::warn!(pod = %self.key(), "cannot remove the old container: {e}");
             }
         }
+        let mounts = match self.volume_mounts(idx).await {
+            Ok(m) => m,
+            Err(e @ VolumeError::SetUp { .. }) => {
+                // FailedMount: the pod stays in ContainerCreating and tries again soon.
+                let rec = &mut self.containers[idx];
+                let waiting = Some(("ContainerCreating".to_string(), e.to_string()));
+                if rec.waiting != waiting {
+                    tracing::warn!(pod = %self.pod.metadata.name, "{e}");
+                }
+                rec.waiting = waiting;
+                rec.retry_at = Some(Instant::now() + VOLUME_RETRY);
+                return;
+            }
+            Err(e) => return self.fail_start(idx, "CreateContainerConfigError", e.to_string()),
+        };
         if !self.containers[idx].mounted {
             let images = self.ctx.images.clone();
             let (t, s, img) = (target.clone(), scratch.clone(), image.clone());
@@ -624,7 +694,7 @@ impl Worker {
             caps_drop: caps.drop,
             readonly_rootfs: sc.read_only_root_filesystem == Some(true),
             privileged: sc.privileged == Some(true),
-            mounts: Vec::new(),
+            mounts,
             resources,
             log_path,
         };
