@@ -63,6 +63,16 @@ struct Cli {
     /// Seconds between Node heartbeats.
     #[arg(long, env = "SKIFF_AGENT_HEARTBEAT_SECONDS", default_value_t = 10)]
     heartbeat_seconds: u64,
+    /// The port of the HTTPS log endpoint (only the server may use it); 0 picks a free one.
+    #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = agent::node::logs::DEFAULT_PORT)]
+    port: u16,
+    /// A container's live log file is rotated when larger than this (e.g. 10Mi, 500Ki).
+    #[arg(long, env = "SKIFF_AGENT_CONTAINER_LOG_MAX_SIZE", default_value = "10Mi", value_parser = parse_size)]
+    container_log_max_size: u64,
+    /// Log files kept per container run, the live one included.
+    #[arg(long, env = "SKIFF_AGENT_CONTAINER_LOG_MAX_FILES", default_value_t = 5,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    container_log_max_files: u16,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -137,8 +147,41 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
         allow_privileged: cli.allow_privileged,
         cgroup_parent: cli.cgroup_parent.clone(),
         heartbeat: Duration::from_secs(cli.heartbeat_seconds.max(1)),
+        log_port: cli.port,
+        log_limits: agent::runtime::logs::LogLimits {
+            max_bytes: cli.container_log_max_size,
+            max_files: usize::from(cli.container_log_max_files),
+        },
     };
     node::run(cfg).context("skiff-agent stopped")
+}
+
+/// A byte size: a number with an optional binary (`Ki`, `Mi`, `Gi`) or decimal (`K`, `M`,
+/// `G`) suffix, as Kubernetes quantities (and the kubelet's `containerLogMaxSize`) write it.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size such as 10Mi"))?;
+    let factor: u64 = match unit {
+        "" => 1,
+        "K" | "k" => 1000,
+        "M" => 1000 * 1000,
+        "G" => 1000 * 1000 * 1000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "{s:?} has an unknown unit (use Ki, Mi, Gi, K, M or G)"
+            ))
+        }
+    };
+    n.checked_mul(factor)
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("{s:?} is not a usable size"))
 }
 
 fn yes(b: bool) -> &'static str {

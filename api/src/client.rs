@@ -538,6 +538,43 @@ impl Client {
         )))
     }
 
+    /// A streaming GET of raw bytes (e.g. `pods/NAME/log?follow=true`): each piece of the
+    /// body is yielded as it arrives. A non-2xx answer is an error.
+    pub async fn stream_bytes(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<Pin<Box<dyn Stream<Item = Result<Vec<u8>, ClientError>> + Send>>, ClientError> {
+        let (conn, head) = self.send("GET", path_and_query, None, accept).await?;
+        let mut reader = BodyReader::new(conn, &head, false);
+        if !(200..300).contains(&head.status) {
+            let mut body = Vec::new();
+            while let Some(chunk) = reader.next_chunk().await? {
+                body.extend_from_slice(&chunk);
+            }
+            reader.finish(&self.inner);
+            return Err(error_from_body(head.status, &body));
+        }
+        let inner = self.inner.clone();
+        Ok(Box::pin(futures_lite::stream::unfold(
+            Some(reader),
+            move |state| {
+                let inner = inner.clone();
+                async move {
+                    let mut reader = state?;
+                    match reader.next_chunk().await {
+                        Ok(Some(chunk)) => Some((Ok(chunk), Some(reader))),
+                        Ok(None) => {
+                            reader.finish(&inner);
+                            None
+                        }
+                        Err(e) => Some((Err(e), None)),
+                    }
+                }
+            },
+        )))
+    }
+
     // ---- untyped API, by kind, on JSON values ----
 
     pub async fn get_value(

@@ -127,12 +127,7 @@ pub async fn join(
         return Err(refused());
     }
     let certificate = pki
-        .sign_client_csr(
-            &req.csr,
-            &format!("system:node:{}", req.node_name),
-            "system:nodes",
-            NODE_CERT_VALIDITY,
-        )
+        .sign_node_csr(&req.csr, &req.node_name, NODE_CERT_VALIDITY)
         .map_err(|e| {
             ApiError::bad_request(format!("the certificate signing request was refused: {e}"))
         })?;

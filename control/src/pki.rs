@@ -3,7 +3,8 @@
 //! certificate alone is renewed when it nears expiry or its name list changes.
 //!
 //! Layout under the data dir: `pki/ca.crt`, `pki/ca.key`, `pki/server.crt`,
-//! `pki/server.key`, `admin-token`, `admin.kubeconfig`. Keys, the token and the kubeconfig
+//! `pki/server.key`, `pki/apiserver-client.{crt,key}` (what the server shows agents when it
+//! fetches logs), `admin-token`, `admin.kubeconfig`. Keys, the token and the kubeconfig
 //! are mode 0600, the directories 0700.
 
 use std::collections::BTreeSet;
@@ -29,6 +30,9 @@ const SERVER_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Backdating of `notBefore`, for clocks slightly behind ours.
 const CLOCK_SKEW: Duration = Duration::from_secs(3600);
+/// The common name of the client certificate the server presents to agents (for logs). The
+/// agent accepts no other client; the same string is `agent::node::logs::APISERVER_CLIENT_CN`.
+pub const APISERVER_CLIENT_CN: &str = "skiff-apiserver";
 
 /// What went wrong making or loading the PKI.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +65,8 @@ pub struct Pki {
     ca_key_pem: String,
     server_cert_pem: String,
     server_key_pem: String,
+    apiserver_client_cert_pem: String,
+    apiserver_client_key_pem: String,
     admin_token: String,
     kubeconfig_path: PathBuf,
 }
@@ -135,6 +141,23 @@ impl Pki {
             (cert, key)
         };
 
+        // The server's own client certificate, for the agents' log endpoints.
+        let client_cert_path = dir.join("apiserver-client.crt");
+        let client_key_path = dir.join("apiserver-client.key");
+        let reuse = !ca_is_new
+            && client_key_path.exists()
+            && client_cert_path.exists()
+            && server_cert_is_current(&read(&client_cert_path)?, &ca_cert_der, &BTreeSet::new());
+        let (apiserver_client_cert_pem, apiserver_client_key_pem) = if reuse {
+            tighten(&client_key_path)?;
+            (read(&client_cert_path)?, read(&client_key_path)?)
+        } else {
+            let (cert, key) = generate_apiserver_client_cert(&ca_cert_pem, &ca_key_pem)?;
+            write_file(&client_key_path, &key, 0o600)?;
+            write_file(&client_cert_path, &cert, 0o644)?;
+            (cert, key)
+        };
+
         let token_path = data_dir.join("admin-token");
         let existing = if token_path.exists() {
             tighten(&token_path)?;
@@ -172,6 +195,8 @@ impl Pki {
             ca_key_pem,
             server_cert_pem,
             server_key_pem,
+            apiserver_client_cert_pem,
+            apiserver_client_key_pem,
             admin_token,
             kubeconfig_path,
         })
@@ -251,6 +276,98 @@ impl Pki {
         organization: &str,
         validity: Duration,
     ) -> Result<String, PkiError> {
+        self.sign_csr(
+            csr_pem,
+            common_name,
+            organization,
+            validity,
+            Vec::new(),
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+        )
+    }
+
+    /// The certificate and key (PEM) the server presents to agents: CN
+    /// [`APISERVER_CLIENT_CN`], client auth only, signed by the CA.
+    pub fn apiserver_client_pem(&self) -> (&str, &str) {
+        (
+            &self.apiserver_client_cert_pem,
+            &self.apiserver_client_key_pem,
+        )
+    }
+
+    /// TLS for connecting to an agent's log endpoint: the agent's certificate must chain to
+    /// the CA (its name is checked by the caller's `ServerName`, the node's name), and the
+    /// server authenticates with its own client certificate.
+    pub fn agent_client_config(&self) -> Result<Arc<rustls::ClientConfig>, PkiError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(self.ca_cert_der.clone())
+            .map_err(|e| PkiError::Tls(e.to_string()))?;
+        let chain = CertificateDer::pem_slice_iter(self.apiserver_client_cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PkiError::Tls(format!("apiserver client certificate: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(self.apiserver_client_key_pem.as_bytes())
+            .map_err(|e| PkiError::Tls(format!("apiserver client key: {e}")))?;
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| PkiError::Tls(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| PkiError::Tls(e.to_string()))?;
+        Ok(Arc::new(config))
+    }
+
+    /// Signs a node's certificate for the CSR's public key: CN `system:node:<node_name>`, O
+    /// `system:nodes`, usable both as a client certificate (to the API) and as the serving
+    /// certificate of the agent's log endpoint. Its SANs are the DNS name `node_name` (what
+    /// the server verifies when it connects to the agent) and the IP addresses the CSR asks
+    /// for (informational: the server never trusts an agent by address, so a node asking
+    /// for another node's address gains nothing). Other requested names are ignored.
+    pub fn sign_node_csr(
+        &self,
+        csr_pem: &str,
+        node_name: &str,
+        validity: Duration,
+    ) -> Result<String, PkiError> {
+        let requested = CertificateSigningRequestParams::from_pem(csr_pem)
+            .map_err(|e| PkiError::Csr(e.to_string()))?;
+        let mut sans = vec![SanType::DnsName(
+            node_name
+                .to_string()
+                .try_into()
+                .map_err(|e: rcgen::Error| PkiError::Csr(e.to_string()))?,
+        )];
+        sans.extend(
+            requested
+                .params
+                .subject_alt_names
+                .iter()
+                .filter(|s| matches!(s, SanType::IpAddress(_)))
+                .cloned(),
+        );
+        self.sign_csr(
+            csr_pem,
+            &format!("system:node:{node_name}"),
+            "system:nodes",
+            validity,
+            sans,
+            vec![
+                ExtendedKeyUsagePurpose::ClientAuth,
+                ExtendedKeyUsagePurpose::ServerAuth,
+            ],
+        )
+    }
+
+    fn sign_csr(
+        &self,
+        csr_pem: &str,
+        common_name: &str,
+        organization: &str,
+        validity: Duration,
+        sans: Vec<SanType>,
+        usages: Vec<ExtendedKeyUsagePurpose>,
+    ) -> Result<String, PkiError> {
         let mut csr = CertificateSigningRequestParams::from_pem(csr_pem)
             .map_err(|e| PkiError::Csr(e.to_string()))?;
         let mut params = CertificateParams::default();
@@ -261,9 +378,10 @@ impl Pki {
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);
+        params.subject_alt_names = sans;
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.extended_key_usages = usages;
         params.use_authority_key_identifier_extension = true;
         params.serial_number = Some(random_serial()?);
         let now = unix_now();
@@ -434,6 +552,37 @@ fn generate_server_cert(
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.serial_number = Some(random_serial()?);
+    let now = unix_now();
+    params.not_before = rcgen::date_time_ymd(1970, 1, 1) + now.saturating_sub(CLOCK_SKEW);
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + SERVER_VALIDITY;
+    let cert = params.signed_by(&key, &issuer).map_err(gen)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+fn generate_apiserver_client_cert(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+) -> Result<(String, String), PkiError> {
+    let gen = |error| PkiError::Generate {
+        what: "apiserver client certificate",
+        error,
+    };
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(gen)?;
+    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).map_err(gen)?;
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen)?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, APISERVER_CLIENT_CN);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "skiff");
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.use_authority_key_identifier_extension = true;
     params.serial_number = Some(random_serial()?);
     let now = unix_now();

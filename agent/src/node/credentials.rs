@@ -7,6 +7,7 @@
 
 use std::fs;
 use std::io::Write;
+use std::net::IpAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
@@ -144,11 +145,20 @@ pub fn ca_fingerprint(pem: &str) -> Result<String, JoinError> {
     Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A fresh ECDSA P-256 key (PKCS#8 PEM) and a CSR (PEM) for `system:node:<node_name>`.
-pub fn make_key_and_csr(node_name: &str) -> Result<(String, String), JoinError> {
+/// A fresh ECDSA P-256 key (PKCS#8 PEM) and a CSR (PEM) for `system:node:<node_name>`,
+/// asking for the node's name and `addresses` as SANs: the certificate is also the serving
+/// certificate of the agent's log endpoint (the server signs it for both uses).
+pub fn make_key_and_csr(
+    node_name: &str,
+    addresses: &[IpAddr],
+) -> Result<(String, String), JoinError> {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
         .map_err(|e| JoinError::Key(e.to_string()))?;
-    let mut params = rcgen::CertificateParams::default();
+    let mut params = rcgen::CertificateParams::new(vec![node_name.to_string()])
+        .map_err(|e| JoinError::Key(e.to_string()))?;
+    params
+        .subject_alt_names
+        .extend(addresses.iter().map(|ip| rcgen::SanType::IpAddress(*ip)));
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(
         rcgen::DnType::CommonName,
@@ -164,12 +174,13 @@ pub fn make_key_and_csr(node_name: &str) -> Result<(String, String), JoinError> 
     Ok((key.serialize_pem(), csr))
 }
 
-/// Joins the cluster at `server` with `token` as `node_name`; stores and returns the
-/// credentials.
+/// Joins the cluster at `server` with `token` as `node_name` (reachable at `addresses`);
+/// stores and returns the credentials.
 pub async fn join(
     server: &str,
     token: &str,
     node_name: &str,
+    addresses: &[IpAddr],
     data_dir: &Path,
 ) -> Result<Credentials, JoinError> {
     let token = JoinToken::parse(token)?;
@@ -197,7 +208,7 @@ pub async fn join(
         ca_pem: Some(ca_pem.clone()),
         ..Default::default()
     })?;
-    let (key_pem, csr) = make_key_and_csr(node_name)?;
+    let (key_pem, csr) = make_key_and_csr(node_name, addresses)?;
     let req = JoinRequest {
         token: token.credential(),
         node_name: node_name.to_string(),
@@ -234,7 +245,8 @@ mod tests {
 
     #[test]
     fn csr_names_the_node_and_files_are_private() {
-        let (key, csr) = make_key_and_csr("pi-1").expect("csr");
+        let ip: IpAddr = "10.0.0.5".parse().expect("ip");
+        let (key, csr) = make_key_and_csr("pi-1", &[ip]).expect("csr");
         assert!(key.contains("PRIVATE KEY"));
         let parsed = rcgen::CertificateSigningRequestParams::from_pem(&csr).expect("parse");
         let cn = parsed
@@ -246,6 +258,10 @@ mod tests {
             cn,
             Some(rcgen::DnValue::Utf8String("system:node:pi-1".into()))
         );
+        assert!(parsed
+            .params
+            .subject_alt_names
+            .contains(&rcgen::SanType::IpAddress(ip)));
 
         let dir = tempfile::tempdir().expect("dir");
         let data = dir.path().join("agent");

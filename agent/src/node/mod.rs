@@ -7,10 +7,17 @@
 //! Credentials::load(data_dir) -> Result<Option<Credentials>, JoinError>
 //! register::build_node(&NodeFacts, &NodeSettings, Time) -> Node
 //! register::register(&Client, &Node).await ; register::heartbeat(&Client, name, since).await
+//! logs::tls_config(&Credentials) -> Result<Arc<rustls::ServerConfig>, LogServerError>
+//! logs::serve(TcpListener, Arc<ServerConfig>, Arc<LogSource>).await   // the log endpoint
 //! ```
+//!
+//! The agent also runs a [`LogKeeper`] thread (once a second: time-stamps, rotates and prunes
+//! container logs) and the HTTPS log endpoint on `log_port`, whose port it publishes in
+//! `Node.status.daemonEndpoints.kubeletEndpoint`.
 
 pub mod credentials;
 pub mod facts;
+pub mod logs;
 pub mod register;
 
 use std::path::PathBuf;
@@ -28,6 +35,7 @@ use crate::image::{
     cli::images_dir, cli::registries_file, ImageStore, PullOptions, RegistryConfig,
 };
 use crate::pods::{Context, PodCache, PodManager};
+use crate::runtime::logs::{LogKeeper, LogLimits};
 use crate::runtime::{Runtime, RuntimeConfig};
 
 /// Everything the agent is started with.
@@ -48,6 +56,10 @@ pub struct AgentConfig {
     pub allow_privileged: bool,
     pub cgroup_parent: String,
     pub heartbeat: Duration,
+    /// The log endpoint's port; 0 picks a free one (the one published in the Node).
+    pub log_port: u16,
+    /// Size cap and file count of container logs.
+    pub log_limits: LogLimits,
 }
 
 /// Why the agent could not run.
@@ -95,7 +107,12 @@ pub async fn credentials(cfg: &AgentConfig) -> Result<Credentials, AgentError> {
         return Err(JoinError::NotJoined.into());
     };
     tracing::info!(%server, node = %cfg.node_name, "joining the cluster");
-    Ok(credentials::join(server, token, &cfg.node_name, &cfg.data_dir).await?)
+    let address = match &cfg.node_ip {
+        Some(ip) => ip.parse().ok(),
+        None => facts::local_address_towards(server),
+    };
+    let addresses: Vec<std::net::IpAddr> = address.into_iter().collect();
+    Ok(credentials::join(server, token, &cfg.node_name, &addresses, &cfg.data_dir).await?)
 }
 
 /// Runs the agent: join (once), register, heartbeat, pods. Returns only on a fatal error.
@@ -126,12 +143,28 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             platform: None,
         };
 
+        let runtime = Arc::new(runtime);
+        let cache = Arc::new(cache);
+        let pods_dir = cfg.data_dir.join("pods");
+        start_log_keeper(pods_dir.clone(), cfg.log_limits);
+        let log_port = start_log_endpoint(
+            &creds,
+            cfg.log_port,
+            Arc::new(logs::LogSource {
+                pods_dir: pods_dir.clone(),
+                cache: cache.clone(),
+                runtime: runtime.clone(),
+            }),
+        )
+        .await;
+
         let settings = NodeSettings {
             name: cfg.node_name.clone(),
             internal_ip: node_ip.clone(),
             labels: cfg.labels.iter().cloned().collect(),
             taints: cfg.taints.clone(),
             max_pods: cfg.max_pods,
+            kubelet_port: log_port,
         };
         let data_dir = cfg.data_dir.clone();
         let node_facts = smol::unblock(move || NodeFacts::gather(&data_dir)).await;
@@ -144,19 +177,78 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .detach();
 
         let manager = PodManager::new(Context {
-            runtime: Arc::new(runtime),
+            runtime,
             images,
             client,
-            cache: Arc::new(cache),
+            cache,
             node_name: cfg.node_name.clone(),
             node_ip,
-            pods_dir: cfg.data_dir.join("pods"),
+            pods_dir,
             pull_options,
             allow_privileged: cfg.allow_privileged,
         });
         manager.run().await;
         Ok(())
     })
+}
+
+/// Stamps, rotates and prunes container logs once a second, on its own thread (file I/O).
+fn start_log_keeper(pods_dir: PathBuf, limits: LogLimits) {
+    let spawned = std::thread::Builder::new()
+        .name("log-keeper".into())
+        .spawn(move || {
+            let mut keeper = LogKeeper::new(pods_dir, limits);
+            loop {
+                keeper.tick();
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the log keeper: container logs will not rotate: {e}");
+    }
+}
+
+/// Starts the log endpoint; answers the port to publish. A port in use or a certificate
+/// that cannot serve does not stop the agent (its pods matter more than their logs): the
+/// first is retried in the background, the second is logged.
+async fn start_log_endpoint(creds: &Credentials, port: u16, source: Arc<logs::LogSource>) -> u16 {
+    if !logs::can_serve(creds) {
+        tracing::warn!(
+            "the node certificate is not valid for serving (the node joined before the log \
+             endpoint existed): logs cannot be served; re-join the node to get one"
+        );
+    }
+    let tls = match logs::tls_config(creds) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("log endpoint disabled: {e}");
+            return port;
+        }
+    };
+    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+    match smol::net::TcpListener::bind(addr).await {
+        Ok(listener) => {
+            let bound = listener.local_addr().map_or(port, |a| a.port());
+            tracing::info!(port = bound, "serving container logs");
+            smol::spawn(logs::serve(listener, tls, source)).detach();
+            bound
+        }
+        Err(e) => {
+            tracing::warn!(port, "cannot listen for log requests, retrying: {e}");
+            smol::spawn(async move {
+                loop {
+                    smol::Timer::after(Duration::from_secs(10)).await;
+                    if let Ok(listener) = smol::net::TcpListener::bind(addr).await {
+                        tracing::info!(port, "serving container logs");
+                        logs::serve(listener, tls, source).await;
+                        return;
+                    }
+                }
+            })
+            .detach();
+            port
+        }
+    }
 }
 
 /// Registers the Node (retrying until the server answers), then heartbeats; re-registers

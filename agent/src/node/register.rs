@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use api::client::{resource_path, Client, ClientError};
-use api::core::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
+use api::core::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Taint,
+};
 use api::meta::{ObjectMeta, Quantity, Time};
 use api::object::Kind;
 
@@ -23,6 +26,8 @@ pub struct NodeSettings {
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub max_pods: u32,
+    /// The port of the agent's log endpoint (`status.daemonEndpoints.kubeletEndpoint.Port`).
+    pub kubelet_port: u16,
 }
 
 /// A bad `--node-label` or `--register-with-taints` value.
@@ -125,6 +130,11 @@ pub fn build_node(facts: &NodeFacts, settings: &NodeSettings, now: Time) -> Node
             capacity,
             conditions: vec![ready_condition(now)],
             addresses,
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint {
+                    port: i32::from(settings.kubelet_port),
+                }),
+            }),
             node_info: Some(NodeSystemInfo {
                 machine_id: facts.machine_id.clone(),
                 system_uuid: facts.machine_id.clone(),
@@ -252,6 +262,7 @@ mod tests {
             labels: [("zone".to_string(), "a".to_string())].into(),
             taints: vec![],
             max_pods: 110,
+            kubelet_port: 10250,
         };
         let n = build_node(&facts, &settings, Time::now());
         assert_eq!(n.metadata.labels["kubernetes.io/arch"], "arm64");
@@ -262,6 +273,8 @@ mod tests {
         assert_eq!(n.status.allocatable["pods"].0, "110");
         assert_eq!(n.status.addresses[0].address, "10.0.0.5");
         assert_eq!(n.status.conditions[0].status, "True");
+        let endpoint = n.status.daemon_endpoints.and_then(|d| d.kubelet_endpoint);
+        assert_eq!(endpoint.map(|e| e.port), Some(10250));
         let info = n.status.node_info.unwrap();
         assert_eq!(info.kubelet_version, KUBELET_VERSION);
         assert_eq!(info.architecture, "arm64");

@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod delete;
 pub mod get;
+pub mod logs;
 pub mod manifest;
 pub mod table;
 
@@ -43,6 +44,8 @@ pub enum Command {
     Get(get::GetArgs),
     /// Delete objects by kind and name, or those in manifest files.
     Delete(delete::DeleteArgs),
+    /// Print a container's log.
+    Logs(logs::LogsArgs),
     /// Print the client and server versions.
     Version(VersionArgs),
     /// Manage node join tokens.
@@ -150,6 +153,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Delete(args) => {
             let session = Session::open(&cli)?;
             smol::block_on(delete::run(&session, args))
+        }
+        Command::Logs(args) => {
+            let session = Session::open(&cli)?;
+            smol::block_on(logs::run(&session, args))
         }
         Command::Token(TokenCommand::Create { ttl }) => {
             let session = Session::open(&cli)?;

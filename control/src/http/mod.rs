@@ -3,6 +3,7 @@
 //! [`route::Route`] and dispatches on it.
 
 pub mod discovery;
+mod logs;
 pub mod metrics;
 pub mod route;
 mod stream;
@@ -273,6 +274,11 @@ async fn handle(
                 StatusCode::Ok,
                 &discovery::resource_list(&group, &version),
             ))
+        }
+        Route::Resource(path)
+            if path.kind == Kind::Pod && path.subresource.as_deref() == Some("log") =>
+        {
+            logs::pod_log(&state, &req, &user, &path).await
         }
         Route::Resource(path) => {
             let body = read_body(&mut req).await?;

@@ -1,0 +1,545 @@
+//! The agent's log endpoint: HTTPS on `--port` (10250 by default, as the kubelet), serving
+//! `GET /containerLogs/{namespace}/{pod}/{container}?follow=&tailLines=&sinceSeconds=&
+//! timestamps=&previous=&limitBytes=` from the container log files (see
+//! [`crate::runtime::logs`] for their format and its trade-offs).
+//!
+//! Only the API server may ask: the TLS layer requires a client certificate that chains to
+//! the cluster CA *and* names [`APISERVER_CLIENT_CN`]; a node's certificate, a self-made one
+//! or none at all end the handshake. The serving certificate is the node's own (signed at
+//! join for client and server use, with the node's name as DNS SAN, which is what the server
+//! checks). Users reach logs through the server (`GET .../pods/NAME/log`), which proxies here.
+//!
+//! HTTP is the minimum: one request per connection, a GET with no body, the answer
+//! `Connection: close` with the body delimited by the end of the connection (plain text), or
+//! an error status with a one-line text message. A follow stream ends when the client goes
+//! away, the container exits (its log then has nothing more to come), or a newer run of the
+//! container starts.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+
+use super::Credentials;
+use crate::pods::PodCache;
+use crate::runtime::logs::{self as files, LogQuery, LogReader};
+use crate::runtime::{ContainerId, ContainerState, Runtime};
+
+/// The common name of the API server's client certificate, the only client accepted (the
+/// server's `skiff_control::pki::APISERVER_CLIENT_CN`).
+pub const APISERVER_CLIENT_CN: &str = "skiff-apiserver";
+/// The kubelet's port.
+pub const DEFAULT_PORT: u16 = 10250;
+/// Connections served at once; more wait in the listen backlog.
+const MAX_CONNECTIONS: usize = 32;
+/// How long a client has for the handshake and its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a follow stream looks for more.
+const FOLLOW_POLL: Duration = Duration::from_millis(250);
+/// The largest request head accepted.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// Why the log endpoint could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LogServerError {
+    #[error("TLS configuration of the log endpoint: {0}")]
+    Tls(String),
+}
+
+/// Accepts a client only if its certificate chains to the CA and names the API server.
+#[derive(Debug)]
+struct ApiServerOnly {
+    inner: Arc<dyn ClientCertVerifier>,
+}
+
+fn common_name(der: &CertificateDer<'_>) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
+impl ClientCertVerifier for ApiServerOnly {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if common_name(end_entity).as_deref() == Some(APISERVER_CLIENT_CN) {
+            Ok(verified)
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// TLS for the endpoint: the node's certificate, the API server as the only client.
+pub fn tls_config(creds: &Credentials) -> Result<Arc<rustls::ServerConfig>, LogServerError> {
+    let tls = |e: &dyn std::fmt::Display| LogServerError::Tls(e.to_string());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(creds.ca_pem.as_bytes()) {
+        roots.add(ca.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
+    }
+    let inner = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| tls(&e))?;
+    let chain = CertificateDer::pem_slice_iter(creds.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls(&e))?;
+    let key = PrivateKeyDer::from_pem_slice(creds.key_pem.as_bytes()).map_err(|e| tls(&e))?;
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?
+        .with_client_cert_verifier(Arc::new(ApiServerOnly { inner }))
+        .with_single_cert(chain, key)
+        .map_err(|e| tls(&e))?;
+    Ok(Arc::new(config))
+}
+
+/// True when the node's certificate may serve TLS (nodes joined before the log endpoint
+/// existed hold client-only certificates: the server will refuse to talk to them).
+pub fn can_serve(creds: &Credentials) -> bool {
+    let Ok(der) = CertificateDer::from_pem_slice(creds.cert_pem.as_bytes()) else {
+        return false;
+    };
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(&der) else {
+        return false;
+    };
+    matches!(cert.extended_key_usage(), Ok(Some(eku)) if eku.value.server_auth)
+}
+
+/// Where the endpoint finds pods and their logs.
+pub struct LogSource {
+    /// `<data dir>/pods`: `<uid>/logs/<container>/<restart>.log`.
+    pub pods_dir: PathBuf,
+    pub cache: Arc<PodCache>,
+    pub runtime: Arc<Runtime>,
+}
+
+/// One parsed request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LogRequest {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub query: LogQuery,
+    pub follow: bool,
+    pub previous: bool,
+}
+
+/// An HTTP error answer: status code and message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal(pub u16, pub String);
+
+fn bad(msg: impl Into<String>) -> Refusal {
+    Refusal(400, msg.into())
+}
+
+fn flag(v: &str) -> Result<bool, Refusal> {
+    match v {
+        "true" | "1" => Ok(true),
+        "false" | "0" | "" => Ok(false),
+        _ => Err(bad(format!("invalid boolean {v:?}"))),
+    }
+}
+
+fn number(key: &str, v: &str, min: i64) -> Result<i64, Refusal> {
+    v.parse::<i64>().ok().filter(|n| *n >= min).ok_or_else(|| {
+        bad(format!(
+            "{key} must be an integer of at least {min}, not {v:?}"
+        ))
+    })
+}
+
+/// Parses the request head (request line and headers).
+pub fn parse_request(head: &str, now_nanos: i64) -> Result<LogRequest, Refusal> {
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" {
+        return Err(Refusal(405, format!("method {method} is not allowed")));
+    }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let ["containerLogs", ns, pod, container] = segs.as_slice() else {
+        return Err(Refusal(404, format!("no such path {path}")));
+    };
+    if [ns, pod, container].iter().any(|s| s.is_empty()) {
+        return Err(Refusal(404, format!("no such path {path}")));
+    }
+    let mut req = LogRequest {
+        namespace: ns.to_string(),
+        pod: pod.to_string(),
+        container: container.to_string(),
+        query: LogQuery::default(),
+        follow: false,
+        previous: false,
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "follow" => req.follow = flag(v)?,
+            "previous" => req.previous = flag(v)?,
+            "timestamps" => req.query.timestamps = flag(v)?,
+            "tailLines" => req.query.tail_lines = Some(number(k, v, 0)? as u64),
+            "limitBytes" => req.query.limit_bytes = Some(number(k, v, 1)? as u64),
+            "sinceSeconds" => {
+                let s = number(k, v, 1)?;
+                req.query.since_nanos =
+                    Some(now_nanos.saturating_sub(s.saturating_mul(1_000_000_000)));
+            }
+            _ => {}
+        }
+    }
+    Ok(req)
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// What a request reads: its files and, for a follow, how to tell that the log has ended.
+struct Plan {
+    reader: LogReader,
+    follow: Option<Follow>,
+}
+
+struct Follow {
+    container_dir: PathBuf,
+    run: u32,
+    id: Option<ContainerId>,
+}
+
+impl Follow {
+    /// True when no more output can come to this run: a newer run exists or the container
+    /// is not running.
+    fn ended(&self, runtime: &Runtime) -> bool {
+        if files::runs(&self.container_dir)
+            .last()
+            .is_some_and(|&r| r > self.run)
+        {
+            return true;
+        }
+        let Some(id) = &self.id else { return true };
+        !matches!(
+            runtime.state(id),
+            Ok(ContainerState::Running { .. } | ContainerState::Created)
+        )
+    }
+}
+
+/// Finds the pod and the files to read (blocking: the pod cache is a redb file).
+fn plan(source: &LogSource, req: &LogRequest) -> Result<Plan, Refusal> {
+    let pods = source
+        .cache
+        .list()
+        .map_err(|e| Refusal(500, format!("reading the pod cache: {e}")))?;
+    let Some(pod) = pods.iter().find(|p| {
+        p.metadata.name == req.pod && p.metadata.namespace.as_deref() == Some(&req.namespace)
+    }) else {
+        return Err(Refusal(
+            404,
+            format!("pod {}/{} is not on this node", req.namespace, req.pod),
+        ));
+    };
+    let uid = pod.metadata.uid.clone();
+    let container_dir = source.pods_dir.join(&uid).join("logs").join(&req.container);
+    let runs = files::runs(&container_dir);
+    let run = if req.previous {
+        match runs.as_slice() {
+            [.., previous, _] => *previous,
+            _ => {
+                return Err(bad(format!(
+                    "previous terminated container \"{}\" in pod \"{}\" not found",
+                    req.container, req.pod
+                )))
+            }
+        }
+    } else {
+        match runs.last() {
+            Some(&r) => r,
+            None => {
+                return Err(bad(format!(
+                    "container \"{}\" in pod \"{}\" is waiting to start: no logs yet",
+                    req.container, req.pod
+                )))
+            }
+        }
+    };
+    let reader = LogReader::open(files::run_files(&container_dir, run), req.query.clone())
+        .map_err(|e| Refusal(500, format!("reading the log: {e}")))?;
+    let follow = (req.follow && !req.previous).then(|| Follow {
+        id: ContainerId::new(&uid, &req.container).ok(),
+        container_dir,
+        run,
+    });
+    Ok(Plan { reader, follow })
+}
+
+/// Serves the endpoint on `listener` forever.
+pub async fn serve(
+    listener: smol::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    source: Arc<LogSource>,
+) {
+    let acceptor = futures_rustls::TlsAcceptor::from(tls);
+    let active = Arc::new(AtomicUsize::new(0));
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("log endpoint: accept failed: {e}");
+                smol::Timer::after(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            tracing::warn!(%peer, "log endpoint: too many connections, dropping one");
+            continue;
+        }
+        active.fetch_add(1, Ordering::Relaxed);
+        let (acceptor, source, active) = (acceptor.clone(), source.clone(), active.clone());
+        smol::spawn(async move {
+            if let Err(e) = connection(tcp, acceptor, source).await {
+                tracing::debug!(%peer, "log endpoint: {e}");
+            }
+            active.fetch_sub(1, Ordering::Relaxed);
+        })
+        .detach();
+    }
+}
+
+async fn timeout<T>(
+    fut: impl std::future::Future<Output = io::Result<T>>,
+    what: &str,
+) -> io::Result<T> {
+    let what = what.to_string();
+    fut.or(async move {
+        smol::Timer::after(REQUEST_TIMEOUT).await;
+        Err(io::Error::new(io::ErrorKind::TimedOut, what))
+    })
+    .await
+}
+
+async fn read_head<S: futures_lite::AsyncRead + Unpin>(stream: &mut S) -> io::Result<String> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no request"));
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_HEAD {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "request head too large",
+            ));
+        }
+    }
+    Ok(String::from_utf8_lossy(&head).into_owned())
+}
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Internal Server Error",
+    }
+}
+
+async fn connection(
+    tcp: smol::net::TcpStream,
+    acceptor: futures_rustls::TlsAcceptor,
+    source: Arc<LogSource>,
+) -> io::Result<()> {
+    let _ = tcp.set_nodelay(true);
+    let mut tls = timeout(acceptor.accept(tcp), "TLS handshake timed out").await?;
+    let head = timeout(read_head(&mut tls), "request timed out").await?;
+    let planned = match parse_request(&head, now_nanos()) {
+        Ok(req) => {
+            let src = source.clone();
+            smol::unblock(move || plan(&src, &req)).await
+        }
+        Err(r) => Err(r),
+    };
+    let plan = match planned {
+        Ok(p) => p,
+        Err(Refusal(code, msg)) => {
+            let body = format!("{msg}\n");
+            let answer = format!(
+                "HTTP/1.1 {code} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                reason(code),
+                body.len()
+            );
+            tls.write_all(answer.as_bytes()).await?;
+            tls.flush().await?;
+            tls.close().await?;
+            return Ok(());
+        }
+    };
+    tls.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n",
+    )
+    .await?;
+    tls.flush().await?;
+    let (mut rd, mut wr) = futures_lite::io::split(tls);
+    // The client sends nothing more: a read that ends means it went away.
+    let gone = async move {
+        let mut buf = [0u8; 512];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(_) => {}
+            }
+        }
+    };
+    let runtime = source.runtime.clone();
+    let stream = async move {
+        stream_log(plan, runtime, &mut wr).await?;
+        wr.close().await
+    };
+    stream.or(gone).await
+}
+
+async fn stream_log<W: futures_lite::AsyncWrite + Unpin>(
+    plan: Plan,
+    runtime: Arc<Runtime>,
+    out: &mut W,
+) -> io::Result<()> {
+    let Plan { mut reader, follow } = plan;
+    let follow = follow.map(Arc::new);
+    loop {
+        let f = follow.clone();
+        let rt = runtime.clone();
+        // Whether the log had ended is decided before the read, so nothing written just
+        // before the container exited is missed.
+        let (r, chunk, ended) = smol::unblock(move || {
+            let ended = f.as_ref().is_none_or(|f| f.ended(&rt));
+            let chunk = reader.read_more();
+            (reader, chunk, ended)
+        })
+        .await;
+        reader = r;
+        let chunk = chunk?;
+        if !chunk.is_empty() {
+            out.write_all(&chunk).await?;
+            out.flush().await?;
+        }
+        if reader.limit_reached() {
+            return Ok(());
+        }
+        if chunk.is_empty() {
+            if ended {
+                let rest = reader.finish();
+                out.write_all(&rest).await?;
+                return out.flush().await;
+            }
+            smol::Timer::after(FOLLOW_POLL).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_requests() {
+        let r = parse_request(
+            "GET /containerLogs/default/web/main?follow=true&tailLines=10&sinceSeconds=5&timestamps=1&limitBytes=100 HTTP/1.1\r\nHost: x\r\n\r\n",
+            10_000_000_000,
+        )
+        .expect("parse");
+        assert_eq!(
+            r,
+            LogRequest {
+                namespace: "default".into(),
+                pod: "web".into(),
+                container: "main".into(),
+                query: LogQuery {
+                    tail_lines: Some(10),
+                    since_nanos: Some(5_000_000_000),
+                    timestamps: true,
+                    limit_bytes: Some(100),
+                },
+                follow: true,
+                previous: false,
+            }
+        );
+        assert_eq!(
+            parse_request("POST /containerLogs/a/b/c HTTP/1.1\r\n\r\n", 0)
+                .unwrap_err()
+                .0,
+            405
+        );
+        assert_eq!(
+            parse_request("GET /containerLogs/a/b HTTP/1.1\r\n\r\n", 0)
+                .unwrap_err()
+                .0,
+            404
+        );
+        assert_eq!(
+            parse_request("GET /containerLogs/a/b/c?tailLines=-1 HTTP/1.1\r\n\r\n", 0)
+                .unwrap_err()
+                .0,
+            400
+        );
+        assert_eq!(
+            parse_request(
+                "GET /containerLogs/a/b/c?previous=maybe HTTP/1.1\r\n\r\n",
+                0
+            )
+            .unwrap_err()
+            .0,
+            400
+        );
+    }
+}

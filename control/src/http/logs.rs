@@ -1,0 +1,299 @@
+//! `GET /api/v1/namespaces/{ns}/pods/{name}/log`: a pod's container log, fetched from the
+//! agent of the pod's node and streamed through.
+//!
+//! The server connects to the node's InternalIP at the port the Node publishes in
+//! `status.daemonEndpoints.kubeletEndpoint.Port`, verifies the agent's certificate against
+//! the CA *and the node's name* (never its address: an address can move, and a node may ask
+//! for any address in its CSR), and presents its own client certificate
+//! ([`crate::pki::APISERVER_CLIENT_CN`]), the only one the agent accepts. The agent answers
+//! with the body delimited by the end of the connection; every piece it sends is passed on
+//! at once as a chunk, so `follow=true` is live. When the client goes away, the response
+//! body is dropped, which drops the agent connection, which ends the agent's stream.
+//!
+//! Only admins may read logs (a node's certificate may not read other pods' logs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::core::{Node, Pod};
+use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
+use tide::http::StatusCode;
+
+use super::route::ResourcePath;
+use super::stream::ChannelReader;
+use super::{query, State};
+use crate::auth::User;
+use crate::error::ApiError;
+
+/// How long connecting to an agent (TCP and TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the agent has to start answering.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+/// The kubelet's port, when a Node does not say.
+const DEFAULT_AGENT_PORT: i32 = 10250;
+
+fn flag(req: &tide::Request<State>, key: &str) -> Result<bool, ApiError> {
+    match query(req, key).as_deref() {
+        None | Some("" | "false" | "0") => Ok(false),
+        Some("true" | "1") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "{key}: invalid boolean value {other:?}"
+        ))),
+    }
+}
+
+fn integer(req: &tide::Request<State>, key: &str, min: i64) -> Result<Option<i64>, ApiError> {
+    match query(req, key) {
+        None => Ok(None),
+        Some(v) => match v.parse::<i64>() {
+            Ok(n) if n >= min => Ok(Some(n)),
+            _ => Err(ApiError::bad_request(format!(
+                "{key}: must be an integer of at least {min}, not {v:?}"
+            ))),
+        },
+    }
+}
+
+/// The agent's query string for this request.
+fn agent_query(req: &tide::Request<State>) -> Result<String, ApiError> {
+    let mut q = Vec::new();
+    for key in ["follow", "previous", "timestamps"] {
+        if flag(req, key)? {
+            q.push(format!("{key}=true"));
+        }
+    }
+    if let Some(n) = integer(req, "tailLines", 0)? {
+        q.push(format!("tailLines={n}"));
+    }
+    if let Some(n) = integer(req, "limitBytes", 1)? {
+        q.push(format!("limitBytes={n}"));
+    }
+    let since_seconds = integer(req, "sinceSeconds", 1)?;
+    let since_time = query(req, "sinceTime");
+    match (since_seconds, since_time) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "at most one of sinceTime or sinceSeconds may be specified",
+            ))
+        }
+        (Some(s), None) => q.push(format!("sinceSeconds={s}")),
+        (None, Some(t)) => {
+            let at = humantime::parse_rfc3339_weak(&t).map_err(|e| {
+                ApiError::bad_request(format!("sinceTime: invalid RFC 3339 time {t:?}: {e}"))
+            })?;
+            // The agent takes seconds; round up so that nothing older than asked is sent.
+            let ago = std::time::SystemTime::now()
+                .duration_since(at)
+                .unwrap_or(Duration::ZERO);
+            q.push(format!("sinceSeconds={}", ago.as_secs().max(1)));
+        }
+        (None, None) => {}
+    }
+    Ok(q.join("&"))
+}
+
+/// The container a request means: the one named, or the pod's only one.
+fn container_of(pod: &Pod, name: &str, asked: Option<String>) -> Result<String, ApiError> {
+    let names: Vec<&str> = pod
+        .spec
+        .init_containers
+        .iter()
+        .chain(&pod.spec.containers)
+        .map(|c| c.name.as_str())
+        .collect();
+    match asked.filter(|c| !c.is_empty()) {
+        Some(c) if names.contains(&c.as_str()) => Ok(c),
+        Some(c) => Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {name}"
+        ))),
+        None => match pod.spec.containers.as_slice() {
+            [only] => Ok(only.name.clone()),
+            _ => Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                pod.spec
+                    .containers
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ))),
+        },
+    }
+}
+
+/// Serves a `log` request (the caller has routed `pods/NAME/log` here).
+pub(super) async fn pod_log(
+    state: &State,
+    req: &tide::Request<State>,
+    user: &User,
+    path: &ResourcePath,
+) -> Result<tide::Response, ApiError> {
+    if let User::Node(node) = user {
+        return Err(ApiError::forbidden(format!(
+            "pods \"log\" is forbidden: User \"system:node:{node}\" cannot read pod logs"
+        )));
+    }
+    if req.method() != tide::http::Method::Get {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow {} on pod logs",
+            req.method()
+        )));
+    }
+    let (Some(ns), Some(name)) = (&path.namespace, &path.name) else {
+        return Err(ApiError::path_not_found());
+    };
+    let pod: Pod = state.registry.get(ns, name).await?;
+    let container = container_of(&pod, name, query(req, "container"))?;
+    let agent_query = agent_query(req)?;
+    let Some(node_name) = pod.spec.node_name.clone().filter(|n| !n.is_empty()) else {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    };
+    let node: Node = state.registry.get("", &node_name).await.map_err(|_| {
+        ApiError::unavailable(format!(
+            "cannot fetch the logs of pod {name}: its node {node_name} is not registered"
+        ))
+    })?;
+    let Some(ip) = node
+        .status
+        .addresses
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.clone())
+    else {
+        return Err(ApiError::unavailable(format!(
+            "cannot fetch the logs of pod {name}: node {node_name} has no InternalIP"
+        )));
+    };
+    let port = node
+        .status
+        .daemon_endpoints
+        .as_ref()
+        .and_then(|d| d.kubelet_endpoint.as_ref())
+        .map(|e| e.port)
+        .filter(|p| *p > 0 && *p <= 65535)
+        .unwrap_or(DEFAULT_AGENT_PORT);
+    let target = format!("/containerLogs/{ns}/{name}/{container}?{agent_query}");
+    let tls = state
+        .pki
+        .agent_client_config()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let unreachable = |e: &dyn std::fmt::Display| {
+        ApiError::unavailable(format!(
+            "cannot fetch the logs of pod {name} from node {node_name} at {ip}:{port}: {e}"
+        ))
+    };
+    let (status, head_rest, stream) = fetch(tls, &node_name, &ip, port as u16, &target)
+        .await
+        .map_err(|e| unreachable(&e))?;
+    if status != 200 {
+        let mut body = head_rest;
+        let mut s = stream;
+        let _ = s.read_to_end(&mut body).await;
+        let message = String::from_utf8_lossy(&body).trim().to_string();
+        return Err(match status {
+            400 | 404 => ApiError::bad_request(message),
+            _ => unreachable(&format!("the agent answered {status}: {message}")),
+        });
+    }
+
+    // A task pumps the agent's bytes into the response; it ends (dropping the agent
+    // connection) when the agent is done or the client is gone.
+    let (tx, rx) = async_channel::bounded::<Vec<u8>>(16);
+    smol::spawn(async move {
+        let mut stream = stream;
+        if !head_rest.is_empty() && tx.send(head_rest).await.is_err() {
+            return;
+        }
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.send(buf[..n].to_vec()).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .detach();
+    let mut r = tide::Response::new(StatusCode::Ok);
+    r.set_body(tide::Body::from_reader(ChannelReader::new(rx), None));
+    r.set_content_type("text/plain");
+    Ok(r)
+}
+
+type AgentStream = futures_rustls::client::TlsStream<smol::net::TcpStream>;
+
+/// Sends the request to the agent; answers its status, the body bytes read along with the
+/// head, and the connection (whose remaining bytes are the rest of the body).
+async fn fetch(
+    tls: Arc<rustls::ClientConfig>,
+    node_name: &str,
+    ip: &str,
+    port: u16,
+    target: &str,
+) -> Result<(u16, Vec<u8>, AgentStream), String> {
+    let server_name = rustls::pki_types::ServerName::try_from(node_name.to_string())
+        .map_err(|e| format!("node name {node_name:?} is not a DNS name: {e}"))?;
+    let host = if ip.contains(':') {
+        format!("[{ip}]:{port}")
+    } else {
+        format!("{ip}:{port}")
+    };
+    let connect = async {
+        let tcp = smol::net::TcpStream::connect(host.as_str())
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = tcp.set_nodelay(true);
+        futures_rustls::TlsConnector::from(tls)
+            .connect(server_name, tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))
+    };
+    let mut stream = connect
+        .or(async {
+            smol::Timer::after(CONNECT_TIMEOUT).await;
+            Err("timed out connecting".to_string())
+        })
+        .await?;
+    let request = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let answer = async {
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        stream.flush().await.map_err(|e| e.to_string())?;
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                let rest = head.split_off(end + 4);
+                return Ok((head, rest));
+            }
+            if head.len() > 64 * 1024 {
+                return Err("the agent's answer has no end of head".to_string());
+            }
+            let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("the agent closed the connection without an answer".to_string());
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+    };
+    let (head, rest) = answer
+        .or(async {
+            smol::Timer::after(ANSWER_TIMEOUT).await;
+            Err("timed out waiting for the agent's answer".to_string())
+        })
+        .await?;
+    let head = String::from_utf8_lossy(&head);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| "the agent's answer is not HTTP".to_string())?;
+    Ok((status, rest, stream))
+}
