@@ -170,7 +170,6 @@ fn pod_logs_end_to_end() {
         use std::os::unix::process::CommandExt;
         let child = agent
             .command(Some(&token))
-            .args(["--port", "0"])
             .args(["--container-log-max-size", "4Ki"])
             .args(["--container-log-max-files", "3"])
             .process_group(0)

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use api::client::{Client, ClientConfig};
 use api::kubeconfig::Kubeconfig;
+mod podstart;
+
 use clap::{Parser, Subcommand};
 use futures_lite::StreamExt;
 use serde_json::{json, Value};
@@ -49,6 +51,29 @@ enum Cmd {
         pid: u32,
         #[arg(long, default_value_t = 60)]
         seconds: u64,
+    },
+    /// Pod create -> Running (seen on a watch), one by one and in a burst.
+    PodStart {
+        /// Bind the pods to this node directly (default: through the scheduler).
+        #[arg(long)]
+        node: Option<String>,
+        #[arg(long, default_value = "skiff.local/busybox:latest")]
+        image: String,
+        #[arg(long, default_value_t = 100)]
+        sequential: usize,
+        #[arg(long, default_value_t = 20)]
+        concurrent: usize,
+    },
+    /// Wall time of a command that returns once its container runs (`{}` = an index).
+    CommandLatency {
+        #[arg(long, default_value_t = 100)]
+        sequential: usize,
+        #[arg(long, default_value_t = 20)]
+        concurrent: usize,
+        #[arg(long, default_value = "command")]
+        label: String,
+        #[arg(trailing_var_arg = true, required = true)]
+        argv: Vec<String>,
     },
 }
 
@@ -331,5 +356,23 @@ fn main() -> anyhow::Result<()> {
         Cmd::Fill { pods, concurrency } => smol::block_on(fill(&cli.kubeconfig, pods, concurrency)),
         Cmd::Watchers { watchers } => smol::block_on(hold_watchers(&cli.kubeconfig, watchers)),
         Cmd::Proc { pid, seconds } => proc_figures(pid, seconds),
+        Cmd::PodStart {
+            node,
+            image,
+            sequential,
+            concurrent,
+        } => smol::block_on(podstart::pod_start(
+            client(&cli.kubeconfig)?,
+            node,
+            image,
+            sequential,
+            concurrent,
+        )),
+        Cmd::CommandLatency {
+            sequential,
+            concurrent,
+            label,
+            argv,
+        } => podstart::command_latency(argv, sequential, concurrent, &label),
     }
 }

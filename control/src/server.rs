@@ -80,6 +80,9 @@ pub struct EmbeddedAgentArgs {
     /// Allow privileged containers and hostPID pods on this machine.
     #[arg(long, env = "SKIFF_ALLOW_PRIVILEGED")]
     pub allow_privileged: bool,
+    /// The port the local agent serves container logs on (to this server only).
+    #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = agent::node::logs::DEFAULT_PORT)]
+    pub agent_port: u16,
 }
 
 impl EmbeddedAgentArgs {
@@ -123,6 +126,8 @@ impl EmbeddedAgentArgs {
             allow_privileged: self.allow_privileged,
             cgroup_parent: self.cgroup_parent.clone(),
             heartbeat: std::time::Duration::from_secs(10),
+            log_port: self.agent_port,
+            log_limits: Default::default(),
         })
     }
 }

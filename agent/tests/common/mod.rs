@@ -194,6 +194,7 @@ impl TestAgent {
             .args(["--node-name", &self.node_name])
             .args(["--cgroup-parent", &self.cgroup_parent])
             .args(["--heartbeat-seconds", "1"])
+            .args(["--port", "0"])
             .args(["--node-label", "zone=test", "--node-ip", "127.0.0.1"])
             .env(
                 "SKIFF_LOG",
