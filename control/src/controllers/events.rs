@@ -343,3 +343,40 @@ pub async fn sweep(registry: &Registry) -> Result<usize, crate::store::StoreErro
     }
     Ok(removed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Store, StoreConfig};
+
+    #[test]
+    fn the_sweep_removes_events_older_than_an_hour() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(StoreConfig::in_dir(dir.path())).expect("store");
+        let registry = Registry::new(store);
+        smol::block_on(async {
+            let mut ns = api::core::Namespace::default();
+            ns.metadata.name = "default".into();
+            registry.create(ns, None).await.expect("namespace");
+            let now = Time::now().0;
+            for (name, seen) in [("old", now - 3700), ("fresh", now - 60)] {
+                let ev = Event {
+                    metadata: ObjectMeta {
+                        name: name.into(),
+                        namespace: Some("default".into()),
+                        ..Default::default()
+                    },
+                    reason: Some("Tested".into()),
+                    first_timestamp: Some(Time(seen)),
+                    last_timestamp: Some(Time(seen)),
+                    count: Some(1),
+                    ..Default::default()
+                };
+                registry.create(ev, None).await.expect("event");
+            }
+            assert_eq!(sweep(&registry).await.expect("sweep"), 1);
+            assert!(registry.get::<Event>("default", "old").await.is_err());
+            assert!(registry.get::<Event>("default", "fresh").await.is_ok());
+        });
+    }
+}

@@ -235,11 +235,13 @@ impl Collector {
                     let known = g.owners.get(&key).map(|(_, r)| r.as_slice())
                         == Some(&m.owner_references[..]);
                     if !known {
+                        // The first dependent of an owner (or one of an owner just gone) is
+                        // checked: its owner may never have existed.
+                        let unverified = m.owner_references.iter().any(|r| {
+                            !g.dependents.contains_key(&r.uid) || g.gone.contains_key(&r.uid)
+                        });
                         g.set(key.clone(), m.uid.clone(), m.owner_references.clone());
-                        if m.owner_references
-                            .iter()
-                            .any(|r| g.gone.contains_key(&r.uid))
-                        {
+                        if unverified {
                             items.push(Item::Dependent(key.clone()));
                         }
                     }
