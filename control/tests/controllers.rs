@@ -162,16 +162,15 @@ fn step(c: &Client, st: &Mutex<SimState>, turn: &mut usize) {
             }
             None => {}
             Some(n) if down.contains(&n) => {}
+            Some(_) if deleting && hold => {}
             Some(_) if deleting => {
-                if !hold {
-                    let _ = req(
-                        c,
-                        "DELETE",
-                        &path,
-                        "application/json",
-                        &json!({"gracePeriodSeconds": 0}),
-                    );
-                }
+                let _ = req(
+                    c,
+                    "DELETE",
+                    &path,
+                    "application/json",
+                    &json!({"gracePeriodSeconds": 0}),
+                );
             }
             Some(_) => {
                 let ready = p["status"]["conditions"].as_array().is_some_and(|cs| {
@@ -778,8 +777,9 @@ fn unreachable_node_is_tainted_and_its_pods_replaced() {
     let ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
         "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template("agent", "agent:1")}});
     apply(&s, "/apis/apps/v1/namespaces/default/daemonsets", ds);
-    wait_for("daemon pods", Duration::from_secs(15), || {
-        (live_pods(&s, "app=agent").len() == 2).then_some(())
+    wait_for("daemon pods running", Duration::from_secs(15), || {
+        let p = live_pods(&s, "app=agent");
+        (p.len() == 2 && p.iter().all(ready)).then_some(())
     });
 
     sim.set(|st| {
