@@ -22,7 +22,7 @@ struct SimState {
     nodes: Vec<String>,
     /// Nodes that neither heartbeat nor touch their pods.
     down: HashSet<String>,
-    /// Whether running pods report Ready.
+    /// Whether new pods stay unready (pods already ready keep their state).
     not_ready: bool,
     /// Whether bound pods being deleted are confirmed.
     hold_deletions: bool,
@@ -178,7 +178,7 @@ fn step(c: &Client, st: &Mutex<SimState>, turn: &mut usize) {
                         .any(|c| c["type"] == "Ready" && c["status"] == "True")
                 });
                 let running = p["status"]["phase"] == "Running";
-                if !running || ready == not_ready {
+                if !running || (!ready && !not_ready) {
                     let status = if not_ready { "False" } else { "True" };
                     let patch = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": status, "lastTransitionTime": now()}]}});
                     let _ = req(
