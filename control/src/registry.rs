@@ -9,6 +9,7 @@
 //! deletion; namespaced objects need a live namespace.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use api::codec::{self, DecodeError};
 use api::core::{Namespace, Node, Pod};
@@ -47,6 +48,68 @@ pub const SYSTEM_NAMESPACES: &[&str] =
 pub struct Registry {
     pub store: Store,
     pub heartbeats: std::sync::Arc<crate::heartbeat::Heartbeats>,
+    /// The tolerationSeconds pods get on create for the not-ready and unreachable NoExecute
+    /// taints (Kubernetes' DefaultTolerationSeconds admission); shared by every clone.
+    default_toleration_seconds: std::sync::Arc<AtomicI64>,
+}
+
+/// The finalizer of a foreground deletion: the owner stays until its blocking dependents
+/// are gone.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+/// The finalizer of an orphaning deletion: the owner stays until its dependents no longer
+/// name it.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The taints a pod tolerates for the default seconds unless it says otherwise.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
+/// What a DELETE asks to happen to the object's dependents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+impl Propagation {
+    /// `propagationPolicy`, else the deprecated `orphanDependents`, else Background (the
+    /// default of apps/v1 and of every client skiff is driven by).
+    pub fn of(opts: &DeleteOptions) -> Result<Propagation, String> {
+        match (opts.propagation_policy.as_deref(), opts.orphan_dependents) {
+            (Some(_), Some(_)) => {
+                Err("orphanDependents and propagationPolicy cannot both be set".into())
+            }
+            (Some("Background"), _) | (None, None) | (None, Some(false)) => {
+                Ok(Propagation::Background)
+            }
+            (Some("Foreground"), _) => Ok(Propagation::Foreground),
+            (Some("Orphan"), _) | (None, Some(true)) => Ok(Propagation::Orphan),
+            (Some(other), _) => Err(format!(
+                "Unsupported value: {other:?}: supported values: \"Orphan\", \"Background\", \"Foreground\""
+            )),
+        }
+    }
+}
+
+/// Adds the NoExecute tolerations for not-ready and unreachable nodes a pod lacks.
+pub fn add_default_tolerations(pod: &mut Pod, seconds: i64) {
+    for key in [NOT_READY_TAINT, UNREACHABLE_TAINT] {
+        let covered = pod.spec.tolerations.iter().any(|t| {
+            t.key.as_deref().is_none_or(|k| k.is_empty() || k == key)
+                && t.effect
+                    .as_deref()
+                    .is_none_or(|e| e.is_empty() || e == "NoExecute")
+        });
+        if !covered {
+            pod.spec.tolerations.push(api::core::Toleration {
+                key: Some(key.to_string()),
+                operator: Some("Exists".into()),
+                value: None,
+                effect: Some("NoExecute".into()),
+                toleration_seconds: Some(seconds),
+            });
+        }
+    }
 }
 
 fn decode_error(e: DecodeError) -> ApiError {
@@ -360,7 +423,14 @@ impl Registry {
         Registry {
             store,
             heartbeats: Default::default(),
+            default_toleration_seconds: std::sync::Arc::new(AtomicI64::new(300)),
         }
+    }
+
+    /// Sets the tolerationSeconds new pods get for not-ready and unreachable nodes.
+    pub fn set_default_toleration_seconds(&self, seconds: i64) {
+        self.default_toleration_seconds
+            .store(seconds, Ordering::Relaxed);
     }
 
     pub async fn get<K: Resource>(&self, ns: &str, name: &str) -> Result<K, ApiError> {
@@ -382,6 +452,9 @@ impl Registry {
         }
         obj.set_defaults();
         prepare_for_create(&mut obj);
+        if let Some(pod) = as_pod_mut(&mut obj) {
+            add_default_tolerations(pod, self.default_toleration_seconds.load(Ordering::Relaxed));
+        }
         {
             let meta = obj.meta_mut();
             meta.uid = uuid::Uuid::new_v4().to_string();
@@ -552,6 +625,17 @@ impl Registry {
                 "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
             )));
         }
+        let propagation = Propagation::of(&opts).map_err(|m| {
+            ApiError::invalid(
+                K::KIND,
+                name,
+                vec![api::validation::FieldError::invalid(
+                    "propagationPolicy",
+                    opts.propagation_policy.clone().unwrap_or_default(),
+                    &m,
+                )],
+            )
+        })?;
         let (ns, name) = (ns.to_string(), name.to_string());
         self.store
             .write(move |txn| {
@@ -583,6 +667,20 @@ impl Registry {
                     if !terminating || grace < meta.deletion_grace_period_seconds.unwrap_or(i64::MAX) {
                         meta.deletion_timestamp = Some(Time(Time::now().0 + grace));
                         meta.deletion_grace_period_seconds = Some(grace);
+                    }
+                }
+                if K::KIND != Kind::Namespace {
+                    let finalizers = &mut marked.meta_mut().finalizers;
+                    let (add, drop) = match propagation {
+                        Propagation::Background => (None, None),
+                        Propagation::Foreground => (Some(FOREGROUND_FINALIZER), Some(ORPHAN_FINALIZER)),
+                        Propagation::Orphan => (Some(ORPHAN_FINALIZER), Some(FOREGROUND_FINALIZER)),
+                    };
+                    if let Some(add) = add {
+                        finalizers.retain(|f| Some(f.as_str()) != drop);
+                        if !finalizers.iter().any(|f| f == add) {
+                            finalizers.push(add.to_string());
+                        }
                     }
                 }
                 if K::KIND == Kind::Namespace {

@@ -5,6 +5,8 @@ pub mod delete;
 pub mod get;
 pub mod logs;
 pub mod manifest;
+pub mod rollout;
+pub mod scale;
 pub mod table;
 
 use std::path::PathBuf;
@@ -48,6 +50,11 @@ pub enum Command {
     Logs(logs::LogsArgs),
     /// Print the client and server versions.
     Version(VersionArgs),
+    /// Manage the rollout of a Deployment or DaemonSet.
+    #[command(subcommand)]
+    Rollout(rollout::RolloutCommand),
+    /// Set the replicas of a Deployment or ReplicaSet.
+    Scale(scale::ScaleArgs),
     /// Manage node join tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -157,6 +164,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => {
             let session = Session::open(&cli)?;
             smol::block_on(logs::run(&session, args))
+        }
+        Command::Rollout(cmd) => {
+            let session = Session::open(&cli)?;
+            smol::block_on(rollout::run(&session, cmd))
+        }
+        Command::Scale(args) => {
+            let session = Session::open(&cli)?;
+            smol::block_on(scale::run(&session, args))
         }
         Command::Token(TokenCommand::Create { ttl }) => {
             let session = Session::open(&cli)?;

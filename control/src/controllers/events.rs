@@ -33,7 +33,7 @@ const BACKLOG: usize = 4096;
 /// Writes in flight at once.
 const BATCH: usize = 128;
 /// How often expired events are swept.
-const SWEEP_EVERY: Duration = Duration::from_secs(300);
+pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
 
 struct Pending {
     involved: ObjectReference,
@@ -167,10 +167,9 @@ async fn write_loop(registry: Registry, component: String, rx: Receiver<Pending>
             };
         if last_sweep.elapsed() >= SWEEP_EVERY {
             last_sweep = Instant::now();
+            // The store's expired events go in one sweeper task for all recorders
+            // ([`run_sweeper`]); here only the memory of old series goes.
             series.retain(|_, s| s.last_seen.elapsed() < EVENT_TTL);
-            if let Err(e) = sweep(&registry).await {
-                tracing::warn!(error = %e, "sweeping expired events failed");
-            }
         }
         let Some(first) = first else { continue };
         // Coalesce what is queued: repeats of one series become one write.
@@ -294,6 +293,18 @@ async fn write_one(
 }
 
 /// Deletes events last seen more than [`EVENT_TTL`] ago, and the oldest beyond [`MAX_EVENTS`].
+/// Sweeps expired and surplus events every `every`, forever (one task per server).
+pub async fn run_sweeper(registry: Registry, every: Duration) {
+    loop {
+        match sweep(&registry).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(removed = n, "swept expired events"),
+            Err(e) => tracing::warn!(error = %e, "sweeping expired events failed"),
+        }
+        smol::Timer::after(every).await;
+    }
+}
+
 pub async fn sweep(registry: &Registry) -> Result<usize, crate::store::StoreError> {
     let (items, _) = registry.store.list(Kind::Event, None).await?;
     let now = Time::now().0;
@@ -331,4 +342,41 @@ pub async fn sweep(registry: &Registry) -> Result<usize, crate::store::StoreErro
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Store, StoreConfig};
+
+    #[test]
+    fn the_sweep_removes_events_older_than_an_hour() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(StoreConfig::in_dir(dir.path())).expect("store");
+        let registry = Registry::new(store);
+        smol::block_on(async {
+            let mut ns = api::core::Namespace::default();
+            ns.metadata.name = "default".into();
+            registry.create(ns, None).await.expect("namespace");
+            let now = Time::now().0;
+            for (name, seen) in [("old", now - 3700), ("fresh", now - 60)] {
+                let ev = Event {
+                    metadata: ObjectMeta {
+                        name: name.into(),
+                        namespace: Some("default".into()),
+                        ..Default::default()
+                    },
+                    reason: Some("Tested".into()),
+                    first_timestamp: Some(Time(seen)),
+                    last_timestamp: Some(Time(seen)),
+                    count: Some(1),
+                    ..Default::default()
+                };
+                registry.create(ev, None).await.expect("event");
+            }
+            assert_eq!(sweep(&registry).await.expect("sweep"), 1);
+            assert!(registry.get::<Event>("default", "old").await.is_err());
+            assert!(registry.get::<Event>("default", "fresh").await.is_ok());
+        });
+    }
 }

@@ -9,10 +9,17 @@ use api::Kind;
 
 use crate::registry::Registry;
 
+pub mod daemonset;
+pub mod deployment;
 pub mod events;
+pub mod gc;
 pub mod informer;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod queue;
+pub mod replicaset;
+pub mod runner;
+pub mod workload;
 
 /// The kinds the shared cache holds.
 pub const CACHED_KINDS: &[Kind] = &[
@@ -54,4 +61,16 @@ pub struct Context {
 /// Starts every control loop on the current executor.
 pub fn start_all(ctx: &Context) {
     smol::spawn(namespace::run(ctx.registry.clone())).detach();
+    ctx.registry
+        .set_default_toleration_seconds(ctx.config.default_toleration_seconds);
+    replicaset::start(ctx);
+    deployment::start(ctx);
+    daemonset::start(ctx);
+    nodelifecycle::start(ctx);
+    gc::start(ctx.registry.clone());
+    smol::spawn(events::run_sweeper(
+        ctx.registry.clone(),
+        events::SWEEP_EVERY,
+    ))
+    .detach();
 }
