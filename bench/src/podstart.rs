@@ -78,17 +78,30 @@ async fn wait_seen(seen: &Seen, name: &str, timeout: Duration) -> anyhow::Result
 async fn delete_all(client: &Client) -> anyhow::Result<()> {
     let q = api::client::encode_query(LABEL);
     client
-        .request("DELETE", &format!("{PODS}?labelSelector={q}"), None, "application/json")
+        .request(
+            "DELETE",
+            &format!("{PODS}?labelSelector={q}"),
+            None,
+            "application/json",
+        )
         .await?;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let list = client
-            .request_json("GET", &format!("{PODS}?labelSelector={q}"), None, "application/json")
+            .request_json(
+                "GET",
+                &format!("{PODS}?labelSelector={q}"),
+                None,
+                "application/json",
+            )
             .await?;
         if list["items"].as_array().is_none_or(|a| a.is_empty()) {
             return Ok(());
         }
-        anyhow::ensure!(Instant::now() < deadline, "the benchmark pods did not go away");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the benchmark pods did not go away"
+        );
         smol::Timer::after(Duration::from_millis(200)).await;
     }
 }
@@ -165,7 +178,10 @@ pub async fn pod_start(
 }
 
 fn run_timed(argv: &[String], i: usize) -> anyhow::Result<Duration> {
-    let args: Vec<String> = argv.iter().map(|a| a.replace("{}", &i.to_string())).collect();
+    let args: Vec<String> = argv
+        .iter()
+        .map(|a| a.replace("{}", &i.to_string()))
+        .collect();
     let t0 = Instant::now();
     let status = Command::new(&args[0])
         .args(&args[1..])
@@ -201,7 +217,10 @@ pub fn command_latency(
         .collect();
     let mut burst = Vec::new();
     for h in handles {
-        burst.push(h.join().map_err(|_| anyhow::anyhow!("a runner panicked"))??);
+        burst.push(
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a runner panicked"))??,
+        );
     }
     report(&format!("{label} {concurrent} at once"), burst);
     Ok(())

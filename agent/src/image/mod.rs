@@ -610,7 +610,9 @@ impl ImageStore {
             reference: reference.to_string(),
             reason,
         })?;
-        let key = r.to_string();
+        // Pulls share a download only when they also share credentials: a pod without the
+        // right to an image must not get it by joining another pod's pull.
+        let key = format!("{r}#{}", auth_fingerprint(auth));
         loop {
             let (flight, leader) = {
                 let mut inflight = lock(&self.inner.inflight);
@@ -713,6 +715,17 @@ impl ImageStore {
         }
         mount::mount_overlay(&lowers, scratch, target)
     }
+}
+
+/// A short digest identifying `auth` (never shown; it only tells pulls apart).
+fn auth_fingerprint(auth: &RegistryAuth) -> String {
+    let text = match auth {
+        RegistryAuth::Anonymous => return "anonymous".into(),
+        RegistryAuth::Basic { username, password } => format!("basic\0{username}\0{password}"),
+        RegistryAuth::Bearer(t) => format!("bearer\0{t}"),
+    };
+    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    d.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 pub(crate) fn remove_path(p: &Path) -> std::io::Result<()> {
