@@ -54,4 +54,5 @@ pub struct Context {
 /// Starts every control loop on the current executor.
 pub fn start_all(ctx: &Context) {
     smol::spawn(namespace::run(ctx.registry.clone())).detach();
+    crate::scheduler::start(ctx);
 }
