@@ -63,6 +63,8 @@ struct Cli {
     /// Seconds between Node heartbeats.
     #[arg(long, env = "SKIFF_AGENT_HEARTBEAT_SECONDS", default_value_t = 10)]
     heartbeat_seconds: u64,
+    #[command(flatten)]
+    sim: agent::sim::SimArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -102,6 +104,10 @@ fn main() {
         Some(Command::Image { ref args }) => {
             cli_image(&cli.data_dir, args.clone(), &HashSet::new())
         }
+        None if cli.sim.simulate.is_some() => {
+            init_tracing();
+            run_simulated(&cli)
+        }
         None => {
             init_tracing();
             run_agent(&cli)
@@ -139,6 +145,22 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
         heartbeat: Duration::from_secs(cli.heartbeat_seconds.max(1)),
     };
     node::run(cfg).context("skiff-agent stopped")
+}
+
+fn run_simulated(cli: &Cli) -> anyhow::Result<()> {
+    let labels = cli
+        .node_labels
+        .iter()
+        .map(|l| register::parse_label(l))
+        .collect::<Result<_, _>>()?;
+    let taints = cli
+        .taints
+        .iter()
+        .map(|t| register::parse_taint(t))
+        .collect::<Result<_, _>>()?;
+    let every = Duration::from_secs(cli.heartbeat_seconds.max(1));
+    agent::sim::run_cli(&cli.sim, labels, taints, cli.max_pods, every)
+        .context("simulated nodes stopped")
 }
 
 fn yes(b: bool) -> &'static str {
