@@ -391,12 +391,9 @@ impl AffinityPlan {
     }
 
     pub fn check(&self, node: &Node) -> Result<(), Reason> {
+        // kube-scheduler's order: the pod's affinity, its anti-affinity, then the
+        // anti-affinity of pods already placed.
         let labels = &node.metadata.labels;
-        for (key, value) in &self.existing_anti {
-            if labels.get(key) == Some(value) {
-                return Err(Reason::ExistingAntiAffinity);
-            }
-        }
         for (key, values) in &self.affinity {
             let ok = match labels.get(key) {
                 Some(v) => self.affinity_first_of_group || values.contains(v),
@@ -409,6 +406,11 @@ impl AffinityPlan {
         for (key, values) in &self.anti {
             if labels.get(key).is_some_and(|v| values.contains(v)) {
                 return Err(Reason::PodAntiAffinity);
+            }
+        }
+        for (key, value) in &self.existing_anti {
+            if labels.get(key) == Some(value) {
+                return Err(Reason::ExistingAntiAffinity);
             }
         }
         Ok(())
