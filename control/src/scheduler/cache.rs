@@ -685,7 +685,7 @@ mod tests {
         node.spec.unschedulable = Some(true);
         assert_eq!(state.upsert_node(Arc::new(node)), NodeChange::Relevant);
         assert_eq!(state.node("n1").unwrap().requested.memory, 1 << 30);
-        assert!(state.refresh_pod(&key, Arc::new(pod.clone().into_any())) == false);
+        assert!(!state.refresh_pod(&key, Arc::new(pod.clone().into_any())));
         pod.spec.node_name = Some("n1".into());
         state.add_pod(
             key.clone(),

@@ -378,10 +378,8 @@ impl Scheduler {
     fn object_changed(&mut self, obj: Arc<AnyObject>, old: Option<Arc<AnyObject>>) {
         match obj.kind() {
             Kind::Pod => self.pod_upserted(obj, old),
-            Kind::Node => {
-                if self.state.node_changed(&obj, false) == NodeChange::Relevant {
-                    self.flush_unschedulable();
-                }
+            Kind::Node if self.state.node_changed(&obj, false) == NodeChange::Relevant => {
+                self.flush_unschedulable();
             }
             _ => {}
         }
