@@ -30,3 +30,11 @@ SKIFF_LOG=warn "$AGENT" --simulate "$NODES" --kubeconfig "$KUBECONFIG" &
 "$BENCH" schedule --nodes "$NODES" --pods "$PODS" --burst "$BURST" --concurrency "$CONCURRENCY"
 echo "--- server with $NODES nodes and $PODS pods"
 "$BENCH" proc --pid "$SKIFF_PID" --seconds 5
+# CPU the scheduler thread spent deciding (the binds themselves run on the server's executor).
+tck=$(getconf CLK_TCK)
+for t in /proc/"$SKIFF_PID"/task/*; do
+    if [ "$(cat "$t/comm" 2>/dev/null)" = skiff-scheduler ]; then
+        awk -v tck="$tck" -v pods="$PODS" '{ s = ($14 + $15) / tck;
+            printf "scheduler thread: %.2f s cpu for %d pods (%.0f decisions per cpu-second)\n", s, pods, (s > 0 ? pods / s : 0) }' "$t/stat"
+    fi
+done

@@ -313,4 +313,26 @@ fn scheduler_places_pods_on_simulated_nodes() {
         ),
     );
     assert_eq!(wait_bound(&c, "daemon"), "sim-0003");
+
+    // Required pod affinity: waits for a matching pod, then follows it to its node (sim-0001
+    // is still tainted).
+    create(
+        &c,
+        &pod(
+            "follower",
+            json!({"affinity": {"podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "labelSelector": {"matchLabels": {"app": "leader"}},
+                    "topologyKey": "kubernetes.io/hostname"}]}}}),
+            json!({}),
+        ),
+    );
+    wait_unschedulable(
+        &c,
+        "follower",
+        "0/3 nodes are available: 2 node(s) didn't match pod affinity rules, 1 node(s) had untolerated taint {dedicated: edge}.",
+    );
+    create(&c, &pod("leader", json!({}), json!({"app": "leader"})));
+    let leader_node = wait_bound(&c, "leader");
+    assert_eq!(wait_bound(&c, "follower"), leader_node);
 }

@@ -147,6 +147,17 @@ pub fn wants_scheduling(pod: &Pod) -> bool {
         && !matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"))
 }
 
+fn has_required_pod_affinity(pod: &Pod) -> bool {
+    pod.spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_affinity.as_ref())
+        .is_some_and(|a| {
+            !a.required_during_scheduling_ignored_during_execution
+                .is_empty()
+        })
+}
+
 /// Sets the PodScheduled condition; the transition time moves only when the status does.
 pub fn set_scheduled_condition(
     status: &mut PodStatus,
@@ -212,6 +223,9 @@ struct Scheduler {
     active: VecDeque<Key>,
     queued: HashSet<Key>,
     unschedulable: HashSet<Key>,
+    /// Unschedulable pods with required pod affinity: a newly placed pod may be the one
+    /// they wait for.
+    affinity_waiting: HashSet<Key>,
     binding: HashSet<Key>,
     failures: HashMap<Key, u32>,
     cursor: Cursor,
@@ -233,6 +247,7 @@ pub fn start(ctx: &Context) {
         active: VecDeque::new(),
         queued: HashSet::new(),
         unschedulable: HashSet::new(),
+        affinity_waiting: HashSet::new(),
         binding: HashSet::new(),
         failures: HashMap::new(),
         cursor: Cursor::default(),
@@ -354,9 +369,23 @@ impl Scheduler {
     }
 
     fn flush_unschedulable(&mut self) {
+        self.affinity_waiting.clear();
         let keys: Vec<Key> = self.unschedulable.drain().collect();
         for k in keys {
             self.enqueue(k);
+        }
+    }
+
+    /// A pod was placed: pods waiting for a pod to be near may fit now.
+    fn retry_affinity_waiters(&mut self) {
+        if self.affinity_waiting.is_empty() {
+            return;
+        }
+        let keys: Vec<Key> = self.affinity_waiting.drain().collect();
+        for k in keys {
+            if self.unschedulable.remove(&k) {
+                self.enqueue(k);
+            }
         }
     }
 
@@ -395,7 +424,12 @@ impl Scheduler {
             self.unschedulable.remove(&key);
             if !self.state.refresh_pod(&key, obj.clone()) {
                 let node = node.to_string();
+                // Assumed pods were announced to the waiters when decided.
+                let newly_placed = self.state.pod(&key).is_none();
                 self.state.add_pod(key, obj, node, false);
+                if newly_placed {
+                    self.retry_affinity_waiters();
+                }
             }
             return;
         }
@@ -537,6 +571,7 @@ impl Scheduler {
                     self.state
                         .add_pod(key.clone(), obj.clone(), node.clone(), true);
                     self.binding.insert(key.clone());
+                    self.retry_affinity_waiters();
                     let registry = self.registry.clone();
                     let tx = self.tx.clone();
                     smol::spawn(async move {
@@ -553,6 +588,9 @@ impl Scheduler {
                     .detach();
                 }
                 Err(fit) => {
+                    if has_required_pod_affinity(pod) {
+                        self.affinity_waiting.insert(key.clone());
+                    }
                     self.unschedulable.insert(key);
                     self.record_failure(pod, &fit);
                 }
