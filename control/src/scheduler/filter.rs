@@ -108,17 +108,29 @@ pub fn check_node_name(pod: &Pod, node: &Node) -> Result<(), Reason> {
 }
 
 /// The node is Ready and not cordoned. A node that is not Ready but carries the
-/// not-ready/unreachable taint is left to the taint check (the taint says the same thing and
-/// pods such as DaemonSet pods tolerate it); a cordoned node takes pods that tolerate
-/// `node.kubernetes.io/unschedulable:NoSchedule`.
+/// not-ready/unreachable NoSchedule taint is left to the taint check (the taint says the same
+/// thing); one without it takes only pods that tolerate that taint. A cordoned node takes
+/// pods that tolerate `node.kubernetes.io/unschedulable:NoSchedule`.
 pub fn check_ready_and_schedulable(pod: &Pod, node: &Node) -> Result<(), Reason> {
     let ready = node_ready(node);
     if ready != "True" {
+        let key = if ready == "False" {
+            TAINT_NOT_READY
+        } else {
+            TAINT_UNREACHABLE
+        };
         let tainted = node.spec.taints.iter().any(|t| {
-            (t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE)
-                && (t.effect == "NoSchedule" || t.effect == "NoExecute")
+            (t.key == TAINT_NOT_READY || t.key == TAINT_UNREACHABLE) && t.effect == "NoSchedule"
         });
-        if !tainted {
+        // Until the node lifecycle controller taints it, the node counts as carrying the
+        // NoSchedule taint its condition implies (Kubernetes' TaintNodesByCondition).
+        let implied = Taint {
+            key: key.into(),
+            value: None,
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        if !tainted && !tolerated(&pod.spec.tolerations, &implied) {
             return Err(if ready == "False" {
                 Reason::NotReady
             } else {
@@ -573,10 +585,25 @@ pub(crate) mod tests {
             check_ready_and_schedulable(&p, &n),
             Err(Reason::Unreachable)
         );
-        // With the lifecycle controller's taint the taint check decides.
+        // A toleration of the implied taint lets a pod on (DaemonSet-style).
+        let mut tolerant = pod("t", "", "");
+        tolerant
+            .spec
+            .tolerations
+            .push(toleration(TAINT_UNREACHABLE, "Exists", "", "NoSchedule"));
+        assert_eq!(check_ready_and_schedulable(&tolerant, &n), Ok(()));
+        // The NoExecute taint alone (tolerated by default for a while) is not enough.
         n.spec
             .taints
-            .push(taint(TAINT_UNREACHABLE, None, "NoSchedule"));
+            .push(taint(TAINT_UNREACHABLE, None, "NoExecute"));
+        assert_eq!(
+            check_ready_and_schedulable(&p, &n),
+            Err(Reason::Unreachable)
+        );
+        // With the lifecycle controller's NoSchedule taint the taint check decides.
+        n.spec
+            .taints
+            .insert(0, taint(TAINT_UNREACHABLE, None, "NoSchedule"));
         assert_eq!(check_ready_and_schedulable(&p, &n), Ok(()));
         assert_eq!(
             check_taints(&p, &n),
