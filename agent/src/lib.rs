@@ -5,4 +5,5 @@ pub mod image;
 pub mod node;
 pub mod pods;
 pub mod runtime;
+pub mod sim;
 pub mod sys;

@@ -73,6 +73,8 @@ struct Cli {
     #[arg(long, env = "SKIFF_AGENT_CONTAINER_LOG_MAX_FILES", default_value_t = 5,
           value_parser = clap::value_parser!(u16).range(1..))]
     container_log_max_files: u16,
+    #[command(flatten)]
+    sim: agent::sim::SimArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -111,6 +113,10 @@ fn main() {
         Some(Command::SelfCheck) => self_check(&cli.data_dir),
         Some(Command::Image { ref args }) => {
             cli_image(&cli.data_dir, args.clone(), &HashSet::new())
+        }
+        None if cli.sim.simulate.is_some() => {
+            init_tracing();
+            run_simulated(&cli)
         }
         None => {
             init_tracing();
@@ -182,6 +188,22 @@ fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(factor)
         .filter(|b| *b > 0)
         .ok_or_else(|| format!("{s:?} is not a usable size"))
+}
+
+fn run_simulated(cli: &Cli) -> anyhow::Result<()> {
+    let labels = cli
+        .node_labels
+        .iter()
+        .map(|l| register::parse_label(l))
+        .collect::<Result<_, _>>()?;
+    let taints = cli
+        .taints
+        .iter()
+        .map(|t| register::parse_taint(t))
+        .collect::<Result<_, _>>()?;
+    let every = Duration::from_secs(cli.heartbeat_seconds.max(1));
+    agent::sim::run_cli(&cli.sim, labels, taints, cli.max_pods, every)
+        .context("simulated nodes stopped")
 }
 
 fn yes(b: bool) -> &'static str {

@@ -5,6 +5,9 @@
 //! `fill`: creates N pods with C concurrent clients (for memory figures).
 //! `watchers`: holds N watches open until killed (for memory figures).
 //! `proc`: CPU and disk-write figures of a process over an interval.
+//! `schedule`: scheduling throughput and create-to-bound latency on simulated nodes.
+
+mod schedule;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,6 +48,17 @@ enum Cmd {
     Watchers {
         #[arg(long, default_value_t = 100)]
         watchers: usize,
+    },
+    Schedule {
+        /// Wait for this many Ready nodes first (`skiff-agent --simulate N`).
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 30_000)]
+        pods: usize,
+        #[arg(long, default_value_t = 1000)]
+        burst: usize,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
     },
     Proc {
         #[arg(long)]
@@ -374,5 +388,20 @@ fn main() -> anyhow::Result<()> {
             label,
             argv,
         } => podstart::command_latency(argv, sequential, concurrent, &label),
+        Cmd::Schedule {
+            nodes,
+            pods,
+            burst,
+            concurrency,
+        } => {
+            let kc = cli.kubeconfig.clone();
+            smol::block_on(schedule::schedule(
+                || client(&kc),
+                nodes,
+                pods,
+                burst,
+                concurrency,
+            ))
+        }
     }
 }

@@ -10,6 +10,7 @@ pub mod http;
 pub mod join;
 pub mod pki;
 pub mod registry;
+pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod strategic;

@@ -10,7 +10,8 @@ fn pod(name: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": {"app": "web", "tier": "front"}},
-        "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}
+        // No scheduler acts on these pods: the tests compare whole objects.
+        "spec": {"schedulerName": "none", "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}
     })
 }
 

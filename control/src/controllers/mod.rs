@@ -73,4 +73,5 @@ pub fn start_all(ctx: &Context) {
         events::SWEEP_EVERY,
     ))
     .detach();
+    crate::scheduler::start(ctx);
 }

@@ -1,0 +1,206 @@
+//! `schedule`: scheduling throughput against simulated nodes. Waits for `--nodes` Ready
+//! nodes, watches pods, creates `--pods` pods in bursts of `--burst` (each burst with
+//! `--concurrency` concurrent creates), and reports bound pods per second and the time from
+//! each create's response to the moment the watch shows the pod bound (creationTimestamp has
+//! one-second precision, so both ends are measured here), plus when the pods were Running.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use api::client::{Client, ListOptions, WatchEvent};
+use api::Kind;
+use futures_lite::StreamExt;
+use serde_json::Value;
+
+use crate::{ms, percentile, pod, PODS};
+
+#[derive(Default)]
+struct Seen {
+    created: HashMap<String, Instant>,
+    bound: HashMap<String, Instant>,
+    running: usize,
+    last_running: Option<Instant>,
+}
+
+/// Waits until `count` nodes report Ready=True.
+async fn wait_for_nodes(c: &Client, count: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let v = c
+            .list_value(Kind::Node, None, &ListOptions::default())
+            .await?;
+        let ready = v["items"].as_array().map_or(0, |items| {
+            items
+                .iter()
+                .filter(|n| {
+                    n["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                })
+                .count()
+        });
+        if ready >= count {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("only {ready} of {count} nodes became ready");
+        }
+        smol::Timer::after(Duration::from_millis(500)).await;
+    }
+}
+
+pub async fn schedule(
+    make_client: impl Fn() -> anyhow::Result<Client>,
+    nodes: usize,
+    pods: usize,
+    burst: usize,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let c = make_client()?;
+    let t0 = Instant::now();
+    wait_for_nodes(&c, nodes).await?;
+    println!(
+        "{nodes} simulated nodes ready ({:.1} s after the benchmark started)",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let list = c
+        .list_value(Kind::Pod, Some("default"), &ListOptions::default())
+        .await?;
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let options = ListOptions {
+        resource_version: Some(rv),
+        ..Default::default()
+    };
+    let mut stream = c
+        .watch_value(Kind::Pod, Some("default"), &options, "application/json")
+        .await?;
+    let watcher = {
+        let seen = seen.clone();
+        smol::spawn(async move {
+            while let Some(ev) = stream.next().await {
+                let now = Instant::now();
+                let obj: Value = match ev {
+                    Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => o,
+                    Ok(_) => continue,
+                    Err(e) => return Err(anyhow::anyhow!("watch failed: {e}")),
+                };
+                let Some(name) = obj["metadata"]["name"].as_str() else {
+                    continue;
+                };
+                let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                if obj["spec"]["nodeName"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty())
+                    && !s.bound.contains_key(name)
+                {
+                    s.bound.insert(name.to_string(), now);
+                }
+                if obj["status"]["phase"] == "Running" {
+                    s.running += 1;
+                    s.last_running = Some(now);
+                }
+                if s.bound.len() >= pods && s.running >= pods {
+                    return anyhow::Ok(());
+                }
+            }
+            bail!("the watch ended")
+        })
+    };
+
+    let mut clients = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        clients.push(make_client()?);
+    }
+    let started = Instant::now();
+    let mut done = 0;
+    while done < pods {
+        let this_burst = burst.min(pods - done);
+        let next = Arc::new(AtomicUsize::new(done));
+        let end = done + this_burst;
+        let mut tasks = Vec::new();
+        for cl in &clients {
+            let (cl, next, seen) = (cl.clone(), next.clone(), seen.clone());
+            tasks.push(smol::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= end {
+                        return anyhow::Ok(());
+                    }
+                    let name = format!("sched-{i}");
+                    let body = serde_json::to_vec(&pod(&name))?;
+                    let r = cl
+                        .request(
+                            "POST",
+                            PODS,
+                            Some(("application/json", body)),
+                            "application/json",
+                        )
+                        .await?;
+                    if r.status != 201 {
+                        bail!("create answered {}", r.status);
+                    }
+                    seen.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .created
+                        .insert(name, Instant::now());
+                }
+            }));
+        }
+        for t in tasks {
+            t.await?;
+        }
+        done = end;
+    }
+    let created_in = started.elapsed();
+    println!(
+        "created {pods} pods in bursts of {burst} ({concurrency} concurrent) in {:.1} s ({:.0}/s)",
+        created_in.as_secs_f64(),
+        pods as f64 / created_in.as_secs_f64()
+    );
+    let timeout = async {
+        smol::Timer::after(Duration::from_secs(900)).await;
+        Err(anyhow::anyhow!(
+            "timed out waiting for the pods to be bound and Running"
+        ))
+    };
+    futures_lite::future::or(watcher, timeout)
+        .await
+        .context("waiting for the pods")?;
+
+    let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+    let last_bound = s.bound.values().max().copied().unwrap_or(started);
+    let mut latencies: Vec<Duration> = s
+        .created
+        .iter()
+        .filter_map(|(name, at)| s.bound.get(name).map(|b| b.saturating_duration_since(*at)))
+        .collect();
+    latencies.sort();
+    let span = last_bound.duration_since(started).as_secs_f64();
+    println!(
+        "bound {} pods in {span:.1} s from the first create: {:.0} pods/s",
+        s.bound.len(),
+        s.bound.len() as f64 / span
+    );
+    println!(
+        "create response -> bound (watch): p50 {}  p99 {}  max {}",
+        ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies.last().copied().unwrap_or_default()),
+    );
+    if let Some(last) = s.last_running {
+        println!(
+            "all {pods} Running {:.1} s after the first create",
+            last.duration_since(started).as_secs_f64()
+        );
+    }
+    Ok(())
+}
