@@ -45,9 +45,14 @@ impl Drop for Simulated {
 }
 
 fn simulate(server: &TestServer, n: usize) -> Simulated {
+    simulate_with_prefix(server, n, "sim")
+}
+
+fn simulate_with_prefix(server: &TestServer, n: usize, prefix: &str) -> Simulated {
     let child = Command::new(agent_bin())
         .arg("--simulate")
         .arg(n.to_string())
+        .args(["--sim-prefix", prefix])
         .arg("--kubeconfig")
         .arg(server.kubeconfig())
         .args(["--heartbeat-seconds", "2"])
@@ -335,4 +340,56 @@ fn scheduler_places_pods_on_simulated_nodes() {
     create(&c, &pod("leader", json!({}), json!({"app": "leader"})));
     let leader_node = wait_bound(&c, "leader");
     assert_eq!(wait_bound(&c, "follower"), leader_node);
+}
+
+/// The edge pattern: a DaemonSet runs one pod on each of three simulated nodes, and a node
+/// that joins later gets its pod without anyone acting.
+#[test]
+fn daemonset_covers_simulated_nodes_and_new_ones() {
+    let server = TestServer::start();
+    let c = server.client();
+    let _sim = simulate(&server, 3);
+    let ds = json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "agentd", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agentd"}},
+            "template": {"metadata": {"labels": {"app": "agentd"}},
+                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        },
+    });
+    let (code, body) = server.json("POST", "/apis/apps/v1/namespaces/default/daemonsets", &ds);
+    assert_eq!(code, 201, "{body}");
+    let running_nodes = |want: usize| {
+        wait_for(
+            &format!("{want} daemon pods running"),
+            Duration::from_secs(30),
+            || {
+                let (pods, _) =
+                    smol::block_on(c.list::<Pod>(Some("default"), Some("app=agentd"), None))
+                        .ok()?;
+                let mut nodes: Vec<String> = pods
+                    .iter()
+                    .filter(|p| p.status.phase.as_deref() == Some("Running"))
+                    .filter_map(|p| p.spec.node_name.clone())
+                    .collect();
+                nodes.sort();
+                (pods.len() == want && nodes.len() == want).then_some(nodes)
+            },
+        )
+    };
+    let nodes = running_nodes(3);
+    assert_eq!(nodes, ["sim-0001", "sim-0002", "sim-0003"]);
+    let _late = simulate_with_prefix(&server, 1, "late");
+    let nodes = running_nodes(4);
+    assert!(nodes.contains(&"late-0001".to_string()), "{nodes:?}");
+    wait_for("DaemonSet status", Duration::from_secs(20), || {
+        let (_, ds) = server.http(
+            "GET",
+            "/apis/apps/v1/namespaces/default/daemonsets/agentd",
+            None,
+        );
+        (ds["status"]["numberReady"] == 4 && ds["status"]["desiredNumberScheduled"] == 4)
+            .then_some(())
+    });
 }

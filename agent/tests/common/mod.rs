@@ -50,6 +50,11 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start() -> TestServer {
+        Self::start_with(&[])
+    }
+
+    /// A server with extra flags (`--node-monitor-grace-period 3s`, ...).
+    pub fn start_with(extra: &[&str]) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
@@ -61,6 +66,7 @@ impl TestServer {
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--disable-agent")
+            .args(extra)
             .env("SKIFF_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()
