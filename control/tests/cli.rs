@@ -110,6 +110,11 @@ fn get_prints_tables_yaml_json_and_names() {
         all.contains("service/hello") && all.contains("deployment.apps/hello"),
         "{all}"
     );
+    let all_wide = ok(&s, &["get", "all", "-o", "wide"]);
+    assert!(
+        all_wide.contains("deployment.apps/hello") && all_wide.contains("SELECTOR"),
+        "{all_wide}"
+    );
     let all_ns = ok(&s, &["get", "ns"]);
     assert!(all_ns.contains("kube-system"), "{all_ns}");
     let across = ok(&s, &["get", "cm", "-A"]);

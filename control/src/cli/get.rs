@@ -94,7 +94,11 @@ const ALL: &[Kind] = &[
 ];
 
 pub async fn run(session: &Session, args: &GetArgs) -> anyhow::Result<()> {
-    if args.kind == "all" && args.names.is_empty() && args.output.is_none() && !args.watch {
+    if args.kind == "all"
+        && args.names.is_empty()
+        && matches!(args.output, None | Some(Output::Wide))
+        && !args.watch
+    {
         return get_all(session, args).await;
     }
     let q = plan(args, &session.namespace)?;
@@ -144,7 +148,8 @@ async fn get_all(session: &Session, args: &GetArgs) -> anyhow::Result<()> {
         if printed {
             println!();
         }
-        print!("{}", table.render(false, q.with_namespace_column, true));
+        let wide = args.output == Some(Output::Wide);
+        print!("{}", table.render(wide, q.with_namespace_column, true));
         printed = true;
     }
     if !printed {
