@@ -20,6 +20,7 @@ IMAGE=skiff.local/busybox:latest
 python3 "$ROOT/scripts/busybox-image.py" "$WORK/busybox.tar" "$IMAGE" --rootfs "$WORK/bundle/rootfs" >/dev/null
 
 cleanup() {
+    [ -n "${AGENT_PID:-}" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
     [ -n "${SKIFF_PID:-}" ] && kill "$SKIFF_PID" 2>/dev/null && wait "$SKIFF_PID" 2>/dev/null
     for id in $(runc list -q 2>/dev/null | grep '^bench-' || true); do runc delete -f "$id" >/dev/null 2>&1 || true; done
     podman rm -f -a >/dev/null 2>&1 || true
@@ -69,7 +70,7 @@ metadata: {name: idle-$i, labels: {skiff-bench: podstart}}
 spec:
   nodeName: bench-agent
   terminationGracePeriodSeconds: 2
-  containers: [{name: main, image: $IMAGE, command: [sh, -c, "trap 'exit 0' TERM; sleep 3600 & wait"]}]
+  containers: [{name: main, image: $IMAGE, imagePullPolicy: IfNotPresent, command: [sh, -c, "trap 'exit 0' TERM; sleep 3600 & wait"]}]
 EOF
 done
 for _ in $(seq 1 100); do
@@ -79,9 +80,9 @@ done
 echo "running pods: $("$SKIFF" get pods -o name --field-selector status.phase=Running | wc -l)"
 sleep 15
 "$BENCH" proc --pid "$AGENT_PID" --seconds 60
-"$SKIFF" delete pods -l skiff-bench=podstart >/dev/null
+kubectl delete pods -l skiff-bench=podstart --wait=false >/dev/null
 for _ in $(seq 1 100); do [ -z "$("$SKIFF" get pods -o name)" ] && break; sleep 0.3; done
-kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true
+kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true; AGENT_PID=
 kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true; SKIFF_PID=
 
 echo "== podman run -d (runc, no network), same image"
