@@ -39,6 +39,12 @@ pub struct ServerArgs {
     /// (unless their tolerations say otherwise).
     #[arg(long, env = "SKIFF_DEFAULT_TOLERATION_SECONDS", default_value_t = 300)]
     pub default_toleration_seconds: i64,
+    /// The network ClusterIPs are allocated from.
+    #[arg(long, env = "SKIFF_SERVICE_CIDR", default_value = crate::ipalloc::DEFAULT_SERVICE_CIDR)]
+    pub service_cidr: String,
+    /// The ports NodePorts are allocated from, `FIRST-LAST`.
+    #[arg(long, env = "SKIFF_SERVICE_NODE_PORT_RANGE", default_value = crate::ipalloc::DEFAULT_NODE_PORT_RANGE)]
+    pub service_node_port_range: String,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -177,6 +183,10 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         .context("building the TLS configuration")?;
     let auth = Authenticator::new(&pki).context("loading the authenticator")?;
     let registry = Registry::new(store.clone());
+    registry.set_service_ranges(
+        crate::ipalloc::ServiceRanges::parse(&args.service_cidr, &args.service_node_port_range)
+            .context("the service ranges")?,
+    );
 
     let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
     std::thread::Builder::new()
