@@ -89,6 +89,9 @@ pub struct EmbeddedAgentArgs {
     /// The port the local agent serves container logs on (to this server only).
     #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = agent::node::logs::DEFAULT_PORT)]
     pub agent_port: u16,
+    /// Do not run the service proxy on this machine (no iptables rules for Services).
+    #[arg(long, env = "SKIFF_DISABLE_PROXY")]
+    pub disable_proxy: bool,
 }
 
 impl EmbeddedAgentArgs {
@@ -134,6 +137,7 @@ impl EmbeddedAgentArgs {
             heartbeat: std::time::Duration::from_secs(10),
             log_port: self.agent_port,
             log_limits: Default::default(),
+            disable_proxy: self.disable_proxy,
         })
     }
 }
