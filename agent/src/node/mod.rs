@@ -179,7 +179,8 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .detach();
 
         if !cfg.disable_proxy {
-            if let Err(e) = crate::proxy::start(client.clone(), crate::proxy::ProxyConfig::default())
+            if let Err(e) =
+                crate::proxy::start(client.clone(), crate::proxy::ProxyConfig::default())
             {
                 tracing::error!("service proxy not started: Services will not work here: {e}");
             }

@@ -316,7 +316,12 @@ pub fn start(client: Client, cfg: ProxyConfig) -> Result<(), ProxyError> {
         .name("service-proxy".into())
         .spawn(move || sync_loop(&w, &rx, &cfg))
         .map_err(ProxyError::Thread)?;
-    smol::spawn(reflect::<Service>(client.clone(), world.clone(), tx.clone())).detach();
+    smol::spawn(reflect::<Service>(
+        client.clone(),
+        world.clone(),
+        tx.clone(),
+    ))
+    .detach();
     smol::spawn(reflect::<Endpoints>(client, world, tx)).detach();
     Ok(())
 }

@@ -167,7 +167,10 @@ fn base32(data: &[u8], chars: usize) -> String {
 }
 
 fn hash16(text: &str) -> String {
-    base32(ring::digest::digest(&ring::digest::SHA256, text.as_bytes()).as_ref(), 16)
+    base32(
+        ring::digest::digest(&ring::digest::SHA256, text.as_bytes()).as_ref(),
+        16,
+    )
 }
 
 /// `SKIFF-SVC-` and 16 base32 characters of sha256("namespace/name:portname/protocol").
@@ -289,7 +292,12 @@ pub fn build(services: &[Service], endpoints: &[Endpoints], cfg: &RuleConfig) ->
 /// Builds every owned chain from the Service ports.
 pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset {
     let mut r = Ruleset::default();
-    for c in [SERVICES_CHAIN, NODEPORTS_CHAIN, MARK_MASQ_CHAIN, POSTROUTING_CHAIN] {
+    for c in [
+        SERVICES_CHAIN,
+        NODEPORTS_CHAIN,
+        MARK_MASQ_CHAIN,
+        POSTROUTING_CHAIN,
+    ] {
         r.declare(Table::Nat, c);
     }
     r.declare(Table::Filter, REJECT_CHAIN);
@@ -316,7 +324,10 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
     );
     for p in ports {
         let proto = &p.protocol;
-        let dest = format!("-d {}/32 -p {proto} -m {proto} --dport {}", p.cluster_ip, p.port);
+        let dest = format!(
+            "-d {}/32 -p {proto} -m {proto} --dport {}",
+            p.cluster_ip, p.port
+        );
         if p.endpoints.is_empty() {
             r.push(
                 Table::Filter,
@@ -342,14 +353,20 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
         r.push(
             Table::Nat,
             SERVICES_CHAIN,
-            format!("{dest} -m comment --comment \"{} cluster IP\" -j {svc}", p.id),
+            format!(
+                "{dest} -m comment --comment \"{} cluster IP\" -j {svc}",
+                p.id
+            ),
         );
         if let Some(np) = p.node_port {
             let match_np = format!("-p {proto} -m {proto} --dport {np}");
             r.push(
                 Table::Nat,
                 NODEPORTS_CHAIN,
-                format!("{match_np} -m comment --comment \"{}\" -j {MARK_MASQ_CHAIN}", p.id),
+                format!(
+                    "{match_np} -m comment --comment \"{}\" -j {MARK_MASQ_CHAIN}",
+                    p.id
+                ),
             );
             r.push(
                 Table::Nat,
@@ -405,7 +422,10 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
             r.push(
                 Table::Nat,
                 sep,
-                format!("-s {ip}/32 -m comment --comment \"{}\" -j {MARK_MASQ_CHAIN}", p.id),
+                format!(
+                    "-s {ip}/32 -m comment --comment \"{}\" -j {MARK_MASQ_CHAIN}",
+                    p.id
+                ),
             );
             let recent = if p.affinity_seconds.is_some() {
                 format!(" -m recent --name {sep} --mask 255.255.255.255 --rsource --set")
@@ -521,12 +541,20 @@ mod tests {
 
     #[test]
     fn three_endpoints_share_the_load_evenly() {
-        let p = port("default/web:", "10.43.0.10", &["10.42.0.1:8080", "10.42.0.2:8080", "10.42.0.3:8080"]);
+        let p = port(
+            "default/web:",
+            "10.43.0.10",
+            &["10.42.0.1:8080", "10.42.0.2:8080", "10.42.0.3:8080"],
+        );
         let r = build_from_ports(std::slice::from_ref(&p), &RuleConfig::default());
         let svc = service_chain("default/web:", "tcp");
         let top = r.chain(Table::Nat, SERVICES_CHAIN).expect("top");
         assert_eq!(top.len(), 2);
-        assert!(top[0].starts_with("-d 10.43.0.10/32 -p tcp -m tcp --dport 80 "), "{}", top[0]);
+        assert!(
+            top[0].starts_with("-d 10.43.0.10/32 -p tcp -m tcp --dport 80 "),
+            "{}",
+            top[0]
+        );
         assert!(top[0].ends_with(&format!("-j {svc}")));
         assert!(top[1].contains("--dst-type LOCAL -j SKIFF-NODEPORTS"));
         let rules = r.chain(Table::Nat, &svc).expect("svc chain");
@@ -547,7 +575,10 @@ mod tests {
             );
             assert!(sep_rules[1].ends_with(&format!("-p tcp -m tcp -j DNAT --to-destination {ep}")));
         }
-        assert!(r.chain(Table::Filter, REJECT_CHAIN).expect("reject").is_empty());
+        assert!(r
+            .chain(Table::Filter, REJECT_CHAIN)
+            .expect("reject")
+            .is_empty());
         let post = r.chain(Table::Nat, POSTROUTING_CHAIN).expect("post");
         assert!(post.last().expect("rule").ends_with("-j MASQUERADE"));
     }
@@ -565,11 +596,17 @@ mod tests {
         assert!(reject[0].ends_with("-j REJECT --reject-with icmp-port-unreachable"));
         assert!(reject[1].contains("--dst-type LOCAL -p tcp -m tcp --dport 30020"));
         // No SVC chain and no jump for the empty one.
-        assert!(!r.chains.keys().any(|(_, c)| *c == service_chain("default/empty:", "tcp")));
+        assert!(!r
+            .chains
+            .keys()
+            .any(|(_, c)| *c == service_chain("default/empty:", "tcp")));
         let nps = r.chain(Table::Nat, NODEPORTS_CHAIN).expect("nodeports");
         let svc = service_chain("default/np:http", "tcp");
         assert_eq!(nps.len(), 2);
-        assert!(nps[0].starts_with("-p tcp -m tcp --dport 30021 ") && nps[0].ends_with("-j SKIFF-MARK-MASQ"));
+        assert!(
+            nps[0].starts_with("-p tcp -m tcp --dport 30021 ")
+                && nps[0].ends_with("-j SKIFF-MARK-MASQ")
+        );
         assert!(nps[1].ends_with(&format!("-j {svc}")));
         // One endpoint: a single unconditional jump.
         let rules = r.chain(Table::Nat, &svc).expect("svc");
@@ -579,7 +616,11 @@ mod tests {
 
     #[test]
     fn client_ip_affinity() {
-        let mut p = port("default/sticky:", "10.43.0.30", &["10.42.0.1:80", "10.42.0.2:80"]);
+        let mut p = port(
+            "default/sticky:",
+            "10.43.0.30",
+            &["10.42.0.1:80", "10.42.0.2:80"],
+        );
         p.affinity_seconds = Some(600);
         let r = build_from_ports(std::slice::from_ref(&p), &RuleConfig { cluster_cidr: None });
         let svc = service_chain("default/sticky:", "tcp");
@@ -592,7 +633,9 @@ mod tests {
                 "-m recent --name {sep} --mask 255.255.255.255 --rsource --rcheck --seconds 600 --reap -j {sep}"
             )));
             let dnat = &r.chain(Table::Nat, &sep).expect("sep")[1];
-            assert!(dnat.contains(&format!("-m recent --name {sep} --mask 255.255.255.255 --rsource --set")));
+            assert!(dnat.contains(&format!(
+                "-m recent --name {sep} --mask 255.255.255.255 --rsource --set"
+            )));
         }
     }
 
@@ -609,10 +652,15 @@ mod tests {
         let full = restore_input(&before, &BTreeMap::new(), JUMPS);
         assert!(full.starts_with("*nat\n"));
         assert!(full.contains(":SKIFF-SERVICES - [0:0]\n"));
-        assert!(full.contains("-I PREROUTING 1 -m comment --comment \"skiff service portals\" -j SKIFF-SERVICES\n"));
+        assert!(full.contains(
+            "-I PREROUTING 1 -m comment --comment \"skiff service portals\" -j SKIFF-SERVICES\n"
+        ));
         assert!(full.contains("*filter\n:SKIFF-SERVICES-REJECT - [0:0]\n"));
         assert_eq!(full.matches("COMMIT\n").count(), 2);
-        assert!(!full.contains("-F") && !full.contains("-X"), "never flushes by command");
+        assert!(
+            !full.contains("-F") && !full.contains("-X"),
+            "never flushes by command"
+        );
 
         let known: BTreeMap<_, _> = before
             .chains
@@ -654,8 +702,18 @@ mod tests {
         s.spec.type_ = Some("NodePort".into());
         s.spec.session_affinity = Some("ClientIP".into());
         s.spec.ports = vec![
-            ServicePort { name: Some("http".into()), port: 80, node_port: Some(30080), ..Default::default() },
-            ServicePort { name: Some("dns".into()), port: 53, protocol: Some("UDP".into()), ..Default::default() },
+            ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                node_port: Some(30080),
+                ..Default::default()
+            },
+            ServicePort {
+                name: Some("dns".into()),
+                port: 53,
+                protocol: Some("UDP".into()),
+                ..Default::default()
+            },
         ];
         s.set_defaults();
         let mut headless = s.clone();
@@ -666,11 +724,25 @@ mod tests {
         e.metadata.namespace = Some("ns".into());
         e.subsets = vec![EndpointSubset {
             addresses: vec![
-                EndpointAddress { ip: "10.42.1.2".into(), ..Default::default() },
-                EndpointAddress { ip: "10.42.1.1".into(), ..Default::default() },
+                EndpointAddress {
+                    ip: "10.42.1.2".into(),
+                    ..Default::default()
+                },
+                EndpointAddress {
+                    ip: "10.42.1.1".into(),
+                    ..Default::default()
+                },
             ],
-            not_ready_addresses: vec![EndpointAddress { ip: "10.42.1.3".into(), ..Default::default() }],
-            ports: vec![EndpointPort { name: Some("http".into()), port: 8080, protocol: Some("TCP".into()), ..Default::default() }],
+            not_ready_addresses: vec![EndpointAddress {
+                ip: "10.42.1.3".into(),
+                ..Default::default()
+            }],
+            ports: vec![EndpointPort {
+                name: Some("http".into()),
+                port: 8080,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }],
         }];
         let by_name = BTreeMap::from([(("ns".to_string(), "web".to_string()), &e)]);
         let ports = service_ports([&s, &headless], &by_name);
