@@ -55,7 +55,37 @@ impl Default for ServiceRanges {
     }
 }
 
+/// A parsed `--service-cidr`: network address and prefix length (bytes, so that the flag
+/// struct stays small).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServiceCidr(pub [u8; 4], pub u8);
+
+/// A parsed `--service-node-port-range`, inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodePortRange(pub u16, pub u16);
+
+/// clap's parser of `--service-cidr`.
+pub fn parse_service_cidr(s: &str) -> Result<ServiceCidr, RangeError> {
+    let r = ServiceRanges::parse(s, DEFAULT_NODE_PORT_RANGE)?;
+    Ok(ServiceCidr(r.network.to_be_bytes(), r.prefix))
+}
+
+/// clap's parser of `--service-node-port-range`.
+pub fn parse_node_port_range(s: &str) -> Result<NodePortRange, RangeError> {
+    let r = ServiceRanges::parse(DEFAULT_SERVICE_CIDR, s)?;
+    Ok(NodePortRange(r.node_ports.0 as u16, r.node_ports.1 as u16))
+}
+
 impl ServiceRanges {
+    /// The ranges of parsed flags.
+    pub fn new(cidr: ServiceCidr, ports: NodePortRange) -> ServiceRanges {
+        ServiceRanges {
+            network: u32::from_be_bytes(cidr.0),
+            prefix: cidr.1,
+            node_ports: (i32::from(ports.0), i32::from(ports.1)),
+        }
+    }
+
     /// Parses `--service-cidr` (`10.43.0.0/16`) and `--service-node-port-range`
     /// (`30000-32767`).
     pub fn parse(cidr: &str, node_ports: &str) -> Result<ServiceRanges, RangeError> {
