@@ -4,6 +4,7 @@
 pub mod image;
 pub mod node;
 pub mod pods;
+pub mod proxy;
 pub mod runtime;
 pub mod sim;
 pub mod sys;

@@ -75,6 +75,9 @@ struct Cli {
     container_log_max_files: u16,
     #[command(flatten)]
     sim: agent::sim::SimArgs,
+    /// Do not program iptables for Services (no service proxy on this node).
+    #[arg(long, env = "SKIFF_AGENT_DISABLE_PROXY")]
+    disable_proxy: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -158,6 +161,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             max_bytes: cli.container_log_max_size,
             max_files: usize::from(cli.container_log_max_files),
         },
+        disable_proxy: cli.disable_proxy,
     };
     node::run(cfg).context("skiff-agent stopped")
 }

@@ -7,6 +7,7 @@ pub mod controllers;
 pub mod error;
 pub mod heartbeat;
 pub mod http;
+pub mod ipalloc;
 pub mod join;
 pub mod pki;
 pub mod registry;

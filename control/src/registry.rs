@@ -12,7 +12,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use api::codec::{self, DecodeError};
-use api::core::{Namespace, Node, Pod};
+use api::core::{Namespace, Node, Pod, Service};
 use api::meta::{DeleteOptions, Time};
 use api::object::Resource;
 use api::{AnyObject, Kind};
@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::heartbeat::{heartbeat_only, Heartbeats};
+use crate::ipalloc::ServiceRanges;
 use crate::store::{Store, Txn};
 
 /// Which part of an object a write addresses.
@@ -51,6 +52,8 @@ pub struct Registry {
     /// The tolerationSeconds pods get on create for the not-ready and unreachable NoExecute
     /// taints (Kubernetes' DefaultTolerationSeconds admission); shared by every clone.
     default_toleration_seconds: std::sync::Arc<AtomicI64>,
+    /// Where ClusterIPs and NodePorts come from; shared by every clone.
+    service_ranges: std::sync::Arc<std::sync::RwLock<std::sync::Arc<ServiceRanges>>>,
 }
 
 /// The finalizer of a foreground deletion: the owner stays until its blocking dependents
@@ -152,6 +155,10 @@ fn as_pod_mut<K: Resource>(obj: &mut K) -> Option<&mut Pod> {
 
 fn as_pod<K: Resource>(obj: &K) -> Option<&Pod> {
     (obj as &dyn Any).downcast_ref::<Pod>()
+}
+
+fn as_service_mut<K: Resource>(obj: &mut K) -> Option<&mut Service> {
+    (obj as &mut dyn Any).downcast_mut::<Service>()
 }
 
 fn as_node<K: Resource>(obj: &K) -> Option<&Node> {
@@ -293,11 +300,12 @@ fn is_bound<K: Resource>(obj: &K) -> bool {
 fn apply_update<K: Resource>(
     txn: &mut Txn,
     beats: &Heartbeats,
+    ranges: &ServiceRanges,
     old: K,
     new: K,
     part: Part,
 ) -> Result<K, ApiError> {
-    apply_update_checked(txn, beats, old, new, part, true)
+    apply_update_checked(txn, beats, ranges, old, new, part, true)
 }
 
 /// [`apply_update`], optionally without the immutable-field rules (binding sets the otherwise
@@ -305,6 +313,7 @@ fn apply_update<K: Resource>(
 fn apply_update_checked<K: Resource>(
     txn: &mut Txn,
     beats: &Heartbeats,
+    ranges: &ServiceRanges,
     old: K,
     mut new: K,
     part: Part,
@@ -333,6 +342,12 @@ fn apply_update_checked<K: Resource>(
                 new.copy_status_from(&old);
             }
             new.set_defaults();
+            if let (Some(o), Some(n)) = (
+                (&old as &dyn Any).downcast_ref::<Service>(),
+                as_service_mut(&mut new),
+            ) {
+                crate::ipalloc::assign_in_txn(txn, ranges, n, Some(o))?;
+            }
         }
     }
     {
@@ -424,7 +439,23 @@ impl Registry {
             store,
             heartbeats: Default::default(),
             default_toleration_seconds: std::sync::Arc::new(AtomicI64::new(300)),
+            service_ranges: Default::default(),
         }
+    }
+
+    /// Sets where ClusterIPs and NodePorts come from (`--service-cidr`,
+    /// `--service-node-port-range`).
+    pub fn set_service_ranges(&self, ranges: ServiceRanges) {
+        if let Ok(mut r) = self.service_ranges.write() {
+            *r = std::sync::Arc::new(ranges);
+        }
+    }
+
+    fn service_ranges(&self) -> std::sync::Arc<ServiceRanges> {
+        self.service_ranges
+            .read()
+            .map(|r| r.clone())
+            .unwrap_or_default()
     }
 
     /// Sets the tolerationSeconds new pods get for not-ready and unreachable nodes.
@@ -476,11 +507,15 @@ impl Registry {
             obj.meta_mut().name = generated_name(&prefix);
         }
         validate(&obj)?;
+        let ranges = self.service_ranges();
         self.store
             .write(move |txn| {
                 let ns = obj.meta().namespace().to_string();
                 if K::KIND.info().namespaced {
                     check_namespace_open(txn, &ns)?;
+                }
+                if let Some(svc) = as_service_mut(&mut obj) {
+                    crate::ipalloc::assign_in_txn(txn, &ranges, svc, None)?;
                 }
                 for attempt in 0..8 {
                     let name = obj.meta().name.clone();
@@ -518,11 +553,12 @@ impl Registry {
         }
         let name = name.to_string();
         let beats = self.heartbeats.clone();
+        let ranges = self.service_ranges();
         self.store
             .write(move |txn| {
                 let ns = obj.meta().namespace().to_string();
                 let old: K = get_existing(txn, &ns, &name)?;
-                apply_update(txn, &beats, old, obj, part)
+                apply_update(txn, &beats, &ranges, old, obj, part)
             })
             .await
     }
@@ -538,6 +574,7 @@ impl Registry {
     ) -> Result<K, ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
+        let ranges = self.service_ranges();
         self.store
             .write(move |txn| {
                 let old: K = get_existing(txn, &ns, &name)?;
@@ -559,7 +596,7 @@ impl Registry {
                 if new.meta().resource_version.is_empty() {
                     new.meta_mut().resource_version = old.meta().resource_version.clone();
                 }
-                apply_update(txn, &beats, old, new, part)
+                apply_update(txn, &beats, &ranges, old, new, part)
             })
             .await
     }
@@ -574,12 +611,13 @@ impl Registry {
     ) -> Result<K, ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
+        let ranges = self.service_ranges();
         self.store
             .write(move |txn| {
                 let old: K = get_existing(txn, &ns, &name)?;
                 let mut new = old.clone();
                 f(&mut new)?;
-                apply_update(txn, &beats, old, new, part)
+                apply_update(txn, &beats, &ranges, old, new, part)
             })
             .await
     }
@@ -588,6 +626,7 @@ impl Registry {
     pub async fn bind(&self, ns: &str, name: &str, node: String) -> Result<(), ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
+        let ranges = self.service_ranges();
         self.store
             .write(move |txn| {
                 let old: Pod = get_existing(txn, &ns, &name)?;
@@ -607,7 +646,7 @@ impl Registry {
                 }
                 let mut new = old.clone();
                 new.spec.node_name = Some(node);
-                apply_update_checked(txn, &beats, old, new, Part::Main, false).map(|_| ())
+                apply_update_checked(txn, &beats, &ranges, old, new, Part::Main, false).map(|_| ())
             })
             .await
     }

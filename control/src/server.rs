@@ -39,6 +39,14 @@ pub struct ServerArgs {
     /// (unless their tolerations say otherwise).
     #[arg(long, env = "SKIFF_DEFAULT_TOLERATION_SECONDS", default_value_t = 300)]
     pub default_toleration_seconds: i64,
+    /// The network ClusterIPs are allocated from.
+    #[arg(long, env = "SKIFF_SERVICE_CIDR", default_value = crate::ipalloc::DEFAULT_SERVICE_CIDR,
+          value_parser = crate::ipalloc::parse_service_cidr)]
+    pub service_cidr: crate::ipalloc::ServiceCidr,
+    /// The ports NodePorts are allocated from, `FIRST-LAST`.
+    #[arg(long, env = "SKIFF_SERVICE_NODE_PORT_RANGE", default_value = crate::ipalloc::DEFAULT_NODE_PORT_RANGE,
+          value_parser = crate::ipalloc::parse_node_port_range)]
+    pub service_node_port_range: crate::ipalloc::NodePortRange,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -128,6 +136,10 @@ impl EmbeddedAgentArgs {
             heartbeat: std::time::Duration::from_secs(10),
             log_port: self.agent_port,
             log_limits: Default::default(),
+            // SKIFF_DISABLE_PROXY=1: no service proxy on this machine (an environment variable
+            // only: one more flag makes clippy's large_enum_variant fire on cli::Command).
+            disable_proxy: std::env::var("SKIFF_DISABLE_PROXY")
+                .is_ok_and(|v| v != "0" && !v.is_empty()),
         })
     }
 }
@@ -177,6 +189,10 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         .context("building the TLS configuration")?;
     let auth = Authenticator::new(&pki).context("loading the authenticator")?;
     let registry = Registry::new(store.clone());
+    registry.set_service_ranges(crate::ipalloc::ServiceRanges::new(
+        args.service_cidr,
+        args.service_node_port_range,
+    ));
 
     let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
     std::thread::Builder::new()

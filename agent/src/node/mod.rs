@@ -60,6 +60,8 @@ pub struct AgentConfig {
     pub log_port: u16,
     /// Size cap and file count of container logs.
     pub log_limits: LogLimits,
+    /// Do not run the service proxy (no iptables rules for Services on this node).
+    pub disable_proxy: bool,
 }
 
 /// Why the agent could not run.
@@ -175,6 +177,14 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             cfg.heartbeat,
         ))
         .detach();
+
+        if !cfg.disable_proxy {
+            if let Err(e) =
+                crate::proxy::start(client.clone(), crate::proxy::ProxyConfig::default())
+            {
+                tracing::error!("service proxy not started: Services will not work here: {e}");
+            }
+        }
 
         let manager = PodManager::new(Context {
             runtime,

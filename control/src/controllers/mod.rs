@@ -11,6 +11,7 @@ use crate::registry::Registry;
 
 pub mod daemonset;
 pub mod deployment;
+pub mod endpoints;
 pub mod events;
 pub mod gc;
 pub mod informer;
@@ -66,6 +67,7 @@ pub fn start_all(ctx: &Context) {
     replicaset::start(ctx);
     deployment::start(ctx);
     daemonset::start(ctx);
+    endpoints::start(ctx);
     nodelifecycle::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(

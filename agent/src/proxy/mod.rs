@@ -1,0 +1,389 @@
+//! The service proxy: watches Services and Endpoints and programs iptables NAT chains so that
+//! connections to a ClusterIP (or a NodePort on any local address) reach a ready endpoint.
+//!
+//! ```text
+//! start(Client, ProxyConfig) -> Result<(), ProxyError>    // watchers + the sync thread
+//! rules::build(&[Service], &[Endpoints], &RuleConfig) -> Ruleset
+//! Applier::new(backend).sync(&Ruleset) -> Result<SyncReport, ProxyError>
+//! Applier::in_place() -> Result<bool, ProxyError>          // are our jumps and chains intact?
+//! ```
+//!
+//! Writes go through `iptables-restore --noflush`, one call per sync, which declares (and so
+//! flushes) only skiff's own chains; the first sync (and any repair) rewrites every owned chain
+//! and removes stale ones, later syncs rewrite only the chains whose rules changed. Changes are
+//! coalesced (a sync at most every `min_sync_interval`), and every `check_interval` the rules
+//! are read back: if someone removed a jump or one of skiff's chains, everything is rewritten.
+
+pub mod iptables;
+pub mod rules;
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use api::client::{Client, WatchEvent};
+use api::core::{Endpoints, Service};
+use api::object::Resource;
+use futures_lite::StreamExt;
+
+pub use iptables::{Backend, Iptables, IptablesError, SavedTable};
+pub use rules::{RuleConfig, Ruleset, Table};
+
+/// Why the proxy could not do its work.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error(transparent)]
+    Iptables(#[from] IptablesError),
+    #[error("starting the proxy's sync thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Settings of the service proxy.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    pub rules: RuleConfig,
+    /// Changes that arrive within this time after the first are applied together.
+    pub min_sync_interval: Duration,
+    /// How often the rules are read back and repaired.
+    pub check_interval: Duration,
+    pub iptables: Iptables,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            rules: RuleConfig::default(),
+            min_sync_interval: Duration::from_millis(100),
+            check_interval: Duration::from_secs(15),
+            iptables: Iptables::default(),
+        }
+    }
+}
+
+/// What one sync did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Every owned chain was rewritten (first sync or repair).
+    pub full: bool,
+    pub chains_written: usize,
+    pub chains_deleted: usize,
+    pub jumps_inserted: usize,
+    /// Bytes given to iptables-restore (0: nothing changed, nothing was run).
+    pub input_bytes: usize,
+}
+
+/// Applies rule sets, remembering what it applied so the next sync writes only the changes.
+pub struct Applier<B: Backend = Iptables> {
+    backend: B,
+    applied: Option<Ruleset>,
+}
+
+impl<B: Backend> Applier<B> {
+    pub fn new(backend: B) -> Applier<B> {
+        Applier {
+            backend,
+            applied: None,
+        }
+    }
+
+    /// Brings the kernel to `desired`: only the changed chains when the last sync succeeded,
+    /// everything (after reading what is there) otherwise.
+    pub fn sync(&mut self, desired: &Ruleset) -> Result<SyncReport, ProxyError> {
+        let Some(applied) = &self.applied else {
+            return self.full_sync(desired);
+        };
+        let previous: BTreeMap<(Table, String), Option<Vec<String>>> = applied
+            .chains
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        let input = rules::restore_input(desired, &previous, &[]);
+        let report = report_of(&input, false);
+        if !input.is_empty() {
+            if let Err(e) = self.backend.restore(&input) {
+                self.applied = None;
+                return Err(e.into());
+            }
+        }
+        self.applied = Some(desired.clone());
+        Ok(report)
+    }
+
+    /// Rewrites every owned chain, deletes owned chains that are no longer wanted (also ones
+    /// left by an earlier run) and inserts missing jumps.
+    pub fn full_sync(&mut self, desired: &Ruleset) -> Result<SyncReport, ProxyError> {
+        self.applied = None;
+        let mut previous = BTreeMap::new();
+        let mut missing = Vec::new();
+        for table in [Table::Nat, Table::Filter] {
+            let saved = SavedTable::parse(&self.backend.save(table)?);
+            for chain in saved.chains.keys() {
+                if rules::owned_chain(table, chain) {
+                    previous.insert((table, chain.clone()), None);
+                }
+            }
+            for jump in rules::JUMPS.iter().filter(|j| j.0 == table) {
+                let target = jump.2.rsplit("-j ").next().unwrap_or("");
+                if !saved.has_jump(jump.1, target) {
+                    missing.push(*jump);
+                }
+            }
+        }
+        let input = rules::restore_input(desired, &previous, &missing);
+        let report = report_of(&input, true);
+        self.backend.restore(&input)?;
+        self.applied = Some(desired.clone());
+        Ok(report)
+    }
+
+    /// Whether the jumps and every applied chain (with its number of rules) are still there.
+    /// False before the first sync.
+    pub fn in_place(&self) -> Result<bool, ProxyError> {
+        let Some(applied) = &self.applied else {
+            return Ok(false);
+        };
+        for table in [Table::Nat, Table::Filter] {
+            let saved = SavedTable::parse(&self.backend.save(table)?);
+            for jump in rules::JUMPS.iter().filter(|j| j.0 == table) {
+                let target = jump.2.rsplit("-j ").next().unwrap_or("");
+                if !saved.has_jump(jump.1, target) {
+                    return Ok(false);
+                }
+            }
+            for ((t, chain), wanted) in &applied.chains {
+                if *t != table {
+                    continue;
+                }
+                match saved.chains.get(chain) {
+                    Some(rules) if rules.len() == wanted.len() => {}
+                    _ => return Ok(false),
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Checks and, if something was removed, rewrites everything. Returns the report of the
+    /// repair, if one was needed.
+    pub fn repair(&mut self) -> Result<Option<SyncReport>, ProxyError> {
+        if self.applied.is_none() || self.in_place()? {
+            return Ok(None);
+        }
+        let Some(desired) = self.applied.clone() else {
+            return Ok(None);
+        };
+        self.full_sync(&desired).map(Some)
+    }
+
+    /// Builds the rules of `services` and `endpoints` and syncs them.
+    pub fn apply_objects(
+        &mut self,
+        services: &[Service],
+        endpoints: &[Endpoints],
+        cfg: &RuleConfig,
+    ) -> Result<SyncReport, ProxyError> {
+        self.sync(&rules::build(services, endpoints, cfg))
+    }
+
+    /// What was last applied.
+    pub fn applied(&self) -> Option<&Ruleset> {
+        self.applied.as_ref()
+    }
+}
+
+fn report_of(input: &str, full: bool) -> SyncReport {
+    let mut r = SyncReport {
+        full,
+        input_bytes: input.len(),
+        ..Default::default()
+    };
+    for line in input.lines() {
+        if line.starts_with(':') {
+            r.chains_written += 1;
+        } else if line.starts_with("-X ") {
+            r.chains_deleted += 1;
+        } else if line.starts_with("-I ") {
+            r.jumps_inserted += 1;
+        }
+    }
+    // Deleted chains are declared (flushed) too; count them once.
+    r.chains_written -= r.chains_deleted;
+    r
+}
+
+/// The proxy's copy of the cluster's Services and Endpoints.
+#[derive(Default)]
+struct World {
+    services: BTreeMap<(String, String), Service>,
+    endpoints: BTreeMap<(String, String), Endpoints>,
+    services_listed: bool,
+    endpoints_listed: bool,
+}
+
+/// One kind's part of the [`World`].
+trait Reflected: Resource + Send + 'static {
+    fn part(w: &mut World) -> (&mut BTreeMap<(String, String), Self>, &mut bool);
+}
+
+impl Reflected for Service {
+    fn part(w: &mut World) -> (&mut BTreeMap<(String, String), Self>, &mut bool) {
+        (&mut w.services, &mut w.services_listed)
+    }
+}
+
+impl Reflected for Endpoints {
+    fn part(w: &mut World) -> (&mut BTreeMap<(String, String), Self>, &mut bool) {
+        (&mut w.endpoints, &mut w.endpoints_listed)
+    }
+}
+
+fn key<K: Resource>(o: &K) -> (String, String) {
+    (o.meta().namespace().to_string(), o.meta().name.clone())
+}
+
+fn lock(world: &Mutex<World>) -> std::sync::MutexGuard<'_, World> {
+    // A panic elsewhere cannot leave the maps half-written in a way that matters: the next
+    // list replaces them.
+    world.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Lists then watches `K` for ever, keeping its part of `world` current and poking `notify`
+/// after each change. A watch that ends resumes; one that fails (410 Expired, a lost
+/// connection) lists again.
+async fn reflect<K: Reflected>(client: Client, world: Arc<Mutex<World>>, notify: Sender<()>) {
+    let kind = K::KIND.info().kind;
+    loop {
+        let (items, mut rv) = match client.list::<K>(None, None, None).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(kind, "service proxy: list failed, retrying: {e}");
+                smol::Timer::after(Duration::from_secs(2)).await;
+                continue;
+            }
+        };
+        {
+            let mut w = lock(&world);
+            let (map, listed) = K::part(&mut w);
+            *map = items.into_iter().map(|o| (key(&o), o)).collect();
+            *listed = true;
+        }
+        let _ = notify.send(());
+        'watch: loop {
+            let mut stream = match client
+                .watch::<K>(None, &rv, None, None, Some(Duration::from_secs(300)))
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(kind, "service proxy: watch failed, listing again: {e}");
+                    smol::Timer::after(Duration::from_secs(1)).await;
+                    break 'watch;
+                }
+            };
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
+                        rv = o.meta().resource_version.clone();
+                        K::part(&mut lock(&world)).0.insert(key(&o), o);
+                    }
+                    Ok(WatchEvent::Deleted(o)) => {
+                        rv = o.meta().resource_version.clone();
+                        K::part(&mut lock(&world)).0.remove(&key(&o));
+                    }
+                    Ok(WatchEvent::Bookmark { resource_version }) => {
+                        rv = resource_version;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::debug!(kind, "service proxy: watch ended, listing again: {e}");
+                        break 'watch;
+                    }
+                }
+                let _ = notify.send(());
+            }
+        }
+    }
+}
+
+/// Starts the proxy: a watcher task per kind on the global executor and the sync thread
+/// (iptables calls block). Returns once they run.
+pub fn start(client: Client, cfg: ProxyConfig) -> Result<(), ProxyError> {
+    let world = Arc::new(Mutex::new(World::default()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w = world.clone();
+    std::thread::Builder::new()
+        .name("service-proxy".into())
+        .spawn(move || sync_loop(&w, &rx, &cfg))
+        .map_err(ProxyError::Thread)?;
+    smol::spawn(reflect::<Service>(
+        client.clone(),
+        world.clone(),
+        tx.clone(),
+    ))
+    .detach();
+    smol::spawn(reflect::<Endpoints>(client, world, tx)).detach();
+    Ok(())
+}
+
+/// Waits for changes, coalesces them, syncs; checks and repairs when idle.
+fn sync_loop(world: &Mutex<World>, rx: &Receiver<()>, cfg: &ProxyConfig) {
+    let mut applier = Applier::new(cfg.iptables.clone());
+    let mut pending = false;
+    let mut last_check = Instant::now();
+    loop {
+        let wait = if pending {
+            cfg.min_sync_interval.max(Duration::from_secs(1))
+        } else {
+            cfg.check_interval
+        };
+        match rx.recv_timeout(wait) {
+            Ok(()) => pending = true,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if pending {
+            // Let a burst of changes land before building the rules once.
+            std::thread::sleep(cfg.min_sync_interval);
+            while rx.try_recv().is_ok() {}
+            let (services, endpoints) = {
+                let w = lock(world);
+                if !(w.services_listed && w.endpoints_listed) {
+                    // Not before both lists: an empty world would remove working rules.
+                    continue;
+                }
+                (
+                    w.services.values().cloned().collect::<Vec<_>>(),
+                    w.endpoints.values().cloned().collect::<Vec<_>>(),
+                )
+            };
+            let started = Instant::now();
+            match applier.apply_objects(&services, &endpoints, &cfg.rules) {
+                Ok(r) => {
+                    pending = false;
+                    tracing::debug!(
+                        services = services.len(),
+                        full = r.full,
+                        chains = r.chains_written,
+                        deleted = r.chains_deleted,
+                        took = ?started.elapsed(),
+                        "service rules synced"
+                    );
+                }
+                // pending stays set: retried after a second.
+                Err(e) => tracing::warn!("service proxy: sync failed, retrying: {e}"),
+            }
+        }
+        if last_check.elapsed() >= cfg.check_interval {
+            last_check = Instant::now();
+            match applier.repair() {
+                Ok(Some(r)) => tracing::warn!(
+                    chains = r.chains_written,
+                    "service proxy: rules had been removed; rewrote them"
+                ),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("service proxy: checking the rules failed: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Services against a real `skiff server`: ClusterIP and NodePort allocation (with the 422s
+//! Kubernetes answers), headless Services, and the Endpoints controller with pods whose status
+//! the test sets (no agent runs here).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use serde_json::{json, Value};
+
+const SVCS: &str = "/api/v1/namespaces/default/services";
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn svc(name: &str, extra: Value) -> Value {
+    let mut s = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"ports": [{"name": "http", "port": 80}]}
+    });
+    if let (Some(spec), Some(extra)) = (s["spec"].as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    s
+}
+
+fn create(s: &TestServer, body: Value) -> (u16, Value) {
+    s.json("POST", SVCS, &body)
+}
+
+fn cause(v: &Value) -> (String, String) {
+    let c = &v["details"]["causes"][0];
+    (
+        c["field"].as_str().unwrap_or("").to_string(),
+        c["message"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[test]
+fn cluster_ips_and_node_ports_are_allocated_and_checked() {
+    let s = TestServer::start_with(&[
+        "--service-cidr",
+        "10.96.0.0/24",
+        "--service-node-port-range",
+        "30000-30009",
+    ]);
+    let (code, a) = create(&s, svc("a", json!({})));
+    assert_eq!(code, 201, "{a}");
+    let ip = a["spec"]["clusterIP"]
+        .as_str()
+        .expect("clusterIP")
+        .to_string();
+    assert!(ip.starts_with("10.96.0."), "{ip}");
+    assert_eq!(a["spec"]["clusterIPs"], json!([ip]));
+    assert_eq!(a["spec"]["ipFamilies"], json!(["IPv4"]));
+
+    let (code, b) = create(&s, svc("b", json!({"clusterIP": "10.96.0.10"})));
+    assert_eq!(code, 201, "{b}");
+    assert_eq!(b["spec"]["clusterIP"], "10.96.0.10");
+
+    let (code, dup) = create(&s, svc("dup", json!({"clusterIP": "10.96.0.10"})));
+    assert_eq!(code, 422, "{dup}");
+    let (field, msg) = cause(&dup);
+    assert_eq!(field, "spec.clusterIPs");
+    assert!(msg.contains("provided IP is already allocated"), "{msg}");
+
+    let (code, out) = create(&s, svc("out", json!({"clusterIP": "10.43.0.10"})));
+    assert_eq!(code, 422, "{out}");
+    assert!(
+        cause(&out).1.contains(
+            "provided IP is not in the valid range. The range of valid IPs is 10.96.0.0/24"
+        ),
+        "{out}"
+    );
+
+    let (code, h) = create(&s, svc("headless", json!({"clusterIP": "None"})));
+    assert_eq!(code, 201, "{h}");
+    assert_eq!(h["spec"]["clusterIP"], "None");
+
+    // NodePorts: an explicit one, an allocated one, a conflict, one out of range.
+    let (code, np) = create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "np"},
+               "spec": {"type": "NodePort", "ports": [
+                   {"name": "a", "port": 80, "nodePort": 30003},
+                   {"name": "b", "port": 81}]}}),
+    );
+    assert_eq!(code, 201, "{np}");
+    assert_eq!(np["spec"]["ports"][0]["nodePort"], 30003);
+    let second = np["spec"]["ports"][1]["nodePort"]
+        .as_i64()
+        .expect("allocated");
+    assert!((30000..=30009).contains(&second) && second != 30003);
+    let (code, clash) = create(
+        &s,
+        svc(
+            "clash",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30003}]}),
+        ),
+    );
+    assert_eq!(code, 422, "{clash}");
+    let (field, msg) = cause(&clash);
+    assert_eq!(field, "spec.ports[0].nodePort");
+    assert!(msg.contains("provided port is already allocated"), "{msg}");
+    let (code, far) = create(
+        &s,
+        svc(
+            "far",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]}),
+        ),
+    );
+    assert_eq!(code, 422, "{far}");
+    assert!(cause(&far).1.contains("30000-30009"), "{far}");
+
+    // A PUT without clusterIP keeps the allocated one; changing it is refused.
+    let mut put = svc("a", json!({}));
+    put["metadata"]["resourceVersion"] = a["metadata"]["resourceVersion"].clone();
+    let (code, kept) = s.json("PUT", &format!("{SVCS}/a"), &put);
+    assert_eq!(code, 200, "{kept}");
+    assert_eq!(kept["spec"]["clusterIP"], json!(ip));
+    let mut put = svc("a", json!({"clusterIP": "10.96.0.99"}));
+    put["metadata"]["resourceVersion"] = kept["metadata"]["resourceVersion"].clone();
+    let (code, changed) = s.json("PUT", &format!("{SVCS}/a"), &put);
+    assert_eq!(code, 422, "{changed}");
+    // Updating the NodePort Service keeps its ports.
+    let (code, np2) = s.json(
+        "PUT",
+        &format!("{SVCS}/np"),
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "np"},
+                "spec": {"type": "NodePort", "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}}),
+    );
+    assert_eq!(code, 200, "{np2}");
+    assert_eq!(np2["spec"]["ports"], np["spec"]["ports"]);
+
+    // Deleting releases: the address and the port can be taken again.
+    let (code, _) = s.json("DELETE", &format!("{SVCS}/b"), &json!({}));
+    assert_eq!(code, 200);
+    let (code, _) = s.json("DELETE", &format!("{SVCS}/np"), &json!({}));
+    assert_eq!(code, 200);
+    let (code, again) = create(
+        &s,
+        svc(
+            "again",
+            json!({"clusterIP": "10.96.0.10", "type": "NodePort", "ports": [{"port": 80, "nodePort": 30003}]}),
+        ),
+    );
+    assert_eq!(code, 201, "{again}");
+
+    // Concurrent creates never share an address: fill the rest of the /24 in parallel.
+    let client = s.client();
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let c = client.clone();
+            std::thread::spawn(move || {
+                let body = serde_json::to_vec(&svc(&format!("many-{i}"), json!({}))).expect("json");
+                let r = smol::block_on(c.request(
+                    "POST",
+                    SVCS,
+                    Some(("application/json", body)),
+                    "application/json",
+                ))
+                .expect("request");
+                assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+                let v: Value = serde_json::from_slice(&r.body).expect("json");
+                v["spec"]["clusterIP"].as_str().expect("ip").to_string()
+            })
+        })
+        .collect();
+    let ips: std::collections::BTreeSet<String> = tasks
+        .into_iter()
+        .map(|t| t.join().expect("thread"))
+        .collect();
+    assert_eq!(ips.len(), 40);
+}
+
+fn pod(name: &str, port: i32) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "labels": {"app": "web"}},
+           "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox",
+                    "ports": [{"name": "http", "containerPort": port}]}]}})
+}
+
+fn set_status(s: &TestServer, name: &str, ip: &str, ready: bool) {
+    let (code, v) = s.http(
+        "PATCH",
+        &format!("/api/v1/namespaces/default/pods/{name}/status"),
+        Some((
+            "application/merge-patch+json",
+            serde_json::to_vec(&json!({"status": {"phase": "Running", "podIP": ip,
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}}))
+            .expect("json"),
+        )),
+    );
+    assert_eq!(code, 200, "{v}");
+}
+
+fn endpoints(s: &TestServer, name: &str) -> Option<Value> {
+    let (code, v) = s.http(
+        "GET",
+        &format!("/api/v1/namespaces/default/endpoints/{name}"),
+        None,
+    );
+    (code == 200).then_some(v)
+}
+
+/// (port -> (ready IPs, not-ready IPs)) of an Endpoints object.
+fn summary(e: &Value) -> Vec<(i64, Vec<String>, Vec<String>)> {
+    let ips = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x["ip"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out: Vec<_> = e["subsets"]
+        .as_array()
+        .map(|subs| {
+            subs.iter()
+                .map(|sub| {
+                    (
+                        sub["ports"][0]["port"].as_i64().unwrap_or(0),
+                        ips(&sub["addresses"]),
+                        ips(&sub["notReadyAddresses"]),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+#[test]
+fn endpoints_follow_pods() {
+    let s = TestServer::start();
+    let (code, web) = create(
+        &s,
+        svc(
+            "web",
+            json!({"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}),
+        ),
+    );
+    assert_eq!(code, 201, "{web}");
+    assert!(web["spec"]["clusterIP"]
+        .as_str()
+        .expect("ip")
+        .starts_with("10.43."));
+    // Endpoints exist (empty) as soon as the Service does.
+    wait_for("empty endpoints", Duration::from_secs(10), || {
+        endpoints(&s, "web")
+    });
+
+    for (name, port) in [("a", 8080), ("b", 8080), ("c", 9090), ("d", 8080)] {
+        let (code, v) = s.json("POST", "/api/v1/namespaces/default/pods", &pod(name, port));
+        assert_eq!(code, 201, "{v}");
+    }
+    set_status(&s, "a", "10.42.0.5", true);
+    set_status(&s, "b", "10.42.0.6", false);
+    set_status(&s, "c", "10.42.0.7", true);
+    // d has no IP yet: not listed.
+    let want = vec![
+        (
+            8080,
+            vec!["10.42.0.5".to_string()],
+            vec!["10.42.0.6".to_string()],
+        ),
+        (9090, vec!["10.42.0.7".to_string()], vec![]),
+    ];
+    let e = wait_for("endpoints of a, b, c", Duration::from_secs(10), || {
+        endpoints(&s, "web").filter(|e| summary(e) == want)
+    });
+    let sub = &e["subsets"][0];
+    assert_eq!(sub["ports"][0]["name"], "http");
+    assert_eq!(sub["ports"][0]["protocol"], "TCP");
+    assert_eq!(sub["addresses"][0]["nodeName"], "n1");
+    assert_eq!(sub["addresses"][0]["targetRef"]["kind"], "Pod");
+    assert_eq!(sub["addresses"][0]["targetRef"]["name"], "a");
+
+    // b becomes ready; a is deleted (bound, so it terminates gracefully: out of the Endpoints at once).
+    set_status(&s, "b", "10.42.0.6", true);
+    let (code, _) = s.json("DELETE", "/api/v1/namespaces/default/pods/a", &json!({}));
+    assert_eq!(code, 200);
+    let want = vec![
+        (8080, vec!["10.42.0.6".to_string()], vec![]),
+        (9090, vec!["10.42.0.7".to_string()], vec![]),
+    ];
+    wait_for("b ready, a gone", Duration::from_secs(10), || {
+        endpoints(&s, "web").filter(|e| summary(e) == want)
+    });
+
+    // A Service without a selector keeps the Endpoints written by hand.
+    let (code, _) = create(&s, svc("manual", json!({})));
+    assert_eq!(code, 201);
+    let (code, v) = s.json(
+        "POST",
+        "/api/v1/namespaces/default/endpoints",
+        &json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "manual"},
+                "subsets": [{"addresses": [{"ip": "192.0.2.1"}], "ports": [{"name": "http", "port": 80}]}]}),
+    );
+    assert_eq!(code, 201, "{v}");
+    std::thread::sleep(Duration::from_millis(500));
+    let manual = endpoints(&s, "manual").expect("manual endpoints");
+    assert_eq!(manual["subsets"][0]["addresses"][0]["ip"], "192.0.2.1");
+
+    // The Endpoints go with their Service.
+    let (code, _) = s.json("DELETE", &format!("{SVCS}/web"), &json!({}));
+    assert_eq!(code, 200);
+    wait_for("endpoints removed", Duration::from_secs(10), || {
+        endpoints(&s, "web").is_none().then_some(())
+    });
+}
