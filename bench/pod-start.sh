@@ -36,7 +36,7 @@ echo "== skiff: server with its own agent, busybox imported, $SEQ pods one by on
 PORT=$(free_port)
 SKIFF_LOG=warn "$SKIFF" server --data-dir "$WORK/server" --listen "127.0.0.1:$PORT" \
     --node-name bench-node --node-ip 127.0.0.1 --agent-run-dir "$WORK/run" \
-    --cgroup-parent skiff-bench --agent-port 0 &
+    --cgroup-parent skiff-bench --agent-port 0 --disable-proxy &
 SKIFF_PID=$!
 wait_port "$PORT"
 export KUBECONFIG="$WORK/server/admin.kubeconfig"
@@ -59,7 +59,7 @@ TOKEN=$("$SKIFF" token create)
 "$REL/skiff-agent" image import "$WORK/busybox.tar" --data-dir "$WORK/agent" >/dev/null
 SKIFF_LOG=warn "$REL/skiff-agent" --server "https://127.0.0.1:$PORT" --token "$TOKEN" \
     --data-dir "$WORK/agent" --run-dir "$WORK/run2" --node-name bench-agent --node-ip 127.0.0.1 \
-    --cgroup-parent skiff-bench2 --port 0 &
+    --cgroup-parent skiff-bench2 --port 0 --disable-proxy &
 AGENT_PID=$!
 for _ in $(seq 1 100); do "$SKIFF" get node bench-agent >/dev/null 2>&1 && break; sleep 0.2; done
 for i in $(seq 1 20); do

@@ -74,7 +74,13 @@ fn server_runs_its_own_node() {
         .arg(dir.path())
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--node-name", &node, "--node-ip", "127.0.0.1"])
-        .args(["--cgroup-parent", &cgroup_parent, "--agent-port", "0"])
+        .args([
+            "--cgroup-parent",
+            &cgroup_parent,
+            "--agent-port",
+            "0",
+            "--disable-proxy",
+        ])
         .arg("--agent-run-dir")
         .arg(run.path())
         .env("SKIFF_LOG", "warn")

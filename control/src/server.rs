@@ -91,6 +91,9 @@ pub struct EmbeddedAgentArgs {
     /// The port the local agent serves container logs on (to this server only).
     #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = agent::node::logs::DEFAULT_PORT)]
     pub agent_port: u16,
+    /// Do not program Services into this machine's iptables.
+    #[arg(long, env = "SKIFF_DISABLE_PROXY")]
+    pub disable_proxy: bool,
 }
 
 impl EmbeddedAgentArgs {
@@ -136,10 +139,7 @@ impl EmbeddedAgentArgs {
             heartbeat: std::time::Duration::from_secs(10),
             log_port: self.agent_port,
             log_limits: Default::default(),
-            // SKIFF_DISABLE_PROXY=1: no service proxy on this machine (an environment variable
-            // only: one more flag makes clippy's large_enum_variant fire on cli::Command).
-            disable_proxy: std::env::var("SKIFF_DISABLE_PROXY")
-                .is_ok_and(|v| v != "0" && !v.is_empty()),
+            disable_proxy: self.disable_proxy,
         })
     }
 }

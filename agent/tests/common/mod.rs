@@ -201,6 +201,8 @@ impl TestAgent {
             .args(["--cgroup-parent", &self.cgroup_parent])
             .args(["--heartbeat-seconds", "1"])
             .args(["--port", "0"])
+            // Services are tested inside network namespaces, never in the host's iptables.
+            .arg("--disable-proxy")
             .args(["--node-label", "zone=test", "--node-ip", "127.0.0.1"])
             .env(
                 "SKIFF_LOG",

@@ -128,6 +128,8 @@ fn spawn_server(dir: &Path, addr: SocketAddr, extra: &[String]) -> Child {
         .arg("--listen")
         .arg(addr.to_string())
         .args((!own_agent).then_some("--disable-agent"))
+        // A server's own agent never programs the host's iptables in tests.
+        .args(own_agent.then_some("--disable-proxy"))
         .args(extra)
         .env("SKIFF_LOG", "warn")
         .stdin(Stdio::null())
