@@ -39,6 +39,9 @@ pub struct ServerArgs {
     /// (unless their tolerations say otherwise).
     #[arg(long, env = "SKIFF_DEFAULT_TOLERATION_SECONDS", default_value_t = 300)]
     pub default_toleration_seconds: i64,
+    /// The pod range: each node gets a /24 of it (its podCIDR).
+    #[arg(long, env = "SKIFF_CLUSTER_CIDR", default_value = agent::net::DEFAULT_CLUSTER_CIDR)]
+    pub cluster_cidr: agent::net::Ipv4Cidr,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -83,6 +86,9 @@ pub struct EmbeddedAgentArgs {
     /// The port the local agent serves container logs on (to this server only).
     #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = agent::node::logs::DEFAULT_PORT)]
     pub agent_port: u16,
+    /// The bridge this machine's pods are attached to.
+    #[arg(long, env = "SKIFF_BRIDGE_NAME", default_value = agent::net::DEFAULT_BRIDGE)]
+    pub bridge_name: String,
 }
 
 impl EmbeddedAgentArgs {
@@ -98,6 +104,7 @@ impl EmbeddedAgentArgs {
         server_data_dir: &std::path::Path,
         url: String,
         token: Option<String>,
+        cluster_cidr: agent::net::Ipv4Cidr,
     ) -> anyhow::Result<agent::node::AgentConfig> {
         use agent::node::register;
         let labels = self
@@ -128,6 +135,10 @@ impl EmbeddedAgentArgs {
             heartbeat: std::time::Duration::from_secs(10),
             log_port: self.agent_port,
             log_limits: Default::default(),
+            pod_network: agent::net::PodNetworkSettings {
+                cluster_cidr,
+                bridge: self.bridge_name.clone(),
+            },
         })
     }
 }
@@ -206,6 +217,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             config: ControllerConfig {
                 node_monitor_grace_period: args.node_monitor_grace_period,
                 default_toleration_seconds: args.default_toleration_seconds,
+                cluster_cidr: args.cluster_cidr,
             },
         });
         let listener = async_net::TcpListener::bind(args.listen)
@@ -251,7 +263,12 @@ async fn start_local_agent(
     };
     let cfg = args
         .agent
-        .config(&args.data_dir, local_url(args.listen), token)
+        .config(
+            &args.data_dir,
+            local_url(args.listen),
+            token,
+            args.cluster_cidr,
+        )
         .context("the local agent's settings")?;
     std::thread::Builder::new()
         .name("agent".into())

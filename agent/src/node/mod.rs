@@ -60,6 +60,8 @@ pub struct AgentConfig {
     pub log_port: u16,
     /// Size cap and file count of container logs.
     pub log_limits: LogLimits,
+    /// The cluster's pod range and the bridge name.
+    pub pod_network: crate::net::PodNetworkSettings,
 }
 
 /// Why the agent could not run.
@@ -75,6 +77,8 @@ pub enum AgentError {
     Cache(#[from] crate::pods::CacheError),
     #[error("API client: {0}")]
     Client(#[from] api::client::ClientError),
+    #[error("pod network: {0}")]
+    Network(#[from] crate::net::NetError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -143,6 +147,15 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             platform: None,
         };
 
+        let net_cfg = crate::net::NetConfig {
+            settings: cfg.pod_network.clone(),
+            state_dir: cfg.data_dir.join("net"),
+            node_name: cfg.node_name.clone(),
+            node_ip: node_ip.clone(),
+        };
+        let network = smol::unblock(move || crate::net::Network::open(net_cfg)).await?;
+        smol::spawn(network.clone().follow_nodes(client.clone())).detach();
+
         let runtime = Arc::new(runtime);
         let cache = Arc::new(cache);
         let pods_dir = cfg.data_dir.join("pods");
@@ -183,6 +196,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             cache,
             node_name: cfg.node_name.clone(),
             node_ip,
+            network,
             pods_dir,
             pull_options,
             allow_privileged: cfg.allow_privileged,

@@ -15,6 +15,7 @@ pub mod events;
 pub mod gc;
 pub mod informer;
 pub mod namespace;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod queue;
 pub mod replicaset;
@@ -39,6 +40,8 @@ pub struct ControllerConfig {
     pub node_monitor_grace_period: Duration,
     /// How long pods tolerate an unreachable or not-ready node unless they say otherwise.
     pub default_toleration_seconds: i64,
+    /// The pod range, a /24 of it per node (`--cluster-cidr`).
+    pub cluster_cidr: agent::net::Ipv4Cidr,
 }
 
 impl Default for ControllerConfig {
@@ -46,6 +49,7 @@ impl Default for ControllerConfig {
         ControllerConfig {
             node_monitor_grace_period: Duration::from_secs(40),
             default_toleration_seconds: 300,
+            cluster_cidr: agent::net::PodNetworkSettings::default().cluster_cidr,
         }
     }
 }
@@ -67,6 +71,7 @@ pub fn start_all(ctx: &Context) {
     deployment::start(ctx);
     daemonset::start(ctx);
     nodelifecycle::start(ctx);
+    nodeipam::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
         ctx.registry.clone(),
