@@ -42,7 +42,7 @@ fn main() {
     let result = match parsed.command {
         Command::Server(args) => {
             init_tracing();
-            skiff_control::server::run(args)
+            skiff_control::server::run(*args)
         }
         _ => cli::run(parsed),
     };

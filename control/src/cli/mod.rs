@@ -39,7 +39,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the control plane.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Create or update objects from manifest files.
     Apply(apply::ApplyArgs),
     /// Show objects.
