@@ -223,7 +223,11 @@ impl Network {
                 "the node's podCIDR is outside the agent's --cluster-cidr");
         }
         self.setup_host(range)?;
-        self.apply_iptables(&st)?;
+        // Without iptables pods still reach each other; only egress NAT and hostPorts are
+        // missing, which is better than no pods at all.
+        if let Err(e) = self.apply_iptables(&st) {
+            tracing::error!("pod traffic leaving the cluster will not be masqueraded: {e}");
+        }
         st.bridge_ready = true;
         drop(st);
         tracing::info!(pod_cidr = %range, bridge = %self.cfg.settings.bridge, "pod network ready");
@@ -374,15 +378,20 @@ impl Network {
     /// fine. Blocking.
     pub fn detach(&self, uid: &str) -> Result<(), NetError> {
         let mut st = self.lock();
-        let mut nl = Netlink::open()?;
-        nl.delete_link(&host_veth_name(uid))?;
-        if st.host_ports.remove(uid).is_some_and(|p| !p.is_empty()) && st.bridge_ready {
-            self.apply_iptables(&st)?;
-        }
-        if let Some(ip) = st.ipam.release(uid)? {
+        // Each step runs even if an earlier one failed; the first failure is answered.
+        let veth = Netlink::open()
+            .and_then(|mut nl| nl.delete_link(&host_veth_name(uid)))
+            .map_err(NetError::from);
+        let ports = if st.host_ports.remove(uid).is_some_and(|p| !p.is_empty()) && st.bridge_ready {
+            self.apply_iptables(&st)
+        } else {
+            Ok(())
+        };
+        let released = st.ipam.release(uid).map_err(NetError::from);
+        if let Ok(Some(ip)) = &released {
             tracing::debug!(%uid, %ip, "released the pod's address");
         }
-        Ok(())
+        veth.and(ports).and(released.map(|_| ()))
     }
 
     /// Re-publishes the hostPorts of a pod adopted after an agent restart (iptables rules do
