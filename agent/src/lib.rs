@@ -2,6 +2,7 @@
 //! service proxy, probes and logs.
 
 pub mod image;
+pub mod net;
 pub mod node;
 pub mod pods;
 pub mod proxy;

@@ -73,6 +73,13 @@ struct Cli {
     #[arg(long, env = "SKIFF_AGENT_CONTAINER_LOG_MAX_FILES", default_value_t = 5,
           value_parser = clap::value_parser!(u16).range(1..))]
     container_log_max_files: u16,
+    /// The cluster's pod range (the server's `--cluster-cidr`): masqueraded when leaving it,
+    /// never routed off the machine.
+    #[arg(long, env = "SKIFF_AGENT_CLUSTER_CIDR", default_value = agent::net::DEFAULT_CLUSTER_CIDR)]
+    cluster_cidr: agent::net::Ipv4Cidr,
+    /// The bridge the pods are attached to.
+    #[arg(long, env = "SKIFF_AGENT_BRIDGE_NAME", default_value = agent::net::DEFAULT_BRIDGE)]
+    bridge_name: String,
     #[command(flatten)]
     sim: agent::sim::SimArgs,
     /// Do not program iptables for Services (no service proxy on this node).
@@ -162,6 +169,10 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             max_files: usize::from(cli.container_log_max_files),
         },
         disable_proxy: cli.disable_proxy,
+        pod_network: agent::net::PodNetworkSettings {
+            cluster_cidr: cli.cluster_cidr,
+            bridge: cli.bridge_name.clone(),
+        },
     };
     node::run(cfg).context("skiff-agent stopped")
 }

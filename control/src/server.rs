@@ -47,6 +47,9 @@ pub struct ServerArgs {
     #[arg(long, env = "SKIFF_SERVICE_NODE_PORT_RANGE", default_value = crate::ipalloc::DEFAULT_NODE_PORT_RANGE,
           value_parser = crate::ipalloc::parse_node_port_range)]
     pub service_node_port_range: crate::ipalloc::NodePortRange,
+    /// The pod range: each node gets a /24 of it (its podCIDR).
+    #[arg(long, env = "SKIFF_CLUSTER_CIDR", default_value = agent::net::DEFAULT_CLUSTER_CIDR)]
+    pub cluster_cidr: agent::net::Ipv4Cidr,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -94,6 +97,9 @@ pub struct EmbeddedAgentArgs {
     /// Do not program Services into this machine's iptables.
     #[arg(long, env = "SKIFF_DISABLE_PROXY")]
     pub disable_proxy: bool,
+    /// The bridge this machine's pods are attached to.
+    #[arg(long, env = "SKIFF_BRIDGE_NAME", default_value = agent::net::DEFAULT_BRIDGE)]
+    pub bridge_name: String,
 }
 
 impl EmbeddedAgentArgs {
@@ -109,6 +115,7 @@ impl EmbeddedAgentArgs {
         server_data_dir: &std::path::Path,
         url: String,
         token: Option<String>,
+        cluster_cidr: agent::net::Ipv4Cidr,
     ) -> anyhow::Result<agent::node::AgentConfig> {
         use agent::node::register;
         let labels = self
@@ -140,6 +147,10 @@ impl EmbeddedAgentArgs {
             log_port: self.agent_port,
             log_limits: Default::default(),
             disable_proxy: self.disable_proxy,
+            pod_network: agent::net::PodNetworkSettings {
+                cluster_cidr,
+                bridge: self.bridge_name.clone(),
+            },
         })
     }
 }
@@ -222,6 +233,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             config: ControllerConfig {
                 node_monitor_grace_period: args.node_monitor_grace_period,
                 default_toleration_seconds: args.default_toleration_seconds,
+                cluster_cidr: args.cluster_cidr,
             },
         });
         let listener = async_net::TcpListener::bind(args.listen)
@@ -267,7 +279,12 @@ async fn start_local_agent(
     };
     let cfg = args
         .agent
-        .config(&args.data_dir, local_url(args.listen), token)
+        .config(
+            &args.data_dir,
+            local_url(args.listen),
+            token,
+            args.cluster_cidr,
+        )
         .context("the local agent's settings")?;
     std::thread::Builder::new()
         .name("agent".into())

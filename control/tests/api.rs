@@ -657,6 +657,16 @@ fn heartbeat_only_status_writes_stay_in_memory() {
         "status":{"conditions":[{"type":"Ready","status":"True","lastHeartbeatTime":"2026-01-01T00:00:00Z","lastTransitionTime":"2026-01-01T00:00:00Z"}]}});
     let (code, created) = s.json("POST", "/api/v1/nodes", &node);
     assert_eq!(code, 201, "{created}");
+    // The node IPAM controller writes the node's podCIDR once; start from that version.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let created = loop {
+        let (_, got) = s.http("GET", "/api/v1/nodes/n1", None);
+        if got["spec"]["podCIDR"].is_string() {
+            break got;
+        }
+        assert!(std::time::Instant::now() < deadline, "no podCIDR: {got}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let rv = created["metadata"]["resourceVersion"].clone();
     let mut beat = created.clone();
     beat["status"]["conditions"][0]["lastHeartbeatTime"] = json!("2026-01-01T00:00:10Z");

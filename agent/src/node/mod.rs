@@ -62,6 +62,8 @@ pub struct AgentConfig {
     pub log_limits: LogLimits,
     /// Do not run the service proxy (no iptables rules for Services on this node).
     pub disable_proxy: bool,
+    /// The cluster's pod range and the bridge name.
+    pub pod_network: crate::net::PodNetworkSettings,
 }
 
 /// Why the agent could not run.
@@ -77,6 +79,8 @@ pub enum AgentError {
     Cache(#[from] crate::pods::CacheError),
     #[error("API client: {0}")]
     Client(#[from] api::client::ClientError),
+    #[error("pod network: {0}")]
+    Network(#[from] crate::net::NetError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -145,6 +149,15 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             platform: None,
         };
 
+        let net_cfg = crate::net::NetConfig {
+            settings: cfg.pod_network.clone(),
+            state_dir: cfg.data_dir.join("net"),
+            node_name: cfg.node_name.clone(),
+            node_ip: node_ip.clone(),
+        };
+        let network = smol::unblock(move || crate::net::Network::open(net_cfg)).await?;
+        smol::spawn(network.clone().follow_nodes(client.clone())).detach();
+
         let runtime = Arc::new(runtime);
         let cache = Arc::new(cache);
         let pods_dir = cfg.data_dir.join("pods");
@@ -179,9 +192,15 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .detach();
 
         if !cfg.disable_proxy {
-            if let Err(e) =
-                crate::proxy::start(client.clone(), crate::proxy::ProxyConfig::default())
-            {
+            if let Err(e) = crate::proxy::start(
+                client.clone(),
+                crate::proxy::ProxyConfig {
+                    rules: crate::proxy::rules::RuleConfig {
+                        cluster_cidr: Some(cfg.pod_network.cluster_cidr.to_string()),
+                    },
+                    ..Default::default()
+                },
+            ) {
                 tracing::error!("service proxy not started: Services will not work here: {e}");
             }
         }
@@ -193,6 +212,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             cache,
             node_name: cfg.node_name.clone(),
             node_ip,
+            network,
             pods_dir,
             pull_options,
             allow_privileged: cfg.allow_privileged,

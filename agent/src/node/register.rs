@@ -160,9 +160,11 @@ pub async fn register(client: &Client, desired: &Node) -> Result<Node, ClientErr
     for _ in 0..5 {
         match client.get::<Node>("", &name).await {
             Err(e) if e.is_not_found() => match client.create(desired).await {
-                Ok(n) => {
-                    return client.replace_status(&with_status(n, desired)).await;
-                }
+                // The node IPAM controller may assign the podCIDR in between: try again.
+                Ok(n) => match client.replace_status(&with_status(n, desired)).await {
+                    Err(e) if e.is_conflict() => continue,
+                    other => return other,
+                },
                 Err(e) if e.is_conflict() || e.code() == Some(409) => continue,
                 Err(e) => return Err(e),
             },

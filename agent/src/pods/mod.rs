@@ -39,8 +39,10 @@ pub struct Context {
     pub client: Client,
     pub cache: Arc<PodCache>,
     pub node_name: String,
-    /// The node's InternalIP: hostIP, and podIP until pod networking exists.
+    /// The node's InternalIP: hostIP, and podIP of hostNetwork pods.
     pub node_ip: String,
+    /// The pod network: addresses, veths, hostPorts.
+    pub network: Arc<crate::net::Network>,
     /// `<data-dir>/pods`: per-pod root filesystems and logs.
     pub pods_dir: PathBuf,
     pub pull_options: PullOptions,
@@ -110,7 +112,9 @@ impl PodManager {
         let known: Vec<String> = self.workers.keys().cloned().collect();
         let rt = self.ctx.runtime.clone();
         let pods_dir = self.ctx.pods_dir.clone();
+        let network = self.ctx.network.clone();
         smol::unblock(move || {
+            network.release_unknown(&known);
             let mut uids: Vec<String> = rt.list_sandboxes().unwrap_or_default();
             uids.extend(
                 rt.list()

@@ -170,6 +170,8 @@ pub struct StatusInput<'a> {
     pub stage: &'a Stage,
     pub containers: &'a [ContainerRecord],
     pub host_ip: &'a str,
+    /// The pod's address ("" until its network is set up).
+    pub pod_ip: &'a str,
     pub start_time: Option<Time>,
     /// Pod-level message (e.g. why the sandbox cannot be made).
     pub message: Option<&'a str>,
@@ -265,6 +267,7 @@ pub fn pod_status(input: &StatusInput<'_>) -> PodStatus {
         _ => (None, input.message.map(str::to_string)),
     };
     let ip = (!input.host_ip.is_empty()).then(|| input.host_ip.to_string());
+    let pod_ip = (!input.pod_ip.is_empty()).then(|| input.pod_ip.to_string());
     PodStatus {
         phase: Some(phase),
         conditions: vec![
@@ -282,8 +285,8 @@ pub fn pod_status(input: &StatusInput<'_>) -> PodStatus {
         message,
         host_ip: ip.clone(),
         host_ips: ip.iter().map(|i| HostIp { ip: i.clone() }).collect(),
-        pod_ip: ip.clone(),
-        pod_ips: ip.iter().map(|i| HostIp { ip: i.clone() }).collect(),
+        pod_ips: pod_ip.iter().map(|i| HostIp { ip: i.clone() }).collect(),
+        pod_ip,
         start_time: input.start_time,
         init_container_statuses: inits.iter().map(|c| c.status("PodInitializing")).collect(),
         container_statuses: apps.iter().map(|c| c.status(pending_reason)).collect(),
@@ -317,6 +320,7 @@ mod tests {
             stage,
             containers: recs,
             host_ip: "10.0.0.2",
+            pod_ip: "10.42.0.7",
             start_time: Some(Time(1)),
             message: None,
             previous: &[],
@@ -342,7 +346,8 @@ mod tests {
         recs[0].id = ContainerId::new("uid", "a").ok();
         let s = pod_status(&input(&pod, &Stage::Running, &recs));
         assert_eq!(s.phase.as_deref(), Some("Running"));
-        assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.2"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.42.0.7"));
+        assert_eq!(s.host_ip.as_deref(), Some("10.0.0.2"));
         assert!(s.conditions.iter().all(|c| c.status == "True"));
         let cs = &s.container_statuses[0];
         assert!(cs.ready);

@@ -51,6 +51,8 @@ struct Worker {
     containers: Vec<ContainerRecord>,
     init_count: usize,
     sandbox: Option<Sandbox>,
+    /// The pod's address once its network is set up (the node's for hostNetwork pods).
+    pod_ip: Option<String>,
     start_time: Option<Time>,
     message: Option<String>,
     image_retry: Option<Instant>,
@@ -166,6 +168,7 @@ impl Worker {
             containers,
             init_count,
             sandbox: None,
+            pod_ip: None,
             start_time: None,
             message: None,
             image_retry: None,
@@ -432,6 +435,7 @@ impl Worker {
                 }
             }
         }
+        self.pod_ip = self.adopt_network(&sandbox).await;
         self.sandbox = Some(sandbox);
         self.start_time = previous.start_time.or_else(|| Some(Time::now()));
         tracing::info!(pod = %self.key(), "adopted the running pod");
@@ -445,6 +449,11 @@ impl Worker {
             if at > Instant::now() {
                 return at - Instant::now();
             }
+        }
+        let host_network = self.pod.spec.host_network == Some(true);
+        if !host_network && !self.ctx.network.is_ready() {
+            self.message = Some("waiting for the node's pod network (podCIDR)".into());
+            return Duration::from_millis(500);
         }
         let uid = self.uid();
         let dir = self.pod_dir();
@@ -474,9 +483,22 @@ impl Worker {
             }
         })
         .await;
+        let result = match result {
+            Ok(sb) => match self.attach_network(&sb).await {
+                Ok(ip) => Ok((sb, ip)),
+                Err(e) => {
+                    tracing::warn!(pod = %self.key(), "cannot set up the pod network: {e}");
+                    self.message = Some(format!("cannot set up the pod network: {e}"));
+                    self.sandbox_retry = Some(Instant::now() + Duration::from_secs(2));
+                    return Duration::from_secs(2);
+                }
+            },
+            Err(e) => Err(e),
+        };
         match result {
-            Ok(sb) => {
+            Ok((sb, ip)) => {
                 self.sandbox = Some(sb);
+                self.pod_ip = Some(ip);
                 self.message = None;
                 self.start_time.get_or_insert_with(Time::now);
                 self.advance(Event::SandboxReady {
@@ -495,6 +517,47 @@ impl Worker {
                 Duration::from_secs(10)
             }
         }
+    }
+
+    /// Gives the pod its address, eth0 and hostPorts (hostNetwork pods: the node's address).
+    async fn attach_network(&self, sb: &Sandbox) -> Result<String, crate::net::NetError> {
+        let Some(netns) = sb.net_ns_path() else {
+            return Ok(self.ctx.node_ip.clone());
+        };
+        let network = self.ctx.network.clone();
+        let uid = self.uid();
+        let ports = self.host_ports();
+        let ip = smol::unblock(move || network.attach(&uid, &netns, &ports)).await?;
+        Ok(ip.to_string())
+    }
+
+    /// After an agent restart: the adopted pod's address (kept by the IPAM) and hostPorts.
+    async fn adopt_network(&self, sb: &Sandbox) -> Option<String> {
+        if sb.net_ns_path().is_none() {
+            return Some(self.ctx.node_ip.clone());
+        }
+        let network = self.ctx.network.clone();
+        let uid = self.uid();
+        let ports = self.host_ports();
+        match smol::unblock(move || network.adopt(&uid, &ports)).await {
+            Ok(ip) => ip.map(|i| i.to_string()),
+            Err(e) => {
+                tracing::warn!(pod = %self.key(), "cannot restore the pod's hostPorts: {e}");
+                self.ctx.network.pod_ip(&self.uid()).map(|i| i.to_string())
+            }
+        }
+    }
+
+    /// The ports of every container that asks for a hostPort.
+    fn host_ports(&self) -> Vec<api::core::ContainerPort> {
+        self.pod
+            .spec
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter())
+            .filter(|p| p.host_port.is_some_and(|h| h > 0))
+            .cloned()
+            .collect()
     }
 
     // ---- containers ----------------------------------------------------------------------
@@ -523,7 +586,7 @@ impl Worker {
         let mut src = EnvSources {
             node_name: &self.ctx.node_name,
             host_ip: &self.ctx.node_ip,
-            pod_ip: &self.ctx.node_ip,
+            pod_ip: self.pod_ip.as_deref().unwrap_or(&self.ctx.node_ip),
             ..Default::default()
         };
         for name in cms {
@@ -1048,7 +1111,11 @@ impl Worker {
         let rt = self.ctx.runtime.clone();
         let uid = self.uid();
         let dir = self.pod_dir();
+        let network = self.ctx.network.clone();
         let removed = smol::unblock(move || {
+            if let Err(e) = network.detach(&uid) {
+                tracing::warn!(%uid, "removing the pod's network: {e}");
+            }
             let r = rt.remove_sandbox(&uid);
             cleanup_pod_dir(&dir);
             r
@@ -1063,6 +1130,7 @@ impl Worker {
             rec.running_since = None;
         }
         self.sandbox = None;
+        self.pod_ip = None;
     }
 
     async fn teardown(&mut self) -> Duration {
@@ -1119,6 +1187,7 @@ impl Worker {
             stage: &self.stage,
             containers: &self.containers,
             host_ip: &self.ctx.node_ip,
+            pod_ip: self.pod_ip.as_deref().unwrap_or(""),
             start_time: self.start_time,
             message: self.message.as_deref(),
             previous: &previous,

@@ -16,6 +16,7 @@ pub mod events;
 pub mod gc;
 pub mod informer;
 pub mod namespace;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod queue;
 pub mod replicaset;
@@ -40,6 +41,8 @@ pub struct ControllerConfig {
     pub node_monitor_grace_period: Duration,
     /// How long pods tolerate an unreachable or not-ready node unless they say otherwise.
     pub default_toleration_seconds: i64,
+    /// The pod range, a /24 of it per node (`--cluster-cidr`).
+    pub cluster_cidr: agent::net::Ipv4Cidr,
 }
 
 impl Default for ControllerConfig {
@@ -47,6 +50,7 @@ impl Default for ControllerConfig {
         ControllerConfig {
             node_monitor_grace_period: Duration::from_secs(40),
             default_toleration_seconds: 300,
+            cluster_cidr: agent::net::PodNetworkSettings::default().cluster_cidr,
         }
     }
 }
@@ -69,6 +73,7 @@ pub fn start_all(ctx: &Context) {
     daemonset::start(ctx);
     endpoints::start(ctx);
     nodelifecycle::start(ctx);
+    nodeipam::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
         ctx.registry.clone(),
