@@ -73,6 +73,21 @@ struct Cli {
     #[arg(long, env = "SKIFF_AGENT_CONTAINER_LOG_MAX_FILES", default_value_t = 5,
           value_parser = clap::value_parser!(u16).range(1..))]
     container_log_max_files: u16,
+    /// Where this node's cluster DNS server listens, `IP[:PORT]`, and the nameserver of
+    /// ClusterFirst pods (without it, pods use the node's resolvers).
+    #[arg(long, env = "SKIFF_AGENT_CLUSTER_DNS_ADDRESS", value_parser = agent::dns::parse_address)]
+    cluster_dns_address: Option<std::net::SocketAddr>,
+    /// The cluster's DNS domain.
+    #[arg(long, env = "SKIFF_AGENT_CLUSTER_DOMAIN", default_value = agent::dns::DEFAULT_CLUSTER_DOMAIN)]
+    cluster_domain: String,
+    /// A resolver for names outside the cluster, `IP[:PORT]` (repeatable; default: the
+    /// nameservers of /etc/resolv.conf).
+    #[arg(long = "dns-upstream", env = "SKIFF_AGENT_DNS_UPSTREAMS", value_delimiter = ',',
+          value_parser = agent::dns::parse_address)]
+    dns_upstreams: Vec<std::net::SocketAddr>,
+    /// Do not run the cluster DNS server on this node.
+    #[arg(long, env = "SKIFF_AGENT_DISABLE_DNS")]
+    disable_dns: bool,
     #[command(flatten)]
     sim: agent::sim::SimArgs,
     #[command(subcommand)]
@@ -157,6 +172,13 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
         log_limits: agent::runtime::logs::LogLimits {
             max_bytes: cli.container_log_max_size,
             max_files: usize::from(cli.container_log_max_files),
+        },
+        dns: agent::dns::DnsSettings {
+            disabled: cli.disable_dns,
+            listen: cli.cluster_dns_address,
+            cluster_domain: cli.cluster_domain.clone(),
+            upstreams: cli.dns_upstreams.clone(),
+            ..Default::default()
         },
     };
     node::run(cfg).context("skiff-agent stopped")

@@ -83,6 +83,9 @@ pub struct EmbeddedAgentArgs {
     /// The port the local agent serves container logs on (to this server only).
     #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = agent::node::logs::DEFAULT_PORT)]
     pub agent_port: u16,
+    /// Do not run the cluster DNS server on this machine.
+    #[arg(long, env = "SKIFF_DISABLE_DNS")]
+    pub disable_dns: bool,
 }
 
 impl EmbeddedAgentArgs {
@@ -128,6 +131,12 @@ impl EmbeddedAgentArgs {
             heartbeat: std::time::Duration::from_secs(10),
             log_port: self.agent_port,
             log_limits: Default::default(),
+            // The address will default to the pod network's bridge address; until then the
+            // local pods use this machine's resolvers.
+            dns: agent::dns::DnsSettings {
+                disabled: self.disable_dns,
+                ..Default::default()
+            },
         })
     }
 }

@@ -245,7 +245,7 @@ pub fn pod_hosts(
     out
 }
 
-/// Writes `<pod_dir>/resolv.conf` and `<pod_dir>/hosts` and answers their read-only mounts
+/// Writes `<pod_dir>/resolv.conf` and `<pod_dir>/etc.hosts` and answers their read-only mounts
 /// at /etc/resolv.conf and /etc/hosts, leaving out those `taken` (a volume the user mounts
 /// there wins, as in Kubernetes). Blocking: call from `smol::unblock`.
 pub fn write_pod_files(
@@ -267,7 +267,8 @@ pub fn write_pod_files(
             pod_resolv_conf(spec, namespace, dns, &host).render(),
         ),
         (
-            "hosts",
+            // Not `hosts`: container directories beside it are named after containers.
+            "etc.hosts",
             "/etc/hosts",
             pod_hosts(spec, pod_name, namespace, pod_ip, dns, &host_hosts),
         ),

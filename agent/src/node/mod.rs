@@ -60,6 +60,8 @@ pub struct AgentConfig {
     pub log_port: u16,
     /// Size cap and file count of container logs.
     pub log_limits: LogLimits,
+    /// The node's cluster DNS server and what pods' resolv.conf say.
+    pub dns: crate::dns::DnsSettings,
 }
 
 /// Why the agent could not run.
@@ -176,6 +178,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         ))
         .detach();
 
+        let dns = crate::dns::start_for_node(&cfg.dns, &client);
         let manager = PodManager::new(Context {
             runtime,
             images,
@@ -186,6 +189,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             pods_dir,
             pull_options,
             allow_privileged: cfg.allow_privileged,
+            dns,
         });
         manager.run().await;
         Ok(())
