@@ -441,7 +441,12 @@ fn pods_get_the_cluster_dns_and_the_agent_serves_it() {
     image_util::write_oci_archive(&archive, &image_util::busybox_image("hello"), IMAGE);
     agent.import(&archive);
 
-    let dns_addr = dead_address("127.0.0.79");
+    // Port 53, so that pods (whose resolv.conf has no port) can use it.
+    let dns_addr: SocketAddr = "127.0.0.79:53".parse().unwrap();
+    assert!(
+        UdpSocket::bind(dns_addr).is_ok() && std::net::TcpListener::bind(dns_addr).is_ok(),
+        "{dns_addr} is taken: a resolver listening on 0.0.0.0:53 blocks this test"
+    );
     let upstream = Upstream::start();
     let child = agent
         .command(Some(&token))
@@ -485,6 +490,16 @@ fn pods_get_the_cluster_dns_and_the_agent_serves_it() {
         options: vec![],
     });
     smol::block_on(client.create(&none)).expect("create pod");
+    // On the host network, with ClusterFirstWithHostNet: a short name resolves through the
+    // search path, and other names through the upstream (busybox's own resolver).
+    let mut hostnet = busybox_pod(
+        "hostnet",
+        &node,
+        "nslookup -type=a web; echo ---; nslookup -type=a example.com; echo ---; cat /etc/resolv.conf",
+    );
+    hostnet.spec.host_network = Some(true);
+    hostnet.spec.dns_policy = Some("ClusterFirstWithHostNet".into());
+    smol::block_on(client.create(&hostnet)).expect("create pod");
 
     let text = finished_log(&client, &agent, "first");
     let (resolv, hosts) = text.split_once("---\n").expect("both files");
@@ -507,5 +522,18 @@ fn pods_get_the_cluster_dns_and_the_agent_serves_it() {
 
     let text = finished_log(&client, &agent, "none");
     assert_eq!(text, "search corp.test\nnameserver 127.0.0.80\n");
+
+    let text = finished_log(&client, &agent, "hostnet");
+    let parts: Vec<&str> = text.split("---\n").collect();
+    assert_eq!(parts.len(), 3, "{text}");
+    assert!(
+        parts[0].contains("Name:\tweb.default.svc.edge.test\nAddress: 10.43.0.10\n"),
+        "{text}"
+    );
+    assert!(
+        parts[1].contains("Name:\texample.com\nAddress: 192.0.2.53\n"),
+        "{text}"
+    );
+    assert!(parts[2].contains("nameserver 127.0.0.79\n"), "{text}");
     agent.clean_up();
 }

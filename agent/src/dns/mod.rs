@@ -9,6 +9,11 @@
 //! zone::Zone::lookup(name, qtype) -> Lookup                          // the record logic
 //! ```
 //!
+//! Pods learn only the address's IP (resolv.conf has no port): a server on another port than
+//! 53 serves tests and tools, not pods. While the API has not been listed yet, cluster names
+//! answer SERVFAIL (never a negative answer that resolvers would cache); when the API goes
+//! away later, the last known records keep being served.
+//!
 //! The wire format is written by the `simple-dns` crate; queries are read by [`wire::Query`]
 //! (a few lines, so that queries of any type can be routed). UDP answers larger than the
 //! client takes are truncated (TC) and the client asks again over TCP. Forwarded queries go

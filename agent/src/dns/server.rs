@@ -12,7 +12,7 @@ use smol::net::{TcpListener, TcpStream, UdpSocket};
 
 use super::forward::Forwarder;
 use super::wire::{self, Query, Reply};
-use super::zone::{qtype, Lookup, Zone};
+use super::zone::{Lookup, Zone};
 
 /// Queries handled at once (forwarding can wait seconds); more are dropped, and their
 /// clients ask again.
@@ -85,7 +85,8 @@ impl Resolver {
                 answers,
                 additional,
             } => {
-                let authority = if answers.is_empty() && query.qtype != qtype::SOA {
+                // NODATA carries the SOA, for negative caching (RFC 2308).
+                let authority = if answers.is_empty() {
                     vec![soa]
                 } else {
                     Vec::new()
