@@ -1,6 +1,7 @@
 //! The skiff node agent: images, container runtime (libcontainer), pod lifecycle, network,
 //! service proxy, probes and logs.
 
+pub mod dns;
 pub mod image;
 pub mod net;
 pub mod node;

@@ -80,6 +80,21 @@ struct Cli {
     /// The bridge the pods are attached to.
     #[arg(long, env = "SKIFF_AGENT_BRIDGE_NAME", default_value = agent::net::DEFAULT_BRIDGE)]
     bridge_name: String,
+    /// Where this node's cluster DNS server listens, `IP[:PORT]`, and the nameserver of
+    /// ClusterFirst pods (without it, pods use the node's resolvers).
+    #[arg(long, env = "SKIFF_AGENT_CLUSTER_DNS_ADDRESS", value_parser = agent::dns::parse_address)]
+    cluster_dns_address: Option<std::net::SocketAddr>,
+    /// The cluster's DNS domain.
+    #[arg(long, env = "SKIFF_AGENT_CLUSTER_DOMAIN", default_value = agent::dns::DEFAULT_CLUSTER_DOMAIN)]
+    cluster_domain: String,
+    /// A resolver for names outside the cluster, `IP[:PORT]` (repeatable; default: the
+    /// nameservers of /etc/resolv.conf).
+    #[arg(long = "dns-upstream", env = "SKIFF_AGENT_DNS_UPSTREAMS", value_delimiter = ',',
+          value_parser = agent::dns::parse_address)]
+    dns_upstreams: Vec<std::net::SocketAddr>,
+    /// Do not run the cluster DNS server on this node.
+    #[arg(long, env = "SKIFF_AGENT_DISABLE_DNS")]
+    disable_dns: bool,
     #[command(flatten)]
     sim: agent::sim::SimArgs,
     /// Do not program iptables for Services (no service proxy on this node).
@@ -172,6 +187,13 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
         pod_network: agent::net::PodNetworkSettings {
             cluster_cidr: cli.cluster_cidr,
             bridge: cli.bridge_name.clone(),
+        },
+        dns: agent::dns::DnsSettings {
+            disabled: cli.disable_dns,
+            listen: cli.cluster_dns_address,
+            cluster_domain: cli.cluster_domain.clone(),
+            upstreams: cli.dns_upstreams.clone(),
+            ..Default::default()
         },
     };
     node::run(cfg).context("skiff-agent stopped")

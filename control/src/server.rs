@@ -100,6 +100,9 @@ pub struct EmbeddedAgentArgs {
     /// The bridge this machine's pods are attached to.
     #[arg(long, env = "SKIFF_BRIDGE_NAME", default_value = agent::net::DEFAULT_BRIDGE)]
     pub bridge_name: String,
+    /// Do not run the cluster DNS server on this machine.
+    #[arg(long, env = "SKIFF_DISABLE_DNS")]
+    pub disable_dns: bool,
 }
 
 impl EmbeddedAgentArgs {
@@ -150,6 +153,12 @@ impl EmbeddedAgentArgs {
             pod_network: agent::net::PodNetworkSettings {
                 cluster_cidr,
                 bridge: self.bridge_name.clone(),
+            },
+            // The address will default to the pod network's bridge address; until then the
+            // local pods use this machine's resolvers.
+            dns: agent::dns::DnsSettings {
+                disabled: self.disable_dns,
+                ..Default::default()
             },
         })
     }

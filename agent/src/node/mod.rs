@@ -64,6 +64,8 @@ pub struct AgentConfig {
     pub disable_proxy: bool,
     /// The cluster's pod range and the bridge name.
     pub pod_network: crate::net::PodNetworkSettings,
+    /// The node's cluster DNS server and what pods' resolv.conf say.
+    pub dns: crate::dns::DnsSettings,
 }
 
 /// Why the agent could not run.
@@ -205,6 +207,26 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             }
         }
 
+        let mut dns_settings = cfg.dns.clone();
+        if dns_settings.listen.is_none() && !dns_settings.disabled {
+            // The cluster DNS server listens on the bridge address (the first of the node's
+            // podCIDR). A node that has had its podCIDR remembers it; on a first start it
+            // arrives with the Node's registration.
+            if network.pod_cidr().is_none() {
+                let wait = async {
+                    network.ready().await;
+                };
+                futures_lite::future::or(wait, async {
+                    smol::Timer::after(Duration::from_secs(15)).await;
+                })
+                .await;
+            }
+            dns_settings.listen = network
+                .pod_cidr()
+                .and_then(|c| c.nth(1))
+                .map(|ip| std::net::SocketAddr::new(ip.into(), 53));
+        }
+        let dns = crate::dns::start_for_node(&dns_settings, &client);
         let manager = PodManager::new(Context {
             runtime,
             images,
@@ -216,6 +238,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             pods_dir,
             pull_options,
             allow_privileged: cfg.allow_privileged,
+            dns,
         });
         manager.run().await;
         Ok(())

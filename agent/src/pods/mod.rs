@@ -47,6 +47,8 @@ pub struct Context {
     pub pods_dir: PathBuf,
     pub pull_options: PullOptions,
     pub allow_privileged: bool,
+    /// What the pods' /etc/resolv.conf and /etc/hosts are made from.
+    pub dns: crate::dns::PodDns,
 }
 
 struct Handle {

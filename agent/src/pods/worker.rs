@@ -627,6 +627,26 @@ impl Worker {
         .await
     }
 
+    /// Adds the pod's /etc/resolv.conf and /etc/hosts (written into the pod directory) to
+    /// `mounts`, unless a volume is mounted there.
+    async fn with_dns_files(&self, mut mounts: Vec<MountSpec>) -> Result<Vec<MountSpec>, String> {
+        let taken: Vec<PathBuf> = mounts.iter().map(|m| m.destination.clone()).collect();
+        let (dir, spec, dns) = (self.pod_dir(), self.pod.spec.clone(), self.ctx.dns.clone());
+        let name = self.pod.metadata.name.clone();
+        let ns = self.pod.metadata.namespace().to_string();
+        let pod_ip = self
+            .pod_ip
+            .clone()
+            .unwrap_or_else(|| self.ctx.node_ip.clone());
+        let files = smol::unblock(move || {
+            crate::dns::resolv::write_pod_files(&dir, &spec, &name, &ns, &pod_ip, &dns, &taken)
+        })
+        .await
+        .map_err(|e| format!("cannot write the pod's resolv.conf and hosts: {e}"))?;
+        mounts.extend(files);
+        Ok(mounts)
+    }
+
     /// Every [`volumes::SYNC_EVERY`], brings ConfigMap and Secret volumes up to date.
     async fn refresh_volumes(&mut self) {
         if !volumes::has_updatable(&self.pod.spec.volumes)
@@ -691,6 +711,10 @@ impl Worker {
                 return;
             }
             Err(e) => return self.fail_start(idx, "CreateContainerConfigError", e.to_string()),
+        };
+        let mounts = match self.with_dns_files(mounts).await {
+            Ok(m) => m,
+            Err(e) => return self.fail_start(idx, "CreateContainerConfigError", e),
         };
         if !self.containers[idx].mounted {
             let images = self.ctx.images.clone();
