@@ -258,6 +258,10 @@ fn forked<F: FnOnce() -> Result<Vec<u8>, String>>(f: F) -> Result<Vec<u8>, Strin
         Err(e) => Err(format!("fork: {e}")),
         Ok(ForkResult::Child) => {
             drop(read);
+            // Containers must start with no signal blocked: a host process may block some
+            // for a signal-handling thread (`skiff server` blocks SIGTERM and SIGINT), and a
+            // blocked mask survives fork and exec — a container would then ignore SIGTERM.
+            let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
             let (code, answer) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
                 Ok(Ok(payload)) => (0, payload),
                 Ok(Err(message)) => (1, message.into_bytes()),

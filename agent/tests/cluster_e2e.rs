@@ -102,6 +102,18 @@ fn rollout_undo_and_node_loss_with_real_agents() {
     let mut a = agent(&server, "e2e-a", &token);
     let mut b = agent(&server, "e2e-b", &token);
 
+    // Both nodes Ready (with their pod ranges) before anything is scheduled.
+    for n in ["e2e-a", "e2e-b"] {
+        wait_for(&format!("{n} Ready"), Duration::from_secs(30), || {
+            let node = smol::block_on(client.get_value(api::Kind::Node, None, n)).ok()?;
+            let ready = node["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            (ready && node["spec"]["podCIDR"].is_string()).then_some(())
+        });
+    }
+
     // Two replicas, spread over the two equal nodes by the scheduler.
     apply(&server, &deployment(IMAGE));
     let first = wait_for("two running replicas", Duration::from_secs(60), || {

@@ -120,7 +120,13 @@ fn server_runs_its_own_node() {
             containers: vec![Container {
                 name: "main".into(),
                 image: Some(IMAGE.into()),
-                args: vec!["sleep".into(), "3600".into()],
+                // The server blocks SIGTERM for its signal thread; its containers must not
+                // inherit that (they would ignore the graceful stop).
+                args: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "grep SigBlk /proc/self/status; exec sleep 3600".into(),
+                ],
                 ..Default::default()
             }],
             ..Default::default()
@@ -128,7 +134,7 @@ fn server_runs_its_own_node() {
         ..Default::default()
     };
     smol::block_on(client.create(&pod)).expect("create pod");
-    wait_for(
+    let running = wait_for(
         "the pod to run on the server's node",
         Duration::from_secs(60),
         || {
@@ -136,6 +142,21 @@ fn server_runs_its_own_node() {
                 .ok()
                 .filter(|p| p.status.phase.as_deref() == Some("Running"))
         },
+    );
+    let log = server
+        .dir
+        .path()
+        .join("agent/pods")
+        .join(&running.metadata.uid)
+        .join("logs/main/0.log");
+    let text = wait_for("the container's output", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("SigBlk"))
+    });
+    assert!(
+        text.contains("SigBlk:\t0000000000000000"),
+        "no signal is blocked in the container: {text}"
     );
     smol::block_on(client.delete::<Pod>("default", "local", &DeleteOptions::default()))
         .expect("delete");
