@@ -9,8 +9,9 @@ cd "$ROOT"
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
 
-command -v cargo-zigbuild >/dev/null 2>&1 && python3 -m ziglang version >/dev/null 2>&1 \
-    || python3 -m pip install -q ziglang cargo-zigbuild
+if ! command -v cargo-zigbuild >/dev/null 2>&1 || ! python3 -m ziglang version >/dev/null 2>&1; then
+    python3 -m pip install -q ziglang cargo-zigbuild
+fi
 for t in "${targets[@]}"; do
     rustup target list --installed | grep -qx "$t" || rustup target add "$t"
 done

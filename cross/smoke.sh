@@ -13,8 +13,9 @@ command -v qemu-aarch64-static >/dev/null 2>&1 || {
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static >/dev/null
 }
-command -v cargo-zigbuild >/dev/null 2>&1 && python3 -m ziglang version >/dev/null 2>&1 \
-    || python3 -m pip install -q ziglang cargo-zigbuild
+if ! command -v cargo-zigbuild >/dev/null 2>&1 || ! python3 -m ziglang version >/dev/null 2>&1; then
+    python3 -m pip install -q ziglang cargo-zigbuild
+fi
 rustup target list --installed | grep -qx "$T" || rustup target add "$T"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/cross}"
 cargo zigbuild --profile cross-smoke --target "$T" -p skiff-control -p skiff-agent

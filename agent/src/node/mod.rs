@@ -187,6 +187,11 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             pull_options,
             allow_privileged: cfg.allow_privileged,
         });
+        // systemd (Type=notify): ready once the pods are being run, from the local cache
+        // when the server is away (the Node registers in the background).
+        if let Err(e) = api::notify::ready("running pods") {
+            tracing::warn!("cannot notify systemd: {e}");
+        }
         manager.run().await;
         Ok(())
     })

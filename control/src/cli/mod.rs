@@ -18,9 +18,32 @@ use clap::{Parser, Subcommand};
 
 use crate::server::ServerArgs;
 
+/// `0.1.0 (commit 1a2b3c4d5e, x86_64-unknown-linux-musl)`: what `--version` prints.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SKIFF_GIT_COMMIT"),
+    ", ",
+    env!("SKIFF_TARGET"),
+    ")"
+);
+
+/// Parses the command line; `skiff server` also reads its config file (`--config`,
+/// `SKIFF_CONFIG`, else /etc/skiff/server.toml when it exists) as the flags' defaults.
+pub fn parse_args() -> Result<Cli, clap::Error> {
+    api::config::parse_args(
+        std::env::args_os(),
+        &api::config::ConfigSource {
+            subcommand: Some("server"),
+            arg_id: "config",
+            default_path: "/etc/skiff/server.toml",
+        },
+    )
+}
+
 /// skiff: a small Kubernetes-style orchestrator for edge sites.
 #[derive(Debug, Parser)]
-#[command(name = "skiff", version, about, propagate_version = true)]
+#[command(name = "skiff", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// Path to the kubeconfig file (default: first existing file of $KUBECONFIG, then
     /// ~/.kube/config).
@@ -131,7 +154,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Server(_) => anyhow::bail!("`skiff server` is not a client command"),
         Command::Version(args) => {
-            println!("Client Version: v{}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "Client Version: v{} (commit {}, target {})",
+                env!("CARGO_PKG_VERSION"),
+                env!("SKIFF_GIT_COMMIT"),
+                env!("SKIFF_TARGET")
+            );
             if args.client {
                 return Ok(());
             }
