@@ -1,6 +1,7 @@
 //! The `skiff` command line: `server`, `apply`, `get`, `delete`, `version`.
 
 pub mod apply;
+pub mod backup;
 pub mod delete;
 pub mod get;
 pub mod logs;
@@ -59,6 +60,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the server's flags does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the control plane.
@@ -78,6 +81,10 @@ pub enum Command {
     Rollout(rollout::RolloutCommand),
     /// Set the replicas of a Deployment or ReplicaSet.
     Scale(scale::ScaleArgs),
+    /// Save the server's state (objects, PKI) from the live server into FILE.
+    Backup(backup::BackupArgs),
+    /// Restore a backup into a data dir (offline: the server must not run on it).
+    Restore(backup::RestoreArgs),
     /// Manage node join tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -201,6 +208,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let session = Session::open(&cli)?;
             smol::block_on(scale::run(&session, args))
         }
+        Command::Backup(args) => {
+            let session = Session::open(&cli)?;
+            smol::block_on(backup::run_backup(&session, args))
+        }
+        Command::Restore(args) => backup::run_restore(args),
         Command::Token(TokenCommand::Create { ttl }) => {
             let session = Session::open(&cli)?;
             let body = serde_json::to_value(api::join::TokenRequest {
