@@ -14,11 +14,18 @@ fn backup_from_live_server_restores_objects_uids_and_pki() {
     let backup = dir.path().join("skiff.backup");
     let before = uids(&server, KINDS);
     let out = server.cli(&["backup", backup.to_str().expect("path")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("backup of revision "), "{text}");
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&backup).expect("backup").permissions().mode();
+    let mode = std::fs::metadata(&backup)
+        .expect("backup")
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o600, "the backup holds the CA key");
     // The server goes on after the backup; later writes are not in it.
     apply(
@@ -52,10 +59,17 @@ fn backup_from_live_server_restores_objects_uids_and_pki() {
     );
     let restored = dir.path().join("restored");
     let out = restore(&restored, false);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("restored revision "));
     assert_eq!(std::fs::read(restored.join("pki/ca.crt")).expect("ca"), ca);
-    assert_eq!(std::fs::read(restored.join("admin-token")).expect("token"), token);
+    assert_eq!(
+        std::fs::read(restored.join("admin-token")).expect("token"),
+        token
+    );
     let mode = std::fs::metadata(restored.join("pki/ca.key"))
         .expect("ca key")
         .permissions()
@@ -79,7 +93,10 @@ fn backup_from_live_server_restores_objects_uids_and_pki() {
         .iter()
         .find(|(k, _, _)| k == "configmaps/shop/settings")
         .expect("settings");
-    assert_eq!(&after[0], settings, "untouched objects keep their resourceVersion");
+    assert_eq!(
+        &after[0], settings,
+        "untouched objects keep their resourceVersion"
+    );
     apply(
         &server,
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: new, namespace: shop}\n",
