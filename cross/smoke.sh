@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds skiff and skiff-agent for aarch64-unknown-linux-musl (quick profile) and runs them
-# under qemu-aarch64-static: versions and the agent's offline self-check.
+# under qemu-aarch64-static: versions, the agent's offline self-check, then a real cluster:
+# `skiff server` starts, `skiff-agent` joins it with a token and registers its Node (no
+# containers run under qemu). Run as root (the agent sets up its runtime).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -25,3 +27,44 @@ qemu-aarch64-static "$out/skiff" version --client
 qemu-aarch64-static "$out/skiff-agent" --version
 qemu-aarch64-static "$out/skiff-agent" self-check
 echo "smoke: aarch64 binaries run under qemu"
+
+# A server and a joined agent, both emulated.
+work="$(mktemp -d)"
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+node="smoke-$$"
+pids=()
+cleanup() {
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    qemu-aarch64-static "$out/skiff-agent" --data-dir "$work/agent" --run-dir "$work/run" \
+        --cgroup-parent "$node" reset >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+SKIFF_LOG=warn qemu-aarch64-static "$out/skiff" server --data-dir "$work/server" \
+    --listen "127.0.0.1:$port" --disable-agent >"$work/server.log" 2>&1 &
+pids+=("$!")
+kc="$work/server/admin.kubeconfig"
+sk() { qemu-aarch64-static "$out/skiff" --kubeconfig "$kc" "$@"; }
+for _ in $(seq 120); do
+    if [ -f "$kc" ] && sk get namespaces >/dev/null 2>&1; then break; fi
+    sleep 0.5
+done
+sk get namespaces >/dev/null || { cat "$work/server.log" >&2; echo "smoke: the server did not start" >&2; exit 1; }
+echo "smoke: skiff server serves under qemu"
+token="$(sk token create --ttl 10m)"
+SKIFF_LOG=info qemu-aarch64-static "$out/skiff-agent" --server "https://127.0.0.1:$port" \
+    --token "$token" --data-dir "$work/agent" --run-dir "$work/run" --node-name "$node" \
+    --node-ip 127.0.0.1 --cgroup-parent "$node" --port 0 >"$work/agent.log" 2>&1 &
+pids+=("$!")
+for _ in $(seq 120); do
+    if sk get node "$node" >/dev/null 2>&1; then break; fi
+    sleep 0.5
+done
+sk get node "$node" || {
+    tail -20 "$work/agent.log" >&2
+    echo "smoke: the agent did not register its node" >&2
+    exit 1
+}
+echo "smoke: skiff-agent joined and registered node $node under qemu"
