@@ -633,13 +633,33 @@ fn help_documents_every_flag_with_its_environment_twin() {
         .args(["server", "--help"])
         .output()
         .expect("skiff server --help");
-    let help = String::from_utf8_lossy(&out.stdout).to_string();
-    let flags: Vec<&str> = help
-        .lines()
-        .map(str::trim_start)
-        .filter(|l| l.starts_with("--") && !l.starts_with("--help"))
-        .collect();
-    assert!(flags.len() >= 10, "{help}");
+    check_env_twins(&String::from_utf8_lossy(&out.stdout), "SKIFF_");
+    let agent = opsutil::skiff_bin().with_file_name("skiff-agent");
+    if agent.exists() {
+        let out = Command::new(&agent)
+            .arg("--help")
+            .output()
+            .expect("skiff-agent --help");
+        check_env_twins(&String::from_utf8_lossy(&out.stdout), "SKIFF_AGENT_");
+    }
+    let out = Command::new(opsutil::skiff_bin())
+        .args(["version", "--client"])
+        .output()
+        .expect("skiff version");
+    let v = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        v.starts_with(&format!(
+            "Client Version: v{} (commit ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{v}"
+    );
+    assert!(v.contains("target "), "{v}");
+}
+
+/// Every flag of `help` but the client's global ones, help/version and the agent's node
+/// simulator (a benchmarking tool, `--simulate`/`--sim-*`) shows its `[env: PREFIX...]`.
+fn check_env_twins(help: &str, prefix: &str) {
     // Every flag's block (its line and the indented description under it) mentions its
     // [env: SKIFF_...] twin.
     let mut blocks: Vec<String> = Vec::new();
@@ -660,25 +680,19 @@ fn help_documents_every_flag_with_its_environment_twin() {
             "-n, --namespace",
             "-h, --help",
             "-V, --version",
+            "--simulate",
+            "--sim-",
+            "--kubeconfig",
         ]
         .iter()
         .any(|f| flag.starts_with(f))
         {
             continue;
         }
-        assert!(b.contains("[env: SKIFF_"), "no environment twin in: {b}");
+        assert!(
+            b.contains(&format!("[env: {prefix}")),
+            "no environment twin in: {b}"
+        );
     }
-    let out = Command::new(opsutil::skiff_bin())
-        .args(["version", "--client"])
-        .output()
-        .expect("skiff version");
-    let v = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        v.starts_with(&format!(
-            "Client Version: v{} (commit ",
-            env!("CARGO_PKG_VERSION")
-        )),
-        "{v}"
-    );
-    assert!(v.contains("target "), "{v}");
+    assert!(blocks.len() >= 10, "{help}");
 }
