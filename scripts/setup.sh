@@ -11,6 +11,12 @@ have kubectl || need_apt+=(kubernetes-client)
 have ip || need_apt+=(iproute2)
 [ -x /usr/bin/docker-registry ] || need_apt+=(docker-registry)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+# The ops tests: shellcheck on the scripts, systemd-analyze verify on the units, qemu for the
+# aarch64 smoke test of the cross builds.
+have shellcheck || need_apt+=(shellcheck)
+have systemd-analyze || need_apt+=(systemd)
+have qemu-aarch64-static || need_apt+=(qemu-user-static)
+have setpriv || need_apt+=(util-linux)
 if [ "${#need_apt[@]}" -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive

@@ -11,9 +11,24 @@ use agent::node::{self, register, AgentConfig};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+/// `0.1.0 (commit 1a2b3c4d5e, aarch64-unknown-linux-musl)`: what `--version` prints.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SKIFF_GIT_COMMIT"),
+    ", ",
+    env!("SKIFF_TARGET"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
-#[command(name = "skiff-agent", version, about = "skiff node agent")]
+#[command(name = "skiff-agent", version = VERSION, about = "skiff node agent")]
 struct Cli {
+    /// A TOML file of these settings, keys named as the flags (`server = "https://..."`);
+    /// flags and environment variables override it [default: /etc/skiff/agent.toml if it
+    /// exists].
+    #[arg(long, env = "SKIFF_AGENT_CONFIG", value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
     /// The server to join, `https://HOST:PORT` (only needed for the first start).
     #[arg(long, env = "SKIFF_AGENT_SERVER")]
     server: Option<String>,
@@ -108,6 +123,13 @@ struct Cli {
 enum Command {
     /// Report what this machine supports (works offline, without root).
     SelfCheck,
+    /// Stop and remove every pod of this node: containers, sandboxes, mounts, cgroups and
+    /// (unless --keep-pod-data) the pods' files. The agent must be stopped first.
+    Reset {
+        /// Keep the pods' directories (volumes, logs) under DATA_DIR/pods.
+        #[arg(long)]
+        keep_pod_data: bool,
+    },
     /// Manage the images on this node.
     Image {
         #[command(subcommand)]
@@ -133,9 +155,16 @@ fn init_tracing() {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let source = api::config::ConfigSource {
+        subcommand: None,
+        arg_id: "config",
+        default_path: "/etc/skiff/agent.toml",
+    };
+    let cli: Cli =
+        api::config::parse_args(std::env::args_os(), &source).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Some(Command::SelfCheck) => self_check(&cli.data_dir),
+        Some(Command::Reset { keep_pod_data }) => reset(&cli, keep_pod_data),
         Some(Command::Image { ref args }) => {
             cli_image(&cli.data_dir, args.clone(), &HashSet::new())
         }
@@ -243,6 +272,35 @@ fn run_simulated(cli: &Cli) -> anyhow::Result<()> {
         .context("simulated nodes stopped")
 }
 
+/// `skiff-agent reset` (what `install.sh uninstall` runs once the units are stopped).
+fn reset(cli: &Cli, keep_pod_data: bool) -> anyhow::Result<()> {
+    let mut cfg = agent::runtime::RuntimeConfig::new(&cli.run_dir, cli.cgroup_parent.clone());
+    cfg.allow_privileged = true;
+    let rt = agent::runtime::Runtime::new(cfg).context("opening the container runtime")?;
+    let sandboxes = rt.list_sandboxes().context("listing the pods")?;
+    for uid in &sandboxes {
+        rt.remove_sandbox(uid)
+            .with_context(|| format!("removing pod {uid}"))?;
+    }
+    for id in rt.list().context("listing the containers")? {
+        rt.remove(&id)
+            .with_context(|| format!("removing container {id}"))?;
+    }
+    rt.remove_cgroup_parent()
+        .context("removing the pods' cgroup")?;
+    let pods = cli.data_dir.join("pods");
+    if let Ok(entries) = std::fs::read_dir(&pods) {
+        for e in entries.flatten() {
+            if keep_pod_data {
+                continue;
+            }
+            agent::pods::worker::cleanup_pod_dir(&e.path());
+        }
+    }
+    println!("removed {} pods", sandboxes.len());
+    Ok(())
+}
+
 fn yes(b: bool) -> &'static str {
     if b {
         "yes"
@@ -271,7 +329,7 @@ fn self_check(data_dir: &Path) -> anyhow::Result<()> {
     } else {
         Path::new("/")
     });
-    println!("skiff-agent {}", env!("CARGO_PKG_VERSION"));
+    println!("skiff-agent {VERSION}");
     println!("arch: {arch} ({})", std::env::consts::ARCH);
     println!("kernel: {}", facts.kernel_version);
     println!("os: {}", facts.os_image);

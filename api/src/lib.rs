@@ -4,10 +4,13 @@
 pub mod apps;
 pub mod client;
 pub mod codec;
+#[cfg(feature = "config")]
+pub mod config;
 pub mod core;
 pub mod join;
 pub mod kubeconfig;
 pub mod meta;
+pub mod notify;
 pub mod object;
 pub mod quantity;
 pub mod selector;

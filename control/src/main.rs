@@ -1,7 +1,6 @@
 //! The `skiff` binary: the server and the command-line client.
 
-use clap::Parser as _;
-use skiff_control::cli::{self, AlreadyReported, Cli, Command};
+use skiff_control::cli::{self, AlreadyReported, Command};
 
 fn init_tracing() {
     // The in-process agent's libcontainer logs from inside forked container children, where
@@ -21,7 +20,7 @@ fn init_tracing() {
 }
 
 fn main() {
-    let parsed = match Cli::try_parse() {
+    let parsed = match cli::parse_args() {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;

@@ -20,6 +20,11 @@ use crate::store::{Store, StoreConfig};
 /// Flags of `skiff server`; each has an environment-variable twin.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerArgs {
+    /// A TOML file of these settings, keys named as the flags (`data-dir = "/srv/skiff"`);
+    /// flags and environment variables override it [default: /etc/skiff/server.toml if it
+    /// exists].
+    #[arg(long, env = "SKIFF_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Directory for the state database, the PKI and the admin kubeconfig.
     #[arg(long, env = "SKIFF_DATA_DIR", default_value = "/var/lib/skiff/server")]
     pub data_dir: PathBuf,
@@ -92,7 +97,7 @@ pub struct EmbeddedAgentArgs {
     #[arg(long, env = "SKIFF_ALLOW_PRIVILEGED")]
     pub allow_privileged: bool,
     /// The port the local agent serves container logs on (to this server only).
-    #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = agent::node::logs::DEFAULT_PORT)]
+    #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = LOCAL_AGENT_PORT)]
     pub agent_port: u16,
     /// Do not program Services into this machine's iptables.
     #[arg(long, env = "SKIFF_DISABLE_PROXY")]
@@ -105,6 +110,13 @@ pub struct EmbeddedAgentArgs {
     pub disable_dns: bool,
 }
 
+/// The local agent's log port (the kubelet's).
+#[cfg(feature = "embedded-agent")]
+const LOCAL_AGENT_PORT: u16 = agent::node::logs::DEFAULT_PORT;
+#[cfg(not(feature = "embedded-agent"))]
+const LOCAL_AGENT_PORT: u16 = 10250;
+
+#[cfg(feature = "embedded-agent")]
 impl EmbeddedAgentArgs {
     fn data_dir(&self, server_data_dir: &std::path::Path) -> PathBuf {
         self.agent_data_dir
@@ -221,6 +233,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             if let Ok(sig) = signals.wait() {
                 tracing::info!(signal = ?sig, "shutting down");
             }
+            if let Err(e) = api::notify::stopping() {
+                tracing::warn!("cannot notify systemd: {e}");
+            }
             let _ = stop_tx.send_blocking(());
         })?;
 
@@ -249,9 +264,15 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
         if !args.agent.disable_agent {
+            #[cfg(feature = "embedded-agent")]
             start_local_agent(&args, &registry, &state.pki).await?;
+            #[cfg(not(feature = "embedded-agent"))]
+            tracing::warn!("this skiff is built without the embedded agent: this machine runs no pods (use --disable-agent to silence this)");
         }
         tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), "skiff server ready");
+        if let Err(e) = api::notify::ready(&format!("serving on {}", args.listen)) {
+            tracing::warn!("cannot notify systemd: {e}");
+        }
         http::serve_until(http::serve(listener, tls, state), async {
             let _ = stop_rx.recv().await;
         })
@@ -264,6 +285,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "embedded-agent")]
 /// Starts the in-process agent for this machine's Node on its own thread. It joins over
 /// loopback with a short-lived token the first time (the same path a remote agent takes),
 /// then reuses its credentials. An agent that cannot run (no root, no cgroups) is reported

@@ -240,6 +240,11 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             allow_privileged: cfg.allow_privileged,
             dns,
         });
+        // systemd (Type=notify): ready once the pods are being run, from the local cache
+        // when the server is away (the Node registers in the background).
+        if let Err(e) = api::notify::ready("running pods") {
+            tracing::warn!("cannot notify systemd: {e}");
+        }
         manager.run().await;
         Ok(())
     })

@@ -1,6 +1,7 @@
 //! The `skiff` command line: `server`, `apply`, `get`, `delete`, `version`.
 
 pub mod apply;
+pub mod backup;
 pub mod delete;
 pub mod get;
 pub mod logs;
@@ -18,9 +19,32 @@ use clap::{Parser, Subcommand};
 
 use crate::server::ServerArgs;
 
+/// `0.1.0 (commit 1a2b3c4d5e, x86_64-unknown-linux-musl)`: what `--version` prints.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SKIFF_GIT_COMMIT"),
+    ", ",
+    env!("SKIFF_TARGET"),
+    ")"
+);
+
+/// Parses the command line; `skiff server` also reads its config file (`--config`,
+/// `SKIFF_CONFIG`, else /etc/skiff/server.toml when it exists) as the flags' defaults.
+pub fn parse_args() -> Result<Cli, clap::Error> {
+    api::config::parse_args(
+        std::env::args_os(),
+        &api::config::ConfigSource {
+            subcommand: Some("server"),
+            arg_id: "config",
+            default_path: "/etc/skiff/server.toml",
+        },
+    )
+}
+
 /// skiff: a small Kubernetes-style orchestrator for edge sites.
 #[derive(Debug, Parser)]
-#[command(name = "skiff", version, about, propagate_version = true)]
+#[command(name = "skiff", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// Path to the kubeconfig file (default: first existing file of $KUBECONFIG, then
     /// ~/.kube/config).
@@ -36,6 +60,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the server's flags does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the control plane.
@@ -55,6 +81,10 @@ pub enum Command {
     Rollout(rollout::RolloutCommand),
     /// Set the replicas of a Deployment or ReplicaSet.
     Scale(scale::ScaleArgs),
+    /// Save the server's state (objects, PKI) from the live server into FILE.
+    Backup(backup::BackupArgs),
+    /// Restore a backup into a data dir (offline: the server must not run on it).
+    Restore(backup::RestoreArgs),
     /// Manage node join tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -131,7 +161,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Server(_) => anyhow::bail!("`skiff server` is not a client command"),
         Command::Version(args) => {
-            println!("Client Version: v{}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "Client Version: v{} (commit {}, target {})",
+                env!("CARGO_PKG_VERSION"),
+                env!("SKIFF_GIT_COMMIT"),
+                env!("SKIFF_TARGET")
+            );
             if args.client {
                 return Ok(());
             }
@@ -173,6 +208,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let session = Session::open(&cli)?;
             smol::block_on(scale::run(&session, args))
         }
+        Command::Backup(args) => {
+            let session = Session::open(&cli)?;
+            smol::block_on(backup::run_backup(&session, args))
+        }
+        Command::Restore(args) => backup::run_restore(args),
         Command::Token(TokenCommand::Create { ttl }) => {
             let session = Session::open(&cli)?;
             let body = serde_json::to_value(api::join::TokenRequest {

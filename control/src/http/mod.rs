@@ -2,6 +2,8 @@
 //! requests handled by a tide server with one endpoint that parses the path into a typed
 //! [`route::Route`] and dispatches on it.
 
+mod backup;
+pub use backup::PATH as BACKUP_PATH;
 pub mod discovery;
 mod logs;
 pub mod metrics;
@@ -198,6 +200,9 @@ async fn handle(
             certs.0.as_deref().map(|v| v.as_slice()),
         )
         .map_err(|_| ApiError::unauthorized())?;
+    if req.url().path() == backup::PATH {
+        return backup::serve(&state, &user, &req.method()).await;
+    }
     let route = route.map_err(|_| ApiError::path_not_found())?;
     let get_only = |req: &tide::Request<State>| {
         if req.method() == tide::http::Method::Get || req.method() == tide::http::Method::Head {

@@ -54,6 +54,7 @@
 //! [`Store::close`] (or dropping the last clone) lets the writer finish everything queued
 //! before it, then stops it; later writes get [`StoreError::Closed`].
 
+pub mod backup;
 mod codec;
 mod hub;
 mod txn;
