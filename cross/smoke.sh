@@ -39,11 +39,13 @@ cleanup() {
     wait 2>/dev/null || true
     qemu-aarch64-static "$out/skiff-agent" --data-dir "$work/agent" --run-dir "$work/run" \
         --cgroup-parent "$node" reset >/dev/null 2>&1 || true
+    ip link del sksmoke 2>/dev/null || true
+    ip route del unreachable 10.199.0.0/16 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
 SKIFF_LOG=warn qemu-aarch64-static "$out/skiff" server --data-dir "$work/server" \
-    --listen "127.0.0.1:$port" --disable-agent >"$work/server.log" 2>&1 &
+    --listen "127.0.0.1:$port" --disable-agent --cluster-cidr 10.199.0.0/16 >"$work/server.log" 2>&1 &
 pids+=("$!")
 kc="$work/server/admin.kubeconfig"
 sk() { qemu-aarch64-static "$out/skiff" --kubeconfig "$kc" "$@"; }
@@ -56,7 +58,8 @@ echo "smoke: skiff server serves under qemu"
 token="$(sk token create --ttl 10m)"
 SKIFF_LOG=info qemu-aarch64-static "$out/skiff-agent" --server "https://127.0.0.1:$port" \
     --token "$token" --data-dir "$work/agent" --run-dir "$work/run" --node-name "$node" \
-    --node-ip 127.0.0.1 --cgroup-parent "$node" --port 0 >"$work/agent.log" 2>&1 &
+    --node-ip 127.0.0.1 --cgroup-parent "$node" --port 0 --disable-proxy --disable-dns \
+    --cluster-cidr 10.199.0.0/16 --bridge-name sksmoke >"$work/agent.log" 2>&1 &
 pids+=("$!")
 # The join is real: the emulated agent proves the server's CA against the token, sends its
 # CSR and stores the signed certificate.
@@ -70,35 +73,16 @@ done
     exit 1
 }
 echo "smoke: skiff-agent joined under qemu"
-# Registering the Node comes after the container runtime starts, and qemu-user (7.2, Debian
-# 12) refuses prctl(PR_SET_CHILD_SUBREAPER) with EINVAL, which the runtime needs: under qemu
-# the real agent stops there. Its Node registration code is exercised by the simulated node
-# mode of the same emulated binary (the registration, heartbeats and status of a real node,
-# without containers). On a newer qemu the real agent registers and that is checked instead.
-for _ in $(seq 60); do
-    if sk get node "$node" >/dev/null 2>&1 || ! kill -0 "${pids[1]}" 2>/dev/null; then break; fi
-    sleep 0.5
-done
-if sk get node "$node" >/dev/null 2>&1; then
-    sk get node "$node"
-    echo "smoke: skiff-agent registered node $node under qemu"
-    exit 0
-fi
-grep -q "child subreaper" "$work/agent.log" || {
-    tail -20 "$work/agent.log" >&2
-    echo "smoke: the agent neither registered nor stopped at the subreaper call" >&2
-    exit 1
-}
-SKIFF_LOG=warn qemu-aarch64-static "$out/skiff-agent" --simulate 1 --kubeconfig "$kc" \
-    --sim-prefix "$node" --heartbeat-seconds 1 >"$work/sim.log" 2>&1 &
-pids+=("$!")
+# The real agent registers its Node and keeps it Ready. (qemu-user does not implement
+# PR_SET_CHILD_SUBREAPER; the agent says so and goes on, as containers need not run here.)
 for _ in $(seq 120); do
-    if sk get node "$node-0001" 2>/dev/null | grep -q " Ready"; then break; fi
+    if sk get node "$node" 2>/dev/null | grep -q " Ready"; then break; fi
+    if ! kill -0 "${pids[1]}" 2>/dev/null; then break; fi
     sleep 0.5
 done
-sk get node "$node-0001" | grep " Ready" || {
-    tail -20 "$work/sim.log" >&2
+sk get node "$node" | grep " Ready" || {
+    tail -20 "$work/agent.log" >&2
     echo "smoke: the emulated agent did not register a Ready node" >&2
     exit 1
 }
-echo "smoke: skiff-agent registered a Ready node under qemu"
+echo "smoke: skiff-agent registered node $node under qemu"

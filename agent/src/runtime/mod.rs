@@ -433,10 +433,22 @@ impl Runtime {
         // records their exit codes. Orphans inside a container stay with the container's own
         // init (its pid namespace); only hostPID containers, refused by default, could leave
         // orphans with the agent.
-        sys::set_child_subreaper().map_err(|errno| RuntimeError::Sys {
-            what: "become a child subreaper",
-            errno,
-        })?;
+        match sys::set_child_subreaper() {
+            Ok(()) => {}
+            // qemu-user (the emulated smoke test of the cross builds) does not implement
+            // this prctl. The agent still joins, registers and serves; exited containers
+            // then go to init, and their exit codes are lost, so say so loudly.
+            Err(nix::errno::Errno::EINVAL) => tracing::error!(
+                "this system does not support child subreapers (PR_SET_CHILD_SUBREAPER): \
+                 containers' exit codes will not be reported"
+            ),
+            Err(errno) => {
+                return Err(RuntimeError::Sys {
+                    what: "become a child subreaper",
+                    errno,
+                })
+            }
+        }
         let rt = Runtime {
             config,
             reap_lock: Mutex::new(()),

@@ -14,8 +14,8 @@ use api::meta::{DeleteOptions, IntOrString, Time};
 use api::Kind;
 
 use super::events::Recorder;
-use super::queue::WorkQueue;
-use super::runner::{ignore_not_found, key_of, spawn_workers, Key, Synced};
+use super::informer::Change;
+use super::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
 use super::workload::{self, Claim, CONTROLLER_REVISION_HASH};
 use super::Context;
 use crate::error::ApiError;
@@ -170,48 +170,36 @@ pub fn daemon_pod(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
     pod
 }
 
-pub fn start(ctx: &Context) {
-    let queue: WorkQueue<Key> = WorkQueue::default();
-    let changes = ctx
-        .informers
-        .subscribe(&[Kind::DaemonSet, Kind::Pod, Kind::Node]);
-    let recorder = Recorder::start(ctx.registry.clone(), "daemonset-controller");
-    for ds in ctx.informers.cache().list::<DaemonSet>(None) {
-        queue.add(key_of(&ds));
-    }
-    let (c, q) = (ctx.clone(), queue.clone());
-    smol::spawn(async move {
-        while let Ok(change) = changes.recv().await {
-            let obj = change.object();
-            let keys: Vec<Key> = match obj {
-                Some(o) if o.kind() == Kind::Pod => [Some(o), change.old()]
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|o| {
-                        let m = o.meta();
-                        m.controller_ref()
-                            .filter(|r| r.kind == "DaemonSet")
-                            .map(|r| (m.namespace().to_string(), r.name.clone()))
-                    })
-                    .collect(),
-                Some(o) if o.kind() == Kind::DaemonSet => {
-                    vec![(o.meta().namespace().to_string(), o.meta().name.clone())]
-                }
-                // A node (or a resync) concerns every DaemonSet.
-                _ => c
-                    .informers
-                    .cache()
-                    .list::<DaemonSet>(None)
-                    .iter()
-                    .map(key_of)
-                    .collect(),
-            };
-            for k in keys {
-                q.add(k);
-            }
+/// The DaemonSets a change concerns: a pod's owner, the DaemonSet itself, or (for a node or
+/// a resync) every DaemonSet.
+fn keys_for(c: &Context, change: &Change) -> Vec<Key> {
+    match change.object() {
+        Some(o) if o.kind() == Kind::Pod => [Some(o), change.old()]
+            .into_iter()
+            .flatten()
+            .filter_map(|o| {
+                let m = o.meta();
+                m.controller_ref()
+                    .filter(|r| r.kind == "DaemonSet")
+                    .map(|r| (m.namespace().to_string(), r.name.clone()))
+            })
+            .collect(),
+        Some(o) if o.kind() == Kind::DaemonSet => {
+            vec![(o.meta().namespace().to_string(), o.meta().name.clone())]
         }
-    })
-    .detach();
+        _ => c
+            .informers
+            .cache()
+            .list::<DaemonSet>(None)
+            .iter()
+            .map(key_of)
+            .collect(),
+    }
+}
+
+pub fn start(ctx: &Context) {
+    let recorder = Recorder::start(ctx.registry.clone(), "daemonset-controller");
+    let queue = fed_queue::<DaemonSet, _>(ctx, &[Kind::DaemonSet, Kind::Pod, Kind::Node], keys_for);
     let ctx = ctx.clone();
     spawn_workers(
         "daemonset",

@@ -16,31 +16,19 @@ use api::Kind;
 
 use super::events::Recorder;
 use super::informer::Change;
-use super::queue::WorkQueue;
-use super::runner::{ignore_not_found, key_of, spawn_workers, Key, Synced};
+use super::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
 use super::workload::{self, Claim, DESIRED_REPLICAS, MAX_REPLICAS, POD_TEMPLATE_HASH, REVISION};
 use super::Context;
 use crate::error::ApiError;
 use crate::registry::Part;
 
 pub fn start(ctx: &Context) {
-    let queue: WorkQueue<Key> = WorkQueue::default();
-    let changes = ctx
-        .informers
-        .subscribe(&[Kind::Deployment, Kind::ReplicaSet, Kind::Pod]);
     let recorder = Recorder::start(ctx.registry.clone(), "deployment-controller");
-    for d in ctx.informers.cache().list::<Deployment>(None) {
-        queue.add(key_of(&d));
-    }
-    let (c, q) = (ctx.clone(), queue.clone());
-    smol::spawn(async move {
-        while let Ok(change) = changes.recv().await {
-            for key in keys_for(&c, &change) {
-                q.add(key);
-            }
-        }
-    })
-    .detach();
+    let queue = fed_queue::<Deployment, _>(
+        ctx,
+        &[Kind::Deployment, Kind::ReplicaSet, Kind::Pod],
+        keys_for,
+    );
     let ctx = ctx.clone();
     spawn_workers(
         "deployment",

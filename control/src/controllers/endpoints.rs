@@ -16,8 +16,7 @@ use api::selector::Selector;
 use api::Kind;
 
 use super::informer::Change;
-use super::queue::WorkQueue;
-use super::runner::{ignore_not_found, key_of, spawn_workers, Key, Synced};
+use super::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
 use super::workload;
 use super::Context;
 use crate::error::ApiError;
@@ -27,22 +26,8 @@ use crate::registry::Part;
 pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
 
 pub fn start(ctx: &Context) {
-    let queue: WorkQueue<Key> = WorkQueue::default();
-    let changes = ctx
-        .informers
-        .subscribe(&[Kind::Service, Kind::Pod, Kind::Endpoints]);
-    for s in ctx.informers.cache().list::<Service>(None) {
-        queue.add(key_of(&s));
-    }
-    let (c, q) = (ctx.clone(), queue.clone());
-    smol::spawn(async move {
-        while let Ok(change) = changes.recv().await {
-            for key in keys_for(&c, &change) {
-                q.add(key);
-            }
-        }
-    })
-    .detach();
+    let queue =
+        fed_queue::<Service, _>(ctx, &[Kind::Service, Kind::Pod, Kind::Endpoints], keys_for);
     let ctx = ctx.clone();
     spawn_workers(
         "endpoints",

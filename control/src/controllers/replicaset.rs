@@ -11,8 +11,7 @@ use api::Kind;
 
 use super::events::Recorder;
 use super::informer::Change;
-use super::queue::WorkQueue;
-use super::runner::{ignore_not_found, key_of, spawn_workers, Key, Synced};
+use super::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
 use super::workload::{self, Claim};
 use super::Context;
 use crate::error::ApiError;
@@ -22,21 +21,8 @@ use crate::registry::Part;
 const BURST: usize = 500;
 
 pub fn start(ctx: &Context) {
-    let queue: WorkQueue<Key> = WorkQueue::default();
-    let changes = ctx.informers.subscribe(&[Kind::ReplicaSet, Kind::Pod]);
     let recorder = Recorder::start(ctx.registry.clone(), "replicaset-controller");
-    for rs in ctx.informers.cache().list::<ReplicaSet>(None) {
-        queue.add(key_of(&rs));
-    }
-    let (c, q) = (ctx.clone(), queue.clone());
-    smol::spawn(async move {
-        while let Ok(change) = changes.recv().await {
-            for key in keys_for(&c, &change) {
-                q.add(key);
-            }
-        }
-    })
-    .detach();
+    let queue = fed_queue::<ReplicaSet, _>(ctx, &[Kind::ReplicaSet, Kind::Pod], keys_for);
     let ctx = ctx.clone();
     spawn_workers(
         "replicaset",

@@ -104,3 +104,27 @@ pub fn ignore_not_found<T>(r: Result<T, ApiError>) -> Result<Option<T>, ApiError
         Err(e) => Err(e),
     }
 }
+
+/// A queue of `K` keys fed by the shared cache: every `K` now, then the keys `keys_for`
+/// derives from each change of `kinds` (a resync included).
+pub fn fed_queue<K, F>(ctx: &super::Context, kinds: &[api::Kind], keys_for: F) -> WorkQueue<Key>
+where
+    K: Resource,
+    F: Fn(&super::Context, &super::informer::Change) -> Vec<Key> + Send + 'static,
+{
+    let queue: WorkQueue<Key> = WorkQueue::default();
+    let changes = ctx.informers.subscribe(kinds);
+    for obj in ctx.informers.cache().list::<K>(None) {
+        queue.add(key_of(&obj));
+    }
+    let (c, q) = (ctx.clone(), queue.clone());
+    smol::spawn(async move {
+        while let Ok(change) = changes.recv().await {
+            for key in keys_for(&c, &change) {
+                q.add(key);
+            }
+        }
+    })
+    .detach();
+    queue
+}
