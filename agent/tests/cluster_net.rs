@@ -454,6 +454,9 @@ fn scenario(cl: &Cluster, archive: &std::path::Path) {
             },
         );
         let log = pod_log(&c, &agents[i], &name);
+        if i == 0 {
+            eprintln!("== what {name} on {node} saw:\n{log}");
+        }
         assert_eq!(
             p.status.phase.as_deref(),
             Some("Succeeded"),
