@@ -48,13 +48,15 @@ stop_pid() {
     [ -f "$file" ] || return 0
     local pid
     pid=$(cat "$file")
+    # Each process leads its own process group (setsid): stop the group, so that no child
+    # of it outlives it.
     if kill -0 "$pid" 2>/dev/null; then
-        kill "$pid" 2>/dev/null || true
+        kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
         for _ in $(seq 1 50); do
             kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
         done
-        kill -KILL "$pid" 2>/dev/null || true
+        kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
     rm -f "$file"
 }
@@ -140,7 +142,9 @@ up() {
     add_host "$CLIENT" 50
 
     echo "== server on $LAN.1:6443"
-    in_ns "$HUB" setsid "$SKIFF" server --data-dir "$DIR/server" --listen "$LAN.1:6443" \
+    # Started directly (not through a function, which would run in a subshell) so that $! is
+    # the server itself; setsid makes it the leader of its own process group.
+    nsenter --net="/run/netns/$HUB" setsid "$SKIFF" server --data-dir "$DIR/server" --listen "$LAN.1:6443" \
         --tls-san "$LAN.1" --cluster-cidr "$CLUSTER_CIDR" --service-cidr "$SERVICE_CIDR" \
         --node-monitor-grace-period 4s --default-toleration-seconds 3 --disable-agent \
         >"$DIR/server.log" 2>&1 &
@@ -156,7 +160,7 @@ up() {
         mkdir -p "$DIR/$node/data" "$DIR/$node/run"
         "$AGENT" image import "$DIR/busybox.tar" --data-dir "$DIR/$node/data" >/dev/null
         # shellcheck disable=SC2046 # agent_args is a list of words without spaces
-        in_ns "$node" setsid "$AGENT" $(agent_args "$node") --node-name "$node" \
+        nsenter --net="/run/netns/$node" setsid "$AGENT" $(agent_args "$node") --node-name "$node" \
             --node-ip "$LAN.$n" --cluster-cidr "$CLUSTER_CIDR" --heartbeat-seconds 1 \
             --dns-upstream 127.0.0.1:9 --server "https://$LAN.1:6443" --token "$token" \
             >"$DIR/$node.log" 2>&1 &

@@ -383,6 +383,16 @@ fn scenario(cl: &Cluster, archive: &std::path::Path) {
         });
     }
 
+    // Nothing the agents set up gives any namespace of the test a way off the machine.
+    for ns in node_hosts.iter().copied().chain([hub, cl.ns(&cl.client)]) {
+        assert_eq!(
+            ns.ip_output(&["route", "show", "default"]).trim(),
+            "",
+            "{} has no default route",
+            ns.name
+        );
+    }
+
     // Three replicas, one per node (the scheduler spreads them over equal nodes).
     smol::block_on(c.create_value(api::Kind::Deployment, Some("default"), &deployment(3)))
         .expect("create the Deployment");
