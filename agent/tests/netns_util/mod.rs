@@ -88,6 +88,22 @@ impl NetNs {
     }
 }
 
+impl NetNs {
+    /// Like `run`, but answers at once with the thread's handle.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let file = std::fs::File::open(self.path()).expect("open the netns file");
+        std::thread::spawn(move || {
+            // SAFETY: setns on a descriptor we own, for this thread only.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+}
+
 impl Drop for NetNs {
     fn drop(&mut self) {
         let _ = Command::new("ip")
