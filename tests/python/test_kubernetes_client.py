@@ -40,9 +40,18 @@ def test_create_replace_conflict_delete(api):
     assert created.metadata.uid
     assert created.spec.strategy.type == "RollingUpdate"
     stale = apps.read_namespaced_deployment("py-web", "default")
-    fresh = apps.read_namespaced_deployment("py-web", "default")
-    fresh.spec.replicas = 3
-    replaced = apps.replace_namespaced_deployment("py-web", "default", fresh)
+    # The Deployment controller writes the object too (revision annotation, status), so a
+    # read-modify-replace retries on conflict, as client code against Kubernetes does.
+    for _ in range(20):
+        fresh = apps.read_namespaced_deployment("py-web", "default")
+        fresh.spec.replicas = 3
+        try:
+            replaced = apps.replace_namespaced_deployment("py-web", "default", fresh)
+            break
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            time.sleep(0.1)
     assert replaced.spec.replicas == 3
     assert replaced.metadata.generation == 2
     stale.spec.replicas = 5
