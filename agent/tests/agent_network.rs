@@ -25,7 +25,7 @@ use api::core::{
     Container, ContainerPort, EnvVar, EnvVarSource, Node, ObjectFieldSelector, Pod, PodSpec,
 };
 use api::meta::{DeleteOptions, ObjectMeta};
-use common::{agent_bin, skiff_bin, wait_for, TestAgent, TestServer};
+use common::{agent_bin, get_pod, phase, skiff_bin, wait_for, TestAgent, TestServer};
 use netns_util::{Lan, NetNs};
 
 const IMAGE: &str = "skiff.test/testbox:v1";
@@ -97,16 +97,8 @@ fn pod(name: &str, node: &str, cmd: &[&str], ports: Vec<ContainerPort>, restart:
     }
 }
 
-fn get_pod(c: &Client, name: &str) -> Option<Pod> {
-    smol::block_on(c.get::<Pod>("default", name)).ok()
-}
-
 fn create(c: &Client, p: &Pod) {
     smol::block_on(c.create(p)).expect("create pod");
-}
-
-fn phase(p: &Pod) -> &str {
-    p.status.phase.as_deref().unwrap_or("")
 }
 
 /// Waits for the pod to be Running with a podIP; answers it.

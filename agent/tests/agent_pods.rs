@@ -11,58 +11,12 @@ use std::time::Duration;
 use api::client::Client;
 use api::core::{
     Capabilities, ConfigMap, Container, EnvVar, EnvVarSource, KeySelector, Node,
-    ObjectFieldSelector, Pod, PodSpec, SecurityContext,
+    ObjectFieldSelector, Pod, SecurityContext,
 };
-use api::meta::{DeleteOptions, ObjectMeta};
-use common::{wait_for, TestAgent, TestServer};
+use api::meta::DeleteOptions;
+use common::{get_pod, phase, pod, wait_for, wait_phase, waiting_reason, TestAgent, TestServer};
 
-const IMAGE: &str = "skiff.test/testbox:v1";
-
-fn pod(name: &str, node: &str, args: &[&str], restart: Option<&str>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: name.into(),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        spec: PodSpec {
-            node_name: Some(node.into()),
-            restart_policy: restart.map(str::to_string),
-            termination_grace_period_seconds: Some(2),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some(IMAGE.into()),
-                args: args.iter().map(|s| s.to_string()).collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
-
-fn get_pod(c: &Client, name: &str) -> Option<Pod> {
-    smol::block_on(c.get::<Pod>("default", name)).ok()
-}
-
-fn phase(p: &Pod) -> &str {
-    p.status.phase.as_deref().unwrap_or("")
-}
-
-fn wait_phase(c: &Client, name: &str, want: &str, timeout: Duration) -> Pod {
-    wait_for(&format!("pod {name} to be {want}"), timeout, || {
-        get_pod(c, name).filter(|p| phase(p) == want)
-    })
-}
-
-fn waiting_reason(p: &Pod) -> Option<String> {
-    p.status
-        .container_statuses
-        .first()
-        .and_then(|c| c.state.as_ref())
-        .and_then(|s| s.waiting.as_ref())
-        .and_then(|w| w.reason.clone())
-}
+const IMAGE: &str = common::TEST_IMAGE;
 
 fn env_from(name: &str, src: EnvVarSource) -> EnvVar {
     EnvVar {

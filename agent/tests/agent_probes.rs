@@ -8,46 +8,13 @@ mod image_util;
 
 use std::time::{Duration, Instant};
 
-use api::client::Client;
 use api::core::{
-    Container, ContainerPort, ContainerStatus, ExecAction, HttpGetAction, Pod, PodSpec, Probe,
-    TcpSocketAction,
+    ContainerPort, ContainerStatus, ExecAction, HttpGetAction, Pod, Probe, TcpSocketAction,
 };
-use api::meta::{DeleteOptions, IntOrString, ObjectMeta};
-use common::{wait_for, TestAgent, TestServer};
+use api::meta::{DeleteOptions, IntOrString};
+use common::{get_pod, phase, pod, wait_for, TestAgent, TestServer};
 
-const IMAGE: &str = "skiff.test/testbox:v1";
-
-fn pod(name: &str, node: &str, args: &[&str], restart: Option<&str>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: name.into(),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        spec: PodSpec {
-            node_name: Some(node.into()),
-            restart_policy: restart.map(str::to_string),
-            termination_grace_period_seconds: Some(2),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some(IMAGE.into()),
-                args: args.iter().map(|s| s.to_string()).collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
-
-fn get_pod(c: &Client, name: &str) -> Option<Pod> {
-    smol::block_on(c.get::<Pod>("default", name)).ok()
-}
-
-fn phase(p: &Pod) -> &str {
-    p.status.phase.as_deref().unwrap_or("")
-}
+const IMAGE: &str = common::TEST_IMAGE;
 
 fn main_status(p: &Pod) -> Option<&ContainerStatus> {
     p.status.container_statuses.first()

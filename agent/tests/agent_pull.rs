@@ -13,7 +13,7 @@ use api::client::Client;
 use api::core::{ByteString, Container, LocalObjectReference, Pod, PodSpec, Secret};
 use api::meta::ObjectMeta;
 use base64::Engine as _;
-use common::{wait_for, TestAgent, TestServer};
+use common::{wait_for, waiting_reason, TestAgent, TestServer};
 
 fn pod(name: &str, node: &str, image: &str, secret: Option<&str>) -> Pod {
     Pod {
@@ -41,18 +41,6 @@ fn pod(name: &str, node: &str, image: &str, secret: Option<&str>) -> Pod {
         },
         ..Default::default()
     }
-}
-
-fn waiting_reason(p: &Pod) -> Option<String> {
-    p.status
-        .container_statuses
-        .first()?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .clone()
 }
 
 fn get(c: &Client, name: &str) -> Option<Pod> {

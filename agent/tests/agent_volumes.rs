@@ -12,13 +12,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent::runtime::{ContainerId, Runtime, RuntimeConfig};
-use api::client::Client;
 use api::core::{
     ByteString, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
     HostPathVolumeSource, KeyToPath, Pod, PodSpec, Secret, SecretVolumeSource, Volume, VolumeMount,
 };
 use api::meta::{DeleteOptions, ObjectMeta, Quantity};
-use common::{wait_for, TestAgent, TestServer};
+use common::{get_pod, phase, wait_for, wait_phase, TestAgent, TestServer};
 
 const IMAGE: &str = "skiff.test/testbox:v1";
 
@@ -108,20 +107,6 @@ fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
         cm.data.insert(k.to_string(), v.to_string());
     }
     cm
-}
-
-fn get_pod(c: &Client, name: &str) -> Option<Pod> {
-    smol::block_on(c.get::<Pod>("default", name)).ok()
-}
-
-fn phase(p: &Pod) -> &str {
-    p.status.phase.as_deref().unwrap_or("")
-}
-
-fn wait_phase(c: &Client, name: &str, want: &str, timeout: Duration) -> Pod {
-    wait_for(&format!("pod {name} to be {want}"), timeout, || {
-        get_pod(c, name).filter(|p| phase(p) == want)
-    })
 }
 
 /// The first app container's waiting (reason, message).

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use api::client::Client;
 use api::core::Pod;
-use common::{agent_bin, skiff_bin, wait_for, TestAgent, TestServer};
+use common::{agent_bin, get_pod, skiff_bin, wait_for, TestAgent, TestServer};
 use netns_util::{Lan, NetNs};
 use serde_json::{json, Value};
 
@@ -234,10 +234,6 @@ fn pods(c: &Client, app: &str) -> Vec<Pod> {
     smol::block_on(c.list::<Pod>(Some("default"), Some(&format!("app={app}")), None))
         .map(|(items, _)| items)
         .unwrap_or_default()
-}
-
-fn get_pod(c: &Client, name: &str) -> Option<Pod> {
-    smol::block_on(c.get::<Pod>("default", name)).ok()
 }
 
 fn running_ready(p: &Pod) -> bool {

@@ -130,7 +130,13 @@ fn cluster_ips_and_node_ports_are_allocated_and_checked() {
     let (code, kept) = s.json("PUT", &format!("{SVCS}/a"), &put);
     assert_eq!(code, 200, "{kept}");
     assert_eq!(kept["spec"]["clusterIP"], json!(ip));
-    let mut put = svc("a", json!({"clusterIP": "10.96.0.99"}));
+    // Another address than the allocated one (allocation is random within the range).
+    let other = if ip == "10.96.0.99" {
+        "10.96.0.98"
+    } else {
+        "10.96.0.99"
+    };
+    let mut put = svc("a", json!({"clusterIP": other}));
     put["metadata"]["resourceVersion"] = kept["metadata"]["resourceVersion"].clone();
     let (code, changed) = s.json("PUT", &format!("{SVCS}/a"), &put);
     assert_eq!(code, 422, "{changed}");

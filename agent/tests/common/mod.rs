@@ -268,3 +268,61 @@ impl Drop for TestAgent {
         self.clean_up();
     }
 }
+
+/// The pod `name` in `default`, if it exists.
+pub fn get_pod(c: &Client, name: &str) -> Option<api::core::Pod> {
+    smol::block_on(c.get::<api::core::Pod>("default", name)).ok()
+}
+
+/// A pod's phase ("" before the agent reports one).
+pub fn phase(p: &api::core::Pod) -> &str {
+    p.status.phase.as_deref().unwrap_or("")
+}
+
+/// Waits until pod `name` is in phase `want`; answers it.
+pub fn wait_phase(c: &Client, name: &str, want: &str, timeout: Duration) -> api::core::Pod {
+    wait_for(&format!("pod {name} to be {want}"), timeout, || {
+        get_pod(c, name).filter(|p| phase(p) == want)
+    })
+}
+
+/// The reason the first app container is waiting, if it is.
+pub fn waiting_reason(p: &api::core::Pod) -> Option<String> {
+    p.status
+        .container_statuses
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+/// The image tests import from `image_util::busybox_image`.
+pub const TEST_IMAGE: &str = "skiff.test/testbox:v1";
+
+/// A pod bound to `node` running `args` in [`TEST_IMAGE`], with a 2 s grace period.
+pub fn pod(name: &str, node: &str, args: &[&str], restart: Option<&str>) -> api::core::Pod {
+    use api::core::{Container, Pod, PodSpec};
+    Pod {
+        metadata: api::meta::ObjectMeta {
+            name: name.into(),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: PodSpec {
+            node_name: Some(node.into()),
+            restart_policy: restart.map(str::to_string),
+            termination_grace_period_seconds: Some(2),
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some(TEST_IMAGE.into()),
+                args: args.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
