@@ -31,6 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+if [ -z "${PEERS_ONLY:-}" ]; then
 echo "== skiff: server with its own agent, busybox imported, $SEQ pods one by one and $CONC at once"
 "$REL/skiff-agent" image import "$WORK/busybox.tar" --data-dir "$WORK/server/agent" >/dev/null
 PORT=$(free_port)
@@ -85,10 +86,13 @@ for _ in $(seq 1 100); do [ -z "$("$SKIFF" get pods -o name)" ] && break; sleep 
 kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true; AGENT_PID=
 kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true; SKIFF_PID=
 
+fi
+
 echo "== podman run -d (runc, no network), same image"
 podman load -q -i "$WORK/busybox.tar" >/dev/null
 podman rm -f -a >/dev/null 2>&1 || true
-podman run --rm --runtime runc --network=none "$IMAGE" true >/dev/null # warm up
+podman run --rm --runtime runc --network=none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+    "$IMAGE" true >/dev/null # warm up
 "$BENCH" command-latency --label "podman run -d" --sequential "$SEQ" --concurrent "$CONC" -- \
     podman run -d --name "bench-{}" --runtime runc --network=none \
     --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$IMAGE" sleep 3600
