@@ -28,6 +28,11 @@ stop_server() {
 if [ "${1:-}" = stop ]; then
     if [ -x "$SKIFF" ] && [ -s "$KUBECONFIG" ]; then
         "$SKIFF" delete -f examples/hello/app.yaml >/dev/null 2>&1 || true
+        # The server's own agent stops the pods; let it finish before the server goes.
+        for _ in $(seq 1 120); do
+            [ -z "$("$SKIFF" get pods -o name 2>/dev/null)" ] && break
+            sleep 0.5
+        done
     fi
     stop_server
     echo "stopped"
