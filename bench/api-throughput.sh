@@ -2,6 +2,7 @@
 # Durable create throughput over TLS with 32 keep-alive clients and ~1 KiB Pod objects:
 # skiff (POST pods) beside etcd 3.4 (JSON gateway POST /v3/kv/put) in one run, same client
 # (wrk), same value, both over TLS, both durable (fsync before the answer).
+# shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}

@@ -2,6 +2,7 @@
 # Control-plane figures: watch fan-out latency with 1,000 watchers, resident memory with
 # 10,000 stored Pods and 100 watchers, and idle CPU and disk writes.
 # IDLE_SECONDS (default 600) sets the idle window.
+# shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 IDLE_SECONDS=${IDLE_SECONDS:-600}
 build_release

@@ -2,6 +2,7 @@
 # A Deployment of REPLICAS (1000) replicas on NODES (100) simulated nodes: time from
 # `skiff apply` until all replicas are available (status.availableReplicas), through the
 # Deployment and ReplicaSet controllers, the scheduler and the simulated nodes.
+# shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 NODES=${NODES:-100}
 REPLICAS=${REPLICAS:-1000}

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for the benchmark scripts (sourced).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,11 +30,13 @@ start_skiff() {  # start_skiff DATA_DIR PORT [extra args...]; sets SKIFF_PID
     local dir=$1 port=$2
     shift 2
     SKIFF_LOG=warn "$SKIFF" server --data-dir "$dir" --listen "127.0.0.1:$port" --disable-agent "$@" &
+    # shellcheck disable=SC2034 # read by the scripts that source this file
     SKIFF_PID=$!
     wait_port "$port"
     for _ in $(seq 1 100); do [ -s "$dir/admin-token" ] && break; sleep 0.1; done
 }
 
 machine() {
+    # shellcheck disable=SC1091 # /etc/os-release is the machine's, not ours
     echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -r), $(. /etc/os-release; echo "$PRETTY_NAME")"
 }

@@ -4,6 +4,7 @@
 # `runc run -d` of the same busybox image. Also prints the agent's share: the server's RSS
 # with 20 pods running, and its idle CPU.
 # usage: bench/pod-start.sh [SEQUENTIAL [CONCURRENT]]   (root)
+# shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 SEQ=${1:-100}
 CONC=${2:-20}
@@ -22,10 +23,12 @@ python3 "$ROOT/scripts/busybox-image.py" "$WORK/busybox.tar" "$IMAGE" --rootfs "
 cleanup() {
     [ -n "${AGENT_PID:-}" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
     [ -n "${SKIFF_PID:-}" ] && kill "$SKIFF_PID" 2>/dev/null && wait "$SKIFF_PID" 2>/dev/null
-    for id in $(runc list -q 2>/dev/null | grep '^bench-' || true); do runc delete -f "$id" >/dev/null 2>&1 || true; done
+    runc list -q 2>/dev/null | grep "^bench-" | while read -r id; do runc delete -f "$id" >/dev/null 2>&1 || true; done
     podman rm -f -a >/dev/null 2>&1 || true
     if [ -d "$WORK/run" ]; then
-        for m in $(awk -v w="$WORK" '$2 ~ "^"w {print $2}' /proc/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
+        awk -v w="$WORK" '$2 ~ "^"w {print $2}' /proc/mounts | sort -r | while read -r m; do
+            umount -l "$m" 2>/dev/null || true
+        done
     fi
     rm -rf "$WORK" 2>/dev/null || true
 }

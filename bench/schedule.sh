@@ -3,6 +3,7 @@
 # PODS pods created in bursts of BURST; prints bound pods/s, p50/p99 create->bound, the time
 # until all are Running, and the server's resident memory at the end.
 # NODES (1000), PODS (30000), BURST (1000), CONCURRENCY (32); PROFILE=debug uses debug builds.
+# shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 NODES=${NODES:-1000}
 PODS=${PODS:-30000}
@@ -14,6 +15,7 @@ if [ "$PROFILE" = release ]; then
 else
     (cd "$ROOT" && cargo build -q -p skiff-control -p skiff-agent -p skiff-bench)
 fi
+# shellcheck disable=SC2034 # used by start_skiff in lib.sh
 SKIFF="$ROOT/target/$PROFILE/skiff"
 AGENT="$ROOT/target/$PROFILE/skiff-agent"
 BENCH="$ROOT/target/$PROFILE/skiff-bench"

@@ -34,10 +34,24 @@ fn mode(p: &Path) -> u32 {
 #[test]
 fn shell_scripts_are_shellcheck_clean() {
     let r = repo();
+    let mut scripts = vec![
+        r.join("systemd/install.sh"),
+        r.join("cross/build.sh"),
+        r.join("cross/smoke.sh"),
+    ];
+    for dir in ["scripts", "bench"] {
+        let mut found: Vec<_> = std::fs::read_dir(r.join(dir))
+            .expect("script dir")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "sh"))
+            .collect();
+        found.sort();
+        scripts.extend(found);
+    }
     let out = Command::new("shellcheck")
-        .arg(r.join("systemd/install.sh"))
-        .arg(r.join("cross/build.sh"))
-        .arg(r.join("cross/smoke.sh"))
+        .current_dir(&r)
+        .args(&scripts)
         .output()
         .expect("shellcheck (scripts/setup.sh installs it)");
     assert!(out.status.success(), "{}", text(&out));
