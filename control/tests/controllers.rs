@@ -329,6 +329,11 @@ fn replicaset_scales_adopts_releases_and_deletes_unready_first() {
         &format!("/api/v1/namespaces/default/pods/{victim}/status"),
         json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
     );
+    // The controller has seen it (its status counts two ready pods) before the scale.
+    wait_for("readyReplicas 2", Duration::from_secs(10), || {
+        let (_, v) = s.http("GET", &format!("{RS}/web"), None);
+        (v["status"]["readyReplicas"] == 2).then_some(())
+    });
     let (ok, out, err) = skiff(&s, &["scale", "rs/web", "--replicas", "2"]);
     assert!(ok, "{out}{err}");
     assert_eq!(out.trim(), "replicaset.apps/web scaled");
