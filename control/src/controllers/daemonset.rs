@@ -260,40 +260,18 @@ async fn sync(
         }
         cache.iter::<Node>(None).cloned().collect()
     };
-    for pod in release {
-        let uid = uid.clone();
-        let r = ctx
-            .registry
-            .mutate::<Pod>(ns, &pod, Part::Main, move |p| {
-                p.metadata.owner_references.retain(|o| o.uid != uid);
-                Ok(())
-            })
-            .await;
-        if let Some(p) = ignore_not_found(r)? {
-            s.wrote(&p);
-        }
-    }
-    for pod in adopt {
-        let (reference, sel) = (workload::controller_ref(&ds), selector.clone());
-        let r = ctx
-            .registry
-            .mutate::<Pod>(ns, &pod, Part::Main, move |p| {
-                if p.metadata.controller_ref().is_none()
-                    && p.metadata.deletion_timestamp.is_none()
-                    && sel.matches(&p.metadata.labels)
-                {
-                    p.metadata.owner_references.push(reference);
-                }
-                Ok(())
-            })
-            .await;
-        if let Some(p) = ignore_not_found(r)? {
-            s.wrote(&p);
-            if workload::controller_uid(&p.metadata) == Some(uid.as_str()) {
-                owned.push(p);
-            }
-        }
-    }
+    owned.extend(
+        workload::write_claims::<Pod, _>(
+            &ctx.registry,
+            ns,
+            &ds,
+            Some(&selector),
+            adopt,
+            release,
+            s,
+        )
+        .await?,
+    );
 
     let mut by_node: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
     let mut stray = Vec::new();

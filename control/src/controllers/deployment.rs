@@ -234,42 +234,18 @@ impl Pass<'_> {
                 }
             }
         }
-        for name in release {
-            let uid = uid.clone();
-            let r = self
-                .ctx
-                .registry
-                .mutate::<ReplicaSet>(&ns, &name, Part::Main, move |rs| {
-                    rs.metadata.owner_references.retain(|o| o.uid != uid);
-                    Ok(())
-                })
-                .await;
-            if let Some(rs) = ignore_not_found(r)? {
-                s.wrote(&rs);
-            }
-        }
-        for name in adopt {
-            let (reference, sel) = (workload::controller_ref(&self.d), selector.clone());
-            let r = self
-                .ctx
-                .registry
-                .mutate::<ReplicaSet>(&ns, &name, Part::Main, move |rs| {
-                    if rs.metadata.controller_ref().is_none()
-                        && rs.metadata.deletion_timestamp.is_none()
-                        && sel.matches(&rs.metadata.labels)
-                    {
-                        rs.metadata.owner_references.push(reference);
-                    }
-                    Ok(())
-                })
-                .await;
-            if let Some(rs) = ignore_not_found(r)? {
-                s.wrote(&rs);
-                if workload::controller_uid(&rs.metadata) == Some(uid.as_str()) {
-                    owned.push(rs);
-                }
-            }
-        }
+        owned.extend(
+            workload::write_claims::<ReplicaSet, _>(
+                &self.ctx.registry,
+                &ns,
+                &self.d,
+                Some(selector),
+                adopt,
+                release,
+                s,
+            )
+            .await?,
+        );
         Ok(owned)
     }
 

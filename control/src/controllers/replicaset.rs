@@ -144,42 +144,18 @@ pub(crate) async fn claim_pods(
             }
         }
     }
-    for pod in release {
-        let uid = uid.clone();
-        let r = ctx
-            .registry
-            .mutate::<Pod>(&ns, &pod, Part::Main, move |p| {
-                p.metadata.owner_references.retain(|o| o.uid != uid);
-                Ok(())
-            })
-            .await;
-        if let Some(p) = ignore_not_found(r)? {
-            s.wrote(&p);
-        }
-    }
-    if let Some(sel) = selector {
-        for pod in adopt {
-            let (reference, sel) = (workload::controller_ref(rs), sel.clone());
-            let r = ctx
-                .registry
-                .mutate::<Pod>(&ns, &pod, Part::Main, move |p| {
-                    if p.metadata.controller_ref().is_none()
-                        && p.metadata.deletion_timestamp.is_none()
-                        && sel.matches(&p.metadata.labels)
-                    {
-                        p.metadata.owner_references.push(reference);
-                    }
-                    Ok(())
-                })
-                .await;
-            if let Some(p) = ignore_not_found(r)? {
-                s.wrote(&p);
-                if workload::controller_uid(&p.metadata) == Some(uid.as_str()) {
-                    owned.push(p);
-                }
-            }
-        }
-    }
+    owned.extend(
+        workload::write_claims::<Pod, _>(
+            &ctx.registry,
+            &ns,
+            rs,
+            selector.as_ref(),
+            adopt,
+            release,
+            s,
+        )
+        .await?,
+    );
     Ok(owned)
 }
 

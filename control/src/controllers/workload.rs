@@ -141,6 +141,62 @@ pub fn claim(
     }
 }
 
+/// Writes an owner's claims on objects of kind `K` in `ns`: drops its ownerReference from
+/// `release`, and adopts `adopt` (re-checked inside the write: still an orphan, alive, and
+/// matched by `selector`; without a selector nothing is adopted). Answers the adopted objects
+/// the owner now controls.
+pub async fn write_claims<K: Resource, O: Resource>(
+    registry: &crate::registry::Registry,
+    ns: &str,
+    owner: &O,
+    selector: Option<&Selector>,
+    adopt: Vec<String>,
+    release: Vec<String>,
+    s: &mut super::runner::Synced,
+) -> Result<Vec<K>, crate::error::ApiError> {
+    use super::runner::ignore_not_found;
+    use crate::registry::Part;
+    let uid = owner.meta().uid.clone();
+    for name in release {
+        let uid = uid.clone();
+        let r = registry
+            .mutate::<K>(ns, &name, Part::Main, move |o| {
+                o.meta_mut().owner_references.retain(|r| r.uid != uid);
+                Ok(())
+            })
+            .await;
+        if let Some(o) = ignore_not_found(r)? {
+            s.wrote(&o);
+        }
+    }
+    let mut adopted = Vec::new();
+    let Some(selector) = selector else {
+        return Ok(adopted);
+    };
+    for name in adopt {
+        let (reference, sel) = (controller_ref(owner), selector.clone());
+        let r = registry
+            .mutate::<K>(ns, &name, Part::Main, move |o| {
+                let m = o.meta_mut();
+                if m.controller_ref().is_none()
+                    && m.deletion_timestamp.is_none()
+                    && sel.matches(&m.labels)
+                {
+                    m.owner_references.push(reference);
+                }
+                Ok(())
+            })
+            .await;
+        if let Some(o) = ignore_not_found(r)? {
+            s.wrote(&o);
+            if controller_uid(o.meta()) == Some(uid.as_str()) {
+                adopted.push(o);
+            }
+        }
+    }
+    Ok(adopted)
+}
+
 /// A new pod from a template, owned by `owner`.
 pub fn pod_from_template(
     template: &PodTemplateSpec,
