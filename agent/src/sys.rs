@@ -4,6 +4,7 @@
 //! returns `nix::Error` (an errno) on failure.
 
 use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -140,6 +141,34 @@ pub fn try_wait(pid: i32) -> Result<ChildStatus, Errno> {
         Err(Errno::ECHILD) => Ok(ChildStatus::NotOurs),
         Err(e) => Err(e),
     }
+}
+
+/// `pidfd_open(pid, 0)`: a descriptor that polls readable once `pid` has exited (Linux 5.3+).
+/// `Ok(None)` if the process no longer exists; `Err(ENOSYS)` on kernels without pidfds.
+pub fn pidfd_open(pid: i32) -> Result<Option<OwnedFd>, Errno> {
+    // SAFETY: a raw syscall with integer arguments; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return match Errno::last() {
+            Errno::ESRCH => Ok(None),
+            e => Err(e),
+        };
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| Errno::EBADF)?;
+    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Whether `fd` polls readable right now (without waiting).
+pub fn poll_readable(fd: &impl std::os::fd::AsRawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack, a count of 1 and a zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & libc::POLLIN != 0
 }
 
 /// Sends `signal` to `pid`; a process that is already gone is not an error.

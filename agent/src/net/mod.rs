@@ -287,14 +287,19 @@ impl Network {
         netns: &Path,
         ports: &[ContainerPort],
     ) -> Result<Ipv4Addr, NetError> {
-        let mut st = self.lock();
-        if !st.bridge_ready {
-            return Err(NetError::NotReady);
-        }
-        let range = st.ipam.range().ok_or(NetError::NotReady)?;
-        let gateway = range.nth(1).ok_or(NetError::NotReady)?;
-        let ip = st.ipam.allocate(uid)?;
+        let (range, gateway, ip) = {
+            let mut st = self.lock();
+            if !st.bridge_ready {
+                return Err(NetError::NotReady);
+            }
+            let range = st.ipam.range().ok_or(NetError::NotReady)?;
+            let gateway = range.nth(1).ok_or(NetError::NotReady)?;
+            (range, gateway, st.ipam.allocate(uid)?)
+        };
+        // The links are the pod's own, so pods are plumbed in parallel: only the address
+        // allocation above and the hostPort rules below need the lock.
         let result = self.plumb(uid, netns, ip, range.prefix(), gateway);
+        let mut st = self.lock();
         if let Err(e) = result {
             let host = host_veth_name(uid);
             if let Ok(mut nl) = Netlink::open() {

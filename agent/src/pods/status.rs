@@ -1,6 +1,8 @@
 //! What the agent knows about each container, and the PodStatus built from it (a pure
 //! function of the worker's view, so it is tested without containers).
 
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::core::{
@@ -22,6 +24,18 @@ pub struct Termination {
     pub reason: String,
     pub started_at: Option<Time>,
     pub finished_at: Time,
+}
+
+/// How the worker learns that a running container's main process exited.
+#[derive(Clone, Debug, Default)]
+pub enum ExitWatch {
+    /// Not set up yet for the current run.
+    #[default]
+    Unarmed,
+    /// A pidfd registered with the reactor: it becomes readable when the process exits.
+    Armed(Arc<smol::Async<OwnedFd>>),
+    /// No pidfd for this run (old kernel, or the process is not ours to wait for): poll.
+    Unavailable,
 }
 
 /// The agent's view of one container of a pod.
@@ -54,6 +68,8 @@ pub struct ContainerRecord {
     pub kill_reason: Option<String>,
     /// The message of its latest termination (`terminated` if set, else `last_terminated`).
     pub termination_message: Option<String>,
+    /// Wakes the worker when the current run's process exits.
+    pub exit_watch: ExitWatch,
 }
 
 /// The first crash back-off.
@@ -82,6 +98,7 @@ impl ContainerRecord {
             },
             kill_reason: None,
             termination_message: None,
+            exit_watch: ExitWatch::Unarmed,
             spec,
         }
     }

@@ -36,7 +36,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{symlink, FileTypeExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use api::client::Client;
 use api::core::{ConfigMap, Container, KeyToPath, PodSpec, Secret, Volume};
@@ -137,6 +137,15 @@ pub fn has_updatable(volumes: &[Volume]) -> bool {
     volumes
         .iter()
         .any(|v| v.config_map.is_some() || v.secret.is_some())
+}
+
+/// How long until the pod's ConfigMap and Secret volumes are due to be compared with the API
+/// again (`None` if it has none), given when that was last done.
+pub fn next_sync(volumes: &[Volume], last: Option<Instant>) -> Option<Duration> {
+    if !has_updatable(volumes) {
+        return None;
+    }
+    Some(last.map_or(Duration::ZERO, |at| SYNC_EVERY.saturating_sub(at.elapsed())))
 }
 
 /// Checks a subPath: relative, without `..`; answers it normalised (no `.` or empty parts).

@@ -17,7 +17,7 @@ use smol::Timer;
 use super::container::{self, EnvSources};
 use super::machine::{self, Event, Stage};
 use super::probe::{self, ProbeKind, ProbeTarget, Verdict};
-use super::status::{self, ContainerRecord, Termination, BACKOFF_MAX, BACKOFF_START};
+use super::status::{self, ContainerRecord, ExitWatch, Termination, BACKOFF_MAX, BACKOFF_START};
 use super::volumes::{self, VolumeError};
 use super::Context;
 use crate::image::{unmount_rootfs, PullPolicy, RegistryAuth};
@@ -34,8 +34,11 @@ pub enum PodUpdate {
     Gone,
 }
 
-/// How often a running pod's containers are looked at.
+/// How often a running pod's containers are looked at when their exits cannot be waited for.
 const SUPERVISE_EVERY: Duration = Duration::from_secs(1);
+/// How often they are looked at anyway when every exit is watched (a safety net only: an exit
+/// wakes the worker at once).
+const SUPERVISE_WATCHED: Duration = Duration::from_secs(30);
 /// How often an init container is looked at while it runs.
 const INIT_POLL: Duration = Duration::from_millis(200);
 /// How long after a failed status report the next one is tried.
@@ -87,12 +90,16 @@ pub async fn run(ctx: Arc<Context>, pod: Pod, updates: Receiver<PodUpdate>) {
         if wait.is_zero() {
             continue;
         }
-        let next = if closed {
+        let exited = w.any_exit();
+        let timer_or_exit = future::or(exited, async {
             Timer::after(wait).await;
+        });
+        let next = if closed {
+            timer_or_exit.await;
             None
         } else {
             future::or(async { Some(updates.recv().await) }, async {
-                Timer::after(wait).await;
+                timer_or_exit.await;
                 None
             })
             .await
@@ -858,6 +865,7 @@ impl Worker {
             .clone()
             .unwrap_or_else(|| "Always".into());
         let rec = &mut self.containers[idx];
+        rec.exit_watch = ExitWatch::Unarmed;
         let code = exit_code.unwrap_or(255);
         let reason = if oom_killed {
             "OOMKilled"
@@ -963,14 +971,30 @@ impl Worker {
     }
 
     async fn supervise(&mut self) -> Duration {
-        let mut wait = SUPERVISE_EVERY;
+        let mut wait = SUPERVISE_WATCHED;
         for idx in self.init_count..self.containers.len() {
             if let Some(w) = self.start_due(idx).await {
                 wait = wait.min(w);
             }
+            self.arm_exit_watch(idx).await;
             if self.poll_container(idx).await {
                 wait = Duration::ZERO;
+            } else {
+                let rec = &mut self.containers[idx];
+                if let ExitWatch::Armed(fd) = &rec.exit_watch {
+                    if crate::sys::poll_readable(fd.get_ref()) {
+                        // The process is gone but not yet reaped by its parent (an adopted
+                        // container's): the pidfd would wake us forever, so poll instead.
+                        rec.exit_watch = ExitWatch::Unavailable;
+                    }
+                }
+                if rec.is_running() && !matches!(rec.exit_watch, ExitWatch::Armed(_)) {
+                    wait = wait.min(SUPERVISE_EVERY);
+                }
             }
+        }
+        if let Some(w) = volumes::next_sync(&self.pod.spec.volumes, self.volumes_synced) {
+            wait = wait.min(w);
         }
         if let Some(w) = self.run_probes().await {
             wait = wait.min(w);
@@ -984,6 +1008,58 @@ impl Worker {
             return Duration::ZERO;
         }
         wait
+    }
+
+    /// Opens a pidfd for container `idx`'s current run, once, so its exit wakes the worker.
+    async fn arm_exit_watch(&mut self, idx: usize) {
+        let rec = &self.containers[idx];
+        if !rec.is_running() || !matches!(rec.exit_watch, ExitWatch::Unarmed) {
+            return;
+        }
+        let Some(id) = rec.id.clone() else {
+            return;
+        };
+        let rt = self.ctx.runtime.clone();
+        let fd = smol::unblock(move || rt.exit_fd(&id)).await;
+        self.containers[idx].exit_watch = match fd.map(|fd| fd.map(smol::Async::new)) {
+            Ok(Some(Ok(fd))) => ExitWatch::Armed(Arc::new(fd)),
+            Ok(None) => ExitWatch::Unavailable,
+            Ok(Some(Err(e))) => {
+                tracing::debug!(pod = %self.key(), "cannot watch a container's exit: {e}");
+                ExitWatch::Unavailable
+            }
+            Err(e) => {
+                tracing::debug!(pod = %self.key(), "cannot watch a container's exit: {e}");
+                ExitWatch::Unavailable
+            }
+        };
+    }
+
+    /// Resolves once the main process of any watched container has exited (never, if none
+    /// is watched).
+    fn any_exit(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let fds: Vec<Arc<smol::Async<std::os::fd::OwnedFd>>> = self
+            .containers
+            .iter()
+            .filter_map(|c| match &c.exit_watch {
+                ExitWatch::Armed(fd) => Some(fd.clone()),
+                _ => None,
+            })
+            .collect();
+        async move {
+            let mut waits: Vec<_> = fds.iter().map(|fd| Box::pin(fd.readable())).collect();
+            future::poll_fn(|cx| {
+                if waits
+                    .iter_mut()
+                    .any(|w| std::future::Future::poll(w.as_mut(), cx).is_ready())
+                {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+            .await
+        }
     }
 
     // ---- probes --------------------------------------------------------------------------

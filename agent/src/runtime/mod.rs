@@ -11,6 +11,7 @@
 //!   create_container(&self, &Sandbox, &ContainerSpec) -> Result<ContainerId>
 //!   start(&self, &ContainerId) -> Result<()>
 //!   state(&self, &ContainerId) -> Result<ContainerState>
+//!   exit_fd(&self, &ContainerId) -> Result<Option<OwnedFd>>        // pidfd: readable on exit
 //!   kill(&self, &ContainerId, Signal) -> Result<()>
 //!   stop(&self, &ContainerId, grace: Duration) -> Result<ContainerState>
 //!   wait_exit(&self, &ContainerId, timeout: Duration) -> Result<ContainerState>
@@ -717,6 +718,28 @@ impl Runtime {
         record.exit = Some(exit);
         write_record(&dir, &record)?;
         Ok(state)
+    }
+
+    /// A descriptor that polls readable once the container's main process has exited (a
+    /// pidfd), so callers can wait for exits instead of polling [`Runtime::state`].
+    /// `Ok(None)` when there is nothing to wait for: the exit is already recorded, the process
+    /// is gone, or the kernel has no pidfds (before Linux 5.3); callers then poll.
+    pub fn exit_fd(&self, id: &ContainerId) -> Result<Option<OwnedFd>, RuntimeError> {
+        let container = self.load(id)?;
+        let Some(pid) = container.pid().map(|p| p.as_raw()) else {
+            return Ok(None);
+        };
+        // Under the reap lock no one reaps the process (our child) between the check and the
+        // open, so the pid cannot have been reused by then.
+        let _guard = self.reap_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if read_record(&self.container_dir(id)).is_ok_and(|r| r.exit.is_some()) {
+            return Ok(None);
+        }
+        match sys::pidfd_open(pid) {
+            Ok(fd) => Ok(fd),
+            Err(nix::errno::Errno::ENOSYS) => Ok(None),
+            Err(errno) => Err(RuntimeError::sys("pidfd_open", errno)),
+        }
     }
 
     fn live_state(&self, container: &Container, pid: i32, record: &Record) -> ContainerState {
