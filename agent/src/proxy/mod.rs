@@ -9,8 +9,10 @@
 //! ```
 //!
 //! Writes go through `iptables-restore --noflush`, one call per sync, which declares (and so
-//! flushes) only skiff's own chains; the first sync (and any repair) rewrites every owned chain
-//! and removes stale ones, later syncs rewrite only the chains whose rules changed. Changes are
+//! flushes) only skiff's own chains; the first sync (and any repair) reads the owned chains
+//! back with `iptables-save`, rewrites those that differ from the wanted rules and removes
+//! stale ones; later syncs compare with what they applied last (no reading back) and rewrite
+//! only the chains whose rules changed. Changes are
 //! coalesced (a sync at most every `min_sync_interval`), and every `check_interval` the rules
 //! are read back: if someone removed a jump or one of skiff's chains, everything is rewritten.
 
@@ -64,7 +66,8 @@ impl Default for ProxyConfig {
 /// What one sync did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncReport {
-    /// Every owned chain was rewritten (first sync or repair).
+    /// The rules were read back from the kernel first (first sync or repair), and what
+    /// differed was written.
     pub full: bool,
     pub chains_written: usize,
     pub chains_deleted: usize,
@@ -88,17 +91,17 @@ impl<B: Backend> Applier<B> {
     }
 
     /// Brings the kernel to `desired`: only the changed chains when the last sync succeeded,
-    /// everything (after reading what is there) otherwise.
+    /// everything that differs from what is there (after reading it) otherwise.
     pub fn sync(&mut self, desired: &Ruleset) -> Result<SyncReport, ProxyError> {
+        self.sync_owned(desired.clone())
+    }
+
+    /// [`Applier::sync`] without copying the rule set.
+    pub fn sync_owned(&mut self, desired: Ruleset) -> Result<SyncReport, ProxyError> {
         let Some(applied) = &self.applied else {
-            return self.full_sync(desired);
+            return self.full_sync_owned(desired);
         };
-        let previous: BTreeMap<(Table, String), Option<Vec<String>>> = applied
-            .chains
-            .iter()
-            .map(|(k, v)| (k.clone(), Some(v.clone())))
-            .collect();
-        let input = rules::restore_input(desired, &previous, &[]);
+        let input = rules::restore_input(&desired, &applied.chains, &[]);
         let report = report_of(&input, false);
         if !input.is_empty() {
             if let Err(e) = self.backend.restore(&input) {
@@ -106,34 +109,41 @@ impl<B: Backend> Applier<B> {
                 return Err(e.into());
             }
         }
-        self.applied = Some(desired.clone());
+        self.applied = Some(desired);
         Ok(report)
     }
 
-    /// Rewrites every owned chain, deletes owned chains that are no longer wanted (also ones
-    /// left by an earlier run) and inserts missing jumps.
+    /// Reads the owned chains back from the kernel, rewrites the ones that differ from
+    /// `desired`, deletes owned chains that are no longer wanted (also ones left by an earlier
+    /// run) and inserts missing jumps.
     pub fn full_sync(&mut self, desired: &Ruleset) -> Result<SyncReport, ProxyError> {
+        self.full_sync_owned(desired.clone())
+    }
+
+    fn full_sync_owned(&mut self, desired: Ruleset) -> Result<SyncReport, ProxyError> {
         self.applied = None;
-        let mut previous = BTreeMap::new();
+        let mut current = BTreeMap::new();
         let mut missing = Vec::new();
         for table in [Table::Nat, Table::Filter] {
             let saved = SavedTable::parse(&self.backend.save(table)?);
-            for chain in saved.chains.keys() {
-                if rules::owned_chain(table, chain) {
-                    previous.insert((table, chain.clone()), None);
-                }
-            }
             for jump in rules::JUMPS.iter().filter(|j| j.0 == table) {
                 let target = jump.2.rsplit("-j ").next().unwrap_or("");
                 if !saved.has_jump(jump.1, target) {
                     missing.push(*jump);
                 }
             }
+            for (chain, rules) in saved.chains {
+                if rules::owned_chain(table, &chain) {
+                    current.insert((table, chain), rules);
+                }
+            }
         }
-        let input = rules::restore_input(desired, &previous, &missing);
+        let input = rules::restore_input(&desired, &current, &missing);
         let report = report_of(&input, true);
-        self.backend.restore(&input)?;
-        self.applied = Some(desired.clone());
+        if !input.is_empty() {
+            self.backend.restore(&input)?;
+        }
+        self.applied = Some(desired);
         Ok(report)
     }
 
@@ -170,10 +180,10 @@ impl<B: Backend> Applier<B> {
         if self.applied.is_none() || self.in_place()? {
             return Ok(None);
         }
-        let Some(desired) = self.applied.clone() else {
+        let Some(desired) = self.applied.take() else {
             return Ok(None);
         };
-        self.full_sync(&desired).map(Some)
+        self.full_sync_owned(desired).map(Some)
     }
 
     /// Builds the rules of `services` and `endpoints` and syncs them.
@@ -183,7 +193,7 @@ impl<B: Backend> Applier<B> {
         endpoints: &[Endpoints],
         cfg: &RuleConfig,
     ) -> Result<SyncReport, ProxyError> {
-        self.sync(&rules::build(services, endpoints, cfg))
+        self.sync_owned(rules::build(services, endpoints, cfg))
     }
 
     /// What was last applied.
