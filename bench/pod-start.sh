@@ -51,44 +51,57 @@ if [ "${BOUND:-}" = 1 ]; then
     "$BENCH" pod-start --node bench-node --image "$IMAGE" --sequential "$SEQ" --concurrent "$CONC"
 fi
 
-echo "== skiff-agent (standalone process) with 20 pods running: memory and idle CPU"
-kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true
-PORT=$(free_port)
-SKIFF_LOG=warn "$SKIFF" server --data-dir "$WORK/server2" --listen "127.0.0.1:$PORT" --disable-agent &
-SKIFF_PID=$!
-wait_port "$PORT"
-export KUBECONFIG="$WORK/server2/admin.kubeconfig"
-for _ in $(seq 1 100); do [ -s "$KUBECONFIG" ] && "$SKIFF" get ns >/dev/null 2>&1 && break; sleep 0.1; done
-TOKEN=$("$SKIFF" token create)
-"$REL/skiff-agent" image import "$WORK/busybox.tar" --data-dir "$WORK/agent" >/dev/null
-SKIFF_LOG=warn "$REL/skiff-agent" --server "https://127.0.0.1:$PORT" --token "$TOKEN" \
-    --data-dir "$WORK/agent" --run-dir "$WORK/run2" --node-name bench-agent --node-ip 127.0.0.1 \
-    --cgroup-parent skiff-bench2 --port 0 --disable-proxy &
-AGENT_PID=$!
-for _ in $(seq 1 100); do "$SKIFF" get node bench-agent >/dev/null 2>&1 && break; sleep 0.2; done
-for i in $(seq 1 20); do
-    "$SKIFF" apply -f - >/dev/null <<EOF
+kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true; SKIFF_PID=
+fi
+
+# The standalone agent with 20 idle pods: resident memory and CPU. Measured for the static
+# musl binary that ships (cross/build.sh) and for the glibc build of this machine.
+idle_agent() {  # idle_agent LABEL AGENT-BINARY
+    local label=$1 agent=$2 dir="$WORK/idle-$1"
+    echo "== skiff-agent ($label, standalone process) with 20 pods running: memory and idle CPU"
+    PORT=$(free_port)
+    SKIFF_LOG=warn "$SKIFF" server --data-dir "$dir/server" --listen "127.0.0.1:$PORT" --disable-agent &
+    SKIFF_PID=$!
+    wait_port "$PORT"
+    export KUBECONFIG="$dir/server/admin.kubeconfig"
+    for _ in $(seq 1 100); do [ -s "$KUBECONFIG" ] && "$SKIFF" get ns >/dev/null 2>&1 && break; sleep 0.1; done
+    TOKEN=$("$SKIFF" token create)
+    "$agent" image import "$WORK/busybox.tar" --data-dir "$dir/agent" >/dev/null
+    SKIFF_LOG=warn "$agent" --server "https://127.0.0.1:$PORT" --token "$TOKEN" \
+        --data-dir "$dir/agent" --run-dir "$WORK/run-$label" --node-name "bench-$label" \
+        --node-ip 127.0.0.1 --cgroup-parent "skiff-bench-$label" --port 0 --disable-proxy &
+    AGENT_PID=$!
+    for _ in $(seq 1 100); do "$SKIFF" get node "bench-$label" >/dev/null 2>&1 && break; sleep 0.2; done
+    for i in $(seq 1 20); do
+        "$SKIFF" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
 metadata: {name: idle-$i, labels: {skiff-bench: podstart}}
 spec:
-  nodeName: bench-agent
+  nodeName: bench-$label
   terminationGracePeriodSeconds: 2
   containers: [{name: main, image: $IMAGE, imagePullPolicy: IfNotPresent, command: [sh, -c, "trap 'exit 0' TERM; sleep 3600 & wait"]}]
 EOF
-done
-for _ in $(seq 1 100); do
-    [ "$("$SKIFF" get pods -o name --field-selector status.phase=Running | wc -l)" -ge 20 ] && break
-    sleep 0.3
-done
-echo "running pods: $("$SKIFF" get pods -o name --field-selector status.phase=Running | wc -l)"
-sleep 15
-"$BENCH" proc --pid "$AGENT_PID" --seconds 60
-kubectl delete pods -l skiff-bench=podstart --wait=false >/dev/null
-for _ in $(seq 1 100); do [ -z "$("$SKIFF" get pods -o name)" ] && break; sleep 0.3; done
-kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true; AGENT_PID=
-kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true; SKIFF_PID=
+    done
+    for _ in $(seq 1 100); do
+        [ "$("$SKIFF" get pods -o name --field-selector status.phase=Running | wc -l)" -ge 20 ] && break
+        sleep 0.3
+    done
+    echo "running pods: $("$SKIFF" get pods -o name --field-selector status.phase=Running | wc -l)"
+    sleep 15
+    "$BENCH" proc --pid "$AGENT_PID" --seconds 60
+    grep -E '^(RssAnon|RssFile|Threads)' "/proc/$AGENT_PID/status" | tr -s ' \t' ' ' | paste -sd ' '
+    kubectl delete pods -l skiff-bench=podstart --wait=false >/dev/null
+    for _ in $(seq 1 100); do [ -z "$("$SKIFF" get pods -o name)" ] && break; sleep 0.3; done
+    kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true; AGENT_PID=
+    kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true; SKIFF_PID=
+}
 
+if [ -z "${PEERS_ONLY:-}" ]; then
+    # The static build has its own target directory (cross/build.sh's default).
+    bash "$ROOT/cross/build.sh" x86_64-unknown-linux-musl >/dev/null
+    idle_agent static "$ROOT/dist/skiff-agent-x86_64-unknown-linux-musl"
+    idle_agent glibc "$REL/skiff-agent"
 fi
 
 echo "== podman run -d (runc, no network), same image"

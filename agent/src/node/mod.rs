@@ -34,7 +34,7 @@ pub use register::{NodeSettings, SettingError};
 use crate::image::{
     cli::images_dir, cli::registries_file, ImageStore, PullOptions, RegistryConfig,
 };
-use crate::pods::{Context, PodCache, PodManager};
+use crate::pods::{CacheWriter, Context, PodCache, PodManager};
 use crate::runtime::logs::{LogKeeper, LogLimits};
 use crate::runtime::{Runtime, RuntimeConfig};
 
@@ -231,6 +231,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             runtime,
             images,
             client,
+            cache_writes: CacheWriter::start(cache.clone()),
             cache,
             node_name: cfg.node_name.clone(),
             node_ip,

@@ -26,7 +26,7 @@ use async_channel::Sender;
 use futures_lite::StreamExt;
 use smol::Task;
 
-pub use cache::{CacheError, PodCache};
+pub use cache::{CacheError, CacheWriter, PodCache};
 use worker::PodUpdate;
 
 use crate::image::{ImageStore, PullOptions};
@@ -38,6 +38,8 @@ pub struct Context {
     pub images: ImageStore,
     pub client: Client,
     pub cache: Arc<PodCache>,
+    /// Writes to `cache` in the background.
+    pub cache_writes: CacheWriter,
     pub node_name: String,
     /// The node's InternalIP: hostIP, and podIP of hostNetwork pods.
     pub node_ip: String,
@@ -159,14 +161,9 @@ impl PodManager {
             deletion: pod.metadata.deletion_timestamp,
         };
         if self.cached.get(&uid) != Some(&part) {
-            let cache = self.ctx.cache.clone();
-            let copy = pod.clone();
-            match smol::unblock(move || cache.put(&copy)).await {
-                Ok(()) => {
-                    self.cached.insert(uid.clone(), part);
-                }
-                Err(e) => tracing::warn!(%uid, "{e}"),
-            }
+            // Written in the background: the worker need not wait for the disk.
+            self.ctx.cache_writes.put(&pod);
+            self.cached.insert(uid.clone(), part);
         }
         if let Some(h) = self.workers.get(&uid) {
             if !h.task.is_finished()
@@ -191,12 +188,7 @@ impl PodManager {
         if let Some(h) = self.workers.get(uid) {
             let _ = h.updates.try_send(PodUpdate::Gone);
         } else {
-            let cache = self.ctx.cache.clone();
-            let uid = uid.to_string();
-            smol::spawn(async move {
-                let _ = smol::unblock(move || cache.remove(&uid)).await;
-            })
-            .detach();
+            self.ctx.cache_writes.remove(uid);
         }
         self.cached.remove(uid);
     }

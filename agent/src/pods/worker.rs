@@ -86,10 +86,12 @@ pub async fn run(ctx: Arc<Context>, pod: Pod, updates: Receiver<PodUpdate>) {
             tracing::info!(pod = %w.key(), %uid, "pod removed from the node");
             return;
         }
-        w.report().await;
         if wait.is_zero() {
+            // More to do at once (the next stage): report once the pod settles, so a starting
+            // pod is not held up by a status write per stage.
             continue;
         }
+        w.report().await;
         let exited = w.any_exit();
         let timer_or_exit = future::or(exited, async {
             Timer::after(wait).await;
@@ -1236,11 +1238,7 @@ impl Worker {
     async fn teardown(&mut self) -> Duration {
         if !self.torn_down {
             self.remove_everything().await;
-            let cache = self.ctx.cache.clone();
-            let uid = self.uid();
-            if let Err(e) = smol::unblock(move || cache.remove(&uid)).await {
-                tracing::warn!(pod = %self.key(), "{e}");
-            }
+            self.ctx.cache_writes.remove(&self.uid());
             self.torn_down = true;
         }
         if !self.gone {

@@ -75,20 +75,20 @@
 //! # Forking from a multi-threaded agent
 //! libcontainer `clone`s the container's processes from the calling process, and those
 //! children run Rust code (allocations, file I/O) before they `execve`. A lock held by another
-//! agent thread at that instant stays locked in the child forever. Two were handled: the
-//! standard library's environment lock (libcontainer's default executor calls `set_var` in the
-//! child; we use our own executor that passes the environment to `execve` instead, see
-//! `executor.rs`), and concurrent creates in this process (serialised by a process-wide lock,
-//! which also keeps libcontainer's process-wide "dumpable" toggling consistent). Creates and
-//! execs both run libcontainer's builder in a glibc-`fork()`ed, single-threaded child
-//! ([`sys::in_forked_child`], [`sys::in_forked_child_pid`]), which also keeps the tenant
-//! builder's `chdir` and dumpable changes out of the agent; an exec'd process is re-parented
-//! to the agent (a child subreaper) when that child exits and is reaped by [`Runtime::exec`],
-//! killed first if it outlives its timeout. The agent must
-//! not call `std::env::set_var` while containers are created, and should filter libcontainer's
-//! own log events to `error` (`RUST_LOG=...,libcontainer=error`): events logged in the child
-//! go to the container's stderr, i.e. its log file (libcontainer warns "seccomp not available"
-//! for every container at `warn`).
+//! agent thread at that instant would stay locked in the child forever, and libcontainer also
+//! changes process-wide state while building (the dumpable flag, the tenant builder's `chdir`).
+//! So creates and execs both run libcontainer's builder in a glibc-`fork()`ed, single-threaded
+//! child ([`sys::in_forked_child`], [`sys::in_forked_child_pid`]): fork hands the child
+//! consistent malloc state, and whatever the builder changes is the child's. Builds of
+//! different containers therefore run in parallel; execs are serialised only because the
+//! tenant builder uses a fixed notify-socket path. libcontainer's default executor calls
+//! `set_var` in the child; we use our own executor that passes the environment to `execve`
+//! instead (`executor.rs`). An exec'd process is re-parented to the agent (a child subreaper)
+//! when that child exits and is reaped by [`Runtime::exec`], killed first if it outlives its
+//! timeout. libcontainer's own log events should be filtered to `error`
+//! (`RUST_LOG=...,libcontainer=error`): events logged in the child go to the container's
+//! stderr, i.e. its log file (libcontainer warns "seccomp not available" for every container
+//! at `warn`).
 //!
 //! # Not done
 //! No seccomp (libcontainer is built without `libseccomp`), no AppArmor/SELinux, no user
@@ -407,9 +407,10 @@ fn from_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-/// Serialises libcontainer's create and exec within the process: both clone children from this
-/// multi-threaded process and flip the process-wide dumpable flag while doing so.
-static FORK_LOCK: Mutex<()> = Mutex::new(());
+/// Serialises libcontainer's execs: the tenant builder leaves a notify socket at a fixed path
+/// in the container's state directory while it runs. Creates need no lock: each runs in a
+/// forked child of its own (see `create_inner`) and touches only its container's paths.
+static EXEC_LOCK: Mutex<()> = Mutex::new(());
 
 /// The container runtime of one agent.
 pub struct Runtime {
@@ -634,13 +635,14 @@ impl Runtime {
 
         let root = self.libcontainer_dir();
         let name = id.as_str().to_string();
-        let _fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         // libcontainer clones with raw `clone`, which in a multi-threaded agent can copy a
         // malloc lock held by another thread into the child, where it stays locked for ever.
         // So the build runs in a glibc `fork()` child (fork hands the child consistent malloc
         // state), which is single-threaded; libcontainer's intermediate process is that
         // child's child; the container's init is orphaned when that child exits and, the agent being a
-        // child subreaper, becomes the agent's child.
+        // child subreaper, becomes the agent's child. The dumpable flag and working directory
+        // that libcontainer changes are the child's, so builds of different containers run in
+        // parallel (a burst of new pods overlaps their builds on all cores).
         sys::in_forked_child(move || {
             ContainerBuilder::new(name, SyscallType::default())
                 .with_root_path(root)
@@ -903,7 +905,7 @@ impl Runtime {
         let process = oci.process().clone().unwrap_or_default();
         let root = self.libcontainer_dir();
         let name = id.as_str().to_string();
-        let fork_guard = FORK_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let exec_guard = EXEC_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         // As for creates (see `create_inner`), libcontainer's clones happen in a forked,
         // single-threaded child; the tenant builder also chdirs the calling process and
         // toggles its dumpable flag, which must not touch the agent. The exec'd process is
@@ -928,9 +930,9 @@ impl Runtime {
                 .map_err(|e| e.to_string())
         });
         // libcontainer leaves the tenant's notify socket in the container's state directory;
-        // it is only used during the build (serialised by FORK_LOCK), so remove it here.
+        // it is only used during the build (serialised by EXEC_LOCK), so remove it here.
         remove_tenant_sockets(&self.libcontainer_dir().join(id.as_str()));
-        drop(fork_guard);
+        drop(exec_guard);
         let pid = built.map_err(|message| RuntimeError::Isolated {
             what: "exec in container",
             message,
