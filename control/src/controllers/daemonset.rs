@@ -250,15 +250,17 @@ async fn sync(
     let (mut owned, mut adopt, mut release) = (Vec::new(), Vec::new(), Vec::new());
     let nodes: Vec<Node> = {
         let cache = ctx.informers.cache().read();
-        for p in cache.iter::<Pod>(Some(ns)) {
-            match workload::claim(&uid, deleting, &selector, &p.metadata) {
-                Claim::Owned => owned.push(p.clone()),
-                Claim::Adopt => adopt.push(p.metadata.name.clone()),
-                Claim::Release => release.push(p.metadata.name.clone()),
+        // Only the metadata of pods that are not ours is decoded.
+        for p in cache.iter_packed(Kind::Pod, Some(ns)) {
+            let Some(meta) = p.meta() else { continue };
+            match workload::claim(&uid, deleting, &selector, &meta) {
+                Claim::Owned => owned.extend(p.unpack_as::<Pod>()),
+                Claim::Adopt => adopt.push(meta.name),
+                Claim::Release => release.push(meta.name),
                 Claim::Ignore => {}
             }
         }
-        cache.iter::<Node>(None).cloned().collect()
+        cache.iter::<Node>(None).collect()
     };
     owned.extend(
         workload::write_claims::<Pod, _>(

@@ -96,7 +96,7 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
                     if workload::selector(d.spec.selector.as_ref())
                         .is_some_and(|s| s.matches(&m.labels))
                     {
-                        keys.push(key_of(d));
+                        keys.push(key_of(&d));
                     }
                 }
             }
@@ -227,9 +227,9 @@ impl Pass<'_> {
             let cache = self.ctx.informers.cache().read();
             for rs in cache.iter::<ReplicaSet>(Some(&ns)) {
                 match workload::claim(&uid, deleting, selector, &rs.metadata) {
-                    Claim::Owned => owned.push(rs.clone()),
-                    Claim::Adopt => adopt.push(rs.metadata.name.clone()),
-                    Claim::Release => release.push(rs.metadata.name.clone()),
+                    Claim::Owned => owned.push(rs),
+                    Claim::Adopt => adopt.push(rs.metadata.name),
+                    Claim::Release => release.push(rs.metadata.name),
                     Claim::Ignore => {}
                 }
             }
@@ -579,13 +579,14 @@ impl Pass<'_> {
         let uids: Vec<&str> = olds.iter().map(|r| r.metadata.uid.as_str()).collect();
         let cache = self.ctx.informers.cache().read();
         let running = cache
-            .iter::<Pod>(Some(self.d.metadata.namespace()))
+            .iter_where::<Pod>(Some(self.d.metadata.namespace()), |m| {
+                workload::controller_uid(m).is_some_and(|u| uids.contains(&u))
+            })
             .any(|p| {
-                workload::controller_uid(&p.metadata).is_some_and(|u| uids.contains(&u))
-                    && !matches!(
-                        p.status.phase.as_deref(),
-                        Some("Succeeded") | Some("Failed")
-                    )
+                !matches!(
+                    p.status.phase.as_deref(),
+                    Some("Succeeded") | Some("Failed")
+                )
             });
         running
     }

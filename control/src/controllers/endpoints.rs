@@ -70,8 +70,8 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
     for p in pods {
         let ns = p.metadata.namespace();
         for s in cache.iter::<Service>(Some(ns)) {
-            if selector_of(s).is_some_and(|sel| sel.matches(&p.metadata.labels)) {
-                keys.push(key_of(s));
+            if selector_of(&s).is_some_and(|sel| sel.matches(&p.metadata.labels)) {
+                keys.push(key_of(&s));
             }
         }
     }
@@ -111,10 +111,10 @@ async fn sync(ctx: &Context, (ns, name): &Key, s: &mut Synced) -> Result<(), Api
     }
     let subsets = {
         let cache = ctx.informers.cache().read();
-        let pods: Vec<&Pod> = cache
-            .iter::<Pod>(Some(ns))
-            .filter(|p| selector.matches(&p.metadata.labels))
+        let pods: Vec<Pod> = cache
+            .iter_where::<Pod>(Some(ns), |m| selector.matches(&m.labels))
             .collect();
+        let pods: Vec<&Pod> = pods.iter().collect();
         build_subsets(&service, &pods)
     };
     let labels = endpoints_labels(&service);

@@ -6,8 +6,12 @@
 //! the store's watch events to the [`Cache`] and only then tells each subscriber what changed,
 //! so a subscriber that reads the cache after a notification sees at least that change.
 //!
-//! Objects are kept as `Arc<AnyObject>` and shared with every reader: the scheduler and all
-//! controllers together hold one copy of each object (30,000 pods are read by all of them).
+//! Objects are kept postcard-encoded ([`Packed`], about a tenth of their decoded size: a
+//! decoded pod of a typical manifest holds some 13 KiB of memory, the same pod packed about
+//! 1.2 KiB) and decoded when read, so 30,000 pods cost tens of MiB, not hundreds. Readers
+//! that scan many objects and keep few filter on the metadata first ([`Objects::iter_where`]
+//! decodes only the metadata of the objects it skips). Notifications carry the decoded
+//! objects, which live only as long as their subscribers keep them.
 //! If the watch ends (the store closes, or the task fell so far behind that the hub cut it off)
 //! the task re-lists and sends [`Change::Resync`], after which subscribers should re-examine
 //! everything they care about.
@@ -15,6 +19,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
+use api::meta::ObjectMeta;
 use api::object::{AnyObject, Resource};
 use api::Kind;
 use async_channel::{Receiver, Sender};
@@ -25,13 +30,79 @@ use crate::store::{EventType, Store, StoreError};
 /// Key of an object in the cache: namespace (empty for cluster-scoped kinds) and name.
 pub type Key = (String, String);
 
+/// An object as the cache keeps it: the postcard encoding of its [`AnyObject`], shared by
+/// every holder (cloning is a reference count). Decoding cannot fail for bytes made by
+/// [`Packed::pack`]; should it anyway, the readers below log it and skip the object.
+#[derive(Clone)]
+pub struct Packed {
+    bytes: Arc<[u8]>,
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Packed")
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl Packed {
+    pub fn pack(obj: &AnyObject) -> Packed {
+        // Encoding into a Vec fails only for types postcard cannot represent, which the
+        // stored object model never contains (the store writes the same types).
+        let bytes = postcard::to_allocvec(obj).unwrap_or_else(|e| {
+            tracing::error!(error = %e, kind = ?obj.kind(), "packing a cached object failed");
+            Vec::new()
+        });
+        Packed {
+            bytes: bytes.into(),
+        }
+    }
+
+    /// The encoded size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The whole object.
+    pub fn unpack(&self) -> Option<AnyObject> {
+        postcard::from_bytes(&self.bytes)
+            .inspect_err(|e| tracing::error!(error = %e, "decoding a cached object failed"))
+            .ok()
+    }
+
+    /// The whole object as a `K` (`None` for another kind).
+    pub fn unpack_as<K: Resource>(&self) -> Option<K> {
+        self.unpack().and_then(K::from_any)
+    }
+
+    /// Only the metadata: every kind's first field is `metadata`, and an encoded
+    /// [`AnyObject`] is its variant index (a varint, as a `u32` is) followed by the fields in
+    /// order, so the metadata decodes from the front without the rest.
+    pub fn meta(&self) -> Option<ObjectMeta> {
+        postcard::take_from_bytes::<(u32, ObjectMeta)>(&self.bytes)
+            .inspect_err(|e| tracing::error!(error = %e, "decoding cached metadata failed"))
+            .ok()
+            .map(|((_, meta), _)| meta)
+    }
+}
+
 /// What happened to one cached object (or to all of them).
 #[derive(Clone, Debug)]
 pub enum Change {
-    Added(Arc<AnyObject>),
+    /// `packed` is the form the cache now holds (shared, so keeping it costs nothing extra).
+    Added {
+        new: Arc<AnyObject>,
+        packed: Packed,
+    },
     Modified {
         old: Arc<AnyObject>,
         new: Arc<AnyObject>,
+        packed: Packed,
     },
     Deleted(Arc<AnyObject>),
     /// The cache was rebuilt from a fresh list: anything may have changed.
@@ -41,18 +112,15 @@ pub enum Change {
 impl Change {
     /// The kind the change is about (`None` for a resync).
     pub fn kind(&self) -> Option<Kind> {
-        match self {
-            Change::Added(o) | Change::Deleted(o) | Change::Modified { new: o, .. } => {
-                Some(o.kind())
-            }
-            Change::Resync => None,
-        }
+        self.object().map(|o| o.kind())
     }
 
     /// The object as it is now (for a deletion: its last state).
     pub fn object(&self) -> Option<&Arc<AnyObject>> {
         match self {
-            Change::Added(o) | Change::Deleted(o) | Change::Modified { new: o, .. } => Some(o),
+            Change::Added { new, .. } | Change::Modified { new, .. } | Change::Deleted(new) => {
+                Some(new)
+            }
             Change::Resync => None,
         }
     }
@@ -64,12 +132,20 @@ impl Change {
             _ => None,
         }
     }
+
+    /// The packed form the cache holds after an addition or a modification.
+    pub fn packed(&self) -> Option<&Packed> {
+        match self {
+            Change::Added { packed, .. } | Change::Modified { packed, .. } => Some(packed),
+            _ => None,
+        }
+    }
 }
 
 /// The cached objects, by kind, in namespace-then-name order.
 #[derive(Default)]
 pub struct Objects {
-    by_kind: HashMap<Kind, BTreeMap<Key, Arc<AnyObject>>>,
+    by_kind: HashMap<Kind, BTreeMap<Key, Packed>>,
     revision: u64,
 }
 
@@ -79,39 +155,69 @@ impl Objects {
         self.revision
     }
 
-    pub fn get_any(&self, kind: Kind, ns: &str, name: &str) -> Option<&Arc<AnyObject>> {
+    /// One object as the cache keeps it.
+    pub fn packed(&self, kind: Kind, ns: &str, name: &str) -> Option<&Packed> {
         self.by_kind
             .get(&kind)?
             .get(&(ns.to_string(), name.to_string()))
     }
 
-    pub fn get<K: Resource>(&self, ns: &str, name: &str) -> Option<&K> {
-        self.get_any(K::KIND, ns, name)
-            .and_then(|o| K::from_any_ref(o))
+    /// One object, decoded.
+    pub fn get_any(&self, kind: Kind, ns: &str, name: &str) -> Option<AnyObject> {
+        self.packed(kind, ns, name)?.unpack()
     }
 
-    /// Every cached object of kind `K` (in `ns` if given).
-    pub fn iter<'a, K: Resource>(&'a self, ns: Option<&'a str>) -> impl Iterator<Item = &'a K> {
-        self.iter_any(K::KIND, ns)
-            .filter_map(|o| K::from_any_ref(o))
+    /// One object of kind `K`, decoded.
+    pub fn get<K: Resource>(&self, ns: &str, name: &str) -> Option<K> {
+        self.packed(K::KIND, ns, name)?.unpack_as()
     }
 
-    /// Every cached object of `kind` (in `ns` if given).
-    pub fn iter_any<'a>(
+    /// Every cached object of kind `K` (in `ns` if given), each decoded as the iterator
+    /// reaches it.
+    pub fn iter<'a, K: Resource>(&'a self, ns: Option<&'a str>) -> impl Iterator<Item = K> + 'a {
+        self.iter_packed(K::KIND, ns).filter_map(Packed::unpack_as)
+    }
+
+    /// The objects of kind `K` (in `ns` if given) whose metadata passes `keep`; the others
+    /// have only their metadata decoded.
+    pub fn iter_where<'a, K: Resource>(
+        &'a self,
+        ns: Option<&'a str>,
+        mut keep: impl FnMut(&ObjectMeta) -> bool + 'a,
+    ) -> impl Iterator<Item = K> + 'a {
+        self.iter_packed(K::KIND, ns)
+            .filter(move |p| p.meta().is_some_and(|m| keep(&m)))
+            .filter_map(Packed::unpack_as)
+    }
+
+    /// Every cached object of `kind` (in `ns` if given), as kept.
+    pub fn iter_packed<'a>(
         &'a self,
         kind: Kind,
         ns: Option<&'a str>,
-    ) -> impl Iterator<Item = &'a Arc<AnyObject>> {
+    ) -> impl Iterator<Item = &'a Packed> + 'a {
+        self.entries(kind, ns).map(|(_, p)| p)
+    }
+
+    /// The keys of every cached object of `kind` (in `ns` if given), without decoding.
+    pub fn keys<'a>(&'a self, kind: Kind, ns: Option<&'a str>) -> impl Iterator<Item = &'a Key> {
+        self.entries(kind, ns).map(|(k, _)| k)
+    }
+
+    fn entries<'a>(
+        &'a self,
+        kind: Kind,
+        ns: Option<&'a str>,
+    ) -> Box<dyn Iterator<Item = (&'a Key, &'a Packed)> + 'a> {
         let map = self.by_kind.get(&kind);
-        let range: Box<dyn Iterator<Item = (&Key, &Arc<AnyObject>)>> = match (map, ns) {
+        match (map, ns) {
             (None, _) => Box::new(std::iter::empty()),
             (Some(m), None) => Box::new(m.iter()),
             (Some(m), Some(ns)) => Box::new(
                 m.range((ns.to_string(), String::new())..)
                     .take_while(move |((n, _), _)| n == ns),
             ),
-        };
-        range.map(|(_, o)| o)
+        }
     }
 
     /// How many objects of `kind` are cached.
@@ -124,18 +230,32 @@ impl Objects {
         (m.namespace.clone().unwrap_or_default(), m.name.clone())
     }
 
-    fn apply(&mut self, event_type: EventType, obj: Arc<AnyObject>) -> Change {
+    /// Applies one event; the change to announce if `announce` (someone wants to hear about
+    /// this kind: only then are the objects decoded or copied for the notification).
+    fn apply(&mut self, event_type: EventType, obj: &AnyObject, announce: bool) -> Option<Change> {
         let map = self.by_kind.entry(obj.kind()).or_default();
-        let key = Self::key_of(&obj);
+        let key = Self::key_of(obj);
         match event_type {
             EventType::Deleted => {
                 map.remove(&key);
-                Change::Deleted(obj)
+                announce.then(|| Change::Deleted(Arc::new(obj.clone())))
             }
-            EventType::Added | EventType::Modified => match map.insert(key, obj.clone()) {
-                Some(old) => Change::Modified { old, new: obj },
-                None => Change::Added(obj),
-            },
+            EventType::Added | EventType::Modified => {
+                let packed = Packed::pack(obj);
+                let replaced = map.insert(key, packed.clone());
+                if !announce {
+                    return None;
+                }
+                let new = Arc::new(obj.clone());
+                Some(match replaced.and_then(|p| p.unpack()) {
+                    Some(old) => Change::Modified {
+                        old: Arc::new(old),
+                        new,
+                        packed,
+                    },
+                    None => Change::Added { new, packed },
+                })
+            }
         }
     }
 }
@@ -153,14 +273,17 @@ impl Cache {
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A clone of one object of kind `K`.
+    /// One object of kind `K`.
     pub fn get<K: Resource>(&self, ns: &str, name: &str) -> Option<K> {
-        self.read().get::<K>(ns, name).cloned()
+        let packed = self.read().packed(K::KIND, ns, name).cloned();
+        packed?.unpack_as()
     }
 
-    /// Clones of every object of kind `K` (in `ns` if given).
+    /// Every object of kind `K` (in `ns` if given).
     pub fn list<K: Resource>(&self, ns: Option<&str>) -> Vec<K> {
-        self.read().iter::<K>(ns).cloned().collect()
+        // Decode outside the lock: the watch task waits for it.
+        let packed: Vec<Packed> = self.read().iter_packed(K::KIND, ns).cloned().collect();
+        packed.iter().filter_map(Packed::unpack_as).collect()
     }
 
     pub fn revision(&self) -> u64 {
@@ -171,10 +294,16 @@ impl Cache {
         *self.inner.write().unwrap_or_else(|e| e.into_inner()) = objects;
     }
 
-    fn apply(&self, event_type: EventType, revision: u64, obj: Arc<AnyObject>) -> Change {
+    fn apply(
+        &self,
+        event_type: EventType,
+        revision: u64,
+        obj: &AnyObject,
+        announce: bool,
+    ) -> Option<Change> {
         let mut w = self.inner.write().unwrap_or_else(|e| e.into_inner());
         w.revision = revision;
-        w.apply(event_type, obj)
+        w.apply(event_type, obj, announce)
     }
 }
 
@@ -262,7 +391,7 @@ impl Informers {
             };
             let map = objects.by_kind.entry(kind).or_default();
             for o in items {
-                map.insert(Objects::key_of(&o), Arc::new(o));
+                map.insert(Objects::key_of(&o), Packed::pack(&o));
             }
         }
         objects.revision = revision;
@@ -270,9 +399,15 @@ impl Informers {
         Ok(revision)
     }
 
-    fn notify(&self, change: Change) {
+    /// Whether a subscriber wants changes of `kind`.
+    fn wanted(&self, kind: Kind) -> bool {
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         subs.retain(|s| !s.tx.is_closed());
+        subs.iter().any(|s| s.kinds.contains(&kind))
+    }
+
+    fn notify(&self, change: Change) {
+        let subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         for s in subs.iter() {
             let wanted = match change.kind() {
                 Some(k) => s.kinds.contains(&k),
@@ -284,23 +419,23 @@ impl Informers {
         }
     }
 
+    fn apply(&self, event: &crate::store::WatchEvent) {
+        let announce = self.wanted(event.object.kind());
+        if let Some(change) =
+            self.cache
+                .apply(event.event_type, event.revision, &event.object, announce)
+        {
+            self.notify(change);
+        }
+    }
+
     async fn run(self: Arc<Self>, mut watch: crate::store::Watch) {
         loop {
             while let Some(event) = watch.next().await {
-                let change = self.cache.apply(
-                    event.event_type,
-                    event.revision,
-                    Arc::new(event.object.clone()),
-                );
-                self.notify(change);
+                self.apply(&event);
                 // Apply what is already queued before waking waiters.
                 while let Some(event) = watch.try_next() {
-                    let change = self.cache.apply(
-                        event.event_type,
-                        event.revision,
-                        Arc::new(event.object.clone()),
-                    );
-                    self.notify(change);
+                    self.apply(&event);
                 }
                 self.applied.notify(usize::MAX);
             }
@@ -354,28 +489,82 @@ mod tests {
         let mut o = Objects::default();
         for (ns, n) in [("b", "x"), ("a", "y"), ("a", "z"), ("ab", "w")] {
             assert!(matches!(
-                o.apply(EventType::Added, Arc::new(cm(ns, n))),
-                Change::Added(_)
+                o.apply(EventType::Added, &cm(ns, n), true),
+                Some(Change::Added { .. })
             ));
         }
         let names: Vec<_> = o
             .iter::<ConfigMap>(Some("a"))
-            .map(|c| c.metadata.name.clone())
+            .map(|c| c.metadata.name)
             .collect();
         assert_eq!(names, ["y", "z"]);
         assert_eq!(o.iter::<ConfigMap>(None).count(), 4);
         assert_eq!(o.iter::<Pod>(None).count(), 0);
+        let keys: Vec<_> = o.keys(Kind::ConfigMap, Some("ab")).cloned().collect();
+        assert_eq!(keys, [("ab".to_string(), "w".to_string())]);
+        let mut changed = cm("a", "y");
+        changed
+            .meta_mut()
+            .labels
+            .insert("new".into(), "label".into());
+        match o.apply(EventType::Modified, &changed, true) {
+            Some(Change::Modified { old, new, packed }) => {
+                assert_eq!(*old, cm("a", "y"));
+                assert_eq!(*new, changed);
+                assert_eq!(packed.unpack(), Some(changed.clone()));
+            }
+            other => panic!("expected a modification, got {other:?}"),
+        }
+        assert_eq!(o.get_any(Kind::ConfigMap, "a", "y"), Some(changed));
+        // Nobody listening: applied, nothing to announce.
+        assert!(o.apply(EventType::Added, &cm("c", "q"), false).is_none());
+        assert!(o.get::<ConfigMap>("c", "q").is_some());
         assert!(matches!(
-            o.apply(EventType::Modified, Arc::new(cm("a", "y"))),
-            Change::Modified { .. }
-        ));
-        assert!(matches!(
-            o.apply(EventType::Deleted, Arc::new(cm("a", "y"))),
-            Change::Deleted(_)
+            o.apply(EventType::Deleted, &cm("a", "y"), true),
+            Some(Change::Deleted(_))
         ));
         assert!(o.get::<ConfigMap>("a", "y").is_none());
         assert!(o.get::<ConfigMap>("a", "z").is_some());
-        assert_eq!(o.count(Kind::ConfigMap), 3);
+        assert_eq!(o.count(Kind::ConfigMap), 4);
+    }
+
+    #[test]
+    fn packed_metadata_decodes_alone_for_every_kind() {
+        for kind in Kind::ALL {
+            let meta = ObjectMeta {
+                name: format!("{kind:?}-name"),
+                namespace: Some("ns".into()),
+                labels: [("app".to_string(), "x".to_string())].into(),
+                resource_version: "42".into(),
+                ..Default::default()
+            };
+            let obj = api::with_kind!(*kind, K, {
+                let mut o = K::default();
+                *o.meta_mut() = meta.clone();
+                o.into_any()
+            });
+            let packed = Packed::pack(&obj);
+            assert_eq!(packed.meta(), Some(meta), "{kind:?}");
+            assert_eq!(packed.unpack(), Some(obj), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn iter_where_decodes_only_what_passes() {
+        let mut o = Objects::default();
+        for (n, app) in [("a", "web"), ("b", "db"), ("c", "web")] {
+            let mut c = cm("ns", n);
+            c.meta_mut().labels.insert("app".into(), app.into());
+            o.apply(EventType::Added, &c, false);
+        }
+        let web: Vec<String> = o
+            .iter_where::<ConfigMap>(Some("ns"), |m| {
+                m.labels.get("app").map(String::as_str) == Some("web")
+            })
+            .map(|c| c.metadata.name)
+            .collect();
+        assert_eq!(web, ["a", "c"]);
+        assert_eq!(o.iter_where::<Pod>(None, |_| true).count(), 0);
     }
 }
 
@@ -427,7 +616,7 @@ mod store_tests {
                 .await
                 .expect("create");
             let change = changes.recv().await.expect("change");
-            assert!(matches!(change, Change::Added(_)));
+            assert!(matches!(change, Change::Added { .. }));
             // The cache already holds what a notification announces.
             assert!(inf.cache().get::<ConfigMap>("default", "after").is_some());
             registry

@@ -210,7 +210,6 @@ fn pods_on(ctx: &Context, node: &str) -> Vec<Pod> {
     cache
         .iter::<Pod>(None)
         .filter(|p| p.spec.node_name.as_deref() == Some(node))
-        .cloned()
         .collect()
 }
 

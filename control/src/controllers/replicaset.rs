@@ -72,7 +72,7 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
                     if workload::selector(rs.spec.selector.as_ref())
                         .is_some_and(|s| s.matches(&p.metadata.labels))
                     {
-                        keys.push(key_of(rs));
+                        keys.push(key_of(&rs));
                     }
                 }
             }
@@ -128,18 +128,18 @@ pub(crate) async fn claim_pods(
     let (mut owned, mut adopt, mut release) = (Vec::new(), Vec::new(), Vec::new());
     {
         let cache = ctx.informers.cache().read();
-        for p in cache.iter::<Pod>(Some(&ns)) {
+        // Only the metadata of pods that are not ours is decoded.
+        for p in cache.iter_packed(Kind::Pod, Some(&ns)) {
+            let Some(meta) = p.meta() else { continue };
             let c = match &selector {
-                Some(sel) => workload::claim(&uid, deleting, sel, &p.metadata),
-                None if workload::controller_uid(&p.metadata) == Some(uid.as_str()) => {
-                    Claim::Release
-                }
+                Some(sel) => workload::claim(&uid, deleting, sel, &meta),
+                None if workload::controller_uid(&meta) == Some(uid.as_str()) => Claim::Release,
                 None => Claim::Ignore,
             };
             match c {
-                Claim::Owned => owned.push(p.clone()),
-                Claim::Adopt => adopt.push(p.metadata.name.clone()),
-                Claim::Release => release.push(p.metadata.name.clone()),
+                Claim::Owned => owned.extend(p.unpack_as::<Pod>()),
+                Claim::Adopt => adopt.push(meta.name),
+                Claim::Release => release.push(meta.name),
                 Claim::Ignore => {}
             }
         }

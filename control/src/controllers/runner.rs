@@ -114,8 +114,12 @@ where
 {
     let queue: WorkQueue<Key> = WorkQueue::default();
     let changes = ctx.informers.subscribe(kinds);
-    for obj in ctx.informers.cache().list::<K>(None) {
-        queue.add(key_of(&obj));
+    let keys: Vec<Key> = {
+        let cache = ctx.informers.cache().read();
+        cache.keys(K::KIND, None).cloned().collect()
+    };
+    for key in keys {
+        queue.add(key);
     }
     let (c, q) = (ctx.clone(), queue.clone());
     smol::spawn(async move {

@@ -10,10 +10,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use api::core::{Container, Node, Pod};
+use api::meta::ObjectMeta;
 use api::object::{AnyObject, Resource};
 use api::Kind;
 
-use crate::controllers::informer::Key;
+use crate::controllers::informer::{Key, Packed};
 
 /// Kubernetes' default CPU request used for scoring a container that requests none (100m).
 pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
@@ -299,21 +300,24 @@ impl NodeInfo {
     }
 }
 
-/// A pod accounted on a node.
+/// A pod accounted on a node. The pod itself is kept packed (the informer cache's own copy,
+/// shared): with tens of thousands of pods, decoded copies would cost hundreds of MiB.
 #[derive(Clone, Debug)]
 pub struct BoundPod {
-    pub obj: Arc<AnyObject>,
+    pub packed: Packed,
+    /// The decoded pod, for the few with required pod anti-affinity terms (every decision
+    /// checks their terms).
+    pub anti_affinity: Option<Arc<Pod>>,
     pub node: String,
     pub facts: PodFacts,
     /// Bound by this scheduler, not yet seen bound through the informer.
     pub assumed: bool,
-    /// Has required pod anti-affinity terms (checked against every incoming pod).
-    pub has_anti_affinity: bool,
 }
 
 impl BoundPod {
-    pub fn pod(&self) -> Option<&Pod> {
-        Pod::from_any_ref(&self.obj)
+    /// The pod's metadata (decoded on each call).
+    pub fn meta(&self) -> Option<ObjectMeta> {
+        self.packed.meta()
     }
 }
 
@@ -440,49 +444,46 @@ impl ClusterState {
         }
     }
 
-    /// Accounts `obj` (a pod) on `node`; replaces what was accounted for the same key.
-    pub fn add_pod(&mut self, key: Key, obj: Arc<AnyObject>, node: String, assumed: bool) {
-        let Some(pod) = Pod::from_any_ref(&obj) else {
-            return;
-        };
+    /// Accounts `pod` (packed: `packed`) on `node`; replaces what was accounted for the
+    /// same key.
+    pub fn add_pod(&mut self, key: Key, pod: &Pod, packed: Packed, node: String, assumed: bool) {
         let facts = PodFacts::of(pod);
-        let has_anti_affinity = has_required_anti_affinity(pod);
+        let anti_affinity = has_required_anti_affinity(pod).then(|| Arc::new(pod.clone()));
         self.remove_pod(&key);
         if let Some(&i) = self.index.get(&node) {
             self.nodes[i].add_pod(&facts);
         }
-        if has_anti_affinity {
+        if anti_affinity.is_some() {
             self.anti_affinity_pods.insert(key.clone());
         }
         self.pods.insert(
             key,
             BoundPod {
-                obj,
+                packed,
+                anti_affinity,
                 node,
                 facts,
                 assumed,
-                has_anti_affinity,
             },
         );
     }
 
-    /// Replaces the object of an accounted pod whose accounting did not change (a status
-    /// write), so the old object is not kept alive; confirms an assumed pod.
-    pub fn refresh_pod(&mut self, key: &Key, obj: Arc<AnyObject>) -> bool {
+    /// Replaces the packed pod of an accounted pod whose accounting did not change (a
+    /// status write), so the old version is not kept alive; confirms an assumed pod. Labels
+    /// are read from the packed pod when needed, so they may change here.
+    pub fn refresh_pod(&mut self, key: &Key, new: &Pod, packed: Packed) -> bool {
         let Some(p) = self.pods.get_mut(key) else {
             return false;
         };
-        let (Some(old), Some(new)) = (Pod::from_any_ref(&p.obj), Pod::from_any_ref(&obj)) else {
-            return false;
-        };
-        if old.metadata.uid != new.metadata.uid
-            || old.spec != new.spec
-            || old.metadata.labels != new.metadata.labels
+        if p.anti_affinity.is_some()
+            || has_required_anti_affinity(new)
             || occupies_node(new) != Some(p.node.as_str())
+            || PodFacts::of(new) != p.facts
+            || p.meta().is_none_or(|m| m.uid != new.metadata.uid)
         {
             return false;
         }
-        p.obj = obj;
+        p.packed = packed;
         p.assumed = false;
         true
     }
@@ -526,8 +527,7 @@ impl ClusterState {
 }
 
 /// The informer key of an object.
-pub fn key_of(obj: &AnyObject) -> Key {
-    let m = obj.meta();
+pub fn key_of(m: &ObjectMeta) -> Key {
     (m.namespace.clone().unwrap_or_default(), m.name.clone())
 }
 
@@ -540,6 +540,10 @@ pub fn is_pod(obj: &AnyObject) -> bool {
 mod tests {
     use super::*;
     use api::core::{ContainerPort, ResourceRequirements};
+
+    fn packed(p: &Pod) -> Packed {
+        Packed::pack(&p.clone().into_any())
+    }
     use api::meta::{ObjectMeta, OwnerReference, Quantity};
 
     pub fn container(cpu: &str, mem: &str) -> Container {
@@ -666,12 +670,7 @@ mod tests {
         pod.spec.containers = vec![container("250m", "1Gi")];
         let key: Key = ("default".into(), "p".into());
         // Bound to a node not seen yet: accounted when the node appears.
-        state.add_pod(
-            key.clone(),
-            Arc::new(pod.clone().into_any()),
-            "n1".into(),
-            true,
-        );
+        state.add_pod(key.clone(), &pod, packed(&pod), "n1".into(), true);
         let mut node = Node::default();
         node.metadata.name = "n1".into();
         assert_eq!(
@@ -685,18 +684,20 @@ mod tests {
         node.spec.unschedulable = Some(true);
         assert_eq!(state.upsert_node(Arc::new(node)), NodeChange::Relevant);
         assert_eq!(state.node("n1").unwrap().requested.memory, 1 << 30);
-        assert!(!state.refresh_pod(&key, Arc::new(pod.clone().into_any())));
+        assert!(!state.refresh_pod(&key, &pod, packed(&pod)));
         pod.spec.node_name = Some("n1".into());
-        state.add_pod(
-            key.clone(),
-            Arc::new(pod.clone().into_any()),
-            "n1".into(),
-            true,
-        );
+        state.add_pod(key.clone(), &pod, packed(&pod), "n1".into(), true);
         assert_eq!(state.node("n1").unwrap().requested.pods, 1);
         pod.status.phase = Some("Running".into());
-        assert!(state.refresh_pod(&key, Arc::new(pod.into_any())));
+        pod.metadata.labels.insert("now".into(), "labelled".into());
+        assert!(state.refresh_pod(&key, &pod, packed(&pod)));
         assert!(!state.pod(&key).unwrap().assumed);
+        let meta = state.pod(&key).unwrap().meta().unwrap();
+        assert_eq!(meta.labels["now"], "labelled");
+        // Another request changes the accounting: not a refresh.
+        let mut bigger = pod.clone();
+        bigger.spec.containers = vec![container("500m", "1Gi")];
+        assert!(!state.refresh_pod(&key, &bigger, packed(&bigger)));
         state.remove_pod(&key);
         assert_eq!(state.node("n1").unwrap().requested, Resources::default());
     }

@@ -10,6 +10,7 @@ use std::fmt;
 use api::core::{
     Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinityTerm, Taint, Toleration,
 };
+use api::meta::ObjectMeta;
 use api::selector::Selector;
 
 use super::cache::{ClusterState, NodeInfo, PodFacts};
@@ -273,8 +274,12 @@ pub fn check_host_ports(facts: &PodFacts, info: &NodeInfo) -> Result<(), Reason>
 /// Whether `candidate` is selected by `term` of a pod in namespace `owner_ns`: its
 /// namespace is among the term's (the owner's own when none are listed; every namespace for
 /// an empty namespaceSelector) and its labels match the selector (none matches nothing).
-pub fn affinity_term_matches(term: &PodAffinityTerm, owner_ns: &str, candidate: &Pod) -> bool {
-    let ns = candidate.metadata.namespace();
+pub fn affinity_term_matches(
+    term: &PodAffinityTerm,
+    owner_ns: &str,
+    candidate: &ObjectMeta,
+) -> bool {
+    let ns = candidate.namespace();
     let all_namespaces = term
         .namespace_selector
         .as_ref()
@@ -291,7 +296,7 @@ pub fn affinity_term_matches(term: &PodAffinityTerm, owner_ns: &str, candidate: 
     let Some(ls) = &term.label_selector else {
         return false;
     };
-    Selector::from_label_selector(ls).is_ok_and(|s| s.matches(&candidate.metadata.labels))
+    Selector::from_label_selector(ls).is_ok_and(|s| s.matches(&candidate.labels))
 }
 
 /// Required inter-pod affinity and anti-affinity, resolved once per decision into the
@@ -339,23 +344,23 @@ impl AffinityPlan {
                 .map(|t| (t.topology_key.clone(), HashSet::new()))
                 .collect();
             for (key, bound) in state.pods() {
-                let Some(other) = bound.pod() else { continue };
                 if key.0 == own_ns && key.1 == pod.metadata.name {
                     continue;
                 }
+                let Some(other) = bound.meta() else { continue };
                 let Some(node) = state.node(&bound.node) else {
                     continue;
                 };
                 let labels = &node.node.metadata.labels;
                 for (i, t) in aff_terms.iter().enumerate() {
-                    if affinity_term_matches(t, own_ns, other) {
+                    if affinity_term_matches(t, own_ns, &other) {
                         if let Some(v) = topology_value(labels, &t.topology_key) {
                             plan.affinity[i].1.insert(v.clone());
                         }
                     }
                 }
                 for (i, t) in anti_terms.iter().enumerate() {
-                    if affinity_term_matches(t, own_ns, other) {
+                    if affinity_term_matches(t, own_ns, &other) {
                         if let Some(v) = topology_value(labels, &t.topology_key) {
                             plan.anti[i].1.insert(v.clone());
                         }
@@ -366,10 +371,12 @@ impl AffinityPlan {
                 && plan.affinity.iter().all(|(_, values)| values.is_empty())
                 && aff_terms
                     .iter()
-                    .all(|t| affinity_term_matches(t, own_ns, pod));
+                    .all(|t| affinity_term_matches(t, own_ns, &pod.metadata));
         }
         for bound in state.anti_affinity_pods() {
-            let Some(other) = bound.pod() else { continue };
+            let Some(other) = bound.anti_affinity.as_deref() else {
+                continue;
+            };
             if other.metadata.uid == pod.metadata.uid && !pod.metadata.uid.is_empty() {
                 continue;
             }
@@ -387,7 +394,7 @@ impl AffinityPlan {
                 })
                 .unwrap_or_default();
             for t in terms {
-                if affinity_term_matches(t, other.metadata.namespace(), pod) {
+                if affinity_term_matches(t, other.metadata.namespace(), &pod.metadata) {
                     if let Some(v) = topology_value(&node.node.metadata.labels, &t.topology_key) {
                         plan.existing_anti.push((t.topology_key.clone(), v.clone()));
                     }
@@ -461,12 +468,13 @@ pub fn filter(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::controllers::informer::Packed;
     use crate::scheduler::cache::HostPort;
     use api::core::{
         Affinity, Container, ContainerPort, NodeAffinity, NodeCondition, NodeSelector, PodAffinity,
         ResourceRequirements,
     };
-    use api::meta::{LabelSelector, ObjectMeta, Quantity};
+    use api::meta::{LabelSelector, Quantity};
     use api::object::Resource;
     use std::sync::Arc;
 
@@ -832,7 +840,13 @@ pub(crate) mod tests {
         }
         for (p, on) in pods {
             let key = (p.metadata.namespace().to_string(), p.metadata.name.clone());
-            s.add_pod(key, Arc::new(p.clone().into_any()), on.to_string(), false);
+            s.add_pod(
+                key,
+                p,
+                Packed::pack(&p.clone().into_any()),
+                on.to_string(),
+                false,
+            );
         }
         s
     }
@@ -946,15 +960,15 @@ pub(crate) mod tests {
     fn affinity_namespaces() {
         let p = labelled(pod("x", "", ""), "app", "web");
         let mut t = affinity_term("app", "web", "zone");
-        assert!(affinity_term_matches(&t, "default", &p));
-        assert!(!affinity_term_matches(&t, "prod", &p));
+        assert!(affinity_term_matches(&t, "default", &p.metadata));
+        assert!(!affinity_term_matches(&t, "prod", &p.metadata));
         t.namespaces = vec!["prod".into(), "default".into()];
-        assert!(affinity_term_matches(&t, "prod", &p));
+        assert!(affinity_term_matches(&t, "prod", &p.metadata));
         t.namespaces.clear();
         t.namespace_selector = Some(LabelSelector::default());
-        assert!(affinity_term_matches(&t, "prod", &p));
+        assert!(affinity_term_matches(&t, "prod", &p.metadata));
         t.label_selector = None;
-        assert!(!affinity_term_matches(&t, "default", &p));
+        assert!(!affinity_term_matches(&t, "default", &p.metadata));
     }
 
     #[test]

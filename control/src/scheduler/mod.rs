@@ -32,7 +32,7 @@ use api::Kind;
 use async_channel::{Receiver, Sender};
 
 use crate::controllers::events::Recorder;
-use crate::controllers::informer::{Change, Informers, Key};
+use crate::controllers::informer::{Change, Informers, Key, Packed};
 use crate::controllers::Context;
 use crate::error::ApiError;
 use crate::registry::{Part, Registry};
@@ -206,7 +206,7 @@ fn shows_failure(pod: &Pod, message: &str) -> bool {
 enum Msg {
     Bound {
         key: Key,
-        obj: Arc<AnyObject>,
+        pod: Box<Pod>,
         node: String,
         result: Result<(), ApiError>,
     },
@@ -218,8 +218,9 @@ struct Scheduler {
     informers: Arc<Informers>,
     recorder: Recorder,
     state: ClusterState,
-    /// Unbound pods this scheduler is responsible for, as the informer last showed them.
-    pending: HashMap<Key, Arc<AnyObject>>,
+    /// Unbound pods this scheduler is responsible for, as the informer last showed them
+    /// (packed, shared with the informer cache; decoded when their turn comes).
+    pending: HashMap<Key, Packed>,
     active: VecDeque<Key>,
     queued: HashSet<Key>,
     unschedulable: HashSet<Key>,
@@ -328,20 +329,21 @@ impl Scheduler {
     /// Rebuilds everything from the informer cache (at start and after a re-list), keeping
     /// the binds in flight accounted.
     fn rebuild(&mut self) {
-        let in_flight: Vec<(Key, Arc<AnyObject>, String)> = self
+        let in_flight: Vec<(Key, Packed, String)> = self
             .binding
             .iter()
             .filter_map(|k| {
                 self.state
                     .pod(k)
-                    .map(|p| (k.clone(), p.obj.clone(), p.node.clone()))
+                    .map(|p| (k.clone(), p.packed.clone(), p.node.clone()))
             })
             .collect();
-        let (nodes, pods): (Vec<Arc<AnyObject>>, Vec<Arc<AnyObject>>) = {
+        // Decoded outside the lock: the informer's task waits for it.
+        let (nodes, pods): (Vec<Packed>, Vec<Packed>) = {
             let cache = self.informers.cache().read();
             (
-                cache.iter_any(Kind::Node, None).cloned().collect(),
-                cache.iter_any(Kind::Pod, None).cloned().collect(),
+                cache.iter_packed(Kind::Node, None).cloned().collect(),
+                cache.iter_packed(Kind::Pod, None).cloned().collect(),
             )
         };
         self.state.clear();
@@ -349,15 +351,19 @@ impl Scheduler {
         self.active.clear();
         self.queued.clear();
         self.unschedulable.clear();
-        for n in &nodes {
-            self.state.node_changed(n, false);
+        for n in nodes.iter().filter_map(Packed::unpack) {
+            self.state.node_changed(&n, false);
         }
-        for p in pods {
-            self.pod_upserted(p, None);
+        for packed in pods {
+            if let Some(pod) = packed.unpack_as::<Pod>() {
+                self.pod_upserted(&pod, packed, None);
+            }
         }
-        for (key, obj, node) in in_flight {
+        for (key, packed, node) in in_flight {
             if self.pending.contains_key(&key) {
-                self.state.add_pod(key, obj, node, true);
+                if let Some(pod) = packed.unpack_as::<Pod>() {
+                    self.state.add_pod(key, &pod, packed, node, true);
+                }
             }
         }
     }
@@ -392,8 +398,8 @@ impl Scheduler {
     fn on_change(&mut self, change: Change) {
         match change {
             Change::Resync => self.rebuild(),
-            Change::Added(obj) => self.object_changed(obj, None),
-            Change::Modified { old, new } => self.object_changed(new, Some(old)),
+            Change::Added { new, packed } => self.object_changed(&new, packed, None),
+            Change::Modified { old, new, packed } => self.object_changed(&new, packed, Some(&old)),
             Change::Deleted(obj) => match obj.kind() {
                 Kind::Pod => self.pod_deleted(&obj),
                 Kind::Node => {
@@ -404,29 +410,26 @@ impl Scheduler {
         }
     }
 
-    fn object_changed(&mut self, obj: Arc<AnyObject>, old: Option<Arc<AnyObject>>) {
-        match obj.kind() {
-            Kind::Pod => self.pod_upserted(obj, old),
-            Kind::Node if self.state.node_changed(&obj, false) == NodeChange::Relevant => {
+    fn object_changed(&mut self, obj: &AnyObject, packed: Packed, old: Option<&AnyObject>) {
+        match obj {
+            AnyObject::Pod(pod) => self.pod_upserted(pod, packed, old.and_then(Pod::from_any_ref)),
+            AnyObject::Node(_) if self.state.node_changed(obj, false) == NodeChange::Relevant => {
                 self.flush_unschedulable();
             }
             _ => {}
         }
     }
 
-    fn pod_upserted(&mut self, obj: Arc<AnyObject>, old: Option<Arc<AnyObject>>) {
-        let key = key_of(&obj);
-        let Some(pod) = Pod::from_any_ref(&obj) else {
-            return;
-        };
+    fn pod_upserted(&mut self, pod: &Pod, packed: Packed, old: Option<&Pod>) {
+        let key = key_of(&pod.metadata);
         if let Some(node) = occupies_node(pod) {
             self.pending.remove(&key);
             self.unschedulable.remove(&key);
-            if !self.state.refresh_pod(&key, obj.clone()) {
+            if !self.state.refresh_pod(&key, pod, packed.clone()) {
                 let node = node.to_string();
                 // Assumed pods were announced to the waiters when decided.
                 let newly_placed = self.state.pod(&key).is_none();
-                self.state.add_pod(key, obj, node, false);
+                self.state.add_pod(key, pod, packed, node, false);
                 if newly_placed {
                     self.retry_affinity_waiters();
                 }
@@ -442,7 +445,7 @@ impl Scheduler {
             return;
         }
         if self.binding.contains(&key) {
-            self.pending.insert(key, obj);
+            self.pending.insert(key, packed);
             return;
         }
         if !wants_scheduling(pod) {
@@ -450,13 +453,13 @@ impl Scheduler {
             self.unschedulable.remove(&key);
             return;
         }
-        let changed = old.as_deref().and_then(Pod::from_any_ref).is_none_or(|o| {
+        let changed = old.is_none_or(|o| {
             o.metadata.uid != pod.metadata.uid
                 || o.spec != pod.spec
                 || o.metadata.labels != pod.metadata.labels
         });
         let waiting = self.unschedulable.contains(&key);
-        self.pending.insert(key.clone(), obj);
+        self.pending.insert(key.clone(), packed);
         if waiting && !changed {
             // Our own status write, or another change no filter looks at.
             return;
@@ -466,7 +469,7 @@ impl Scheduler {
     }
 
     fn pod_deleted(&mut self, obj: &AnyObject) {
-        let key = key_of(obj);
+        let key = key_of(obj.meta());
         self.pending.remove(&key);
         self.unschedulable.remove(&key);
         self.failures.remove(&key);
@@ -485,7 +488,7 @@ impl Scheduler {
             }
             Msg::Bound {
                 key,
-                obj,
+                pod,
                 node,
                 result,
             } => {
@@ -493,33 +496,30 @@ impl Scheduler {
                 match result {
                     Ok(()) => {
                         self.failures.remove(&key);
-                        if let Some(pod) = Pod::from_any_ref(&obj) {
-                            self.recorder.normal(
-                                pod,
-                                "Scheduled",
-                                format!("Successfully assigned {}/{} to {node}", key.0, key.1),
-                            );
-                            if pod
-                                .status
-                                .condition("PodScheduled")
-                                .is_some_and(|c| c.status != "True")
-                            {
-                                self.write_scheduled(pod);
-                            }
+                        self.recorder.normal(
+                            &*pod,
+                            "Scheduled",
+                            format!("Successfully assigned {}/{} to {node}", key.0, key.1),
+                        );
+                        if pod
+                            .status
+                            .condition("PodScheduled")
+                            .is_some_and(|c| c.status != "True")
+                        {
+                            self.write_scheduled(&pod);
                         }
                     }
-                    Err(e) => self.bind_failed(key, &obj, &node, e),
+                    Err(e) => self.bind_failed(key, &pod.metadata.uid, &node, e),
                 }
             }
         }
     }
 
-    fn bind_failed(&mut self, key: Key, obj: &AnyObject, node: &str, e: ApiError) {
-        let uid = obj.meta().uid.clone();
+    fn bind_failed(&mut self, key: Key, uid: &str, node: &str, e: ApiError) {
         let still_assumed = self
             .state
             .pod(&key)
-            .is_some_and(|p| p.assumed && p.obj.meta().uid == uid);
+            .is_some_and(|p| p.assumed && p.meta().is_some_and(|m| m.uid == uid));
         if still_assumed {
             self.state.remove_pod(&key);
         }
@@ -531,9 +531,9 @@ impl Scheduler {
             self.pending.remove(&key);
             return;
         }
-        if let Some(pod) = Pod::from_any_ref(current) {
+        if let Some(pod) = current.unpack_as::<Pod>() {
             self.recorder
-                .warning(pod, "FailedScheduling", format!("binding rejected: {e}"));
+                .warning(&pod, "FailedScheduling", format!("binding rejected: {e}"));
         }
         let n = self.failures.entry(key.clone()).or_insert(0);
         *n = n.saturating_add(1);
@@ -559,17 +559,19 @@ impl Scheduler {
             if self.binding.contains(&key) {
                 continue;
             }
-            let Some(obj) = self.pending.get(&key).cloned() else {
+            let Some(packed) = self.pending.get(&key).cloned() else {
                 continue;
             };
-            let Some(pod) = Pod::from_any_ref(&obj) else {
+            let Some(pod) = packed.unpack_as::<Pod>() else {
                 continue;
             };
+            let pod = &pod;
             let facts = PodFacts::of(pod);
             match find_node(&self.state, pod, &facts, &mut self.cursor) {
                 Ok(node) => {
                     self.state
-                        .add_pod(key.clone(), obj.clone(), node.clone(), true);
+                        .add_pod(key.clone(), pod, packed, node.clone(), true);
+                    let pod = Box::new(pod.clone());
                     self.binding.insert(key.clone());
                     self.retry_affinity_waiters();
                     let registry = self.registry.clone();
@@ -579,7 +581,7 @@ impl Scheduler {
                         let _ = tx
                             .send(Msg::Bound {
                                 key,
-                                obj,
+                                pod,
                                 node,
                                 result,
                             })
@@ -680,7 +682,8 @@ mod tests {
         let node = find_node(s, p, &f, c)?;
         s.add_pod(
             (p.metadata.namespace().to_string(), p.metadata.name.clone()),
-            Arc::new(p.clone().into_any()),
+            p,
+            Packed::pack(&p.clone().into_any()),
             node.clone(),
             true,
         );
