@@ -351,22 +351,16 @@ impl Network {
         // veth pair deletes both).
         in_netns(&ns, |nl| nl.delete_link("eth0"))?;
         let host = host_veth_name(uid);
-        let peer = format!("{}p", &host[..host.len().min(14)]);
         let mut nl = Netlink::open()?;
         nl.delete_link(&host)?;
-        nl.delete_link(&peer)?;
-        nl.create_veth(&host, &peer)?;
+        nl.create_veth_into(&host, "eth0", &ns)?;
         let bridge = nl
             .link_index(&self.cfg.settings.bridge)?
             .ok_or(NetError::NotReady)?;
         let host_index = nl.link_index(&host)?.ok_or_else(|| {
             NetError::Pod(format!("the veth {host} vanished right after its creation"))
         })?;
-        let peer_index = nl.link_index(&peer)?.ok_or_else(|| {
-            NetError::Pod(format!("the veth {peer} vanished right after its creation"))
-        })?;
         nl.set_up(host_index, Some(bridge))?;
-        nl.move_to_netns(peer_index, &ns, "eth0")?;
         in_netns(&ns, move |nl| {
             let eth0 = nl.link_index("eth0")?.ok_or(NetlinkError::Kernel {
                 what: "find eth0".into(),

@@ -190,12 +190,23 @@ impl Netlink {
         })
     }
 
-    /// Creates a veth pair `host` <-> `peer` in this namespace.
-    pub fn create_veth(&mut self, host: &str, peer: &str) -> Result<(), NetlinkError> {
+    /// Creates a veth pair whose `host` end is in this namespace and whose other end, named
+    /// `peer`, is created directly in the namespace `ns`. (Creating the peer here and moving it
+    /// costs a network-wide RCU grace period under the rtnl lock, about 20 ms a pod that a
+    /// burst of new pods pays one after another.)
+    pub fn create_veth_into(
+        &mut self,
+        host: &str,
+        peer: &str,
+        ns: &std::fs::File,
+    ) -> Result<(), NetlinkError> {
         let mut peer_msg = LinkMessage::default();
         peer_msg
             .attributes
             .push(LinkAttribute::IfName(peer.to_string()));
+        peer_msg
+            .attributes
+            .push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::IfName(host.to_string()));
         m.attributes.push(LinkAttribute::LinkInfo(vec![
@@ -203,7 +214,7 @@ impl Netlink {
             LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_msg))),
         ]));
         self.change(
-            || format!("create veth pair {host}/{peer}"),
+            || format!("create veth pair {host}/{peer} into the pod's network namespace"),
             RouteNetlinkMessage::NewLink(m),
             NLM_F_CREATE | NLM_F_EXCL,
         )
@@ -237,25 +248,6 @@ impl Netlink {
         }
         self.change(
             || format!("bring link {index} up"),
-            RouteNetlinkMessage::SetLink(m),
-            0,
-        )
-    }
-
-    /// Moves a link into the network namespace open as `ns`, renaming it to `new_name`.
-    pub fn move_to_netns(
-        &mut self,
-        index: u32,
-        ns: &std::fs::File,
-        new_name: &str,
-    ) -> Result<(), NetlinkError> {
-        let mut m = LinkMessage::default();
-        m.header.index = index;
-        m.attributes.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
-        m.attributes
-            .push(LinkAttribute::IfName(new_name.to_string()));
-        self.change(
-            || format!("move link {index} into the pod's network namespace"),
             RouteNetlinkMessage::SetLink(m),
             0,
         )
