@@ -6,7 +6,8 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use agent::runtime::{
-    ContainerState, MountKind, MountSpec, Resources, Runtime, RuntimeError, SandboxConfig,
+    ContainerId, ContainerState, MountKind, MountSpec, Resources, Runtime, RuntimeError,
+    SandboxConfig,
 };
 use runtime_support::{exit_code, TestEnv};
 
@@ -644,4 +645,83 @@ fn agent_killed_with_sigkill_leaves_containers_running() {
     );
     rt.remove_sandbox("pod-orphan").expect("remove sandbox");
     assert!(rt.list().expect("list").is_empty());
+}
+
+/// Creates and starts containers from several threads at once, as a burst of new pods does:
+/// builds run in parallel (each in its own forked child) and every start must reach its own
+/// container (libcontainer's start changes the process's working directory).
+#[test]
+fn parallel_creates_and_starts_all_succeed() {
+    let env = TestEnv::new("parallel");
+    let sandboxes: Vec<_> = (0..4)
+        .map(|i| env.sandbox(&format!("pod-par-{i}")))
+        .collect();
+    const N: usize = 16;
+    let go = std::sync::Barrier::new(N);
+    let ids: Vec<ContainerId> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..N)
+            .map(|i| {
+                let (env, sb, go) = (&env, &sandboxes[i % sandboxes.len()], &go);
+                s.spawn(move || {
+                    let name = format!("c{i}");
+                    let spec = env.spec(&name, &["sh", "-c", &format!("echo hello-{i}; sleep 60")]);
+                    let id = env
+                        .rt()
+                        .create_container(sb, &spec)
+                        .unwrap_or_else(|e| panic!("create {name}: {e}"));
+                    // All start at the same instant.
+                    go.wait();
+                    env.rt()
+                        .start(&id)
+                        .unwrap_or_else(|e| panic!("start {name}: {e}"));
+                    id
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    for (i, id) in ids.iter().enumerate() {
+        assert!(
+            matches!(env.rt().state(id), Ok(ContainerState::Running { .. })),
+            "{id}: {:?}",
+            env.rt().state(id)
+        );
+        let log = env.log_path(&format!("c{i}"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(&format!("hello-{i}"))
+        {
+            assert!(Instant::now() < deadline, "c{i} never wrote its line");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The exit descriptor becomes readable when the container's process exits, and not before.
+#[test]
+fn exit_fd_is_readable_once_the_container_exits() {
+    let env = TestEnv::new("exitfd");
+    let sb = env.sandbox("pod-exitfd");
+    let id = env.run(&sb, &env.spec("waiter", &["sh", "-c", "read x; exit 3"]));
+    let fd = env
+        .rt()
+        .exit_fd(&id)
+        .expect("exit fd")
+        .expect("a pidfd on this kernel");
+    assert!(!agent::sys::poll_readable(&fd), "readable while running");
+    env.rt()
+        .kill(&id, agent::runtime::Signal::SIGKILL)
+        .expect("kill");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !agent::sys::poll_readable(&fd) {
+        assert!(Instant::now() < deadline, "pidfd never became readable");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(exit_code(&env.rt().state(&id).expect("state")), Some(137));
+    // Once the exit is recorded there is nothing left to wait for.
+    assert!(env.rt().exit_fd(&id).expect("exit fd").is_none());
 }

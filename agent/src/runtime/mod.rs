@@ -412,6 +412,9 @@ fn from_ms(ms: u64) -> SystemTime {
 /// forked child of its own (see `create_inner`) and touches only its container's paths.
 static EXEC_LOCK: Mutex<()> = Mutex::new(());
 
+/// Serialises `Container::start`, which changes the process's working directory.
+static START_LOCK: Mutex<()> = Mutex::new(());
+
 /// The container runtime of one agent.
 pub struct Runtime {
     config: RuntimeConfig,
@@ -676,9 +679,14 @@ impl Runtime {
     /// Starts the container's command.
     pub fn start(&self, id: &ContainerId) -> Result<(), RuntimeError> {
         let mut container = self.load(id)?;
-        container
-            .start()
-            .map_err(|e| RuntimeError::lc("start container", e))?;
+        {
+            // libcontainer reaches the container's notify socket by a relative path after a
+            // process-wide chdir into its state directory: two starts at once would race.
+            let _start = START_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+            container
+                .start()
+                .map_err(|e| RuntimeError::lc("start container", e))?;
+        }
         let dir = self.container_dir(id);
         let _guard = self.reap_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut record = read_record(&dir)?;
