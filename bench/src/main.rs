@@ -59,6 +59,11 @@ enum Cmd {
         burst: usize,
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
+        /// Backlog mode: create the pods while no node exists, then run this command (after
+        /// `--`, e.g. `skiff-agent --simulate N ...`) and measure how fast the scheduler binds
+        /// the backlog once the nodes are Ready.
+        #[arg(last = true)]
+        start_nodes: Vec<String>,
     },
     Proc {
         #[arg(long)]
@@ -393,14 +398,18 @@ fn main() -> anyhow::Result<()> {
             pods,
             burst,
             concurrency,
+            start_nodes,
         } => {
             let kc = cli.kubeconfig.clone();
             smol::block_on(schedule::schedule(
                 || client(&kc),
-                nodes,
-                pods,
-                burst,
-                concurrency,
+                schedule::Plan {
+                    nodes,
+                    pods,
+                    burst,
+                    concurrency,
+                    start_nodes,
+                },
             ))
         }
     }

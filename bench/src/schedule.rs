@@ -53,20 +53,37 @@ async fn wait_for_nodes(c: &Client, count: usize) -> anyhow::Result<()> {
     }
 }
 
+/// What to run.
+pub struct Plan {
+    pub nodes: usize,
+    pub pods: usize,
+    pub burst: usize,
+    pub concurrency: usize,
+    /// Backlog mode when not empty: the command that starts the nodes once the pods exist.
+    pub start_nodes: Vec<String>,
+}
+
 pub async fn schedule(
     make_client: impl Fn() -> anyhow::Result<Client>,
-    nodes: usize,
-    pods: usize,
-    burst: usize,
-    concurrency: usize,
+    plan: Plan,
 ) -> anyhow::Result<()> {
+    let Plan {
+        nodes,
+        pods,
+        burst,
+        concurrency,
+        start_nodes,
+    } = plan;
+    let backlog = !start_nodes.is_empty();
     let c = make_client()?;
     let t0 = Instant::now();
-    wait_for_nodes(&c, nodes).await?;
-    println!(
-        "{nodes} simulated nodes ready ({:.1} s after the benchmark started)",
-        t0.elapsed().as_secs_f64()
-    );
+    if !backlog {
+        wait_for_nodes(&c, nodes).await?;
+        println!(
+            "{nodes} simulated nodes ready ({:.1} s after the benchmark started)",
+            t0.elapsed().as_secs_f64()
+        );
+    }
 
     let seen = Arc::new(Mutex::new(Seen::default()));
     let list = c
@@ -166,18 +183,59 @@ pub async fn schedule(
         created_in.as_secs_f64(),
         pods as f64 / created_in.as_secs_f64()
     );
+    // Backlog mode: the nodes come only now.
+    let mut node_process = None;
+    let mut nodes_ready = None;
+    if backlog {
+        let bound_before = seen.lock().unwrap_or_else(|e| e.into_inner()).bound.len();
+        anyhow::ensure!(
+            bound_before == 0,
+            "{bound_before} pods were bound before any node was started"
+        );
+        let child = std::process::Command::new(&start_nodes[0])
+            .args(&start_nodes[1..])
+            .spawn()
+            .with_context(|| format!("starting {}", start_nodes[0]))?;
+        node_process = Some(child);
+        let t = Instant::now();
+        wait_for_nodes(&c, nodes).await?;
+        nodes_ready = Some(Instant::now());
+        println!(
+            "{nodes} simulated nodes started and Ready in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
     let timeout = async {
         smol::Timer::after(Duration::from_secs(900)).await;
         Err(anyhow::anyhow!(
             "timed out waiting for the pods to be bound and Running"
         ))
     };
-    futures_lite::future::or(watcher, timeout)
-        .await
-        .context("waiting for the pods")?;
+    let waited = futures_lite::future::or(watcher, timeout).await;
+    if let Some(mut child) = node_process {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    waited.context("waiting for the pods")?;
 
     let s = seen.lock().unwrap_or_else(|e| e.into_inner());
     let last_bound = s.bound.values().max().copied().unwrap_or(started);
+    if backlog {
+        let first_bound = s.bound.values().min().copied().unwrap_or(started);
+        let span = last_bound.duration_since(first_bound).as_secs_f64();
+        println!(
+            "backlog: bound {} pods in {span:.1} s from the first bind to the last: {:.0} pods/s",
+            s.bound.len(),
+            s.bound.len() as f64 / span.max(f64::EPSILON)
+        );
+        if let Some(ready) = nodes_ready {
+            println!(
+                "backlog: last bind {:.1} s after all nodes were Ready",
+                last_bound.saturating_duration_since(ready).as_secs_f64()
+            );
+        }
+        return Ok(());
+    }
     let mut latencies: Vec<Duration> = s
         .created
         .iter()

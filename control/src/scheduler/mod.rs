@@ -10,7 +10,10 @@
 //! A pod that fits nowhere gets PodScheduled=False (reason Unschedulable, kube-scheduler's
 //! message) and a FailedScheduling event, and waits in an unschedulable set that is queued
 //! again when a node is added or changes in a way a filter looks at, when a bound pod is
-//! deleted or finishes, or at the latest every [`FLUSH_UNSCHEDULABLE`] — never in a loop.
+//! deleted or finishes, or at the latest every [`FLUSH_UNSCHEDULABLE`] — never in a loop, and
+//! at most once per [`FLUSH_MIN_INTERVAL`]. A pod that keeps failing renews its event and
+//! condition at most every [`REPORT_FAILURE_EVERY`], so a backlog of thousands of pods does not
+//! turn each retry into thousands of writes.
 //!
 //! ```text
 //! scheduler::start(&controllers::Context)          // spawns the scheduler thread
@@ -48,6 +51,11 @@ pub const MAX_IN_FLIGHT: usize = 4096;
 pub const BATCH: usize = 1024;
 /// Unschedulable pods are retried at least this often even if nothing seems to change.
 pub const FLUSH_UNSCHEDULABLE: Duration = Duration::from_secs(60);
+/// The shortest time between two retries of the unschedulable pods.
+pub const FLUSH_MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a pod that keeps failing has its FailedScheduling event and condition message
+/// renewed (the first failure is always reported at once).
+pub const REPORT_FAILURE_EVERY: Duration = Duration::from_secs(10);
 /// First retry delay after a failed bind; doubles up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -195,6 +203,13 @@ pub fn set_scheduled_condition(
 }
 
 /// Whether the pod already shows this PodScheduled=False reason and message.
+/// Whether the pod already says it is unschedulable (whatever the message).
+fn shows_unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .condition("PodScheduled")
+        .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+}
+
 fn shows_failure(pod: &Pod, message: &str) -> bool {
     pod.status.condition("PodScheduled").is_some_and(|c| {
         c.status == "False"
@@ -233,6 +248,10 @@ struct Scheduler {
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
     last_flush: Instant,
+    /// A flush of the unschedulable pods is due (see [`Scheduler::request_flush`]).
+    flush_wanted: bool,
+    /// When each unschedulable pod's failure was last reported (event and condition).
+    reported: HashMap<Key, Instant>,
 }
 
 /// Starts the scheduler on its own thread.
@@ -255,6 +274,8 @@ pub fn start(ctx: &Context) {
         tx,
         rx,
         last_flush: Instant::now(),
+        flush_wanted: false,
+        reported: HashMap::new(),
     };
     let spawned = std::thread::Builder::new()
         .name("skiff-scheduler".into())
@@ -281,7 +302,12 @@ impl Scheduler {
         );
         loop {
             if self.active.is_empty() || self.binding.len() >= MAX_IN_FLIGHT {
-                let wait = FLUSH_UNSCHEDULABLE.saturating_sub(self.last_flush.elapsed());
+                let due = if self.flush_wanted {
+                    FLUSH_MIN_INTERVAL
+                } else {
+                    FLUSH_UNSCHEDULABLE
+                };
+                let wait = due.saturating_sub(self.last_flush.elapsed());
                 let wake = futures_lite::future::or(
                     async {
                         match changes.recv().await {
@@ -316,9 +342,10 @@ impl Scheduler {
             while let Ok(m) = self.rx.try_recv() {
                 self.on_msg(m);
             }
-            if self.last_flush.elapsed() >= FLUSH_UNSCHEDULABLE {
+            if self.last_flush.elapsed() >= FLUSH_UNSCHEDULABLE
+                || (self.flush_wanted && self.last_flush.elapsed() >= FLUSH_MIN_INTERVAL)
+            {
                 self.flush_unschedulable();
-                self.last_flush = Instant::now();
             }
             self.schedule_batch();
             // Let the binds' tasks and the informer run between batches.
@@ -366,6 +393,8 @@ impl Scheduler {
                 }
             }
         }
+        let pending = &self.pending;
+        self.reported.retain(|k, _| pending.contains_key(k));
     }
 
     fn enqueue(&mut self, key: Key) {
@@ -374,7 +403,16 @@ impl Scheduler {
         }
     }
 
+    /// Something changed that may let unschedulable pods fit: they are queued again at the
+    /// next turn of the loop, at most once per [`FLUSH_MIN_INTERVAL`] (a thousand nodes
+    /// registering one after another cause a couple of retries of the backlog, not a thousand).
+    fn request_flush(&mut self) {
+        self.flush_wanted = true;
+    }
+
     fn flush_unschedulable(&mut self) {
+        self.flush_wanted = false;
+        self.last_flush = Instant::now();
         self.affinity_waiting.clear();
         let keys: Vec<Key> = self.unschedulable.drain().collect();
         for k in keys {
@@ -414,7 +452,7 @@ impl Scheduler {
         match obj {
             AnyObject::Pod(pod) => self.pod_upserted(pod, packed, old.and_then(Pod::from_any_ref)),
             AnyObject::Node(_) if self.state.node_changed(obj, false) == NodeChange::Relevant => {
-                self.flush_unschedulable();
+                self.request_flush();
             }
             _ => {}
         }
@@ -425,6 +463,7 @@ impl Scheduler {
         if let Some(node) = occupies_node(pod) {
             self.pending.remove(&key);
             self.unschedulable.remove(&key);
+            self.reported.remove(&key);
             if !self.state.refresh_pod(&key, pod, packed.clone()) {
                 let node = node.to_string();
                 // Assumed pods were announced to the waiters when decided.
@@ -440,7 +479,7 @@ impl Scheduler {
             // Finished: its room is free again.
             self.pending.remove(&key);
             if self.state.remove_pod(&key).is_some() {
-                self.flush_unschedulable();
+                self.request_flush();
             }
             return;
         }
@@ -473,8 +512,9 @@ impl Scheduler {
         self.pending.remove(&key);
         self.unschedulable.remove(&key);
         self.failures.remove(&key);
+        self.reported.remove(&key);
         if self.state.remove_pod(&key).is_some() {
-            self.flush_unschedulable();
+            self.request_flush();
         }
     }
 
@@ -593,8 +633,15 @@ impl Scheduler {
                     if has_required_pod_affinity(pod) {
                         self.affinity_waiting.insert(key.clone());
                     }
+                    let due = self
+                        .reported
+                        .get(&key)
+                        .is_none_or(|at| at.elapsed() >= REPORT_FAILURE_EVERY);
+                    if due || !shows_unschedulable(pod) {
+                        self.reported.insert(key.clone(), Instant::now());
+                        self.record_failure(pod, &fit);
+                    }
                     self.unschedulable.insert(key);
-                    self.record_failure(pod, &fit);
                 }
             }
         }
