@@ -21,7 +21,7 @@ use crate::{ms, percentile, pod, PODS};
 struct Seen {
     created: HashMap<String, Instant>,
     bound: HashMap<String, Instant>,
-    running: usize,
+    running: std::collections::HashSet<String>,
     last_running: Option<Instant>,
 }
 
@@ -100,18 +100,16 @@ pub async fn schedule(
     let mut stream = c
         .watch_value(Kind::Pod, Some("default"), &options, "application/json")
         .await?;
+    // A watcher that falls too far behind is cut off by the server (as kube-apiserver does);
+    // it then lists the pods once, counts what it missed as seen at that moment (an upper
+    // bound) and watches on from the list.
     let watcher = {
         let seen = seen.clone();
+        let c = make_client()?;
         smol::spawn(async move {
-            while let Some(ev) = stream.next().await {
-                let now = Instant::now();
-                let obj: Value = match ev {
-                    Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => o,
-                    Ok(_) => continue,
-                    Err(e) => return Err(anyhow::anyhow!("watch failed: {e}")),
-                };
+            let note = |obj: &Value, now: Instant| {
                 let Some(name) = obj["metadata"]["name"].as_str() else {
-                    continue;
+                    return false;
                 };
                 let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
                 if obj["spec"]["nodeName"]
@@ -121,15 +119,48 @@ pub async fn schedule(
                 {
                     s.bound.insert(name.to_string(), now);
                 }
-                if obj["status"]["phase"] == "Running" {
-                    s.running += 1;
+                if obj["status"]["phase"] == "Running" && s.running.insert(name.to_string()) {
                     s.last_running = Some(now);
                 }
-                if s.bound.len() >= pods && s.running >= pods {
-                    return anyhow::Ok(());
+                s.bound.len() >= pods && s.running.len() >= pods
+            };
+            let mut relists = 0;
+            loop {
+                while let Some(ev) = stream.next().await {
+                    let obj: Value = match ev {
+                        Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => o,
+                        Ok(_) => continue,
+                        Err(_) => break,
+                    };
+                    if note(&obj, Instant::now()) {
+                        return anyhow::Ok(relists);
+                    }
                 }
+                relists += 1;
+                if relists > 100 {
+                    bail!("the watch kept ending");
+                }
+                let list = c
+                    .list_value(Kind::Pod, Some("default"), &ListOptions::default())
+                    .await?;
+                let now = Instant::now();
+                let mut done = false;
+                for obj in list["items"].as_array().into_iter().flatten() {
+                    done |= note(obj, now);
+                }
+                if done {
+                    return Ok(relists);
+                }
+                let options = ListOptions {
+                    resource_version: list["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string),
+                    ..Default::default()
+                };
+                stream = c
+                    .watch_value(Kind::Pod, Some("default"), &options, "application/json")
+                    .await?;
             }
-            bail!("the watch ended")
         })
     };
 
@@ -196,9 +227,14 @@ pub async fn schedule(
             .args(&start_nodes[1..])
             .spawn()
             .with_context(|| format!("starting {}", start_nodes[0]))?;
-        node_process = Some(child);
         let t = Instant::now();
-        wait_for_nodes(&c, nodes).await?;
+        if let Err(e) = wait_for_nodes(&c, nodes).await {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+        node_process = Some(child);
         nodes_ready = Some(Instant::now());
         println!(
             "{nodes} simulated nodes started and Ready in {:.1} s",
@@ -212,6 +248,11 @@ pub async fn schedule(
         ))
     };
     let waited = futures_lite::future::or(watcher, timeout).await;
+    if let Ok(relists) = &waited {
+        if *relists > 0 {
+            println!("(the watch fell behind and was re-listed {relists} times: times seen in a list are upper bounds)");
+        }
+    }
     if let Some(mut child) = node_process {
         let _ = child.kill();
         let _ = child.wait();
