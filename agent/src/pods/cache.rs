@@ -217,13 +217,11 @@ mod tests {
                 CacheChange::Remove("a".into()),
             ])
             .expect("apply");
-        let names: Vec<String> = cache
-            .list()
-            .expect("list")
-            .into_iter()
-            .map(|p| p.metadata.name)
-            .collect();
-        assert_eq!(names, ["p-b"]);
+        let names = |cache: &PodCache| -> Vec<String> {
+            let pods = cache.list().expect("list");
+            pods.into_iter().map(|p| p.metadata.name).collect()
+        };
+        assert_eq!(names(&cache), ["p-b"]);
 
         // Through the background writer: a put, then a remove of the same pod, in order.
         let writer = CacheWriter::start(cache.clone());
@@ -233,16 +231,11 @@ mod tests {
         writer.put(&pod("d"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let names: Vec<String> = cache
-                .list()
-                .expect("list")
-                .into_iter()
-                .map(|p| p.metadata.name)
-                .collect();
-            if names == ["p-d"] {
+            let now = names(&cache);
+            if now == ["p-d"] {
                 break;
             }
-            assert!(std::time::Instant::now() < deadline, "cache is {names:?}");
+            assert!(std::time::Instant::now() < deadline, "cache is {now:?}");
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
