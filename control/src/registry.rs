@@ -644,9 +644,13 @@ impl Registry {
                         &format!("pod {name} is already assigned to node \"{current}\""),
                     ));
                 }
-                let mut new = old.clone();
+                // As kube-apiserver's binding does, the same write says PodScheduled=True
+                // (the status is carried over from `base` by the main-part update).
+                let mut base = old.clone();
+                crate::scheduler::set_scheduled_condition(&mut base.status, "True", None, None);
+                let mut new = base.clone();
                 new.spec.node_name = Some(node);
-                apply_update_checked(txn, &beats, &ranges, old, new, Part::Main, false).map(|_| ())
+                apply_update_checked(txn, &beats, &ranges, base, new, Part::Main, false).map(|_| ())
             })
             .await
     }

@@ -541,13 +541,6 @@ impl Scheduler {
                             "Scheduled",
                             format!("Successfully assigned {}/{} to {node}", key.0, key.1),
                         );
-                        if pod
-                            .status
-                            .condition("PodScheduled")
-                            .is_some_and(|c| c.status != "True")
-                        {
-                            self.write_scheduled(&pod);
-                        }
                     }
                     Err(e) => self.bind_failed(key, &pod.metadata.uid, &node, e),
                 }
@@ -670,32 +663,6 @@ impl Scheduler {
                             Some("Unschedulable"),
                             Some(&message),
                         );
-                    }
-                    Ok(())
-                })
-                .await;
-            if let Err(e) = r {
-                if e.code() != 404 {
-                    tracing::debug!(pod = %name, error = %e, "writing PodScheduled failed");
-                }
-            }
-        })
-        .detach();
-    }
-
-    /// After binding a pod that had PodScheduled=False, says it is scheduled now.
-    fn write_scheduled(&self, pod: &Pod) {
-        let registry = self.registry.clone();
-        let (ns, name, uid) = (
-            pod.metadata.namespace().to_string(),
-            pod.metadata.name.clone(),
-            pod.metadata.uid.clone(),
-        );
-        smol::spawn(async move {
-            let r = registry
-                .mutate::<Pod>(&ns, &name, Part::Status, move |p| {
-                    if p.metadata.uid == uid {
-                        set_scheduled_condition(&mut p.status, "True", None, None);
                     }
                     Ok(())
                 })
