@@ -706,7 +706,7 @@ fn parallel_creates_and_starts_all_succeed() {
 fn exit_fd_is_readable_once_the_container_exits() {
     let env = TestEnv::new("exitfd");
     let sb = env.sandbox("pod-exitfd");
-    let id = env.run(&sb, &env.spec("waiter", &["sh", "-c", "read x; exit 3"]));
+    let id = env.run(&sb, &env.spec("waiter", &["sleep", "60"]));
     let fd = env
         .rt()
         .exit_fd(&id)
