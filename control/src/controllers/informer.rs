@@ -27,6 +27,11 @@ use event_listener::Event;
 
 use crate::store::{EventType, Store, StoreError};
 
+/// How far the informer's watch may fall behind before the store cuts it off. Far more than a
+/// client's: the queued events are shared with every other watcher, and being cut off in a
+/// burst means re-listing (and decoding) every object, which falls behind again.
+const WATCH_CAPACITY: usize = 100_000;
+
 /// Key of an object in the cache: namespace (empty for cluster-scoped kinds) and name.
 pub type Key = (String, String);
 
@@ -334,7 +339,10 @@ impl Informers {
             applied: Event::new(),
         });
         let revision = informers.relist().await?;
-        let watch = informers.store.watch(kinds, Some(revision)).await?;
+        let watch = informers
+            .store
+            .watch_with_capacity(kinds, Some(revision), Some(WATCH_CAPACITY))
+            .await?;
         smol::spawn(informers.clone().run(watch)).detach();
         Ok(informers)
     }
@@ -445,7 +453,11 @@ impl Informers {
             tracing::warn!("informer watch ended; re-listing");
             loop {
                 let resumed = match self.relist().await {
-                    Ok(rev) => self.store.watch(&self.kinds, Some(rev)).await,
+                    Ok(rev) => {
+                        self.store
+                            .watch_with_capacity(&self.kinds, Some(rev), Some(WATCH_CAPACITY))
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 match resumed {

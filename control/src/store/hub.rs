@@ -72,6 +72,8 @@ impl Queue {
 struct Watcher {
     kinds: u64,
     queue: Arc<Queue>,
+    /// How many undelivered events it may have before it is cut off.
+    capacity: usize,
 }
 
 struct HubState {
@@ -102,7 +104,13 @@ impl Hub {
 
     /// Registers a watcher; returns its id, its queue and the revision after which its live
     /// events start (everything up to it must come from the event log).
-    pub(crate) fn register(&self, kinds: u64) -> Result<(u64, Arc<Queue>, u64), StoreError> {
+    /// Registers a watcher of `kinds` (a kind mask); `capacity` overrides the hub's queue
+    /// capacity for it.
+    pub(crate) fn register(
+        &self,
+        kinds: u64,
+        capacity: Option<usize>,
+    ) -> Result<(u64, Arc<Queue>, u64), StoreError> {
         let mut state = lock(&self.state);
         if state.closed {
             return Err(StoreError::Closed);
@@ -115,6 +123,7 @@ impl Hub {
             Watcher {
                 kinds,
                 queue: queue.clone(),
+                capacity: capacity.unwrap_or(self.capacity).max(1),
             },
         );
         Ok((id, queue, state.published))
@@ -145,7 +154,7 @@ impl Hub {
                 if watcher.kinds & kind_bit(event.object.kind()) == 0 {
                     continue;
                 }
-                if queue.events.len() >= self.capacity {
+                if queue.events.len() >= watcher.capacity {
                     overflow = true;
                     break;
                 }

@@ -480,6 +480,18 @@ impl Store {
     /// older than [`Store::oldest_resumable_revision`]. An `after` beyond the current revision
     /// waits for revisions past it.
     pub async fn watch(&self, kinds: &[Kind], after: Option<u64>) -> Result<Watch, StoreError> {
+        self.watch_with_capacity(kinds, after, None).await
+    }
+
+    /// [`Store::watch`] with its own queue capacity instead of the configured one: for the
+    /// server's own informer, for which being cut off in a burst (and re-listing everything)
+    /// costs far more than holding a longer queue of events that are shared anyway.
+    pub async fn watch_with_capacity(
+        &self,
+        kinds: &[Kind],
+        after: Option<u64>,
+        capacity: Option<usize>,
+    ) -> Result<Watch, StoreError> {
         let mask = kind_mask(kinds);
         if let Some(after) = after {
             let oldest = self.oldest_resumable_revision();
@@ -490,7 +502,7 @@ impl Store {
                 });
             }
         }
-        let (id, queue, published) = self.inner.hub.register(mask)?;
+        let (id, queue, published) = self.inner.hub.register(mask, capacity)?;
         let mut watch = Watch {
             hub: self.inner.hub.clone(),
             id,
