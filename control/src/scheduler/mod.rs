@@ -11,7 +11,8 @@
 //! message) and a FailedScheduling event, and waits in an unschedulable set that is queued
 //! again when a node is added or changes in a way a filter looks at, when a bound pod is
 //! deleted or finishes, or at the latest every [`FLUSH_UNSCHEDULABLE`] — never in a loop, and
-//! at most once per [`FLUSH_MIN_INTERVAL`]. A pod that keeps failing renews its event and
+//! at most once per [`FLUSH_MIN_INTERVAL`], each pod no sooner than its own back-off (1 s
+//! doubling to 10 s, as kube-scheduler's). A pod that keeps failing renews its event and
 //! condition at most every [`REPORT_FAILURE_EVERY`], so a backlog of thousands of pods does not
 //! turn each retry into thousands of writes.
 //!
@@ -51,6 +52,10 @@ pub const MAX_IN_FLIGHT: usize = 4096;
 pub const BATCH: usize = 1024;
 /// Unschedulable pods are retried at least this often even if nothing seems to change.
 pub const FLUSH_UNSCHEDULABLE: Duration = Duration::from_secs(60);
+/// The first back-off of a pod that fit nowhere, doubled with each further failure.
+pub const RETRY_BACKOFF_START: Duration = Duration::from_secs(1);
+/// The longest back-off of a pod that fits nowhere.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// The shortest time between two retries of the unschedulable pods.
 pub const FLUSH_MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// How often a pod that keeps failing has its FailedScheduling event and condition message
@@ -252,6 +257,9 @@ struct Scheduler {
     flush_wanted: bool,
     /// When each unschedulable pod's failure was last reported (event and condition).
     reported: HashMap<Key, Instant>,
+    /// Per unschedulable pod: not retried before this instant, and its current back-off
+    /// (doubling from [`RETRY_BACKOFF_START`] to [`RETRY_BACKOFF_MAX`] with each failure).
+    backoff: HashMap<Key, (Instant, Duration)>,
 }
 
 /// Starts the scheduler on its own thread.
@@ -276,6 +284,7 @@ pub fn start(ctx: &Context) {
         last_flush: Instant::now(),
         flush_wanted: false,
         reported: HashMap::new(),
+        backoff: HashMap::new(),
     };
     let spawned = std::thread::Builder::new()
         .name("skiff-scheduler".into())
@@ -395,6 +404,7 @@ impl Scheduler {
         }
         let pending = &self.pending;
         self.reported.retain(|k, _| pending.contains_key(k));
+        self.backoff.retain(|k, _| pending.contains_key(k));
     }
 
     fn enqueue(&mut self, key: Key) {
@@ -410,12 +420,21 @@ impl Scheduler {
         self.flush_wanted = true;
     }
 
+    /// Queues the unschedulable pods whose back-off has passed; the others stay and are
+    /// looked at again at the next flush (which stays wanted while any wait).
     fn flush_unschedulable(&mut self) {
-        self.flush_wanted = false;
         self.last_flush = Instant::now();
-        self.affinity_waiting.clear();
-        let keys: Vec<Key> = self.unschedulable.drain().collect();
-        for k in keys {
+        let now = Instant::now();
+        let backoff = &self.backoff;
+        let (due, later): (Vec<Key>, Vec<Key>) = self
+            .unschedulable
+            .drain()
+            .partition(|k| backoff.get(k).is_none_or(|(at, _)| *at <= now));
+        self.flush_wanted = !later.is_empty();
+        let waiting: HashSet<&Key> = later.iter().collect();
+        self.affinity_waiting.retain(|k| waiting.contains(k));
+        self.unschedulable.extend(later);
+        for k in due {
             self.enqueue(k);
         }
     }
@@ -464,6 +483,7 @@ impl Scheduler {
             self.pending.remove(&key);
             self.unschedulable.remove(&key);
             self.reported.remove(&key);
+            self.backoff.remove(&key);
             if !self.state.refresh_pod(&key, pod, packed.clone()) {
                 let node = node.to_string();
                 // Assumed pods were announced to the waiters when decided.
@@ -513,6 +533,7 @@ impl Scheduler {
         self.unschedulable.remove(&key);
         self.failures.remove(&key);
         self.reported.remove(&key);
+        self.backoff.remove(&key);
         if self.state.remove_pod(&key).is_some() {
             self.request_flush();
         }
@@ -634,6 +655,14 @@ impl Scheduler {
                         self.reported.insert(key.clone(), Instant::now());
                         self.record_failure(pod, &fit);
                     }
+                    let next = self
+                        .backoff
+                        .get(&key)
+                        .map_or(RETRY_BACKOFF_START, |(_, d)| {
+                            (*d * 2).min(RETRY_BACKOFF_MAX)
+                        });
+                    self.backoff
+                        .insert(key.clone(), (Instant::now() + next, next));
                     self.unschedulable.insert(key);
                 }
             }
