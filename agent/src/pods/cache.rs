@@ -60,27 +60,12 @@ impl PodCache {
 
     /// Stores (or replaces) a pod, keyed by its uid.
     pub fn put(&self, pod: &Pod) -> Result<(), CacheError> {
-        let mut stripped = pod.clone();
-        stripped.status = Default::default();
-        let bytes = postcard::to_allocvec(&Stored::V1(stripped))?;
-        let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(PODS)?;
-            t.insert(pod.metadata.uid.as_str(), bytes.as_slice())?;
-        }
-        txn.commit()?;
-        Ok(())
+        self.apply(&[CacheChange::Put(Box::new(pod.clone()))])
     }
 
     /// Forgets a pod.
     pub fn remove(&self, uid: &str) -> Result<(), CacheError> {
-        let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(PODS)?;
-            t.remove(uid)?;
-        }
-        txn.commit()?;
-        Ok(())
+        self.apply(&[CacheChange::Remove(uid.to_string())])
     }
 
     /// Applies several changes in one transaction (one commit, one sync to disk).

@@ -1023,13 +1023,14 @@ impl Worker {
         };
         let rt = self.ctx.runtime.clone();
         let fd = smol::unblock(move || rt.exit_fd(&id)).await;
-        self.containers[idx].exit_watch = match fd.map(|fd| fd.map(smol::Async::new)) {
-            Ok(Some(Ok(fd))) => ExitWatch::Armed(Arc::new(fd)),
+        let registered = fd.map_err(|e| e.to_string()).and_then(|fd| {
+            fd.map(smol::Async::new)
+                .transpose()
+                .map_err(|e| e.to_string())
+        });
+        self.containers[idx].exit_watch = match registered {
+            Ok(Some(fd)) => ExitWatch::Armed(Arc::new(fd)),
             Ok(None) => ExitWatch::Unavailable,
-            Ok(Some(Err(e))) => {
-                tracing::debug!(pod = %self.key(), "cannot watch a container's exit: {e}");
-                ExitWatch::Unavailable
-            }
             Err(e) => {
                 tracing::debug!(pod = %self.key(), "cannot watch a container's exit: {e}");
                 ExitWatch::Unavailable

@@ -255,11 +255,19 @@ struct Scheduler {
     last_flush: Instant,
     /// A flush of the unschedulable pods is due (see [`Scheduler::request_flush`]).
     flush_wanted: bool,
-    /// When each unschedulable pod's failure was last reported (event and condition).
-    reported: HashMap<Key, Instant>,
-    /// Per unschedulable pod: not retried before this instant, and its current back-off
-    /// (doubling from [`RETRY_BACKOFF_START`] to [`RETRY_BACKOFF_MAX`] with each failure).
-    backoff: HashMap<Key, (Instant, Duration)>,
+    /// Pods that fit nowhere at their last try: when to retry them and when their failure
+    /// was last reported.
+    failing: HashMap<Key, Failing>,
+}
+
+/// What the scheduler remembers of a pod that fit nowhere.
+struct Failing {
+    /// Not retried before this instant.
+    retry_at: Instant,
+    /// The current back-off: [`RETRY_BACKOFF_START`] doubling to [`RETRY_BACKOFF_MAX`].
+    backoff: Duration,
+    /// When its event and PodScheduled condition were last written.
+    reported_at: Instant,
 }
 
 /// Starts the scheduler on its own thread.
@@ -283,8 +291,7 @@ pub fn start(ctx: &Context) {
         rx,
         last_flush: Instant::now(),
         flush_wanted: false,
-        reported: HashMap::new(),
-        backoff: HashMap::new(),
+        failing: HashMap::new(),
     };
     let spawned = std::thread::Builder::new()
         .name("skiff-scheduler".into())
@@ -403,8 +410,7 @@ impl Scheduler {
             }
         }
         let pending = &self.pending;
-        self.reported.retain(|k, _| pending.contains_key(k));
-        self.backoff.retain(|k, _| pending.contains_key(k));
+        self.failing.retain(|k, _| pending.contains_key(k));
     }
 
     fn enqueue(&mut self, key: Key) {
@@ -425,11 +431,11 @@ impl Scheduler {
     fn flush_unschedulable(&mut self) {
         self.last_flush = Instant::now();
         let now = Instant::now();
-        let backoff = &self.backoff;
+        let failing = &self.failing;
         let (due, later): (Vec<Key>, Vec<Key>) = self
             .unschedulable
             .drain()
-            .partition(|k| backoff.get(k).is_none_or(|(at, _)| *at <= now));
+            .partition(|k| failing.get(k).is_none_or(|f| f.retry_at <= now));
         self.flush_wanted = !later.is_empty();
         let waiting: HashSet<&Key> = later.iter().collect();
         self.affinity_waiting.retain(|k| waiting.contains(k));
@@ -482,8 +488,7 @@ impl Scheduler {
         if let Some(node) = occupies_node(pod) {
             self.pending.remove(&key);
             self.unschedulable.remove(&key);
-            self.reported.remove(&key);
-            self.backoff.remove(&key);
+            self.failing.remove(&key);
             if !self.state.refresh_pod(&key, pod, packed.clone()) {
                 let node = node.to_string();
                 // Assumed pods were announced to the waiters when decided.
@@ -532,8 +537,7 @@ impl Scheduler {
         self.pending.remove(&key);
         self.unschedulable.remove(&key);
         self.failures.remove(&key);
-        self.reported.remove(&key);
-        self.backoff.remove(&key);
+        self.failing.remove(&key);
         if self.state.remove_pod(&key).is_some() {
             self.request_flush();
         }
@@ -647,22 +651,28 @@ impl Scheduler {
                     if has_required_pod_affinity(pod) {
                         self.affinity_waiting.insert(key.clone());
                     }
-                    let due = self
-                        .reported
-                        .get(&key)
-                        .is_none_or(|at| at.elapsed() >= REPORT_FAILURE_EVERY);
-                    if due || !shows_unschedulable(pod) {
-                        self.reported.insert(key.clone(), Instant::now());
+                    let now = Instant::now();
+                    let previous = self.failing.get(&key);
+                    let report = !shows_unschedulable(pod)
+                        || previous.is_none_or(|f| f.reported_at.elapsed() >= REPORT_FAILURE_EVERY);
+                    let backoff = previous.map_or(RETRY_BACKOFF_START, |f| {
+                        (f.backoff * 2).min(RETRY_BACKOFF_MAX)
+                    });
+                    let reported_at = match previous {
+                        Some(f) if !report => f.reported_at,
+                        _ => now,
+                    };
+                    if report {
                         self.record_failure(pod, &fit);
                     }
-                    let next = self
-                        .backoff
-                        .get(&key)
-                        .map_or(RETRY_BACKOFF_START, |(_, d)| {
-                            (*d * 2).min(RETRY_BACKOFF_MAX)
-                        });
-                    self.backoff
-                        .insert(key.clone(), (Instant::now() + next, next));
+                    self.failing.insert(
+                        key.clone(),
+                        Failing {
+                            retry_at: now + backoff,
+                            backoff,
+                            reported_at,
+                        },
+                    );
                     self.unschedulable.insert(key);
                 }
             }

@@ -1,4 +1,5 @@
-//! Records the git commit and the target triple for `skiff version` and `/version`
+//! Records the git commit and the target triple for `skiff version`, `/version` and
+//! `skiff-agent --version` (the build script of both crates: `build = "../build/version.rs"`)
 //! (`SKIFF_GIT_COMMIT`, `SKIFF_TARGET`). Outside a git checkout the commit is "unknown";
 //! `SKIFF_GIT_COMMIT` in the build environment overrides it (builds from a source tarball).
 
@@ -34,5 +35,5 @@ fn main() {
             }
         }
     }
-    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../build/version.rs");
 }
