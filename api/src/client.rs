@@ -504,6 +504,21 @@ impl Client {
         path_and_query: &str,
         accept: &str,
     ) -> Result<Pin<Box<dyn Stream<Item = Result<Value, ClientError>> + Send>>, ClientError> {
+        let lines = self.stream_raw_lines(path_and_query, accept).await?;
+        Ok(Box::pin(futures_lite::StreamExt::map(lines, |line| {
+            line.and_then(|line| {
+                serde_json::from_slice::<Value>(&line)
+                    .map_err(|e| ClientError::Decode(format!("watch event: {e}")))
+            })
+        })))
+    }
+
+    /// Like [`Client::stream_lines`], each line as its bytes.
+    pub async fn stream_raw_lines(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<Pin<Box<dyn Stream<Item = Result<Vec<u8>, ClientError>> + Send>>, ClientError> {
         let (conn, head) = self.send("GET", path_and_query, None, accept).await?;
         let mut reader = BodyReader::new(conn, &head, false);
         if !(200..300).contains(&head.status) {
@@ -517,17 +532,14 @@ impl Client {
         let state = LineState {
             reader: Some(reader),
             pending: Vec::new(),
+            start: 0,
             inner: self.inner.clone(),
         };
         Ok(Box::pin(futures_lite::stream::unfold(
             state,
             |mut st| async move {
                 match st.next_line().await {
-                    Ok(Some(line)) => {
-                        let v = serde_json::from_slice::<Value>(&line)
-                            .map_err(|e| ClientError::Decode(format!("watch event: {e}")));
-                        Some((v, st))
-                    }
+                    Ok(Some(line)) => Some((Ok(line), st)),
                     Ok(None) => None,
                     Err(e) => {
                         st.reader = None;
@@ -795,22 +807,49 @@ impl Client {
             timeout,
             allow_watch_bookmarks: false,
         };
-        let raw = self
-            .watch_value(K::KIND, namespace, &options, ACCEPT_JSON)
-            .await?;
-        Ok(Box::pin(futures_lite::StreamExt::map(raw, |ev| {
-            ev.and_then(|ev| {
-                Ok(match ev {
-                    WatchEvent::Added(o) => WatchEvent::Added(decode(o)?),
-                    WatchEvent::Modified(o) => WatchEvent::Modified(decode(o)?),
-                    WatchEvent::Deleted(o) => WatchEvent::Deleted(decode(o)?),
-                    WatchEvent::Bookmark { resource_version } => {
-                        WatchEvent::Bookmark { resource_version }
-                    }
-                })
-            })
+        let path = format!(
+            "{}{}",
+            resource_path(K::KIND, namespace, None),
+            options.to_query(true)
+        );
+        let lines = self.stream_raw_lines(&path, ACCEPT_JSON).await?;
+        Ok(Box::pin(futures_lite::StreamExt::map(lines, |line| {
+            line.and_then(|line| typed_event(&line))
         })))
     }
+}
+
+/// A watch line as a typed event: straight from the bytes when the object decodes on
+/// [`crate::codec::from_json_bytes`]' fast path, else through a JSON value (which gives the
+/// precise error).
+fn typed_event<K: Resource>(line: &[u8]) -> Result<WatchEvent<K>, ClientError> {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(rename = "type", borrow)]
+        ty: std::borrow::Cow<'a, str>,
+        #[serde(borrow)]
+        object: &'a serde_json::value::RawValue,
+    }
+    if let Ok(l) = serde_json::from_slice::<Line>(line) {
+        let typed = || crate::codec::from_json_bytes::<K>(l.object.get().as_bytes());
+        let fast = match l.ty.as_ref() {
+            "ADDED" => typed().map(WatchEvent::Added),
+            "MODIFIED" => typed().map(WatchEvent::Modified),
+            "DELETED" => typed().map(WatchEvent::Deleted),
+            _ => None,
+        };
+        if let Some(ev) = fast {
+            return Ok(ev);
+        }
+    }
+    let v = serde_json::from_slice::<Value>(line)
+        .map_err(|e| ClientError::Decode(format!("watch event: {e}")))?;
+    Ok(match raw_event(v)? {
+        WatchEvent::Added(o) => WatchEvent::Added(decode(o)?),
+        WatchEvent::Modified(o) => WatchEvent::Modified(decode(o)?),
+        WatchEvent::Deleted(o) => WatchEvent::Deleted(decode(o)?),
+        WatchEvent::Bookmark { resource_version } => WatchEvent::Bookmark { resource_version },
+    })
 }
 
 fn decode<K: Resource>(v: Value) -> Result<K, ClientError> {
@@ -1202,21 +1241,26 @@ async fn read_some(conn: &mut Conn, max: u64) -> Result<Vec<u8>, ClientError> {
 /// Splits a streamed body into lines.
 struct LineState {
     reader: Option<BodyReader>,
+    /// Bytes received and not yet returned, from `start` on.
     pending: Vec<u8>,
+    start: usize,
     inner: Arc<Inner>,
 }
 
 impl LineState {
     async fn next_line(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
         loop {
-            if let Some(pos) = self.pending.iter().position(|&b| b == b'\n') {
-                let mut line: Vec<u8> = self.pending.drain(..=pos).collect();
-                line.pop();
+            if let Some(pos) = self.pending[self.start..].iter().position(|&b| b == b'\n') {
+                let line = &self.pending[self.start..self.start + pos];
+                self.start += pos + 1;
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                return Ok(Some(line));
+                return Ok(Some(line.to_vec()));
             }
+            // Everything before `start` was returned: drop it before reading more.
+            self.pending.drain(..self.start);
+            self.start = 0;
             let Some(reader) = self.reader.as_mut() else {
                 return Ok(None);
             };
@@ -1300,6 +1344,45 @@ mod tests {
         assert!(e.is_not_found());
         let e = error_from_body(502, b"bad gateway");
         assert_eq!(e.to_string(), "the server answered 502: bad gateway");
+    }
+
+    #[test]
+    fn typed_events_decode_straight_from_the_line_or_through_a_value() {
+        use crate::core::Pod;
+        let ev = typed_event::<Pod>(
+            br#"{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","resourceVersion":"7"},"spec":{"nodeName":"n1","containers":[]}}}"#,
+        )
+        .unwrap();
+        let WatchEvent::Modified(p) = ev else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(
+            (p.metadata.name.as_str(), p.spec.node_name.as_deref()),
+            ("p", Some("n1"))
+        );
+        // A null where the model has a list takes the careful path, which accepts it.
+        let ev = typed_event::<Pod>(
+            br#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"q","finalizers":null}}}"#,
+        )
+        .unwrap();
+        assert!(matches!(ev, WatchEvent::Added(p) if p.metadata.name == "q"));
+        let ev = typed_event::<Pod>(
+            br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ev,
+            WatchEvent::Bookmark {
+                resource_version: "9".into()
+            }
+        );
+        let e = typed_event::<Pod>(
+            br#"{"type":"ERROR","object":{"kind":"Status","message":"gone","code":410}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), Some(410));
+        let e = typed_event::<Pod>(br#"{"type":"ADDED","object":{"kind":"Service"}}"#).unwrap_err();
+        assert!(e.to_string().contains("Service"), "{e}");
     }
 
     #[test]

@@ -35,64 +35,27 @@ pub fn strip_nulls(v: &mut Value) {
     }
 }
 
-/// Fields that are maps of strings in the model (Kubernetes omits them when empty). An empty
-/// object anywhere else is meaningful (`emptyDir: {}`) and stays.
-const MAP_FIELDS: &[&str] = &[
-    "labels",
-    "annotations",
-    "nodeSelector",
-    "data",
-    "binaryData",
-    "stringData",
-    "limits",
-    "requests",
-    "matchLabels",
-    "capacity",
-    "allocatable",
-    "overhead",
-];
-
-/// Removes nulls, empty arrays and empty string maps from object members: the shape
-/// Kubernetes prints.
-fn strip_empty(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.retain(|k, v| {
-                !(v.is_null()
-                    || v.as_array().is_some_and(|a| a.is_empty())
-                    || (MAP_FIELDS.contains(&k.as_str())
-                        && v.as_object().is_some_and(|o| o.is_empty())))
-            });
-            // Object metadata omits its empty strings (name, uid, resourceVersion of a
-            // pod template); map values such as an empty label value stay.
-            if let Some(Value::Object(meta)) = m.get_mut("metadata") {
-                meta.retain(|_, v| v.as_str() != Some(""));
-            }
-            m.values_mut().for_each(strip_empty);
-        }
-        Value::Array(a) => a.iter_mut().for_each(strip_empty),
-        _ => {}
-    }
-}
-
-/// The typed object as Kubernetes JSON, with `apiVersion` and `kind`.
+/// The typed object as Kubernetes JSON, with `apiVersion` and `kind`, without the members
+/// Kubernetes omits (nulls, empty arrays, empty string maps; see [`crate::omit`]).
 pub fn to_json<K: Resource>(obj: &K) -> Value {
-    let mut v = serde_json::to_value(obj).expect("model types always serialize");
-    strip_empty(&mut v);
-    if let Value::Object(m) = &mut v {
-        let info = K::KIND.info();
-        m.remove("metadata").map(|mut meta| {
-            if let Some(mm) = meta.as_object_mut() {
-                mm.remove("selfLink");
-                mm.remove("managedFields");
-            }
-            m.insert("metadata".into(), meta)
-        });
-        m.insert("apiVersion".into(), Value::String(info.api_version()));
-        m.insert("kind".into(), Value::String(info.kind.into()));
-    }
-    v
+    serde_json::to_value(json(obj)).expect("model types always serialize")
 }
+
+/// The typed object as Kubernetes JSON, appended to `out` (what [`to_json`] gives, written in
+/// one pass, members in model order).
+pub fn write_json<K: Resource>(obj: &K, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, &json(obj)).expect("model types always serialize")
+}
+
+/// The typed object in Kubernetes' JSON shape, to embed in a larger document.
+pub fn json<K: Resource>(obj: &K) -> Json<'_, K> {
+    Json {
+        kind: K::KIND,
+        value: obj,
+    }
+}
+
+pub use crate::omit::Typed as Json;
 
 /// Reads `apiVersion` and `kind` from a manifest.
 pub fn type_of(v: &Value) -> Result<Kind, DecodeError> {

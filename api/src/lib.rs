@@ -12,6 +12,7 @@ pub mod kubeconfig;
 pub mod meta;
 pub mod notify;
 pub mod object;
+mod omit;
 pub mod quantity;
 pub mod selector;
 pub mod table;

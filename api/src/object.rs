@@ -130,6 +130,24 @@ macro_rules! kinds {
             pub fn to_json(&self) -> serde_json::Value {
                 match self { $( AnyObject::$variant(o) => crate::codec::to_json(o) ),* }
             }
+            /// The Kubernetes JSON of this object appended to `out` ([`AnyObject::to_json`]
+            /// written in one pass).
+            pub fn write_json(&self, out: &mut Vec<u8>) {
+                match self { $( AnyObject::$variant(o) => crate::codec::write_json(o, out) ),* }
+            }
+            /// This object in Kubernetes' JSON shape, to embed in a larger document.
+            pub fn as_json(&self) -> AnyJson<'_> {
+                AnyJson(self)
+            }
+        }
+
+        /// An object of any kind in Kubernetes' JSON shape ([`AnyObject::as_json`]).
+        pub struct AnyJson<'a>(&'a AnyObject);
+
+        impl Serialize for AnyJson<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                match self.0 { $( AnyObject::$variant(o) => crate::codec::json(o).serialize(s) ),* }
+            }
         }
 
         /// Runs `$body` with the type alias `$k` bound to the Rust type of `$kind`.

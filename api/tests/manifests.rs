@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use api::codec::{from_json, parse_manifests, to_json, type_of};
+use api::codec::{from_json, parse_manifests, to_json, type_of, write_json};
 use api::meta::Time;
 use api::Resource;
 use base64::Engine as _;
@@ -114,6 +114,15 @@ fn round_trip<K: Resource + Default>(doc: &Value, origin: &str) {
     let again: K = from_json(json.clone()).unwrap_or_else(|e| panic!("{origin}: {e}"));
     assert_eq!(again, obj, "{origin}: JSON round trip");
     assert_eq!(to_json(&again), json, "{origin}");
+    // The one-pass writer prints the same document as the pruned value.
+    assert_eq!(json, pruned_value(&obj), "{origin}: one-pass omission");
+    let mut written = Vec::new();
+    write_json(&obj, &mut written);
+    let parsed: Value = serde_json::from_slice(&written).expect("written JSON parses");
+    assert_eq!(parsed, json, "{origin}: write_json");
+    let mut any_written = Vec::new();
+    obj.clone().into_any().write_json(&mut any_written);
+    assert_eq!(any_written, written, "{origin}: AnyObject::write_json");
     // Plain serde_json (nulls and all) round-trips too.
     let raw = serde_json::to_value(&obj).expect("serialize");
     let direct: K = serde_json::from_value(raw).unwrap_or_else(|e| panic!("{origin}: {e}"));
@@ -417,4 +426,52 @@ fn spec_fingerprint_ignores_status_and_metadata() {
     assert_eq!(cleared.status, Default::default());
     cleared.copy_status_from(&pod);
     assert_eq!(cleared, pod);
+}
+
+/// The reference for Kubernetes' output shape: the whole object as a `serde_json::Value`,
+/// pruned afterwards (how the server wrote JSON before it wrote it in one pass).
+fn pruned_value<K: Resource>(obj: &K) -> Value {
+    const MAP_FIELDS: &[&str] = &[
+        "labels",
+        "annotations",
+        "nodeSelector",
+        "data",
+        "binaryData",
+        "stringData",
+        "limits",
+        "requests",
+        "matchLabels",
+        "capacity",
+        "allocatable",
+        "overhead",
+    ];
+    fn prune(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|k, v| {
+                    !(v.is_null()
+                        || v.as_array().is_some_and(|a| a.is_empty())
+                        || (MAP_FIELDS.contains(&k.as_str())
+                            && v.as_object().is_some_and(|o| o.is_empty())))
+                });
+                if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+                    meta.retain(|_, v| v.as_str() != Some(""));
+                }
+                m.values_mut().for_each(prune);
+            }
+            Value::Array(a) => a.iter_mut().for_each(prune),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(obj).expect("serialize");
+    prune(&mut v);
+    let m = v.as_object_mut().expect("an object");
+    if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+        meta.remove("selfLink");
+        meta.remove("managedFields");
+    }
+    let info = K::KIND.info();
+    m.insert("apiVersion".into(), Value::String(info.api_version()));
+    m.insert("kind".into(), Value::String(info.kind.into()));
+    v
 }

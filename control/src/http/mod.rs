@@ -141,7 +141,7 @@ fn status_response(e: &ApiError) -> tide::Response {
     r
 }
 
-fn json_response(code: StatusCode, v: &Value) -> tide::Response {
+fn json_response(code: StatusCode, v: &impl serde::Serialize) -> tide::Response {
     let mut r = tide::Response::new(code);
     r.set_body(serde_json::to_vec(v).unwrap_or_default());
     r.set_content_type(mime::JSON);
@@ -613,8 +613,11 @@ async fn resource<K: Resource>(
                         if !out.is_empty() {
                             out.push(b',');
                         }
-                        let v = if as_table { table_row(&o) } else { o.to_json() };
-                        let _ = serde_json::to_writer(&mut *out, &v);
+                        if as_table {
+                            let _ = serde_json::to_writer(&mut *out, &table_row(&o));
+                        } else {
+                            o.write_json(out);
+                        }
                         true
                     },
                 )
@@ -649,7 +652,7 @@ async fn resource<K: Resource>(
                     &table(kind, &[&any], &rev, true),
                 ));
             }
-            Ok(json_response(StatusCode::Ok, &any.to_json()))
+            Ok(json_response(StatusCode::Ok, &any.as_json()))
         }
         (Method::Get, Some(name), Some("scale")) => {
             let obj: K = state.registry.get(&ns_str, name).await?;
@@ -660,7 +663,7 @@ async fn resource<K: Resource>(
             let created = state.registry.create(obj, ns.as_deref()).await?;
             Ok(json_response(
                 StatusCode::Created,
-                &created.into_any().to_json(),
+                &api::codec::json(&created),
             ))
         }
         (Method::Post, Some(name), Some("binding")) => {
@@ -688,7 +691,7 @@ async fn resource<K: Resource>(
                 .registry
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
-            Ok(json_response(StatusCode::Ok, &updated.into_any().to_json()))
+            Ok(json_response(StatusCode::Ok, &api::codec::json(&updated)))
         }
         (Method::Put, Some(name), Some("scale")) => {
             let value = parse_object_body(req, &body)?;
@@ -739,17 +742,17 @@ async fn resource<K: Resource>(
                     let created = state.registry.create(obj, ns.as_deref()).await?;
                     return Ok(json_response(
                         StatusCode::Created,
-                        &created.into_any().to_json(),
+                        &api::codec::json(&created),
                     ));
                 }
             }
             let patched: K = state.registry.patch(&ns_str, name, pt, body, part).await?;
-            Ok(json_response(StatusCode::Ok, &patched.into_any().to_json()))
+            Ok(json_response(StatusCode::Ok, &api::codec::json(&patched)))
         }
         (Method::Delete, Some(name), None) => {
             let opts = delete_options(req, &body)?;
             let (obj, _gone) = state.registry.delete::<K>(&ns_str, name, opts).await?;
-            Ok(json_response(StatusCode::Ok, &obj.into_any().to_json()))
+            Ok(json_response(StatusCode::Ok, &api::codec::json(&obj)))
         }
         (Method::Delete, None, None) => {
             let opts = delete_options(req, &body)?;

@@ -2,50 +2,82 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_lite::{AsyncBufRead, AsyncRead, Stream};
 
-/// Reads the byte chunks sent on a channel, in order; ends when every sender is gone.
-pub struct ChannelReader {
-    rx: Pin<Box<async_channel::Receiver<Vec<u8>>>>,
-    chunk: Vec<u8>,
-    pos: usize,
+/// A piece of a streamed body: its own bytes, or bytes shared with other streams (a watch
+/// event encoded once for every client that watches it).
+pub enum Chunk {
+    Owned(Vec<u8>),
+    Shared(Arc<[u8]>),
 }
 
-impl ChannelReader {
-    pub fn new(rx: async_channel::Receiver<Vec<u8>>) -> ChannelReader {
-        ChannelReader {
-            rx: Box::pin(rx),
-            chunk: Vec::new(),
-            pos: 0,
+impl AsRef<[u8]> for Chunk {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Chunk::Owned(v) => v,
+            Chunk::Shared(a) => a,
         }
     }
 }
 
-impl AsyncBufRead for ChannelReader {
+impl From<Vec<u8>> for Chunk {
+    fn from(v: Vec<u8>) -> Chunk {
+        Chunk::Owned(v)
+    }
+}
+
+/// Reads the byte chunks sent on a channel, in order; ends when every sender is gone.
+///
+/// A read takes as many queued chunks as fit in the caller's buffer, so a client that has
+/// fallen behind gets its backlog in few large writes (one TLS record and one system call
+/// each) rather than one per chunk.
+pub struct ChannelReader<T = Vec<u8>> {
+    rx: Pin<Box<async_channel::Receiver<T>>>,
+    chunk: Option<T>,
+    pos: usize,
+}
+
+impl<T: AsRef<[u8]>> ChannelReader<T> {
+    pub fn new(rx: async_channel::Receiver<T>) -> ChannelReader<T> {
+        ChannelReader {
+            rx: Box::pin(rx),
+            chunk: None,
+            pos: 0,
+        }
+    }
+
+    fn remaining(&self) -> &[u8] {
+        self.chunk.as_ref().map_or(&[], |c| &c.as_ref()[self.pos..])
+    }
+}
+
+impl<T: AsRef<[u8]> + Unpin> AsyncBufRead for ChannelReader<T> {
     fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
         let this = self.get_mut();
-        while this.pos >= this.chunk.len() {
+        while this.remaining().is_empty() {
             match this.rx.as_mut().poll_next(cx) {
                 Poll::Ready(Some(chunk)) => {
-                    this.chunk = chunk;
+                    this.chunk = Some(chunk);
                     this.pos = 0;
                 }
                 Poll::Ready(None) => return Poll::Ready(Ok(&[])),
                 Poll::Pending => return Poll::Pending,
             }
         }
-        Poll::Ready(Ok(&this.chunk[this.pos..]))
+        Poll::Ready(Ok(this.remaining()))
     }
 
     fn consume(self: Pin<&mut Self>, amt: usize) {
         let this = self.get_mut();
-        this.pos = (this.pos + amt).min(this.chunk.len());
+        let len = this.chunk.as_ref().map_or(0, |c| c.as_ref().len());
+        this.pos = (this.pos + amt).min(len);
     }
 }
 
-impl AsyncRead for ChannelReader {
+impl<T: AsRef<[u8]> + Unpin> AsyncRead for ChannelReader<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -56,9 +88,70 @@ impl AsyncRead for ChannelReader {
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
             Poll::Pending => return Poll::Pending,
         };
-        let n = available.len().min(buf.len());
+        let mut n = available.len().min(buf.len());
         buf[..n].copy_from_slice(&available[..n]);
-        self.consume(n);
+        self.as_mut().consume(n);
+        // Whatever else is already queued, as far as it fits whole.
+        let this = self.get_mut();
+        while this.remaining().is_empty() {
+            let Ok(next) = this.rx.try_recv() else { break };
+            let bytes = next.as_ref();
+            if bytes.len() > buf.len() - n {
+                this.chunk = Some(next);
+                this.pos = 0;
+                break;
+            }
+            buf[n..n + bytes.len()].copy_from_slice(bytes);
+            n += bytes.len();
+        }
         Poll::Ready(Ok(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_lite::AsyncReadExt;
+
+    use super::*;
+
+    #[test]
+    fn a_read_takes_every_queued_chunk_that_fits() {
+        smol::block_on(async {
+            let (tx, rx) = async_channel::unbounded::<Chunk>();
+            for part in ["ab", "cd", "efgh"] {
+                tx.send(Chunk::Shared(part.as_bytes().into()))
+                    .await
+                    .unwrap();
+            }
+            tx.send(Chunk::Owned(b"ij".to_vec())).await.unwrap();
+            drop(tx);
+            let mut r = ChannelReader::new(rx);
+            let mut buf = [0u8; 6];
+            assert_eq!(
+                r.read(&mut buf).await.unwrap(),
+                4,
+                "efgh does not fit whole"
+            );
+            assert_eq!(&buf[..4], b"abcd");
+            let mut rest = Vec::new();
+            r.read_to_end(&mut rest).await.unwrap();
+            assert_eq!(rest, b"efghij");
+        });
+    }
+
+    #[test]
+    fn a_chunk_larger_than_the_buffer_is_read_in_pieces() {
+        smol::block_on(async {
+            let (tx, rx) = async_channel::unbounded::<Vec<u8>>();
+            tx.send(b"abcdefg".to_vec()).await.unwrap();
+            drop(tx);
+            let mut r = ChannelReader::new(rx);
+            let mut buf = [0u8; 3];
+            assert_eq!(r.read(&mut buf).await.unwrap(), 3);
+            assert_eq!(&buf, b"abc");
+            let mut rest = Vec::new();
+            r.read_to_end(&mut rest).await.unwrap();
+            assert_eq!(rest, b"defg");
+        });
     }
 }

@@ -8,7 +8,7 @@ use futures_lite::FutureExt;
 use serde_json::{json, Value};
 use tide::http::{mime, StatusCode};
 
-use super::stream::ChannelReader;
+use super::stream::{ChannelReader, Chunk};
 use super::{object_matches, query, table, wants_table, State};
 use crate::error::ApiError;
 use crate::store::{EventType, StoreError};
@@ -26,19 +26,17 @@ struct Encoder {
 
 impl Encoder {
     fn event(&mut self, event_type: &str, obj: &AnyObject) -> Vec<u8> {
-        let object = if self.as_table {
-            let t = table(
-                self.kind,
-                &[obj],
-                &obj.meta().resource_version,
-                !self.columns_sent,
-            );
-            self.columns_sent = true;
-            t
-        } else {
-            obj.to_json()
-        };
-        line(&json!({"type": event_type, "object": object}))
+        if !self.as_table {
+            return object_line(event_type, obj);
+        }
+        let t = table(
+            self.kind,
+            &[obj],
+            &obj.meta().resource_version,
+            !self.columns_sent,
+        );
+        self.columns_sent = true;
+        line(&json!({"type": event_type, "object": t}))
     }
 
     fn bookmark(&self, revision: u64) -> Vec<u8> {
@@ -48,6 +46,17 @@ impl Encoder {
             "object": {"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": revision.to_string()}},
         }))
     }
+}
+
+/// `{"type":…,"object":…}` and a newline: a watch event in Kubernetes JSON.
+fn object_line(event_type: &str, obj: &AnyObject) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(br#"{"type":""#);
+    out.extend_from_slice(event_type.as_bytes());
+    out.extend_from_slice(br#"","object":"#);
+    obj.write_json(&mut out);
+    out.extend_from_slice(b"}\n");
+    out
 }
 
 fn line(v: &Value) -> Vec<u8> {
@@ -64,7 +73,7 @@ fn event_name(t: EventType) -> &'static str {
     }
 }
 
-fn stream_response(rx: async_channel::Receiver<Vec<u8>>) -> tide::Response {
+fn stream_response(rx: async_channel::Receiver<Chunk>) -> tide::Response {
     let mut r = tide::Response::new(StatusCode::Ok);
     r.set_body(tide::Body::from_reader(ChannelReader::new(rx), None));
     r.set_content_type(mime::JSON);
@@ -93,7 +102,7 @@ pub(super) async fn serve_watch(
         columns_sent: false,
     };
     let rv = query(req, "resourceVersion").filter(|r| !r.is_empty() && r != "0");
-    let (tx, rx) = async_channel::bounded::<Vec<u8>>(64);
+    let (tx, rx) = async_channel::bounded::<Chunk>(64);
 
     let (initial, watch) = match rv {
         None => {
@@ -112,7 +121,7 @@ pub(super) async fn serve_watch(
                 Ok(w) => (Vec::new(), w),
                 Err(StoreError::Expired { requested, oldest }) => {
                     let status = *ApiError::expired(requested, oldest).0;
-                    let _ = tx.try_send(line(&json!({"type": "ERROR", "object": status})));
+                    let _ = tx.try_send(line(&json!({"type": "ERROR", "object": status})).into());
                     drop(tx);
                     return Ok(stream_response(rx));
                 }
@@ -125,7 +134,7 @@ pub(super) async fn serve_watch(
     let mut last_revision = state.store.revision();
     smol::spawn(async move {
         for obj in &initial {
-            if tx.send(enc.event("ADDED", obj)).await.is_err() {
+            if tx.send(enc.event("ADDED", obj).into()).await.is_err() {
                 return;
             }
         }
@@ -154,13 +163,21 @@ pub(super) async fn serve_watch(
                 .await;
             let chunk = match step {
                 Step::Event(None) | Step::Done => return,
-                Step::Bookmark => enc.bookmark(last_revision),
+                Step::Bookmark => enc.bookmark(last_revision).into(),
                 Step::Event(Some(ev)) => {
                     last_revision = ev.revision;
                     if !object_matches(&ev.object, ns.as_deref(), &labels, &fields) {
                         continue;
                     }
-                    enc.event(event_name(ev.event_type), &ev.object)
+                    if enc.as_table {
+                        enc.event(event_name(ev.event_type), &ev.object).into()
+                    } else {
+                        // Every JSON watcher of this event sends the same bytes.
+                        let wire = ev.wire.get_or_init(|| {
+                            object_line(event_name(ev.event_type), &ev.object).into()
+                        });
+                        Chunk::Shared(wire.clone())
+                    }
                 }
             };
             if tx.send(chunk).await.is_err() {

@@ -216,6 +216,20 @@ pub struct WatchEvent {
     pub event_type: EventType,
     pub revision: u64,
     pub object: AnyObject,
+    /// The event as its API clients receive it, encoded once by the first that needs it and
+    /// shared by the others (see `http::watch`).
+    pub wire: std::sync::OnceLock<Arc<[u8]>>,
+}
+
+impl WatchEvent {
+    pub fn new(event_type: EventType, revision: u64, object: AnyObject) -> WatchEvent {
+        WatchEvent {
+            event_type,
+            revision,
+            object,
+            wire: std::sync::OnceLock::new(),
+        }
+    }
 }
 
 /// Writer figures for `/metrics`.
@@ -597,11 +611,7 @@ fn read_events(
         let revision = k.value();
         let (event_type, object) = decode_event(revision, v.value())?;
         if mask & kind_bit(object.kind()) != 0 {
-            events.push_back(Arc::new(WatchEvent {
-                event_type,
-                revision,
-                object,
-            }));
+            events.push_back(Arc::new(WatchEvent::new(event_type, revision, object)));
         }
     }
     Ok(events)

@@ -145,13 +145,7 @@ impl Writer {
                 }
                 let shared: Vec<Arc<WatchEvent>> = events
                     .into_iter()
-                    .map(|e| {
-                        Arc::new(WatchEvent {
-                            event_type: e.event_type,
-                            revision: e.revision,
-                            object: e.object,
-                        })
-                    })
+                    .map(|e| Arc::new(WatchEvent::new(e.event_type, e.revision, e.object)))
                     .collect();
                 if !shared.is_empty() {
                     self.hub.publish(&shared, revision);
