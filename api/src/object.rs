@@ -75,9 +75,9 @@ pub trait Resource:
     /// Replace everything but the status with `other`'s (status writes keep the stored spec
     /// and metadata).
     fn copy_all_but_status_from(&mut self, other: &Self) {
-        let status_holder = self.clone();
-        *self = other.clone();
-        self.copy_status_from(&status_holder);
+        let mut merged = other.clone();
+        merged.copy_status_from(self);
+        *self = merged;
     }
 
     /// Clears the status, as create does for kinds with a status subresource.

@@ -362,7 +362,8 @@ fn apply_update_checked<K: Resource>(
         n.generation = o.generation;
         n.self_link = None;
     }
-    if new.spec_fingerprint() != old.spec_fingerprint() {
+    // A status write kept the stored spec, so only a main write can change the generation.
+    if part == Part::Main && new.spec_fingerprint() != old.spec_fingerprint() {
         new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);
     }
     validate(&new)?;

@@ -70,18 +70,18 @@ fn live_events_carry_type_revision_and_object() {
 
         let e = next(&mut cms).await.unwrap();
         assert_eq!(
-            (e.event_type, e.revision, &e.object),
+            (e.event_type, e.revision, &*e.object),
             (EventType::Added, 1, &added)
         );
         let e = next(&mut cms).await.unwrap();
         assert_eq!(
-            (e.event_type, e.revision, &e.object),
+            (e.event_type, e.revision, &*e.object),
             (EventType::Modified, 3, &modified)
         );
         let e = next(&mut cms).await.unwrap();
         assert_eq!(e.event_type, EventType::Deleted);
         assert_eq!(e.revision, 4);
-        assert_eq!(e.object, deleted);
+        assert_eq!(*e.object, deleted);
         assert_eq!(e.object.meta().resource_version, "4");
         assert!(
             cms.try_next().is_none(),

@@ -174,16 +174,17 @@ pub fn daemon_pod(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
 /// a resync) every DaemonSet.
 fn keys_for(c: &Context, change: &Change) -> Vec<Key> {
     match change.object() {
-        Some(o) if o.kind() == Kind::Pod => [Some(o), change.old()]
-            .into_iter()
-            .flatten()
-            .filter_map(|o| {
-                let m = o.meta();
-                m.controller_ref()
-                    .filter(|r| r.kind == "DaemonSet")
-                    .map(|r| (m.namespace().to_string(), r.name.clone()))
-            })
-            .collect(),
+        Some(o) if o.kind() == Kind::Pod => {
+            let old = change.old_meta();
+            std::iter::once(o.meta())
+                .chain(old.as_ref())
+                .filter_map(|m| {
+                    m.controller_ref()
+                        .filter(|r| r.kind == "DaemonSet")
+                        .map(|r| (m.namespace().to_string(), r.name.clone()))
+                })
+                .collect()
+        }
         Some(o) if o.kind() == Kind::DaemonSet => {
             vec![(o.meta().namespace().to_string(), o.meta().name.clone())]
         }

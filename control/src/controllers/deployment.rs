@@ -60,11 +60,10 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
         keys.push(key_of(d));
     }
     let mut metas: Vec<&ObjectMeta> = Vec::new();
+    let old = change.old_meta();
     if let Some(rs) = ReplicaSet::from_any_ref(obj) {
         metas.push(&rs.metadata);
-        if let Some(old) = change.old().and_then(|o| ReplicaSet::from_any_ref(o)) {
-            metas.push(&old.metadata);
-        }
+        metas.extend(old.as_ref());
     }
     // A Recreate rollout waits for the old pods to be gone.
     if let (Change::Deleted(_), Some(p)) = (change, Pod::from_any_ref(obj)) {

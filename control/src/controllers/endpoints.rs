@@ -62,15 +62,16 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
         return vec![key_of(e)];
     }
     let mut keys = Vec::new();
-    let pods = [Some(obj), change.old()]
-        .into_iter()
-        .flatten()
-        .filter_map(|o| Pod::from_any_ref(o));
+    let Some(pod) = Pod::from_any_ref(obj) else {
+        return keys;
+    };
+    // The Services that select the pod before or after the change (labels only).
+    let old = change.old_meta();
     let cache = ctx.informers.cache().read();
-    for p in pods {
-        let ns = p.metadata.namespace();
+    for meta in std::iter::once(&pod.metadata).chain(old.as_ref()) {
+        let ns = meta.namespace();
         for s in cache.iter::<Service>(Some(ns)) {
-            if selector_of(&s).is_some_and(|sel| sel.matches(&p.metadata.labels)) {
+            if selector_of(&s).is_some_and(|sel| sel.matches(&meta.labels)) {
                 keys.push(key_of(&s));
             }
         }

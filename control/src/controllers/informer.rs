@@ -25,7 +25,7 @@ use api::Kind;
 use async_channel::{Receiver, Sender};
 use event_listener::Event;
 
-use crate::store::{EventType, Store, StoreError};
+use crate::store::{EventType, Store, StoreError, WatchEvent};
 
 /// How far the informer's watch may fall behind before the store cuts it off. Far more than a
 /// client's: the queued events are shared with every other watcher, and being cut off in a
@@ -104,8 +104,10 @@ pub enum Change {
         new: Arc<AnyObject>,
         packed: Packed,
     },
+    /// `old` is the object before the change, still packed: most subscribers need at most
+    /// its metadata ([`Change::old_meta`]).
     Modified {
-        old: Arc<AnyObject>,
+        old: Packed,
         new: Arc<AnyObject>,
         packed: Packed,
     },
@@ -130,10 +132,19 @@ impl Change {
         }
     }
 
-    /// The object before the change, for modifications.
-    pub fn old(&self) -> Option<&Arc<AnyObject>> {
+    /// The object before the change, for modifications (decoded on each call).
+    pub fn old(&self) -> Option<AnyObject> {
         match self {
-            Change::Modified { old, .. } => Some(old),
+            Change::Modified { old, .. } => old.unpack(),
+            _ => None,
+        }
+    }
+
+    /// The metadata of the object before the change, for modifications (only the metadata is
+    /// decoded).
+    pub fn old_meta(&self) -> Option<ObjectMeta> {
+        match self {
+            Change::Modified { old, .. } => old.meta(),
             _ => None,
         }
     }
@@ -237,27 +248,27 @@ impl Objects {
 
     /// Applies one event; the change to announce if `announce` (someone wants to hear about
     /// this kind: only then are the objects decoded or copied for the notification).
-    fn apply(&mut self, event_type: EventType, obj: &AnyObject, announce: bool) -> Option<Change> {
+    fn apply(&mut self, event: &WatchEvent, announce: bool) -> Option<Change> {
+        let obj = &event.object;
         let map = self.by_kind.entry(obj.kind()).or_default();
         let key = Self::key_of(obj);
-        match event_type {
+        match event.event_type {
             EventType::Deleted => {
                 map.remove(&key);
-                announce.then(|| Change::Deleted(Arc::new(obj.clone())))
+                announce.then(|| Change::Deleted(obj.clone()))
             }
             EventType::Added | EventType::Modified => {
-                let packed = Packed::pack(obj);
+                // The store's own encoding of the object: nothing to encode here.
+                let packed = Packed {
+                    bytes: event.packed.clone(),
+                };
                 let replaced = map.insert(key, packed.clone());
                 if !announce {
                     return None;
                 }
-                let new = Arc::new(obj.clone());
-                Some(match replaced.and_then(|p| p.unpack()) {
-                    Some(old) => Change::Modified {
-                        old: Arc::new(old),
-                        new,
-                        packed,
-                    },
+                let new = obj.clone();
+                Some(match replaced {
+                    Some(old) => Change::Modified { old, new, packed },
                     None => Change::Added { new, packed },
                 })
             }
@@ -299,16 +310,10 @@ impl Cache {
         *self.inner.write().unwrap_or_else(|e| e.into_inner()) = objects;
     }
 
-    fn apply(
-        &self,
-        event_type: EventType,
-        revision: u64,
-        obj: &AnyObject,
-        announce: bool,
-    ) -> Option<Change> {
+    fn apply(&self, event: &WatchEvent, announce: bool) -> Option<Change> {
         let mut w = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        w.revision = revision;
-        w.apply(event_type, obj, announce)
+        w.revision = event.revision;
+        w.apply(event, announce)
     }
 }
 
@@ -427,12 +432,9 @@ impl Informers {
         }
     }
 
-    fn apply(&self, event: &crate::store::WatchEvent) {
+    fn apply(&self, event: &WatchEvent) {
         let announce = self.wanted(event.object.kind());
-        if let Some(change) =
-            self.cache
-                .apply(event.event_type, event.revision, &event.object, announce)
-        {
+        if let Some(change) = self.cache.apply(event, announce) {
             self.notify(change);
         }
     }
@@ -496,12 +498,17 @@ mod tests {
         .into_any()
     }
 
+    fn event(event_type: EventType, obj: &AnyObject) -> WatchEvent {
+        let packed = postcard::to_allocvec(obj).unwrap();
+        WatchEvent::new(event_type, 1, obj.clone(), packed.into())
+    }
+
     #[test]
     fn objects_apply_and_iterate_by_namespace() {
         let mut o = Objects::default();
         for (ns, n) in [("b", "x"), ("a", "y"), ("a", "z"), ("ab", "w")] {
             assert!(matches!(
-                o.apply(EventType::Added, &cm(ns, n), true),
+                o.apply(&event(EventType::Added, &cm(ns, n)), true),
                 Some(Change::Added { .. })
             ));
         }
@@ -519,9 +526,9 @@ mod tests {
             .meta_mut()
             .labels
             .insert("new".into(), "label".into());
-        match o.apply(EventType::Modified, &changed, true) {
+        match o.apply(&event(EventType::Modified, &changed), true) {
             Some(Change::Modified { old, new, packed }) => {
-                assert_eq!(*old, cm("a", "y"));
+                assert_eq!(old.unpack(), Some(cm("a", "y")));
                 assert_eq!(*new, changed);
                 assert_eq!(packed.unpack(), Some(changed.clone()));
             }
@@ -529,10 +536,12 @@ mod tests {
         }
         assert_eq!(o.get_any(Kind::ConfigMap, "a", "y"), Some(changed));
         // Nobody listening: applied, nothing to announce.
-        assert!(o.apply(EventType::Added, &cm("c", "q"), false).is_none());
+        assert!(o
+            .apply(&event(EventType::Added, &cm("c", "q")), false)
+            .is_none());
         assert!(o.get::<ConfigMap>("c", "q").is_some());
         assert!(matches!(
-            o.apply(EventType::Deleted, &cm("a", "y"), true),
+            o.apply(&event(EventType::Deleted, &cm("a", "y")), true),
             Some(Change::Deleted(_))
         ));
         assert!(o.get::<ConfigMap>("a", "y").is_none());
@@ -567,7 +576,7 @@ mod tests {
         for (n, app) in [("a", "web"), ("b", "db"), ("c", "web")] {
             let mut c = cm("ns", n);
             c.meta_mut().labels.insert("app".into(), app.into());
-            o.apply(EventType::Added, &c, false);
+            o.apply(&event(EventType::Added, &c), false);
         }
         let web: Vec<String> = o
             .iter_where::<ConfigMap>(Some("ns"), |m| {

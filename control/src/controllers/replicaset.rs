@@ -54,23 +54,22 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
         return vec![key_of(rs)];
     }
     let mut keys = Vec::new();
-    let mut pods: Vec<&Pod> = Vec::new();
-    if let Some(p) = Pod::from_any_ref(obj) {
-        pods.push(p);
-    }
-    if let Some(p) = change.old().and_then(|o| Pod::from_any_ref(o)) {
-        pods.push(p);
-    }
-    for p in pods {
-        let ns = p.metadata.namespace().to_string();
-        match p.metadata.controller_ref() {
+    let Some(pod) = Pod::from_any_ref(obj) else {
+        return keys;
+    };
+    // The pod's owner or selecting ReplicaSets, before and after the change: only the
+    // metadata counts.
+    let old = change.old_meta();
+    for meta in std::iter::once(&pod.metadata).chain(old.as_ref()) {
+        let ns = meta.namespace().to_string();
+        match meta.controller_ref() {
             Some(r) if r.kind == "ReplicaSet" => keys.push((ns, r.name.clone())),
             Some(_) => {}
             None => {
                 let cache = ctx.informers.cache().read();
                 for rs in cache.iter::<ReplicaSet>(Some(&ns)) {
                     if workload::selector(rs.spec.selector.as_ref())
-                        .is_some_and(|s| s.matches(&p.metadata.labels))
+                        .is_some_and(|s| s.matches(&meta.labels))
                     {
                         keys.push(key_of(&rs));
                     }

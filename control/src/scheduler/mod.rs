@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use api::core::{Pod, PodCondition, PodStatus};
 use api::meta::Time;
-use api::object::{AnyObject, Resource};
+use api::object::AnyObject;
 use api::Kind;
 use async_channel::{Receiver, Sender};
 
@@ -473,9 +473,9 @@ impl Scheduler {
         }
     }
 
-    fn object_changed(&mut self, obj: &AnyObject, packed: Packed, old: Option<&AnyObject>) {
+    fn object_changed(&mut self, obj: &AnyObject, packed: Packed, old: Option<&Packed>) {
         match obj {
-            AnyObject::Pod(pod) => self.pod_upserted(pod, packed, old.and_then(Pod::from_any_ref)),
+            AnyObject::Pod(pod) => self.pod_upserted(pod, packed, old),
             AnyObject::Node(_) if self.state.node_changed(obj, false) == NodeChange::Relevant => {
                 self.request_flush();
             }
@@ -483,7 +483,9 @@ impl Scheduler {
         }
     }
 
-    fn pod_upserted(&mut self, pod: &Pod, packed: Packed, old: Option<&Pod>) {
+    /// `old` is the pod before a modification, still packed: only a pending pod's change
+    /// needs it decoded.
+    fn pod_upserted(&mut self, pod: &Pod, packed: Packed, old: Option<&Packed>) {
         let key = key_of(&pod.metadata);
         if let Some(node) = occupies_node(pod) {
             self.pending.remove(&key);
@@ -517,7 +519,7 @@ impl Scheduler {
             self.unschedulable.remove(&key);
             return;
         }
-        let changed = old.is_none_or(|o| {
+        let changed = old.and_then(Packed::unpack_as::<Pod>).is_none_or(|o| {
             o.metadata.uid != pod.metadata.uid
                 || o.spec != pod.spec
                 || o.metadata.labels != pod.metadata.labels
@@ -720,6 +722,7 @@ impl Scheduler {
 mod tests {
     use super::*;
     use crate::scheduler::filter::tests::{node, pod};
+    use api::object::Resource;
 
     fn state(nodes: &[api::core::Node]) -> ClusterState {
         let mut s = ClusterState::default();

@@ -7,7 +7,7 @@
 
 use api::{AnyObject, Kind};
 use redb::TableDefinition;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{EventType, StoreError};
 
@@ -58,8 +58,9 @@ pub enum Stored {
     V1(AnyObject),
 }
 
-/// Encodes exactly like [`Stored`], without cloning the object.
-#[derive(Serialize)]
+/// Encodes exactly like [`Stored`]: the reference the framed encodings are tested against.
+#[cfg(test)]
+#[derive(serde::Serialize)]
 enum StoredRef<'a> {
     V1(&'a AnyObject),
 }
@@ -70,14 +71,46 @@ pub enum StoredEvent {
     V1(EventType, AnyObject),
 }
 
-#[derive(Serialize)]
+#[cfg(test)]
+#[derive(serde::Serialize)]
 enum StoredEventRef<'a> {
     V1(EventType, &'a AnyObject),
 }
 
+#[cfg(test)]
 pub(crate) fn encode_object(obj: &AnyObject) -> Result<Vec<u8>, StoreError> {
     postcard::to_allocvec(&StoredRef::V1(obj))
         .map_err(|e| StoreError::Db(format!("encoding {:?} object: {e}", obj.kind())))
+}
+
+/// The postcard encoding of the object alone (what the informer cache keeps).
+pub(crate) fn pack_object(obj: &AnyObject) -> Result<Vec<u8>, StoreError> {
+    postcard::to_allocvec(obj)
+        .map_err(|e| StoreError::Db(format!("encoding {:?} object: {e}", obj.kind())))
+}
+
+/// The first variant of an envelope (`V1`): postcard writes a variant index as a varint.
+const V1_TAG: u8 = 0;
+
+/// [`encode_object`] from the object's [`pack_object`] bytes: postcard encodes a newtype
+/// variant as its index followed by the value's own encoding, so the object is encoded once
+/// for the table, the event log and the watchers.
+pub(crate) fn frame_object(packed: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(packed.len() + 1);
+    out.push(V1_TAG);
+    out.extend_from_slice(packed);
+    out
+}
+
+/// [`encode_event`] from the object's [`pack_object`] bytes (a tuple variant is its index,
+/// then each field's encoding in order).
+pub(crate) fn frame_event(event_type: EventType, packed: &[u8]) -> Result<Vec<u8>, StoreError> {
+    let mut out = Vec::with_capacity(packed.len() + 2);
+    out.push(V1_TAG);
+    out = postcard::to_extend(&event_type, out)
+        .map_err(|e| StoreError::Db(format!("encoding an event type: {e}")))?;
+    out.extend_from_slice(packed);
+    Ok(out)
 }
 
 pub(crate) fn decode_object(kind: Kind, key: &str, bytes: &[u8]) -> Result<AnyObject, StoreError> {
@@ -97,6 +130,7 @@ pub(crate) fn decode_object(kind: Kind, key: &str, bytes: &[u8]) -> Result<AnyOb
     Ok(obj)
 }
 
+#[cfg(test)]
 pub(crate) fn encode_event(event_type: EventType, obj: &AnyObject) -> Result<Vec<u8>, StoreError> {
     postcard::to_allocvec(&StoredEventRef::V1(event_type, obj))
         .map_err(|e| StoreError::Db(format!("encoding {:?} event: {e}", obj.kind())))
@@ -115,6 +149,23 @@ pub(crate) fn decode_event(
 mod tests {
     use super::*;
     use api::meta::ObjectMeta;
+
+    #[test]
+    fn framing_packed_bytes_gives_the_envelope_encodings() {
+        let obj = config_map("framed");
+        let packed = pack_object(&obj).unwrap();
+        assert_eq!(frame_object(&packed), encode_object(&obj).unwrap());
+        for t in [EventType::Added, EventType::Modified, EventType::Deleted] {
+            assert_eq!(
+                frame_event(t, &packed).unwrap(),
+                encode_event(t, &obj).unwrap()
+            );
+            assert_eq!(
+                decode_event(1, &frame_event(t, &packed).unwrap()).unwrap(),
+                (t, obj.clone())
+            );
+        }
+    }
 
     fn config_map(name: &str) -> AnyObject {
         AnyObject::ConfigMap(api::core::ConfigMap {

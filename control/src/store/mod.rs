@@ -215,18 +215,27 @@ impl EventType {
 pub struct WatchEvent {
     pub event_type: EventType,
     pub revision: u64,
-    pub object: AnyObject,
+    pub object: Arc<AnyObject>,
+    /// The object's postcard encoding, as the store wrote it (the informer cache keeps these
+    /// bytes instead of encoding the object again).
+    pub packed: Arc<[u8]>,
     /// The event as its API clients receive it, encoded once by the first that needs it and
     /// shared by the others (see `http::watch`).
     pub wire: std::sync::OnceLock<Arc<[u8]>>,
 }
 
 impl WatchEvent {
-    pub fn new(event_type: EventType, revision: u64, object: AnyObject) -> WatchEvent {
+    pub fn new(
+        event_type: EventType,
+        revision: u64,
+        object: AnyObject,
+        packed: Arc<[u8]>,
+    ) -> WatchEvent {
         WatchEvent {
             event_type,
             revision,
-            object,
+            object: Arc::new(object),
+            packed,
             wire: std::sync::OnceLock::new(),
         }
     }
@@ -611,7 +620,13 @@ fn read_events(
         let revision = k.value();
         let (event_type, object) = decode_event(revision, v.value())?;
         if mask & kind_bit(object.kind()) != 0 {
-            events.push_back(Arc::new(WatchEvent::new(event_type, revision, object)));
+            let packed = codec::pack_object(&object)?;
+            events.push_back(Arc::new(WatchEvent::new(
+                event_type,
+                revision,
+                object,
+                packed.into(),
+            )));
         }
     }
     Ok(events)

@@ -5,11 +5,12 @@
 //! the revisions it took are handed to the next closure.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use api::{AnyObject, Kind};
 use redb::{ReadableTable, WriteTransaction};
 
-use super::codec::{self, decode_object, encode_event, encode_object, kind_table, object_key};
+use super::codec::{self, decode_object, kind_table, object_key};
 use super::{EventType, StoreError};
 
 /// An event a closure produced, with the revision it took.
@@ -18,6 +19,9 @@ pub(crate) struct PendingEvent {
     pub revision: u64,
     pub object: AnyObject,
 }
+
+/// An event with its object's packed encoding.
+pub(crate) type PackedEvent = (PendingEvent, Arc<[u8]>);
 
 /// The view a write closure gets. Reads see the state committed before the batch, the earlier
 /// closures of the same batch, and this closure's own earlier writes.
@@ -181,26 +185,31 @@ impl<'a> Txn<'a> {
         revision
     }
 
-    /// Encodes the closure's writes. An error here is the closure's own failure: nothing has
-    /// reached the redb transaction yet.
+    /// Encodes the closure's writes, each object once (the table value, the event log entry
+    /// and the watchers' packed copy are framed from the same bytes). An error here is the
+    /// closure's own failure: nothing has reached the redb transaction yet.
     pub(crate) fn encode(self) -> Result<EncodedWrites<'a>, StoreError> {
-        let mut objects = Vec::with_capacity(self.overlay.len());
-        for ((kind, key), slot) in self.overlay {
-            let bytes = slot
-                .map(|i| encode_object(&self.events[i].object))
-                .transpose()?;
-            objects.push((kind, key, bytes));
-        }
+        let packed = self
+            .events
+            .iter()
+            .map(|e| codec::pack_object(&e.object).map(Arc::<[u8]>::from))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let objects = self
+            .overlay
+            .into_iter()
+            .map(|((kind, key), slot)| (kind, key, slot.map(|i| codec::frame_object(&packed[i]))))
+            .collect();
         let log = self
             .events
             .iter()
-            .map(|e| Ok((e.revision, encode_event(e.event_type, &e.object)?)))
+            .zip(&packed)
+            .map(|(e, p)| Ok((e.revision, codec::frame_event(e.event_type, p)?)))
             .collect::<Result<_, StoreError>>()?;
         Ok(EncodedWrites {
             wtx: self.wtx,
             objects,
             log,
-            events: self.events,
+            events: self.events.into_iter().zip(packed).collect(),
             last_revision: self.next_revision - 1,
         })
     }
@@ -212,14 +221,16 @@ pub(crate) struct EncodedWrites<'a> {
     /// (kind, key, value); `None` deletes. Sorted by kind, then key.
     objects: Vec<(Kind, String, Option<Vec<u8>>)>,
     log: Vec<(u64, Vec<u8>)>,
-    events: Vec<PendingEvent>,
+    /// Each event with its object's packed encoding.
+    events: Vec<PackedEvent>,
     last_revision: u64,
 }
 
 impl EncodedWrites<'_> {
-    /// Writes into the redb transaction; returns the events and the last revision taken. An
-    /// error leaves the transaction partly written: the caller must abandon it.
-    pub(crate) fn apply(self) -> Result<(Vec<PendingEvent>, u64), StoreError> {
+    /// Writes into the redb transaction; returns the events (each with its object's packed
+    /// encoding) and the last revision taken. An error leaves the transaction partly written:
+    /// the caller must abandon it.
+    pub(crate) fn apply(self) -> Result<(Vec<PackedEvent>, u64), StoreError> {
         let mut open: Option<(Kind, redb::Table<'_, &str, &[u8]>)> = None;
         for (kind, key, value) in &self.objects {
             let table = match &mut open {

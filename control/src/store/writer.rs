@@ -15,7 +15,7 @@ use redb::{Database, Durability, WriteTransaction};
 
 use super::codec::{EVENT_TABLE, META_COMPACTED, META_REVISION, META_TABLE};
 use super::hub::{lock, Hub};
-use super::txn::{PendingEvent, Txn};
+use super::txn::{PackedEvent, Txn};
 use super::{CommitStats, StoreError, WatchEvent};
 
 /// Most closures run in one transaction; a bound keeps one batch from holding every caller
@@ -84,7 +84,7 @@ impl Writer {
         let batch_size = jobs.len();
         // Each caller's answer, and an error that overrides the commit's outcome for it.
         let mut replies: Vec<(Reply, Option<StoreError>)> = Vec::with_capacity(batch_size);
-        let mut events: Vec<PendingEvent> = Vec::new();
+        let mut events: Vec<PackedEvent> = Vec::new();
         let mut failed = 0u64;
         let mut jobs = jobs.into_iter();
         let result = self.begin().and_then(|wtx| {
@@ -145,7 +145,9 @@ impl Writer {
                 }
                 let shared: Vec<Arc<WatchEvent>> = events
                     .into_iter()
-                    .map(|e| Arc::new(WatchEvent::new(e.event_type, e.revision, e.object)))
+                    .map(|(e, packed)| {
+                        Arc::new(WatchEvent::new(e.event_type, e.revision, e.object, packed))
+                    })
                     .collect();
                 if !shared.is_empty() {
                     self.hub.publish(&shared, revision);
