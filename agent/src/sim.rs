@@ -439,14 +439,18 @@ impl Seen {
     }
 }
 
-/// Lists and watches every pod (resuming, re-listing on 410) and hands work to the workers.
+/// The pods a node may have to act on: bound ones (pending pods are the scheduler's).
+const BOUND_PODS: &str = "spec.nodeName!=";
+
+/// Lists and watches every bound pod (resuming, re-listing on 410) and hands work to the
+/// workers.
 async fn follow_pods(client: &Client, nodes: &[SimNode], jobs: &async_channel::Sender<Job>) {
     let by_name: HashMap<&str, &SimNode> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     let mut seen = Seen::default();
     let mut rv = String::new();
     loop {
         if rv.is_empty() {
-            match client.list::<Pod>(None, None, None).await {
+            match client.list::<Pod>(None, None, Some(BOUND_PODS)).await {
                 Ok((pods, list_rv)) => {
                     for p in &pods {
                         if let Some(job) = seen.job_for(p, &by_name) {
@@ -462,7 +466,10 @@ async fn follow_pods(client: &Client, nodes: &[SimNode], jobs: &async_channel::S
                 }
             }
         }
-        let mut stream = match client.watch::<Pod>(None, &rv, None, None, None).await {
+        let mut stream = match client
+            .watch::<Pod>(None, &rv, None, Some(BOUND_PODS), None)
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 if e.code() == Some(410) {

@@ -9,8 +9,11 @@ use std::collections::BTreeMap;
 
 use agent::net::Ipv4Cidr;
 use api::core::Node;
-use api::Kind;
+use api::{Kind, Resource};
 
+use futures_lite::FutureExt;
+
+use super::informer::Change;
 use super::Context;
 use crate::error::ApiError;
 use crate::registry::Part;
@@ -74,10 +77,12 @@ async fn run(ctx: Context) {
             .filter(|n| n.spec.pod_cidr.as_deref().unwrap_or("").is_empty())
             .count();
         let plan = plan(cluster, prefix, &nodes, &pending);
-        if plan.len() < lacking.saturating_sub(pending.len()) && !exhausted_logged {
+        let exhausted = plan.len() < lacking.saturating_sub(pending.len());
+        if exhausted && !exhausted_logged {
             tracing::warn!(%cluster, "no podCIDR left for some nodes: the cluster CIDR is full");
             exhausted_logged = true;
         }
+        let mut failed = false;
         for (name, cidr) in plan {
             match assign(&ctx, &name, cidr).await {
                 Ok(Some(n)) => {
@@ -89,13 +94,47 @@ async fn run(ctx: Context) {
                     tracing::warn!(node = %name, error = %e, "cannot assign a podCIDR");
                     // Keep it reserved until the cache shows what happened to the node.
                     pending.insert(name, cidr);
+                    failed = true;
                 }
             }
         }
-        if changes.recv().await.is_err() {
-            return;
+        // Plan again when a change can alter the plan (not on every status write of every
+        // node: each plan decodes all nodes), or after a moment if an assignment failed.
+        loop {
+            let next = async { Some(changes.recv().await) };
+            let change = if failed {
+                next.or(async {
+                    smol::Timer::after(RETRY_AFTER).await;
+                    None
+                })
+                .await
+            } else {
+                next.await
+            };
+            match change {
+                None => break,
+                Some(Err(_)) => return,
+                Some(Ok(c)) if replans(&c, exhausted) => break,
+                Some(Ok(_)) => {}
+            }
         }
         while changes.try_recv().is_ok() {}
+    }
+}
+
+/// How soon a failed assignment is tried again.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether `change` can alter the plan: a node came or went (a range may be free), the cache
+/// was rebuilt, or a node lacks a range while ranges are left.
+fn replans(change: &Change, exhausted: bool) -> bool {
+    match change {
+        Change::Modified { new, .. } => {
+            !exhausted
+                && Node::from_any_ref(new)
+                    .is_some_and(|n| n.spec.pod_cidr.as_deref().unwrap_or("").is_empty())
+        }
+        _ => true,
     }
 }
 
@@ -178,5 +217,33 @@ mod tests {
         let nodes = vec![node("c", None), node("b", Some("10.42.1.0/24"))];
         let p = plan(c("10.42.0.0/23"), 24, &nodes, &BTreeMap::new());
         assert_eq!(p["c"], c("10.42.0.0/24"));
+    }
+
+    #[test]
+    fn only_changes_that_can_alter_the_plan_replan() {
+        use super::super::informer::Packed;
+        use std::sync::Arc;
+        let modified = |cidr: Option<&str>| {
+            let n = node("a", cidr).into_any();
+            Change::Modified {
+                old: Packed::pack(&n),
+                packed: Packed::pack(&n),
+                new: Arc::new(n),
+            }
+        };
+        // A status write of a node that has its range, or of one that cannot get one.
+        assert!(!replans(&modified(Some("10.42.0.0/24")), false));
+        assert!(!replans(&modified(None), true));
+        assert!(replans(&modified(None), false));
+        let n = Arc::new(node("b", None).into_any());
+        assert!(replans(&Change::Deleted(n.clone()), true));
+        assert!(replans(
+            &Change::Added {
+                packed: Packed::pack(&n),
+                new: n
+            },
+            true
+        ));
+        assert!(replans(&Change::Resync, true));
     }
 }
