@@ -10,10 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use api::client::{Client, ListOptions, WatchEvent};
+use api::client::{Client, ListOptions};
 use api::Kind;
 use futures_lite::StreamExt;
-use serde_json::Value;
 
 use crate::{ms, percentile, pod, PODS};
 
@@ -63,6 +62,62 @@ pub struct Plan {
     pub start_nodes: Vec<String>,
 }
 
+/// The parts of a watched pod the benchmark reads; serde skips the rest without building it.
+#[derive(serde::Deserialize)]
+struct EventLine {
+    #[serde(rename = "type")]
+    type_: String,
+    #[serde(default)]
+    object: PodState,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct PodState {
+    metadata: NameOnly,
+    spec: NodeNameOnly,
+    status: PhaseOnly,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct NameOnly {
+    name: String,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct NodeNameOnly {
+    node_name: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct PhaseOnly {
+    phase: Option<String>,
+}
+
+/// The watch of the benchmark's pods from `rv`, as raw lines.
+async fn watch_pods(
+    c: &Client,
+    rv: &str,
+) -> anyhow::Result<
+    std::pin::Pin<
+        Box<dyn futures_lite::Stream<Item = Result<Vec<u8>, api::client::ClientError>> + Send>,
+    >,
+> {
+    let options = ListOptions {
+        resource_version: Some(rv.to_string()),
+        ..Default::default()
+    };
+    let path = format!(
+        "{}{}",
+        api::client::resource_path(Kind::Pod, Some("default"), None),
+        options.to_query(true)
+    );
+    Ok(c.stream_raw_lines(&path, "application/json").await?)
+}
+
 pub async fn schedule(
     make_client: impl Fn() -> anyhow::Result<Client>,
     plan: Plan,
@@ -93,13 +148,7 @@ pub async fn schedule(
         .as_str()
         .unwrap_or("")
         .to_string();
-    let options = ListOptions {
-        resource_version: Some(rv),
-        ..Default::default()
-    };
-    let mut stream = c
-        .watch_value(Kind::Pod, Some("default"), &options, "application/json")
-        .await?;
+    let mut stream = watch_pods(&c, &rv).await?;
     // A watcher that falls too far behind is cut off by the server (as kube-apiserver does);
     // it then lists the pods once, counts what it missed as seen at that moment (an upper
     // bound) and watches on from the list.
@@ -107,32 +156,34 @@ pub async fn schedule(
         let seen = seen.clone();
         let c = make_client()?;
         smol::spawn(async move {
-            let note = |obj: &Value, now: Instant| {
-                let Some(name) = obj["metadata"]["name"].as_str() else {
-                    return false;
-                };
+            let note = |p: &PodState, now: Instant| {
                 let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
-                if obj["spec"]["nodeName"]
-                    .as_str()
-                    .is_some_and(|n| !n.is_empty())
-                    && !s.bound.contains_key(name)
+                if p.spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
+                    && !s.bound.contains_key(&p.metadata.name)
                 {
-                    s.bound.insert(name.to_string(), now);
+                    s.bound.insert(p.metadata.name.clone(), now);
                 }
-                if obj["status"]["phase"] == "Running" && s.running.insert(name.to_string()) {
+                if p.status.phase.as_deref() == Some("Running")
+                    && s.running.insert(p.metadata.name.clone())
+                {
                     s.last_running = Some(now);
                 }
                 s.bound.len() >= pods && s.running.len() >= pods
             };
             let mut relists = 0;
             loop {
-                while let Some(ev) = stream.next().await {
-                    let obj: Value = match ev {
-                        Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => o,
-                        Ok(_) => continue,
-                        Err(_) => break,
+                while let Some(line) = stream.next().await {
+                    let Ok(line) = line else { break };
+                    let ev: EventLine = match serde_json::from_slice(&line) {
+                        Ok(ev) => ev,
+                        Err(e) => bail!("unreadable watch event: {e}"),
                     };
-                    if note(&obj, Instant::now()) {
+                    match ev.type_.as_str() {
+                        "ADDED" | "MODIFIED" => {}
+                        "ERROR" => break,
+                        _ => continue,
+                    }
+                    if note(&ev.object, Instant::now()) {
                         return anyhow::Ok(relists);
                     }
                 }
@@ -146,20 +197,14 @@ pub async fn schedule(
                 let now = Instant::now();
                 let mut done = false;
                 for obj in list["items"].as_array().into_iter().flatten() {
-                    done |= note(obj, now);
+                    let p: PodState = serde_json::from_value(obj.clone())?;
+                    done |= note(&p, now);
                 }
                 if done {
                     return Ok(relists);
                 }
-                let options = ListOptions {
-                    resource_version: list["metadata"]["resourceVersion"]
-                        .as_str()
-                        .map(str::to_string),
-                    ..Default::default()
-                };
-                stream = c
-                    .watch_value(Kind::Pod, Some("default"), &options, "application/json")
-                    .await?;
+                let rv = list["metadata"]["resourceVersion"].as_str().unwrap_or("");
+                stream = watch_pods(&c, rv).await?;
             }
         })
     };
