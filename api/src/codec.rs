@@ -55,7 +55,7 @@ pub fn json<K: Resource>(obj: &K) -> Json<'_, K> {
     }
 }
 
-pub use crate::omit::Typed as Json;
+pub use crate::omit::{Typed as Json, MAP_FIELDS};
 
 /// Reads `apiVersion` and `kind` from a manifest.
 pub fn type_of(v: &Value) -> Result<Kind, DecodeError> {

@@ -23,7 +23,7 @@ use serde::ser::{self, Impossible, Serialize, Serializer};
 use crate::object::Kind;
 
 /// Fields that are maps of strings in the model (Kubernetes omits them when empty).
-pub(crate) const MAP_FIELDS: &[&str] = &[
+pub const MAP_FIELDS: &[&str] = &[
     "labels",
     "annotations",
     "nodeSelector",
@@ -127,6 +127,24 @@ impl ser::Error for Found {
     }
 }
 
+/// Scalar methods of a `Serializer` that answer `$answer` whatever the value.
+macro_rules! scalars_answer {
+    ($ok:ty, $answer:expr; $($method:ident($ty:ty)),* $(,)?) => {
+        $(fn $method(self, _: $ty) -> Result<$ok, Found> {
+            $answer
+        })*
+    };
+}
+
+/// Scalar methods of a `Serializer` that hand the value to `self.inner`.
+macro_rules! scalars_delegate {
+    ($($method:ident($ty:ty)),* $(,)?) => {
+        $(fn $method(self, v: $ty) -> Result<S::Ok, S::Error> {
+            self.inner.$method(v)
+        })*
+    };
+}
+
 struct Probe;
 
 /// A compound being probed: any member makes it non-empty; none leaves it `.0`.
@@ -145,33 +163,9 @@ impl Serializer for Probe {
     type SerializeStruct = ProbeCompound;
     type SerializeStructVariant = ProbeCompound;
 
-    fn serialize_bool(self, _: bool) -> Result<Shape, Found> {
-        OTHER
-    }
-    fn serialize_i8(self, _: i8) -> Result<Shape, Found> {
-        OTHER
-    }
-    fn serialize_i16(self, _: i16) -> Result<Shape, Found> {
-        OTHER
-    }
-    fn serialize_i32(self, _: i32) -> Result<Shape, Found> {
-        OTHER
-    }
-    fn serialize_i64(self, _: i64) -> Result<Shape, Found> {
-        OTHER
-    }
-    fn serialize_u8(self, _: u8) -> Result<Shape, Found> {
-        OTHER
-    }
-    fn serialize_u16(self, _: u16) -> Result<Shape, Found> {
-        OTHER
-    }
-    fn serialize_u32(self, _: u32) -> Result<Shape, Found> {
-        OTHER
-    }
-    fn serialize_u64(self, _: u64) -> Result<Shape, Found> {
-        OTHER
-    }
+    scalars_answer!(Shape, OTHER; serialize_bool(bool), serialize_i8(i8), serialize_i16(i16),
+        serialize_i32(i32), serialize_i64(i64), serialize_u8(u8), serialize_u16(u16),
+        serialize_u32(u32), serialize_u64(u64), serialize_char(char));
     fn serialize_f32(self, v: f32) -> Result<Shape, Found> {
         self.serialize_f64(v.into())
     }
@@ -182,9 +176,6 @@ impl Serializer for Probe {
         } else {
             Shape::Null
         })
-    }
-    fn serialize_char(self, _: char) -> Result<Shape, Found> {
-        OTHER
     }
     fn serialize_str(self, v: &str) -> Result<Shape, Found> {
         Ok(if v.is_empty() {
@@ -371,48 +362,22 @@ impl<S: Serializer> Serializer for Omit<S> {
     fn is_human_readable(&self) -> bool {
         self.inner.is_human_readable()
     }
-    fn serialize_bool(self, v: bool) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_bool(v)
-    }
-    fn serialize_i8(self, v: i8) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_i8(v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_i16(v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_i32(v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_i64(v)
-    }
-    fn serialize_u8(self, v: u8) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_u8(v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_u16(v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_u32(v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_u64(v)
-    }
-    fn serialize_f32(self, v: f32) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_f32(v)
-    }
-    fn serialize_f64(self, v: f64) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_f64(v)
-    }
-    fn serialize_char(self, v: char) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_char(v)
-    }
-    fn serialize_str(self, v: &str) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_str(v)
-    }
-    fn serialize_bytes(self, v: &[u8]) -> Result<S::Ok, S::Error> {
-        self.inner.serialize_bytes(v)
-    }
+    scalars_delegate!(
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+        serialize_f32(f32),
+        serialize_f64(f64),
+        serialize_char(char),
+        serialize_str(&str),
+        serialize_bytes(&[u8])
+    );
     fn serialize_none(self) -> Result<S::Ok, S::Error> {
         self.inner.serialize_none()
     }
@@ -674,42 +639,10 @@ impl Serializer for KeyString {
     ) -> Result<String, Found> {
         Ok(variant.to_string())
     }
-    fn serialize_bool(self, _: bool) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_i8(self, _: i8) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_i16(self, _: i16) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_i32(self, _: i32) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_i64(self, _: i64) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_u8(self, _: u8) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_u16(self, _: u16) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_u32(self, _: u32) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_u64(self, _: u64) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_f32(self, _: f32) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_f64(self, _: f64) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Result<String, Found> {
-        Err(Found(Shape::Other))
-    }
+    scalars_answer!(String, Err(Found(Shape::Other)); serialize_bool(bool), serialize_i8(i8),
+        serialize_i16(i16), serialize_i32(i32), serialize_i64(i64), serialize_u8(u8),
+        serialize_u16(u16), serialize_u32(u32), serialize_u64(u64), serialize_f32(f32),
+        serialize_f64(f64), serialize_bytes(&[u8]));
     fn serialize_none(self) -> Result<String, Found> {
         Err(Found(Shape::Other))
     }

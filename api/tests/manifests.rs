@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use api::codec::{from_json, parse_manifests, to_json, type_of, write_json};
+use api::codec::{from_json, parse_manifests, to_json, type_of, write_json, MAP_FIELDS};
 use api::meta::Time;
 use api::Resource;
 use base64::Engine as _;
@@ -431,20 +431,6 @@ fn spec_fingerprint_ignores_status_and_metadata() {
 /// The reference for Kubernetes' output shape: the whole object as a `serde_json::Value`,
 /// pruned afterwards (how the server wrote JSON before it wrote it in one pass).
 fn pruned_value<K: Resource>(obj: &K) -> Value {
-    const MAP_FIELDS: &[&str] = &[
-        "labels",
-        "annotations",
-        "nodeSelector",
-        "data",
-        "binaryData",
-        "stringData",
-        "limits",
-        "requests",
-        "matchLabels",
-        "capacity",
-        "allocatable",
-        "overhead",
-    ];
     fn prune(v: &mut Value) {
         match v {
             Value::Object(m) => {
