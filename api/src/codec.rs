@@ -77,12 +77,12 @@ pub fn from_json<K: Resource>(mut v: Value) -> Result<K, DecodeError> {
         return Err(DecodeError::Syntax("the body must be a JSON object".into()));
     };
     check_type::<K>(m)?;
-    // Most values decode as they are; only one that does not (a null where the model has no
-    // `Option`, an unknown field, a wrong type) pays for the path tracking of its error.
+    strip_nulls(&mut v);
+    // Only a value that does not decode (an unknown field, a wrong type) pays for tracking
+    // the path of its error.
     if let Ok(obj) = K::deserialize(&v) {
         return Ok(obj);
     }
-    strip_nulls(&mut v);
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
         let message = e.into_inner().to_string();
