@@ -3,6 +3,7 @@
 //! [`route::Route`] and dispatches on it.
 
 mod backup;
+mod conn;
 pub use backup::PATH as BACKUP_PATH;
 pub mod discovery;
 mod logs;
@@ -76,7 +77,7 @@ pub async fn serve(
                 .peer_certificates()
                 .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
             let peer_certs = PeerCerts(certs);
-            let io = async_dup::Arc::new(async_dup::Mutex::new(tls));
+            let io = async_dup::Arc::new(async_dup::Mutex::new(conn::HeadWithBody::new(tls)));
             let result = async_h1::accept(io, |mut req| {
                 req.ext_mut().insert(peer_certs.clone());
                 let app = app.clone();
