@@ -296,6 +296,35 @@ fn is_bound<K: Resource>(obj: &K) -> bool {
     as_pod(obj).is_some_and(|p| p.spec.node_name.as_deref().is_some_and(|n| !n.is_empty()))
 }
 
+/// A create's work inside the write: the namespace is open, a Service gets its addresses,
+/// and the name is free (a generated one is drawn again if not).
+fn create_in<K: Resource>(
+    txn: &mut Txn,
+    ranges: &ServiceRanges,
+    mut obj: K,
+    generate: bool,
+) -> Result<K, ApiError> {
+    let ns = obj.meta().namespace().to_string();
+    if K::KIND.info().namespaced {
+        check_namespace_open(txn, &ns)?;
+    }
+    if let Some(svc) = as_service_mut(&mut obj) {
+        crate::ipalloc::assign_in_txn(txn, ranges, svc, None)?;
+    }
+    for attempt in 0..8 {
+        let name = obj.meta().name.clone();
+        if txn.get(K::KIND, &ns, &name)?.is_none() {
+            return typed(txn.put(obj.into_any())?);
+        }
+        if !generate || attempt == 7 {
+            return Err(ApiError::already_exists(K::KIND, &name));
+        }
+        let prefix = obj.meta().generate_name.clone().unwrap_or_default();
+        obj.meta_mut().name = generated_name(&prefix);
+    }
+    unreachable!("the loop returns on its last attempt")
+}
+
 /// The update rules shared by PUT, PATCH and internal writers; runs inside the transaction.
 fn apply_update<K: Resource>(
     txn: &mut Txn,
@@ -471,11 +500,21 @@ impl Registry {
     }
 
     /// Creates `obj` in `path_ns` (the namespace of the request path, if any).
-    pub async fn create<K: Resource>(
+    pub async fn create<K: Resource>(&self, obj: K, path_ns: Option<&str>) -> Result<K, ApiError> {
+        let (obj, generate) = self.prepare_create(obj, path_ns)?;
+        let ranges = self.service_ranges();
+        self.store
+            .write(move |txn| create_in(txn, &ranges, obj, generate))
+            .await
+    }
+
+    /// A create's work before the write: namespace, defaults, identity, validation. Answers
+    /// the object and whether its name is generated.
+    fn prepare_create<K: Resource>(
         &self,
         mut obj: K,
         path_ns: Option<&str>,
-    ) -> Result<K, ApiError> {
+    ) -> Result<(K, bool), ApiError> {
         settle_namespace(&mut obj, path_ns)?;
         if !obj.meta().resource_version.is_empty() {
             return Err(ApiError::bad_request(
@@ -508,30 +547,7 @@ impl Registry {
             obj.meta_mut().name = generated_name(&prefix);
         }
         validate(&obj)?;
-        let ranges = self.service_ranges();
-        self.store
-            .write(move |txn| {
-                let ns = obj.meta().namespace().to_string();
-                if K::KIND.info().namespaced {
-                    check_namespace_open(txn, &ns)?;
-                }
-                if let Some(svc) = as_service_mut(&mut obj) {
-                    crate::ipalloc::assign_in_txn(txn, &ranges, svc, None)?;
-                }
-                for attempt in 0..8 {
-                    let name = obj.meta().name.clone();
-                    if txn.get(K::KIND, &ns, &name)?.is_none() {
-                        return typed(txn.put(obj.into_any())?);
-                    }
-                    if !generate || attempt == 7 {
-                        return Err(ApiError::already_exists(K::KIND, &name));
-                    }
-                    let prefix = obj.meta().generate_name.clone().unwrap_or_default();
-                    obj.meta_mut().name = generated_name(&prefix);
-                }
-                unreachable!("the loop returns on its last attempt")
-            })
-            .await
+        Ok((obj, generate))
     }
 
     /// PUT: replaces the object (or its status). A non-empty resourceVersion is a precondition.
@@ -625,6 +641,24 @@ impl Registry {
 
     /// Binds a pending pod to a node (the `binding` subresource).
     pub async fn bind(&self, ns: &str, name: &str, node: String) -> Result<(), ApiError> {
+        self.bind_recording(ns, name, node, None).await
+    }
+
+    /// [`Registry::bind`], creating `event` (the scheduler's Scheduled event) in the same
+    /// write when the binding succeeds. An event that cannot be created does not fail the
+    /// binding.
+    pub async fn bind_recording(
+        &self,
+        ns: &str,
+        name: &str,
+        node: String,
+        event: Option<api::core::Event>,
+    ) -> Result<(), ApiError> {
+        let event = event.and_then(|e| {
+            self.prepare_create(e, Some(ns))
+                .inspect_err(|e| tracing::debug!(error = %e, "an event for a binding is invalid"))
+                .ok()
+        });
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
@@ -651,7 +685,14 @@ impl Registry {
                 crate::scheduler::set_scheduled_condition(&mut base.status, "True", None, None);
                 let mut new = base.clone();
                 new.spec.node_name = Some(node);
-                apply_update_checked(txn, &beats, &ranges, base, new, Part::Main, false).map(|_| ())
+                apply_update_checked(txn, &beats, &ranges, base, new, Part::Main, false)?;
+                if let Some((event, generate)) = event {
+                    // Nothing of a failed create reaches the transaction.
+                    if let Err(e) = create_in(txn, &ranges, event, generate) {
+                        tracing::debug!(error = %e, "recording a binding's event failed");
+                    }
+                }
+                Ok(())
             })
             .await
     }

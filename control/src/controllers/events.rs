@@ -44,6 +44,25 @@ struct Pending {
     at: Time,
 }
 
+impl Pending {
+    fn new(involved: ObjectReference, type_: &'static str, reason: &str, message: String) -> Self {
+        // Cluster-scoped objects' events live in `default`, as in Kubernetes.
+        let namespace = involved
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into());
+        Pending {
+            involved,
+            namespace,
+            type_,
+            reason: reason.to_string(),
+            message,
+            at: Time::now(),
+        }
+    }
+}
+
 /// Records events for one component (`default-scheduler`, `replicaset-controller`, ...).
 #[derive(Clone)]
 pub struct Recorder {
@@ -89,20 +108,7 @@ impl Recorder {
         reason: &str,
         message: String,
     ) {
-        // Cluster-scoped objects' events live in `default`, as in Kubernetes.
-        let namespace = involved
-            .namespace
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".into());
-        let p = Pending {
-            involved,
-            namespace,
-            type_,
-            reason: reason.to_string(),
-            message,
-            at: Time::now(),
-        };
+        let p = Pending::new(involved, type_, reason, message);
         if self.tx.try_send(p).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -260,8 +266,32 @@ async fn write_one(
             }
         }
     }
+    let namespace = p.namespace.clone();
+    let ev = new_event(component, p, n);
+    match registry.create(ev, Some(&namespace)).await {
+        Ok(e) => Some((namespace, e.metadata.name)),
+        Err(e) => {
+            // A namespace being deleted refuses new objects; the event is not worth more.
+            tracing::debug!(error = %e, "recording an event failed");
+            None
+        }
+    }
+}
+
+/// A Normal event about `obj` from `component`, to be created by the caller: how the
+/// scheduler writes its Scheduled event together with the binding.
+pub fn normal_event<K: Resource>(obj: &K, component: &str, reason: &str, message: String) -> Event {
+    new_event(
+        component,
+        Pending::new(reference(obj), "Normal", reason, message),
+        1,
+    )
+}
+
+/// The Event of `n` occurrences of `p`.
+fn new_event(component: &str, p: Pending, n: i32) -> Event {
     let object_name = p.involved.name.clone().unwrap_or_default();
-    let ev = Event {
+    Event {
         metadata: ObjectMeta {
             name: event_name(&object_name),
             namespace: Some(p.namespace.clone()),
@@ -281,14 +311,6 @@ async fn write_one(
         reporting_component: Some(component.to_string()),
         reporting_instance: Some(component.to_string()),
         ..Default::default()
-    };
-    match registry.create(ev, Some(&p.namespace)).await {
-        Ok(e) => Some((p.namespace, e.metadata.name)),
-        Err(e) => {
-            // A namespace being deleted refuses new objects; the event is not worth more.
-            tracing::debug!(error = %e, "recording an event failed");
-            None
-        }
     }
 }
 

@@ -226,7 +226,8 @@ fn shows_failure(pod: &Pod, message: &str) -> bool {
 enum Msg {
     Bound {
         key: Key,
-        pod: Box<Pod>,
+        /// The uid of the pod that was bound.
+        uid: String,
         node: String,
         result: Result<(), ApiError>,
     },
@@ -555,7 +556,7 @@ impl Scheduler {
             }
             Msg::Bound {
                 key,
-                pod,
+                uid,
                 node,
                 result,
             } => {
@@ -563,13 +564,8 @@ impl Scheduler {
                 match result {
                     Ok(()) => {
                         self.failures.remove(&key);
-                        self.recorder.normal(
-                            &*pod,
-                            "Scheduled",
-                            format!("Successfully assigned {}/{} to {node}", key.0, key.1),
-                        );
                     }
-                    Err(e) => self.bind_failed(key, &pod.metadata.uid, &node, e),
+                    Err(e) => self.bind_failed(key, &uid, &node, e),
                 }
             }
         }
@@ -631,17 +627,26 @@ impl Scheduler {
                 Ok(node) => {
                     self.state
                         .add_pod(key.clone(), pod, packed, node.clone(), true);
-                    let pod = Box::new(pod.clone());
+                    // The Scheduled event is written with the binding, in the same write.
+                    let event = crate::controllers::events::normal_event(
+                        pod,
+                        SCHEDULER_NAME,
+                        "Scheduled",
+                        format!("Successfully assigned {}/{} to {node}", key.0, key.1),
+                    );
+                    let uid = pod.metadata.uid.clone();
                     self.binding.insert(key.clone());
                     self.retry_affinity_waiters();
                     let registry = self.registry.clone();
                     let tx = self.tx.clone();
                     smol::spawn(async move {
-                        let result = registry.bind(&key.0, &key.1, node.clone()).await;
+                        let result = registry
+                            .bind_recording(&key.0, &key.1, node.clone(), Some(event))
+                            .await;
                         let _ = tx
                             .send(Msg::Bound {
                                 key,
-                                pod,
+                                uid,
                                 node,
                                 result,
                             })
