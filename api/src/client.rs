@@ -207,6 +207,9 @@ impl<T> WatchEvent<T> {
     }
 }
 
+/// The lines of a streamed body, each as its bytes.
+pub type LineStream = Pin<Box<dyn Stream<Item = Result<Vec<u8>, ClientError>> + Send>>;
+
 /// A stream of watch events; it ends when the server ends the response.
 pub type WatchStream<T> = Pin<Box<dyn Stream<Item = Result<WatchEvent<T>, ClientError>> + Send>>;
 
@@ -518,7 +521,7 @@ impl Client {
         &self,
         path_and_query: &str,
         accept: &str,
-    ) -> Result<Pin<Box<dyn Stream<Item = Result<Vec<u8>, ClientError>> + Send>>, ClientError> {
+    ) -> Result<LineStream, ClientError> {
         let (conn, head) = self.send("GET", path_and_query, None, accept).await?;
         let mut reader = BodyReader::new(conn, &head, false);
         if !(200..300).contains(&head.status) {
@@ -556,7 +559,7 @@ impl Client {
         &self,
         path_and_query: &str,
         accept: &str,
-    ) -> Result<Pin<Box<dyn Stream<Item = Result<Vec<u8>, ClientError>> + Send>>, ClientError> {
+    ) -> Result<LineStream, ClientError> {
         let (conn, head) = self.send("GET", path_and_query, None, accept).await?;
         let mut reader = BodyReader::new(conn, &head, false);
         if !(200..300).contains(&head.status) {
@@ -683,15 +686,24 @@ impl Client {
         options: &ListOptions,
         accept: &str,
     ) -> Result<WatchStream<Value>, ClientError> {
-        let path = format!(
-            "{}{}",
-            resource_path(kind, namespace, None),
-            options.to_query(true)
-        );
+        let path = watch_path(kind, namespace, options);
         let lines = self.stream_lines(&path, accept).await?;
         Ok(Box::pin(futures_lite::StreamExt::map(lines, |line| {
             line.and_then(raw_event)
         })))
+    }
+
+    /// Watches a kind; each event as the bytes of its line, for callers that decode it
+    /// themselves.
+    pub async fn watch_lines(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        options: &ListOptions,
+        accept: &str,
+    ) -> Result<LineStream, ClientError> {
+        self.stream_raw_lines(&watch_path(kind, namespace, options), accept)
+            .await
     }
 
     // ---- typed API ----
@@ -807,12 +819,9 @@ impl Client {
             timeout,
             allow_watch_bookmarks: false,
         };
-        let path = format!(
-            "{}{}",
-            resource_path(K::KIND, namespace, None),
-            options.to_query(true)
-        );
-        let lines = self.stream_raw_lines(&path, ACCEPT_JSON).await?;
+        let lines = self
+            .watch_lines(K::KIND, namespace, &options, ACCEPT_JSON)
+            .await?;
         Ok(Box::pin(futures_lite::StreamExt::map(lines, |line| {
             line.and_then(|line| typed_event(&line))
         })))
@@ -850,6 +859,15 @@ fn typed_event<K: Resource>(line: &[u8]) -> Result<WatchEvent<K>, ClientError> {
         WatchEvent::Deleted(o) => WatchEvent::Deleted(decode(o)?),
         WatchEvent::Bookmark { resource_version } => WatchEvent::Bookmark { resource_version },
     })
+}
+
+/// The path and query of a watch of `kind`.
+fn watch_path(kind: Kind, namespace: Option<&str>, options: &ListOptions) -> String {
+    format!(
+        "{}{}",
+        resource_path(kind, namespace, None),
+        options.to_query(true)
+    )
 }
 
 fn decode<K: Resource>(v: Value) -> Result<K, ClientError> {

@@ -98,24 +98,15 @@ struct PhaseOnly {
 }
 
 /// The watch of the benchmark's pods from `rv`, as raw lines.
-async fn watch_pods(
-    c: &Client,
-    rv: &str,
-) -> anyhow::Result<
-    std::pin::Pin<
-        Box<dyn futures_lite::Stream<Item = Result<Vec<u8>, api::client::ClientError>> + Send>,
-    >,
-> {
+async fn watch_pods(c: &Client, rv: &str) -> anyhow::Result<api::client::LineStream> {
     let options = ListOptions {
         resource_version: Some(rv.to_string()),
         ..Default::default()
     };
-    let path = format!(
-        "{}{}",
-        api::client::resource_path(Kind::Pod, Some("default"), None),
-        options.to_query(true)
-    );
-    Ok(c.stream_raw_lines(&path, "application/json").await?)
+    Ok(
+        c.watch_lines(Kind::Pod, Some("default"), &options, "application/json")
+            .await?,
+    )
 }
 
 pub async fn schedule(
@@ -197,7 +188,7 @@ pub async fn schedule(
                 let now = Instant::now();
                 let mut done = false;
                 for obj in list["items"].as_array().into_iter().flatten() {
-                    let p: PodState = serde_json::from_value(obj.clone())?;
+                    let p = <PodState as serde::Deserialize>::deserialize(obj)?;
                     done |= note(&p, now);
                 }
                 if done {

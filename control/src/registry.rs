@@ -681,7 +681,7 @@ impl Registry {
                 }
                 // As kube-apiserver's binding does, the same write says PodScheduled=True
                 // (the status is carried over from `base` by the main-part update).
-                let mut base = old.clone();
+                let mut base = old;
                 crate::scheduler::set_scheduled_condition(&mut base.status, "True", None, None);
                 let mut new = base.clone();
                 new.spec.node_name = Some(node);

@@ -207,7 +207,6 @@ pub fn set_scheduled_condition(
     }
 }
 
-/// Whether the pod already shows this PodScheduled=False reason and message.
 /// Whether the pod already says it is unschedulable (whatever the message).
 fn shows_unschedulable(pod: &Pod) -> bool {
     pod.status
@@ -215,6 +214,7 @@ fn shows_unschedulable(pod: &Pod) -> bool {
         .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
 }
 
+/// Whether the pod already shows this PodScheduled=False reason and message.
 fn shows_failure(pod: &Pod, message: &str) -> bool {
     pod.status.condition("PodScheduled").is_some_and(|c| {
         c.status == "False"

@@ -145,6 +145,14 @@ pub(crate) fn decode_event(
     Ok((event_type, obj))
 }
 
+/// The object's [`pack_object`] bytes inside an event-log entry (what [`frame_event`] put
+/// after the envelope's variant index and the event type).
+pub(crate) fn event_packed_object(revision: u64, bytes: &[u8]) -> Result<&[u8], StoreError> {
+    postcard::take_from_bytes::<(u32, EventType)>(bytes)
+        .map(|(_, packed)| packed)
+        .map_err(|e| StoreError::Db(format!("unreadable event at revision {revision}: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +171,10 @@ mod tests {
             assert_eq!(
                 decode_event(1, &frame_event(t, &packed).unwrap()).unwrap(),
                 (t, obj.clone())
+            );
+            assert_eq!(
+                event_packed_object(1, &frame_event(t, &packed).unwrap()).unwrap(),
+                packed.as_slice()
             );
         }
     }

@@ -102,10 +102,9 @@ impl Hub {
         }
     }
 
-    /// Registers a watcher; returns its id, its queue and the revision after which its live
-    /// events start (everything up to it must come from the event log).
     /// Registers a watcher of `kinds` (a kind mask); `capacity` overrides the hub's queue
-    /// capacity for it.
+    /// capacity for it. Returns its id, its queue and the revision after which its live events
+    /// start (everything up to it must come from the event log).
     pub(crate) fn register(
         &self,
         kinds: u64,

@@ -620,7 +620,7 @@ fn read_events(
         let revision = k.value();
         let (event_type, object) = decode_event(revision, v.value())?;
         if mask & kind_bit(object.kind()) != 0 {
-            let packed = codec::pack_object(&object)?;
+            let packed = codec::event_packed_object(revision, v.value())?;
             events.push_back(Arc::new(WatchEvent::new(
                 event_type,
                 revision,
