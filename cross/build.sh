@@ -32,7 +32,7 @@ mkdir -p dist
 for t in "${targets[@]}"; do
     if [ "$t" = "$ARMV7" ]; then
         # glibc 2.17 symbols only (zig's target suffix); no embedded agent.
-        cargo zigbuild --release --target "$t.2.17" -p skiff-control --no-default-features
+        cargo zigbuild --release --target "$t.2.17" -p skiff-control --no-default-features --features jemalloc
         cp "$CARGO_TARGET_DIR/$t/release/skiff" "dist/skiff-$t"
         continue
     fi

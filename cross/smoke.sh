@@ -24,6 +24,11 @@ cargo zigbuild --profile cross-smoke --target "$T" -p skiff-control -p skiff-age
 out="$CARGO_TARGET_DIR/$T/cross-smoke"
 file "$out/skiff" "$out/skiff-agent" | grep -q "ARM aarch64" || { echo "smoke: not aarch64 binaries" >&2; exit 1; }
 qemu-aarch64-static "$out/skiff" version --client
+# The server's jemalloc must be built for 64 KiB pages (.cargo/config.toml): one built for
+# 4 KiB pages refuses to start on a 16 KiB-page kernel such as the Raspberry Pi 5's.
+page=$(_RJEM_MALLOC_CONF=stats_print:true qemu-aarch64-static "$out/skiff" version --client 2>&1 |
+    awk '/^Page size:/ {print $3}')
+[ "$page" = 65536 ] || { echo "smoke: the aarch64 server's jemalloc uses ${page:-no} page size, not 65536" >&2; exit 1; }
 qemu-aarch64-static "$out/skiff-agent" --version
 qemu-aarch64-static "$out/skiff-agent" self-check
 echo "smoke: aarch64 binaries run under qemu"

@@ -2,6 +2,11 @@
 
 use skiff_control::cli::{self, AlreadyReported, Command};
 
+// See the `jemalloc` feature in Cargo.toml.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn init_tracing() {
     // The in-process agent's libcontainer logs from inside forked container children, where
     // a log event must not take locks: keep its events at `error`.

@@ -53,8 +53,8 @@ pub struct ServerArgs {
           value_parser = crate::ipalloc::parse_node_port_range)]
     pub service_node_port_range: crate::ipalloc::NodePortRange,
     /// The pod range: each node gets a /24 of it (its podCIDR).
-    #[arg(long, env = "SKIFF_CLUSTER_CIDR", default_value = agent::net::DEFAULT_CLUSTER_CIDR)]
-    pub cluster_cidr: agent::net::Ipv4Cidr,
+    #[arg(long, env = "SKIFF_CLUSTER_CIDR", default_value = api::cidr::DEFAULT_CLUSTER_CIDR)]
+    pub cluster_cidr: api::cidr::Ipv4Cidr,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -103,7 +103,7 @@ pub struct EmbeddedAgentArgs {
     #[arg(long, env = "SKIFF_DISABLE_PROXY")]
     pub disable_proxy: bool,
     /// The bridge this machine's pods are attached to.
-    #[arg(long, env = "SKIFF_BRIDGE_NAME", default_value = agent::net::DEFAULT_BRIDGE)]
+    #[arg(long, env = "SKIFF_BRIDGE_NAME", default_value = api::cidr::DEFAULT_BRIDGE)]
     pub bridge_name: String,
     /// Do not run the cluster DNS server on this machine.
     #[arg(long, env = "SKIFF_DISABLE_DNS")]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::cidr::Ipv4Cidr;
+use api::cidr::Ipv4Cidr;
 
 /// Why an address could not be handed out or the state not be kept.
 #[derive(Debug, thiserror::Error)]

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 
-use super::cidr::Ipv4Cidr;
+use api::cidr::Ipv4Cidr;
 
 pub const POSTROUTING_CHAIN: &str = "SKIFF-POSTROUTING";
 pub const HOSTPORTS_CHAIN: &str = "SKIFF-HOSTPORTS";

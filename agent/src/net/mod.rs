@@ -23,7 +23,6 @@
 //! Every call that touches the kernel blocks: run it through `smol::unblock`. Configuration
 //! inside a pod happens on a short-lived thread of its own that enters the pod's namespace.
 
-pub mod cidr;
 pub mod ipam;
 pub mod iptables;
 pub mod netlink;
@@ -40,15 +39,11 @@ use async_channel::{Receiver, Sender};
 use futures_lite::StreamExt;
 use netlink_packet_route::route::RouteType;
 
-pub use cidr::{CidrError, Ipv4Cidr};
+pub use api::cidr::{CidrError, Ipv4Cidr, DEFAULT_BRIDGE, DEFAULT_CLUSTER_CIDR};
 pub use ipam::{Ipam, IpamError};
 pub use iptables::{ensure_jump, restore, IptablesError};
 pub use netlink::{Netlink, NetlinkError};
 
-/// The default cluster range, a /24 of it per node.
-pub const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
-/// The default bridge name.
-pub const DEFAULT_BRIDGE: &str = "skiff0";
 /// Metric of the cluster range's `unreachable` route (below every real route to a podCIDR,
 /// which are more specific anyway).
 const UNREACHABLE_METRIC: u32 = 4000;

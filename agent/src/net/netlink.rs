@@ -21,7 +21,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
 use netlink_sys::Socket;
 
-use super::cidr::Ipv4Cidr;
+use api::cidr::Ipv4Cidr;
 
 /// The `protocol` skiff marks its routes with (free in `/etc/iproute2/rt_protos`), so that it
 /// can tell its own routes from everyone else's.

@@ -42,7 +42,7 @@ pub struct ControllerConfig {
     /// How long pods tolerate an unreachable or not-ready node unless they say otherwise.
     pub default_toleration_seconds: i64,
     /// The pod range, a /24 of it per node (`--cluster-cidr`).
-    pub cluster_cidr: agent::net::Ipv4Cidr,
+    pub cluster_cidr: api::cidr::Ipv4Cidr,
 }
 
 impl Default for ControllerConfig {
@@ -50,7 +50,9 @@ impl Default for ControllerConfig {
         ControllerConfig {
             node_monitor_grace_period: Duration::from_secs(40),
             default_toleration_seconds: 300,
-            cluster_cidr: agent::net::PodNetworkSettings::default().cluster_cidr,
+            cluster_cidr: api::cidr::DEFAULT_CLUSTER_CIDR
+                .parse()
+                .unwrap_or_else(|_| unreachable!("a valid literal")),
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use agent::net::Ipv4Cidr;
+use api::cidr::Ipv4Cidr;
 use api::core::Node;
 use api::{Kind, Resource};
 

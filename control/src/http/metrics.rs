@@ -114,6 +114,13 @@ impl Metrics {
             "skiff_store_commit_duration_seconds_count {}",
             store.commits
         );
+        out.push_str("# HELP skiff_store_sync_duration_seconds_total Part of the commit time spent in the database's commit (page writes and fsync).\n");
+        out.push_str("# TYPE skiff_store_sync_duration_seconds_total counter\n");
+        let _ = writeln!(
+            out,
+            "skiff_store_sync_duration_seconds_total {}",
+            store.total_sync_time.as_secs_f64()
+        );
         out.push_str(
             "# HELP skiff_store_last_commit_duration_seconds Duration of the latest commit.\n",
         );

@@ -254,6 +254,9 @@ pub struct CommitStats {
     pub failed_commits: u64,
     /// Time from the start of a batch to its durable commit, summed.
     pub total_commit_time: Duration,
+    /// The part of `total_commit_time` spent inside redb's commit (page writes and fsync),
+    /// summed; the rest ran the closures.
+    pub total_sync_time: Duration,
     pub last_commit_time: Duration,
     pub last_batch_size: usize,
     pub max_batch_size: usize,

@@ -123,14 +123,15 @@ impl Writer {
                 }
             }
             let compacted = self.finish(&wtx, revision)?;
+            let syncing = Instant::now();
             wtx.commit()?;
-            Ok((revision, compacted))
+            Ok((revision, compacted, syncing.elapsed()))
         });
         let leftover: Vec<Job> = jobs.collect();
         let batch_size = batch_size - leftover.len();
         let elapsed = started.elapsed();
         match result {
-            Ok((revision, compacted)) => {
+            Ok((revision, compacted, sync_time)) => {
                 self.revision.store(revision, Ordering::Release);
                 self.compacted.store(compacted, Ordering::Release);
                 {
@@ -139,6 +140,7 @@ impl Writer {
                     stats.writes += batch_size as u64 - failed;
                     stats.failed_writes += failed;
                     stats.total_commit_time += elapsed;
+                    stats.total_sync_time += sync_time;
                     stats.last_commit_time = elapsed;
                     stats.last_batch_size = batch_size;
                     stats.max_batch_size = stats.max_batch_size.max(batch_size);

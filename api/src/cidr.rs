@@ -1,4 +1,6 @@
 //! IPv4 CIDR blocks: parsing, membership, and cutting a cluster range into per-node subnets.
+//! Shared by the agent (pod network) and the server (`--cluster-cidr`, node IPAM), which also
+//! builds without the agent.
 
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -16,6 +18,11 @@ pub struct Ipv4Cidr {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not an IPv4 CIDR such as 10.42.0.0/16")]
 pub struct CidrError(pub String);
+
+/// The default cluster range of pod addresses, a /24 of it per node.
+pub const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
+/// The default name of the bridge the pods of a node hang off.
+pub const DEFAULT_BRIDGE: &str = "skiff0";
 
 fn mask(prefix: u8) -> u32 {
     if prefix == 0 {
