@@ -363,10 +363,10 @@ impl Store {
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnOnce(&mut Txn<'_>) -> Result<T, E> + Send + 'static,
+        F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
         let (tx, rx) = async_channel::bounded(1);
-        let job: Job = Box::new(move |txn: &mut Txn<'_>| {
+        let job: Job = Box::new(move |txn: &mut Txn<'_, '_>| {
             let result = f(txn);
             JobOutcome {
                 ok: result.is_ok(),

@@ -4,6 +4,7 @@
 //! redb transaction only if the closure returns `Ok`, so a failing closure leaves no trace and
 //! the revisions it took are handed to the next closure.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -23,10 +24,60 @@ pub(crate) struct PendingEvent {
 /// An event with its object's packed encoding.
 pub(crate) type PackedEvent = (PendingEvent, Arc<[u8]>);
 
+type ObjectTable<'t> = redb::Table<'t, &'static str, &'static [u8]>;
+
+/// The tables of one batch's transaction, each opened once and then shared by the batch's
+/// closures and their writes: opening a redb table takes a lock and a walk of the table tree,
+/// which cost more than the reads and writes themselves. Dropped before the commit.
+pub(crate) struct Tables<'t> {
+    wtx: &'t WriteTransaction,
+    objects: RefCell<Vec<(Kind, ObjectTable<'t>)>>,
+    log: RefCell<Option<redb::Table<'t, u64, &'static [u8]>>>,
+}
+
+impl<'t> Tables<'t> {
+    pub(crate) fn new(wtx: &'t WriteTransaction) -> Tables<'t> {
+        Tables {
+            wtx,
+            objects: RefCell::new(Vec::new()),
+            log: RefCell::new(None),
+        }
+    }
+
+    /// Runs `f` on the table of `kind`, opening it on first use.
+    fn with<R>(
+        &self,
+        kind: Kind,
+        f: impl FnOnce(&mut ObjectTable<'t>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut open = self.objects.borrow_mut();
+        let i = match open.iter().position(|(k, _)| *k == kind) {
+            Some(i) => i,
+            None => {
+                open.push((kind, self.wtx.open_table(kind_table(kind))?));
+                open.len() - 1
+            }
+        };
+        f(&mut open[i].1)
+    }
+
+    fn with_log<R>(
+        &self,
+        f: impl FnOnce(&mut redb::Table<'t, u64, &'static [u8]>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut log = self.log.borrow_mut();
+        let table = match &mut *log {
+            Some(table) => table,
+            None => log.insert(self.wtx.open_table(codec::EVENT_TABLE)?),
+        };
+        f(table)
+    }
+}
+
 /// The view a write closure gets. Reads see the state committed before the batch, the earlier
 /// closures of the same batch, and this closure's own earlier writes.
-pub struct Txn<'a> {
-    wtx: &'a WriteTransaction,
+pub struct Txn<'a, 't> {
+    tables: &'a Tables<'t>,
     next_revision: u64,
     /// (kind, key) -> index into `events` of the key's latest event (its current object), or
     /// `None` once deleted.
@@ -34,10 +85,10 @@ pub struct Txn<'a> {
     events: Vec<PendingEvent>,
 }
 
-impl<'a> Txn<'a> {
-    pub(crate) fn new(wtx: &'a WriteTransaction, last_revision: u64) -> Txn<'a> {
+impl<'a, 't> Txn<'a, 't> {
+    pub(crate) fn new(tables: &'a Tables<'t>, last_revision: u64) -> Txn<'a, 't> {
         Txn {
-            wtx,
+            tables,
             next_revision: last_revision + 1,
             overlay: BTreeMap::new(),
             events: Vec::new(),
@@ -63,27 +114,26 @@ impl<'a> Txn<'a> {
     }
 
     fn get_committed(&self, kind: Kind, key: &str) -> Result<Option<AnyObject>, StoreError> {
-        let table = self.wtx.open_table(kind_table(kind))?;
-        let value = table.get(key)?;
-        value
-            .map(|v| decode_object(kind, key, v.value()))
-            .transpose()
+        self.tables.with(kind, |table| {
+            table
+                .get(key)?
+                .map(|v| decode_object(kind, key, v.value()))
+                .transpose()
+        })
     }
 
     fn exists(&self, kind: Kind, key: &str) -> Result<bool, StoreError> {
         if let Some(slot) = self.overlay.get(&(kind, key.to_string())) {
             return Ok(slot.is_some());
         }
-        let table = self.wtx.open_table(kind_table(kind))?;
-        let found = table.get(key)?.is_some();
-        Ok(found)
+        self.tables
+            .with(kind, |table| Ok(table.get(key)?.is_some()))
     }
 
     /// Every object of `kind` (in `namespace` if given), sorted by namespace then name.
     pub fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<AnyObject>, StoreError> {
         let mut merged: BTreeMap<String, AnyObject> = BTreeMap::new();
-        {
-            let table = self.wtx.open_table(kind_table(kind))?;
+        self.tables.with(kind, |table| {
             let mut push = |entry: Result<
                 (redb::AccessGuard<'_, &str>, redb::AccessGuard<'_, &[u8]>),
                 redb::StorageError,
@@ -107,7 +157,8 @@ impl<'a> Txn<'a> {
                     }
                 }
             }
-        }
+            Ok(())
+        })?;
         let prefix = namespace.map(|ns| object_key(ns, ""));
         for ((k, key), slot) in &self.overlay {
             if *k != kind
@@ -188,7 +239,7 @@ impl<'a> Txn<'a> {
     /// Encodes the closure's writes, each object once (the table value, the event log entry
     /// and the watchers' packed copy are framed from the same bytes). An error here is the
     /// closure's own failure: nothing has reached the redb transaction yet.
-    pub(crate) fn encode(self) -> Result<EncodedWrites<'a>, StoreError> {
+    pub(crate) fn encode(self) -> Result<EncodedWrites<'a, 't>, StoreError> {
         let packed = self
             .events
             .iter()
@@ -206,7 +257,7 @@ impl<'a> Txn<'a> {
             .map(|(e, p)| Ok((e.revision, codec::frame_event(e.event_type, p)?)))
             .collect::<Result<_, StoreError>>()?;
         Ok(EncodedWrites {
-            wtx: self.wtx,
+            tables: self.tables,
             objects,
             log,
             events: self.events.into_iter().zip(packed).collect(),
@@ -216,8 +267,8 @@ impl<'a> Txn<'a> {
 }
 
 /// A successful closure's writes, encoded and ready for the transaction.
-pub(crate) struct EncodedWrites<'a> {
-    wtx: &'a WriteTransaction,
+pub(crate) struct EncodedWrites<'a, 't> {
+    tables: &'a Tables<'t>,
     /// (kind, key, value); `None` deletes. Sorted by kind, then key.
     objects: Vec<(Kind, String, Option<Vec<u8>>)>,
     log: Vec<(u64, Vec<u8>)>,
@@ -226,36 +277,30 @@ pub(crate) struct EncodedWrites<'a> {
     last_revision: u64,
 }
 
-impl EncodedWrites<'_> {
+impl EncodedWrites<'_, '_> {
     /// Writes into the redb transaction; returns the events (each with its object's packed
     /// encoding) and the last revision taken. An error leaves the transaction partly written:
     /// the caller must abandon it.
     pub(crate) fn apply(self) -> Result<(Vec<PackedEvent>, u64), StoreError> {
-        let mut open: Option<(Kind, redb::Table<'_, &str, &[u8]>)> = None;
         for (kind, key, value) in &self.objects {
-            let table = match &mut open {
-                Some((k, table)) if k == kind => table,
-                _ => {
-                    &mut open
-                        .insert((*kind, self.wtx.open_table(kind_table(*kind))?))
-                        .1
+            self.tables.with(*kind, |table| {
+                match value {
+                    Some(bytes) => {
+                        table.insert(key.as_str(), bytes.as_slice())?;
+                    }
+                    None => {
+                        table.remove(key.as_str())?;
+                    }
                 }
-            };
-            match value {
-                Some(bytes) => {
-                    table.insert(key.as_str(), bytes.as_slice())?;
-                }
-                None => {
-                    table.remove(key.as_str())?;
-                }
+                Ok(())
+            })?;
+        }
+        self.tables.with_log(|log| {
+            for (revision, bytes) in &self.log {
+                log.insert(*revision, bytes.as_slice())?;
             }
-        }
-        drop(open);
-        let mut log = self.wtx.open_table(codec::EVENT_TABLE)?;
-        for (revision, bytes) in &self.log {
-            log.insert(*revision, bytes.as_slice())?;
-        }
-        drop(log);
+            Ok(())
+        })?;
         Ok((self.events, self.last_revision))
     }
 }

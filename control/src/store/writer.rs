@@ -15,7 +15,7 @@ use redb::{Database, Durability, WriteTransaction};
 
 use super::codec::{EVENT_TABLE, META_COMPACTED, META_REVISION, META_TABLE};
 use super::hub::{lock, Hub};
-use super::txn::{PackedEvent, Txn};
+use super::txn::{PackedEvent, Tables, Txn};
 use super::{CommitStats, StoreError, WatchEvent};
 
 /// Most closures run in one transaction; a bound keeps one batch from holding every caller
@@ -32,7 +32,7 @@ pub(crate) struct JobOutcome {
 /// Answers a caller: given the commit's outcome, or an error that replaces it.
 pub(crate) type Reply = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
-pub(crate) type Job = Box<dyn FnOnce(&mut Txn<'_>) -> JobOutcome + Send>;
+pub(crate) type Job = Box<dyn FnOnce(&mut Txn<'_, '_>) -> JobOutcome + Send>;
 
 pub(crate) enum Msg {
     Job(Job),
@@ -89,9 +89,10 @@ impl Writer {
         let mut jobs = jobs.into_iter();
         let result = self.begin().and_then(|wtx| {
             let mut revision = self.revision.load(Ordering::Acquire);
+            let tables = Tables::new(&wtx);
             for job in jobs.by_ref() {
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    let mut txn = Txn::new(&wtx, revision);
+                    let mut txn = Txn::new(&tables, revision);
                     let outcome = job(&mut txn);
                     (outcome, txn)
                 }));
@@ -122,6 +123,7 @@ impl Writer {
                     }
                 }
             }
+            drop(tables);
             let compacted = self.finish(&wtx, revision)?;
             let syncing = Instant::now();
             wtx.commit()?;
