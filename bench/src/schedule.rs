@@ -62,15 +62,17 @@ pub struct Plan {
     pub start_nodes: Vec<String>,
 }
 
-/// The parts of a watched pod the benchmark reads; serde skips the rest without building it.
+/// A watch line: its type, and its object unparsed (an ERROR event carries a Status, not a
+/// pod).
 #[derive(serde::Deserialize)]
-struct EventLine {
+struct EventLine<'a> {
     #[serde(rename = "type")]
     type_: String,
-    #[serde(default)]
-    object: PodState,
+    #[serde(borrow)]
+    object: Option<&'a serde_json::value::RawValue>,
 }
 
+/// The parts of a watched pod the benchmark reads; serde skips the rest without building it.
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 struct PodState {
@@ -174,7 +176,12 @@ pub async fn schedule(
                         "ERROR" => break,
                         _ => continue,
                     }
-                    if note(&ev.object, Instant::now()) {
+                    let pod: PodState = match ev.object.map(|o| serde_json::from_str(o.get())) {
+                        Some(Ok(pod)) => pod,
+                        Some(Err(e)) => bail!("unreadable pod in a watch event: {e}"),
+                        None => continue,
+                    };
+                    if note(&pod, Instant::now()) {
                         return anyhow::Ok(relists);
                     }
                 }
