@@ -227,3 +227,27 @@ fn bad_manifests_and_bad_kubeconfigs_are_one_line_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// The `skiff` binary allocates through jemalloc with the options `main.rs` exports: the
+/// background thread that returns freed memory to the system (the symbol must reach the
+/// linked jemalloc, which otherwise silently runs with its defaults).
+#[test]
+fn the_binary_runs_jemalloc_with_its_background_thread() {
+    let out = Command::new(skiff_bin())
+        .args(["version", "--client"])
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .expect("run skiff");
+    assert!(out.status.success());
+    let stats = String::from_utf8_lossy(&out.stderr);
+    for option in [
+        "opt.background_thread: true",
+        "opt.dirty_decay_ms: 1000",
+        "opt.muzzy_decay_ms: 0",
+    ] {
+        assert!(
+            stats.contains(option),
+            "jemalloc's statistics lack {option:?}:\n{stats}"
+        );
+    }
+}
