@@ -44,6 +44,14 @@ impl Ipv4Cidr {
         })
     }
 
+    /// The default cluster range, [`DEFAULT_CLUSTER_CIDR`].
+    pub const fn default_cluster() -> Ipv4Cidr {
+        Ipv4Cidr {
+            network: Ipv4Addr::new(10, 42, 0, 0),
+            prefix: 16,
+        }
+    }
+
     pub fn network(&self) -> Ipv4Addr {
         self.network
     }
@@ -147,6 +155,14 @@ impl fmt::Display for Ipv4Cidr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_cluster_range_is_the_documented_one() {
+        assert_eq!(
+            DEFAULT_CLUSTER_CIDR.parse::<Ipv4Cidr>().unwrap(),
+            Ipv4Cidr::default_cluster()
+        );
+    }
 
     fn c(s: &str) -> Ipv4Cidr {
         s.parse().unwrap()

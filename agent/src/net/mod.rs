@@ -60,8 +60,7 @@ pub struct PodNetworkSettings {
 impl Default for PodNetworkSettings {
     fn default() -> Self {
         PodNetworkSettings {
-            cluster_cidr: Ipv4Cidr::new(Ipv4Addr::new(10, 42, 0, 0), 16)
-                .unwrap_or_else(|_| unreachable!("a valid literal")),
+            cluster_cidr: Ipv4Cidr::default_cluster(),
             bridge: DEFAULT_BRIDGE.into(),
         }
     }

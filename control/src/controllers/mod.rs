@@ -50,9 +50,7 @@ impl Default for ControllerConfig {
         ControllerConfig {
             node_monitor_grace_period: Duration::from_secs(40),
             default_toleration_seconds: 300,
-            cluster_cidr: api::cidr::DEFAULT_CLUSTER_CIDR
-                .parse()
-                .unwrap_or_else(|_| unreachable!("a valid literal")),
+            cluster_cidr: api::cidr::Ipv4Cidr::default_cluster(),
         }
     }
 }

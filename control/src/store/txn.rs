@@ -61,7 +61,8 @@ impl<'t> Tables<'t> {
         f(&mut open[i].1)
     }
 
-    fn with_log<R>(
+    /// Runs `f` on the event log, opening it on first use.
+    pub(crate) fn with_log<R>(
         &self,
         f: impl FnOnce(&mut redb::Table<'t, u64, &'static [u8]>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {

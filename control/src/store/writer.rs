@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use redb::{Database, Durability, WriteTransaction};
 
-use super::codec::{EVENT_TABLE, META_COMPACTED, META_REVISION, META_TABLE};
+use super::codec::{META_COMPACTED, META_REVISION, META_TABLE};
 use super::hub::{lock, Hub};
 use super::txn::{PackedEvent, Tables, Txn};
 use super::{CommitStats, StoreError, WatchEvent};
@@ -123,8 +123,8 @@ impl Writer {
                     }
                 }
             }
+            let compacted = self.finish(&wtx, &tables, revision)?;
             drop(tables);
-            let compacted = self.finish(&wtx, revision)?;
             let syncing = Instant::now();
             wtx.commit()?;
             Ok((revision, compacted, syncing.elapsed()))
@@ -179,7 +179,12 @@ impl Writer {
 
     /// Records the new revision and trims the event log to the window; returns the new
     /// compaction point.
-    fn finish(&self, wtx: &WriteTransaction, revision: u64) -> Result<u64, StoreError> {
+    fn finish(
+        &self,
+        wtx: &WriteTransaction,
+        tables: &Tables<'_>,
+        revision: u64,
+    ) -> Result<u64, StoreError> {
         let mut meta = wtx.open_table(META_TABLE)?;
         meta.insert(META_REVISION, revision)?;
         let compacted = self.compacted.load(Ordering::Acquire);
@@ -187,9 +192,8 @@ impl Writer {
         if cut <= compacted {
             return Ok(compacted);
         }
-        let mut log = wtx.open_table(EVENT_TABLE)?;
         // The log holds nothing at or below `compacted`, so only (compacted, cut] is visited.
-        log.retain_in((compacted + 1)..=cut, |_, _| false)?;
+        tables.with_log(|log| Ok(log.retain_in((compacted + 1)..=cut, |_, _| false)?))?;
         meta.insert(META_COMPACTED, cut)?;
         Ok(cut)
     }
