@@ -1,30 +1,81 @@
 #!/usr/bin/env bash
 # Installs what skiff's build, demo and tests need on a fresh Debian 12 machine (as root).
-# Idempotent: a package already present is not installed again.
+# Idempotent: what is already present is not installed again.
+#
+#   scripts/setup.sh            Debian packages, and a check of the Rust toolchain
+#   scripts/setup.sh --python   also the Python kubernetes client and pytest, in a virtual
+#                               environment of skiff's own (Debian's python3 refuses a global
+#                               pip install: PEP 668); prints its python's path last
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_python=
+for arg in "$@"; do
+    case "$arg" in
+        --python) with_python=1 ;;
+        *) echo "setup: unknown argument $arg (usage: scripts/setup.sh [--python])" >&2; exit 2 ;;
+    esac
+done
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# The Rust toolchain: the workspace's rust-version or newer, from rustup.
+need_rust=$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' Cargo.toml)
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+if ! have cargo || ! have rustc; then
+    cat >&2 <<EOF
+setup: skiff needs a Rust toolchain (rustc and cargo $need_rust or newer), and none is on PATH.
+setup: install it with rustup (see rustup.rs), as root:
+setup:     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y
+setup:     . "\$HOME/.cargo/env"
+setup: then run this command again.
+EOF
+    exit 1
+fi
+have_rust=$(rustc --version | awk '{print $2}')
+if ! version_ge "${have_rust%%-*}" "$need_rust"; then
+    cat >&2 <<EOF
+setup: skiff needs Rust $need_rust or newer; this machine has rustc $have_rust.
+setup: update it with rustup:   rustup update stable && rustup default stable
+setup: then run this command again.
+EOF
+    exit 1
+fi
 
 need_apt=()
-have() { command -v "$1" >/dev/null 2>&1; }
 have iptables || need_apt+=(iptables)
 have busybox || [ -x /bin/busybox ] || need_apt+=(busybox-static)
 have kubectl || need_apt+=(kubernetes-client)
 have ip || need_apt+=(iproute2)
+have python3 || need_apt+=(python3)
+have nsenter || need_apt+=(util-linux)
 [ -x /usr/bin/docker-registry ] || need_apt+=(docker-registry)
-python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 # The ops tests: shellcheck on the scripts, systemd-analyze verify on the units, qemu for the
 # aarch64 smoke test of the cross builds.
 have shellcheck || need_apt+=(shellcheck)
 have systemd-analyze || need_apt+=(systemd)
 have qemu-aarch64-static || need_apt+=(qemu-user-static)
 have setpriv || need_apt+=(util-linux)
+if [ -n "$with_python" ]; then
+    /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+fi
 if [ "${#need_apt[@]}" -gt 0 ]; then
-    echo "setup: installing ${need_apt[*]}"
+    echo "setup: installing ${need_apt[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import kubernetes, pytest' >/dev/null 2>&1; then
-    echo "setup: installing the Python kubernetes client and pytest"
-    python3 -m pip install -q kubernetes pytest
+if [ -n "$with_python" ]; then
+    # Outside the work tree, so a fresh clone on the same machine reuses it.
+    venv=${SKIFF_PYENV:-${XDG_CACHE_HOME:-$HOME/.cache}/skiff/pyenv}
+    if ! "$venv/bin/python" -c 'import kubernetes, pytest' >/dev/null 2>&1; then
+        echo "setup: installing the Python kubernetes client and pytest into $venv" >&2
+        rm -rf "$venv"
+        mkdir -p "$(dirname "$venv")"
+        # Debian's own python3: the one every Debian 12 has.
+        /usr/bin/python3 -m venv "$venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check kubernetes pytest >&2
+    fi
+    echo "$venv/bin/python"
 fi

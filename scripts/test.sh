@@ -5,11 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+python=$(scripts/setup.sh --python)
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast
 # The server without its embedded agent (the 32-bit ARM build in cross/build.sh).
 cargo check -p skiff-control --no-default-features
 # The static aarch64 binaries, run under qemu-aarch64-static.
 cross/smoke.sh
-SKIFF_BIN="$PWD/target/debug/skiff" python3 -m pytest -q tests/python
+SKIFF_BIN="$PWD/target/debug/skiff" "$python" -m pytest -q tests/python

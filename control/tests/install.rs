@@ -710,3 +710,72 @@ fn check_env_twins(help: &str, prefix: &str) {
     }
     assert!(blocks.len() >= 10, "{help}");
 }
+
+/// Runs scripts/setup.sh with Debian's own /usr/bin/python3 first on PATH (a stock Debian 12,
+/// whose python3 refuses a global pip install) and a new virtual environment: it must create
+/// the environment, install the Python client and pytest into it, and print its python.
+#[test]
+fn setup_installs_the_python_tools_with_debian_python() {
+    assert!(
+        Path::new("/usr/bin/python3").exists(),
+        "Debian's python3 is part of every Debian 12"
+    );
+    let home = tempfile::tempdir().expect("temp dir");
+    let venv = home.path().join("pyenv");
+    let path = format!(
+        "/usr/bin:/bin:/usr/sbin:/sbin:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(repo().join("scripts/setup.sh"))
+        .arg("--python")
+        .env("PATH", &path)
+        .env("SKIFF_PYENV", &venv)
+        .output()
+        .expect("run setup.sh");
+    assert!(out.status.success(), "{}", text(&out));
+    let python = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(
+        Path::new(&python),
+        venv.join("bin/python"),
+        "{}",
+        text(&out)
+    );
+    let check = Command::new(&python)
+        .args([
+            "-c",
+            "import kubernetes, pytest, sys; print(sys.base_prefix)",
+        ])
+        .output()
+        .expect("run the environment's python");
+    assert!(check.status.success(), "{}", text(&check));
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout).trim(),
+        "/usr",
+        "the environment is built on Debian's python3"
+    );
+    // A second run finds everything in place and installs nothing.
+    let again = Command::new(repo().join("scripts/setup.sh"))
+        .arg("--python")
+        .env("PATH", &path)
+        .env("SKIFF_PYENV", &venv)
+        .output()
+        .expect("run setup.sh again");
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(!text(&again).contains("installing"), "{}", text(&again));
+}
+
+/// Without a Rust toolchain on PATH (or with Debian 12's own, which is too old), setup.sh says
+/// what to install and how, and fails.
+#[test]
+fn setup_explains_a_missing_rust_toolchain() {
+    let out = Command::new("/bin/bash")
+        .arg(repo().join("scripts/setup.sh"))
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("CARGO_HOME")
+        .env_remove("RUSTUP_HOME")
+        .output()
+        .expect("run setup.sh");
+    assert!(!out.status.success(), "{}", text(&out));
+    let msg = text(&out);
+    assert!(msg.contains("rustup") && msg.contains("1."), "{msg}");
+}

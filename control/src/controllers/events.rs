@@ -3,7 +3,10 @@
 //! Recording never blocks the caller: events go through a bounded channel to one task that
 //! coalesces repeats (same object, type, reason and message) into one Event whose `count` and
 //! `lastTimestamp` move, and writes a batch of them concurrently so the store's group commit
-//! turns the batch into one fsync. When the channel is full (a burst of thousands of pods
+//! turns the batch into one fsync. As client-go's event series do, only the first two
+//! occurrences of a series are written at once; later ones are counted in memory and reach the
+//! store when the series is refreshed ([`SERIES_REFRESH`]) or finishes ([`SERIES_FINISH`]), so
+//! a pod that keeps failing the same way does not wear the SD card. When the channel is full (a burst of thousands of pods
 //! scheduled at once) further events are dropped and counted rather than slowing the control
 //! loops, as client-go's event broadcaster does.
 //!
@@ -123,10 +126,36 @@ impl Recorder {
 /// Identity of a series of repeated events.
 type SeriesKey = (String, String, &'static str, String, String);
 
+/// A series that has gone this long without a write is written again while it keeps
+/// recurring (client-go's event series refresh time), so its Event never expires under it.
+pub const SERIES_REFRESH: Duration = Duration::from_secs(30 * 60);
+/// A series not seen for this long is finished: its last count is written and it is
+/// forgotten (client-go's finish time).
+pub const SERIES_FINISH: Duration = Duration::from_secs(6 * 60);
+/// How often series are looked at for refreshing and finishing.
+const SERIES_TICK: Duration = Duration::from_secs(60);
+
+/// What the recorder remembers of a series of repeated events. Only the first two
+/// occurrences are written at once (the event, then the start of its series, as client-go's
+/// event broadcaster does); later ones move `count` in memory, which reaches the store when
+/// the series is refreshed or finished. So a pod that fails the same way every minute does
+/// not write to the disk every minute.
 struct Series {
     namespace: String,
     name: String,
+    /// Occurrences seen, written or not.
+    count: i32,
+    /// The count the stored Event shows.
+    written: i32,
+    last_at: Time,
     last_seen: Instant,
+    last_write: Instant,
+}
+
+impl Series {
+    fn unwritten(&self) -> bool {
+        self.count != self.written
+    }
 }
 
 fn series_key(p: &Pending) -> SeriesKey {
@@ -157,13 +186,26 @@ fn event_name(object: &str) -> String {
     format!("{base}.{:x}", nanos.wrapping_add(seq))
 }
 
+/// One write of the recorder: a new Event, or a new count of an existing one.
+enum Write {
+    Create(Pending, i32),
+    Count {
+        namespace: String,
+        name: String,
+        count: i32,
+        at: Time,
+        /// To create the Event again if it expired meanwhile.
+        pending: Option<Pending>,
+    },
+}
+
 async fn write_loop(registry: Registry, component: String, rx: Receiver<Pending>) {
     let mut series: HashMap<SeriesKey, Series> = HashMap::new();
-    let mut last_sweep = Instant::now();
+    let mut last_tick = Instant::now();
     loop {
         let first =
             match futures_lite::future::or(async { rx.recv().await.ok().map(Some) }, async {
-                smol::Timer::after(SWEEP_EVERY).await;
+                smol::Timer::after(SERIES_TICK).await;
                 Some(None)
             })
             .await
@@ -171,58 +213,84 @@ async fn write_loop(registry: Registry, component: String, rx: Receiver<Pending>
                 None => return,
                 Some(p) => p,
             };
-        if last_sweep.elapsed() >= SWEEP_EVERY {
-            last_sweep = Instant::now();
-            // The store's expired events go in one sweeper task for all recorders
-            // ([`run_sweeper`]); here only the memory of old series goes.
-            series.retain(|_, s| s.last_seen.elapsed() < EVENT_TTL);
+        let mut writes: Vec<(SeriesKey, Write)> = Vec::new();
+        if last_tick.elapsed() >= SERIES_TICK {
+            last_tick = Instant::now();
+            writes.extend(due_series(&mut series));
         }
-        let Some(first) = first else { continue };
-        // Coalesce what is queued: repeats of one series become one write.
-        let mut batch: Vec<(Pending, i32)> = Vec::new();
-        let mut index: HashMap<SeriesKey, usize> = HashMap::new();
-        let mut next = Some(first);
-        while let Some(p) = next {
-            let key = series_key(&p);
-            match index.get(&key) {
-                Some(&i) => {
-                    batch[i].1 += 1;
-                    batch[i].0.at = p.at;
+        if let Some(first) = first {
+            // Coalesce what is queued: repeats of one series become one entry.
+            let mut batch: Vec<(Pending, i32)> = Vec::new();
+            let mut index: HashMap<SeriesKey, usize> = HashMap::new();
+            let mut next = Some(first);
+            while let Some(p) = next {
+                let key = series_key(&p);
+                match index.get(&key) {
+                    Some(&i) => {
+                        batch[i].1 += 1;
+                        batch[i].0.at = p.at;
+                    }
+                    None => {
+                        index.insert(key, batch.len());
+                        batch.push((p, 1));
+                    }
                 }
-                None => {
-                    index.insert(key, batch.len());
-                    batch.push((p, 1));
+                next = if batch.len() < BATCH {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            for (p, n) in batch {
+                let key = series_key(&p);
+                if let Some(w) = observe(&mut series, &key, p, n) {
+                    writes.push((key, w));
                 }
             }
-            next = if batch.len() < BATCH {
-                rx.try_recv().ok()
-            } else {
-                None
-            };
         }
-        let mut tasks = Vec::with_capacity(batch.len());
-        for (p, n) in batch {
-            let key = series_key(&p);
-            let existing = series
-                .get(&key)
-                .map(|s| (s.namespace.clone(), s.name.clone()));
-            let registry = registry.clone();
-            let component = component.clone();
-            tasks.push((
-                key,
-                smol::spawn(async move { write_one(&registry, &component, p, n, existing).await }),
-            ));
-        }
-        for (key, task) in tasks {
-            if let Some((namespace, name)) = task.await {
-                series.insert(
+        let tasks: Vec<_> = writes
+            .into_iter()
+            .map(|(key, w)| {
+                let registry = registry.clone();
+                let component = component.clone();
+                (
                     key,
-                    Series {
-                        namespace,
-                        name,
-                        last_seen: Instant::now(),
-                    },
-                );
+                    smol::spawn(async move { write_one(&registry, &component, w).await }),
+                )
+            })
+            .collect();
+        for (key, task) in tasks {
+            match task.await {
+                Some((namespace, name, count, created)) => match series.get_mut(&key) {
+                    Some(s) => {
+                        s.namespace = namespace;
+                        s.name = name;
+                        s.written = count;
+                        s.last_write = Instant::now();
+                    }
+                    // A finished series' last write leaves nothing to remember.
+                    None if !created => {}
+                    None => {
+                        let now = Instant::now();
+                        series.insert(
+                            key,
+                            Series {
+                                namespace,
+                                name,
+                                count,
+                                written: count,
+                                last_at: Time::now(),
+                                last_seen: now,
+                                last_write: now,
+                            },
+                        );
+                    }
+                },
+                // Not written (a namespace going away): forget the series rather than keep
+                // an Event name that does not exist.
+                None => {
+                    series.remove(&key);
+                }
             }
         }
         if series.len() > MAX_EVENTS * 2 {
@@ -239,37 +307,96 @@ async fn write_loop(registry: Registry, component: String, rx: Receiver<Pending>
     }
 }
 
-/// Writes one event (a new one, or one more occurrence of an existing series); returns the
-/// series' namespace and name.
+/// Takes `n` more occurrences of `key`: the write to make now, if any.
+fn observe(
+    series: &mut HashMap<SeriesKey, Series>,
+    key: &SeriesKey,
+    p: Pending,
+    n: i32,
+) -> Option<Write> {
+    let Some(s) = series.get_mut(key) else {
+        // The write's result inserts the series.
+        return Some(Write::Create(p, n));
+    };
+    s.count = s.count.saturating_add(n);
+    s.last_at = p.at;
+    s.last_seen = Instant::now();
+    if s.written > 1 {
+        return None;
+    }
+    Some(Write::Count {
+        namespace: s.namespace.clone(),
+        name: s.name.clone(),
+        count: s.count,
+        at: s.last_at,
+        pending: Some(p),
+    })
+}
+
+/// The writes of series whose count is due: those unwritten for [`SERIES_REFRESH`] and those
+/// finished (not seen for [`SERIES_FINISH`]), which are then forgotten.
+fn due_series(series: &mut HashMap<SeriesKey, Series>) -> Vec<(SeriesKey, Write)> {
+    let mut writes = Vec::new();
+    series.retain(|key, s| {
+        let finished = s.last_seen.elapsed() >= SERIES_FINISH;
+        if s.unwritten() && (finished || s.last_write.elapsed() >= SERIES_REFRESH) {
+            writes.push((
+                key.clone(),
+                Write::Count {
+                    namespace: s.namespace.clone(),
+                    name: s.name.clone(),
+                    count: s.count,
+                    at: s.last_at,
+                    pending: None,
+                },
+            ));
+        }
+        !finished
+    });
+    writes
+}
+
+/// Makes one write; returns the Event's namespace, name, the count it now shows and whether
+/// it was created.
 async fn write_one(
     registry: &Registry,
     component: &str,
-    p: Pending,
-    n: i32,
-    existing: Option<(String, String)>,
-) -> Option<(String, String)> {
-    if let Some((ns, name)) = existing {
-        let at = p.at;
-        let updated = registry
-            .mutate::<Event>(&ns, &name, Part::Main, move |e| {
-                e.count = Some(e.count.unwrap_or(1).saturating_add(n));
-                e.last_timestamp = Some(at);
-                Ok(())
-            })
-            .await;
-        match updated {
-            Ok(_) => return Some((ns, name)),
-            Err(e) if e.code() == 404 => {} // expired meanwhile: start a new one
-            Err(e) => {
-                tracing::debug!(error = %e, "updating an event failed");
-                return None;
+    w: Write,
+) -> Option<(String, String, i32, bool)> {
+    let (p, n) = match w {
+        Write::Create(p, n) => (p, n),
+        Write::Count {
+            namespace,
+            name,
+            count,
+            at,
+            pending,
+        } => {
+            let updated = registry
+                .mutate::<Event>(&namespace, &name, Part::Main, move |e| {
+                    e.count = Some(count);
+                    e.last_timestamp = Some(at);
+                    Ok(())
+                })
+                .await;
+            match updated {
+                Ok(_) => return Some((namespace, name, count, false)),
+                // Expired meanwhile: start a new one, if this is a new occurrence.
+                Err(e) if e.code() == 404 => match pending {
+                    Some(p) => (p, count),
+                    None => return None,
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "updating an event failed");
+                    return None;
+                }
             }
         }
-    }
+    };
     let namespace = p.namespace.clone();
     let ev = new_event(component, p, n);
     match registry.create(ev, Some(&namespace)).await {
-        Ok(e) => Some((namespace, e.metadata.name)),
+        Ok(e) => Some((namespace, e.metadata.name, n, true)),
         Err(e) => {
             // A namespace being deleted refuses new objects; the event is not worth more.
             tracing::debug!(error = %e, "recording an event failed");
@@ -400,5 +527,122 @@ mod tests {
             assert!(registry.get::<Event>("default", "old").await.is_err());
             assert!(registry.get::<Event>("default", "fresh").await.is_ok());
         });
+    }
+    fn pod_ref(name: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            api_version: Some("v1".into()),
+            ..Default::default()
+        }
+    }
+
+    async fn events_of(registry: &Registry) -> Vec<Event> {
+        let (items, _) = registry.store.list(Kind::Event, None).await.expect("list");
+        items
+            .iter()
+            .filter_map(|o| Event::from_any_ref(o).cloned())
+            .collect()
+    }
+
+    /// Waits until the store's revision has not moved for a while; returns it.
+    async fn settled(registry: &Registry) -> u64 {
+        let mut last = registry.store.revision();
+        loop {
+            smol::Timer::after(Duration::from_millis(150)).await;
+            let now = registry.store.revision();
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    }
+
+    #[test]
+    fn repeats_beyond_the_second_stay_in_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(StoreConfig::in_dir(dir.path())).expect("store");
+        let registry = Registry::new(store);
+        smol::block_on(async {
+            let mut ns = api::core::Namespace::default();
+            ns.metadata.name = "default".into();
+            registry.create(ns, None).await.expect("namespace");
+            let rec = Recorder::start(registry.clone(), "test-scheduler");
+            let before = settled(&registry).await;
+            let mut revisions = Vec::new();
+            for _ in 0..6 {
+                rec.record(
+                    pod_ref("web"),
+                    "Warning",
+                    "FailedScheduling",
+                    "0/0 nodes".into(),
+                );
+                revisions.push(settled(&registry).await);
+            }
+            // The event, then the start of its series; nothing after that.
+            assert_eq!(revisions[0], before + 1, "{revisions:?}");
+            assert_eq!(revisions[1], before + 2, "{revisions:?}");
+            assert!(
+                revisions[2..].iter().all(|&r| r == before + 2),
+                "{revisions:?}"
+            );
+            let events = events_of(&registry).await;
+            assert_eq!(events.len(), 1);
+            assert_eq!(events[0].count, Some(2));
+            // Another message is another series, written at once.
+            rec.record(
+                pod_ref("web"),
+                "Warning",
+                "FailedScheduling",
+                "0/1 nodes".into(),
+            );
+            assert_eq!(settled(&registry).await, before + 3);
+        });
+    }
+
+    #[test]
+    fn due_series_are_refreshed_and_finished_ones_forgotten() {
+        let ago = |secs: u64| Instant::now() - Duration::from_secs(secs);
+        let series_of = |count, written, seen, wrote| Series {
+            namespace: "default".into(),
+            name: "web.1".into(),
+            count,
+            written,
+            last_at: Time::now(),
+            last_seen: ago(seen),
+            last_write: ago(wrote),
+        };
+        let key = |n: &str| -> SeriesKey {
+            (
+                n.into(),
+                "Pod".into(),
+                "Warning",
+                "FailedScheduling".into(),
+                "m".into(),
+            )
+        };
+        let mut series: HashMap<SeriesKey, Series> = HashMap::new();
+        // Recurring, written recently: nothing to do.
+        series.insert(key("quiet"), series_of(9, 2, 30, 600));
+        // Recurring, unwritten for longer than the refresh time: written, kept.
+        series.insert(key("refresh"), series_of(40, 2, 30, 1900));
+        // Not seen for longer than the finish time with unwritten counts: written, forgotten.
+        series.insert(key("finish"), series_of(5, 2, 400, 400));
+        // Finished with nothing unwritten: forgotten without a write.
+        series.insert(key("done"), series_of(2, 2, 400, 400));
+        let mut due: Vec<String> = due_series(&mut series)
+            .into_iter()
+            .map(|(k, w)| match w {
+                Write::Count { count, .. } => format!("{}={count}", k.0),
+                Write::Create(..) => panic!("a due series is never created"),
+            })
+            .collect();
+        due.sort();
+        assert_eq!(due, ["finish=5", "refresh=40"]);
+        let mut left: Vec<&str> = series.keys().map(|k| k.0.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["quiet", "refresh"]);
     }
 }
