@@ -1,4 +1,5 @@
-//! The skiff control plane: store, HTTP API, registry semantics, controllers, PKI and auth,
+//! The skiff control plane: store, HTTP API, registry semantics, the control-loop machinery,
+//! scheduler and controllers, PKI and auth,
 //! and the CLI.
 
 pub mod auth;
@@ -9,6 +10,7 @@ pub mod heartbeat;
 pub mod http;
 pub mod ipalloc;
 pub mod join;
+pub mod machinery;
 pub mod pki;
 pub mod registry;
 pub mod scheduler;

@@ -11,8 +11,8 @@ use api::meta::ObjectMeta;
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::auth::Authenticator;
-use crate::controllers::{ControllerConfig, CACHED_KINDS};
 use crate::http::{self, AppState};
+use crate::machinery::{ControllerConfig, CACHED_KINDS};
 use crate::pki::Pki;
 use crate::registry::{Registry, SYSTEM_NAMESPACES};
 use crate::store::{Store, StoreConfig};
@@ -248,10 +248,10 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
-        let informers = crate::controllers::informer::Informers::start(store.clone(), CACHED_KINDS)
+        let informers = crate::machinery::informer::Informers::start(store.clone(), CACHED_KINDS)
             .await
             .context("loading the controllers' cache")?;
-        crate::controllers::start_all(&crate::controllers::Context {
+        let loops = crate::machinery::Context {
             registry: registry.clone(),
             informers,
             config: ControllerConfig {
@@ -259,7 +259,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
                 default_toleration_seconds: args.default_toleration_seconds,
                 cluster_cidr: args.cluster_cidr,
             },
-        });
+        };
+        crate::controllers::start_all(&loops);
+        crate::scheduler::start(&loops);
         let listener = async_net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;

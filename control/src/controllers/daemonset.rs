@@ -13,12 +13,12 @@ use api::core::{
 use api::meta::{DeleteOptions, IntOrString, Time};
 use api::Kind;
 
-use super::events::Recorder;
-use super::informer::Change;
-use super::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
 use super::workload::{self, Claim, CONTROLLER_REVISION_HASH};
-use super::Context;
 use crate::error::ApiError;
+use crate::machinery::events::Recorder;
+use crate::machinery::informer::Change;
+use crate::machinery::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
+use crate::machinery::Context;
 use crate::registry::{Part, NOT_READY_TAINT, UNREACHABLE_TAINT};
 
 /// The tolerations every DaemonSet pod gets (Kubernetes' AddOrUpdateDaemonPodTolerations).

@@ -14,12 +14,12 @@ use api::object::Resource;
 use api::selector::Selector;
 use api::Kind;
 
-use super::events::Recorder;
-use super::informer::Change;
-use super::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
 use super::workload::{self, Claim, DESIRED_REPLICAS, MAX_REPLICAS, POD_TEMPLATE_HASH, REVISION};
-use super::Context;
 use crate::error::ApiError;
+use crate::machinery::events::Recorder;
+use crate::machinery::informer::Change;
+use crate::machinery::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
+use crate::machinery::Context;
 use crate::registry::Part;
 
 pub fn start(ctx: &Context) {

@@ -15,11 +15,11 @@ use api::object::Resource;
 use api::selector::Selector;
 use api::Kind;
 
-use super::informer::Change;
-use super::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
 use super::workload;
-use super::Context;
 use crate::error::ApiError;
+use crate::machinery::informer::Change;
+use crate::machinery::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
+use crate::machinery::Context;
 use crate::registry::Part;
 
 /// The label Kubernetes puts on the Endpoints of a headless Service.

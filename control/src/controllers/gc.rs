@@ -15,8 +15,8 @@ use api::meta::{DeleteOptions, OwnerReference, Preconditions};
 use api::object::{AnyObject, Resource};
 use api::{with_kind, Kind};
 
-use super::queue::WorkQueue;
 use crate::error::ApiError;
+use crate::machinery::queue::WorkQueue;
 use crate::registry::{Part, Registry, FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 use crate::store::{EventType, StoreError};
 
@@ -306,7 +306,7 @@ impl Collector {
                         .await
                         .map(|_| ())
                 });
-                super::runner::ignore_not_found(r)?;
+                crate::machinery::runner::ignore_not_found(r)?;
             }
             self.remove_finalizer(key, uid, ORPHAN_FINALIZER).await?;
             return Ok(());
@@ -353,7 +353,7 @@ impl Collector {
                 .await
                 .map(|_| ())
         });
-        super::runner::ignore_not_found(r).map(|_| ())
+        crate::machinery::runner::ignore_not_found(r).map(|_| ())
     }
 
     /// Deletes a dependent; in the foreground if its owner waits for it and it has
@@ -386,7 +386,7 @@ impl Collector {
                 .await
                 .map(|_| ())
         });
-        super::runner::ignore_not_found(r).map(|_| ())
+        crate::machinery::runner::ignore_not_found(r).map(|_| ())
     }
 
     /// A dependent goes when none of its owners remains (owners deleting in the foreground
@@ -437,7 +437,7 @@ impl Collector {
                     .await
                     .map(|_| ())
             });
-            super::runner::ignore_not_found(r)?;
+            crate::machinery::runner::ignore_not_found(r)?;
         }
         Ok(())
     }

@@ -13,9 +13,9 @@ use api::{Kind, Resource};
 
 use futures_lite::FutureExt;
 
-use super::informer::Change;
-use super::Context;
 use crate::error::ApiError;
+use crate::machinery::informer::Change;
+use crate::machinery::Context;
 use crate::registry::Part;
 
 /// The size of each node's range.
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn only_changes_that_can_alter_the_plan_replan() {
-        use super::super::informer::Packed;
+        use crate::machinery::informer::Packed;
         use std::sync::Arc;
         let modified = |cidr: Option<&str>| {
             let n = node("a", cidr).into_any();

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use api::core::{Node, NodeCondition, Pod, PodCondition, Taint, Toleration};
 use api::meta::{DeleteOptions, Time};
 
-use super::events::Recorder;
-use super::Context;
 use crate::error::ApiError;
+use crate::machinery::events::Recorder;
+use crate::machinery::Context;
 use crate::registry::{Part, NOT_READY_TAINT, UNREACHABLE_TAINT};
 
 /// When a pod must leave a node with NoExecute taints.
@@ -242,7 +242,7 @@ async fn mark_pods_not_ready(ctx: &Context, node: &str, now: Time) -> Result<(),
                 },
             )
             .await;
-        super::runner::ignore_not_found(r)?;
+        crate::machinery::runner::ignore_not_found(r)?;
     }
     Ok(())
 }
@@ -266,7 +266,7 @@ async fn evict(ctx: &Context, rec: &Recorder, node: &Node, now: Time) -> Result<
             .registry
             .delete::<Pod>(pod.metadata.namespace(), &pod.metadata.name, opts)
             .await;
-        if super::runner::ignore_not_found(r)?.is_some() {
+        if crate::machinery::runner::ignore_not_found(r)?.is_some() {
             rec.normal(
                 &pod,
                 "TaintManagerEviction",

@@ -9,12 +9,12 @@ use api::meta::{DeleteOptions, Time};
 use api::object::Resource;
 use api::Kind;
 
-use super::events::Recorder;
-use super::informer::Change;
-use super::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
 use super::workload::{self, Claim};
-use super::Context;
 use crate::error::ApiError;
+use crate::machinery::events::Recorder;
+use crate::machinery::informer::Change;
+use crate::machinery::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
+use crate::machinery::Context;
 use crate::registry::Part;
 
 /// At most this many pods are created or deleted in one pass (Kubernetes' burstReplicas).

@@ -152,9 +152,9 @@ pub async fn write_claims<K: Resource, O: Resource>(
     selector: Option<&Selector>,
     adopt: Vec<String>,
     release: Vec<String>,
-    s: &mut super::runner::Synced,
+    s: &mut crate::machinery::runner::Synced,
 ) -> Result<Vec<K>, crate::error::ApiError> {
-    use super::runner::ignore_not_found;
+    use crate::machinery::runner::ignore_not_found;
     use crate::registry::Part;
     let uid = owner.meta().uid.clone();
     for name in release {

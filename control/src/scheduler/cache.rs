@@ -14,7 +14,7 @@ use api::meta::ObjectMeta;
 use api::object::{AnyObject, Resource};
 use api::Kind;
 
-use crate::controllers::informer::{Key, Packed};
+use crate::machinery::informer::{Key, Packed};
 
 /// Kubernetes' default CPU request used for scoring a container that requests none (100m).
 pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;

@@ -468,7 +468,7 @@ pub fn filter(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::controllers::informer::Packed;
+    use crate::machinery::informer::Packed;
     use crate::scheduler::cache::HostPort;
     use api::core::{
         Affinity, Container, ContainerPort, NodeAffinity, NodeCondition, NodeSelector, PodAffinity,

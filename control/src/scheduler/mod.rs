@@ -17,7 +17,7 @@
 //! turn each retry into thousands of writes.
 //!
 //! ```text
-//! scheduler::start(&controllers::Context)          // spawns the scheduler thread
+//! scheduler::start(&machinery::Context)          // spawns the scheduler thread
 //! scheduler::find_node(&ClusterState, &Pod, &PodFacts, &mut Cursor) -> Result<String, FitError>
 //! ```
 
@@ -35,10 +35,10 @@ use api::object::AnyObject;
 use api::Kind;
 use async_channel::{Receiver, Sender};
 
-use crate::controllers::events::Recorder;
-use crate::controllers::informer::{Change, Informers, Key, Packed};
-use crate::controllers::Context;
 use crate::error::ApiError;
+use crate::machinery::events::Recorder;
+use crate::machinery::informer::{Change, Informers, Key, Packed};
+use crate::machinery::Context;
 use crate::registry::{Part, Registry};
 
 use cache::{key_of, occupies_node, ClusterState, NodeChange, PodFacts};
@@ -628,7 +628,7 @@ impl Scheduler {
                     self.state
                         .add_pod(key.clone(), pod, packed, node.clone(), true);
                     // The Scheduled event is written with the binding, in the same write.
-                    let event = crate::controllers::events::normal_event(
+                    let event = crate::machinery::events::normal_event(
                         pod,
                         SCHEDULER_NAME,
                         "Scheduled",

@@ -592,7 +592,7 @@ mod tests {
 #[cfg(test)]
 mod store_tests {
     use super::*;
-    use crate::controllers::events::Recorder;
+    use crate::machinery::events::Recorder;
     use crate::registry::Registry;
     use crate::store::StoreConfig;
     use api::core::{ConfigMap, Event};

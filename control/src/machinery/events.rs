@@ -1,6 +1,6 @@
 //! Events: what the scheduler and the controllers did, as core/v1 Event objects.
 //!
-//! Recording never blocks the caller: events go through a bounded channel to one task that
+//! Recording never blocks the caller: events go through a bounded queue to one task that
 //! coalesces repeats (same object, type, reason and message) into one Event whose `count` and
 //! `lastTimestamp` move, and writes a batch of them concurrently so the store's group commit
 //! turns the batch into one fsync. As client-go's event series do, only the first two
@@ -90,7 +90,9 @@ pub fn reference<K: Resource>(obj: &K) -> ObjectReference {
 impl Recorder {
     /// Starts the writer task of `component`'s events.
     pub fn start(registry: Registry, component: &str) -> Recorder {
-        let (tx, rx) = async_channel::bounded(BACKLOG);
+        // Unbounded, with the bound checked by `record`: a bounded channel allocates all its
+        // slots up front (a megabyte per recorder at this backlog), most of them never used.
+        let (tx, rx) = async_channel::unbounded();
         let dropped = Arc::new(AtomicU64::new(0));
         smol::spawn(write_loop(registry, component.to_string(), rx)).detach();
         Recorder { tx, dropped }
@@ -111,6 +113,10 @@ impl Recorder {
         reason: &str,
         message: String,
     ) {
+        if self.tx.len() >= BACKLOG {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let p = Pending::new(involved, type_, reason, message);
         if self.tx.try_send(p).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
