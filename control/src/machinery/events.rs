@@ -504,15 +504,20 @@ mod tests {
     use super::*;
     use crate::store::{Store, StoreConfig};
 
+    async fn registry_with_default_namespace(dir: &std::path::Path) -> Registry {
+        let store = Store::open(StoreConfig::in_dir(dir)).expect("store");
+        let registry = Registry::new(store);
+        let mut ns = api::core::Namespace::default();
+        ns.metadata.name = "default".into();
+        registry.create(ns, None).await.expect("namespace");
+        registry
+    }
+
     #[test]
     fn the_sweep_removes_events_older_than_an_hour() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(StoreConfig::in_dir(dir.path())).expect("store");
-        let registry = Registry::new(store);
         smol::block_on(async {
-            let mut ns = api::core::Namespace::default();
-            ns.metadata.name = "default".into();
-            registry.create(ns, None).await.expect("namespace");
+            let registry = registry_with_default_namespace(dir.path()).await;
             let now = Time::now().0;
             for (name, seen) in [("old", now - 3700), ("fresh", now - 60)] {
                 let ev = Event {
@@ -569,12 +574,8 @@ mod tests {
     #[test]
     fn repeats_beyond_the_second_stay_in_memory() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(StoreConfig::in_dir(dir.path())).expect("store");
-        let registry = Registry::new(store);
         smol::block_on(async {
-            let mut ns = api::core::Namespace::default();
-            ns.metadata.name = "default".into();
-            registry.create(ns, None).await.expect("namespace");
+            let registry = registry_with_default_namespace(dir.path()).await;
             let rec = Recorder::start(registry.clone(), "test-scheduler");
             let before = settled(&registry).await;
             let mut revisions = Vec::new();
