@@ -153,6 +153,8 @@ pub fn can_serve(creds: &Credentials) -> bool {
 
 /// Where the endpoint finds pods and their logs.
 pub struct LogSource {
+    /// The node's name, for `/stats/summary`.
+    pub node_name: String,
     /// `<data dir>/pods`: `<uid>/logs/<container>/<restart>.log`.
     pub pods_dir: PathBuf,
     pub cache: Arc<PodCache>,
@@ -403,6 +405,9 @@ async fn connection(
     let _ = tcp.set_nodelay(true);
     let mut tls = timeout(acceptor.accept(tcp), "TLS handshake timed out").await?;
     let head = timeout(read_head(&mut tls), "request timed out").await?;
+    if super::stats::is_summary_request(&head) {
+        return super::stats::answer(&mut tls, &source).await;
+    }
     let planned = match parse_request(&head, now_nanos()) {
         Ok(req) => {
             let src = source.clone();
