@@ -258,7 +258,7 @@ impl Bucket {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Write {
     /// Create the event (a new series, or one whose Event expired).
-    Create { key: SeriesKeyId, event: Event },
+    Create { key: SeriesKeyId, event: Box<Event> },
     /// Set `count` and `lastTimestamp` of an existing event.
     Update {
         key: SeriesKeyId,
@@ -325,7 +325,7 @@ impl Correlator {
             .iter()
             .filter_map(|(k, s)| s.due_at().filter(|at| *at <= now).map(|at| (at, k.clone())))
             .collect();
-        ready.sort_by(|a, b| a.0.cmp(&b.0));
+        ready.sort_by_key(|a| a.0);
         let mut writes = Vec::new();
         for (_, key) in ready {
             let bucket = self.buckets.entry(key.0.clone()).or_insert(Bucket {
@@ -352,7 +352,7 @@ impl Correlator {
                 },
                 None => Write::Create {
                     key: id,
-                    event: new_event(&self.node, s),
+                    event: Box::new(new_event(&self.node, s)),
                 },
             });
         }
@@ -416,7 +416,7 @@ impl Correlator {
                 .filter(|(_, s)| !s.dirty() && !s.in_flight)
                 .map(|(k, s)| (s.last_seen, k.clone()))
                 .collect();
-            clean.sort_by(|a, b| a.0.cmp(&b.0));
+            clean.sort_by_key(|a| a.0);
             let excess = self.series.len() - MAX_SERIES;
             for (_, k) in clean.into_iter().take(excess) {
                 self.series.remove(&k);
@@ -553,7 +553,7 @@ async fn write_loop(
 
 async fn send(client: &Client, w: &Write) -> Result<(), ClientError> {
     match w {
-        Write::Create { event, .. } => client.create(event).await.map(|_| ()),
+        Write::Create { event, .. } => client.create(event.as_ref()).await.map(|_| ()),
         Write::Update {
             namespace,
             name,

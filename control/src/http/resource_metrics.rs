@@ -37,8 +37,6 @@ pub const MIN_WINDOW: Duration = Duration::from_secs(1);
 pub const MAX_WINDOW: Duration = Duration::from_secs(120);
 /// How long reading one agent may take.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
-/// The kubelet's port, when a Node does not say.
-const DEFAULT_AGENT_PORT: i32 = 10250;
 /// The largest summary accepted from an agent.
 const MAX_SUMMARY_BYTES: usize = 4 << 20;
 
@@ -140,6 +138,12 @@ pub fn usage_between(before: &Summary, after: &Summary, window: Duration) -> Nod
 }
 
 impl Scraper {
+    /// Forgets the nodes not in `names` (deleted ones).
+    fn keep_only(&self, names: &[String]) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        nodes.retain(|n, _| names.contains(n));
+    }
+
     /// The node's figures: fresh ones from memory, or read from its agent now. None when the
     /// agent cannot be read (as metrics-server, the node is then left out).
     async fn usage(&self, state: &State, node: &Node) -> Option<Arc<NodeUsage>> {
@@ -193,7 +197,8 @@ impl Scraper {
     }
 }
 
-/// The node's agent endpoint: its InternalIP and published port.
+/// The node's agent endpoint: its InternalIP and published port. A node that publishes no
+/// port (a simulated node, whose address is made up) is never asked.
 fn agent_address(node: &Node) -> Option<(String, u16)> {
     let ip = node
         .status
@@ -208,14 +213,13 @@ fn agent_address(node: &Node) -> Option<(String, u16)> {
         .as_ref()
         .and_then(|d| d.kubelet_endpoint.as_ref())
         .map(|e| e.port)
-        .filter(|p| *p > 0 && *p <= 65535)
-        .unwrap_or(DEFAULT_AGENT_PORT);
+        .filter(|p| *p > 0 && *p <= 65535)?;
     Some((ip, port as u16))
 }
 
 async fn scrape(state: &State, node: &Node) -> Result<Reading, String> {
     let name = &node.metadata.name;
-    let (ip, port) = agent_address(node).ok_or("the node has no InternalIP")?;
+    let (ip, port) = agent_address(node).ok_or("the node publishes no agent endpoint")?;
     let tls = state.pki.agent_client_config().map_err(|e| e.to_string())?;
     let read = async {
         let (status, mut body, mut stream) =
@@ -255,7 +259,7 @@ pub fn cpu_quantity(nano: u64) -> String {
         return "0".into();
     }
     for (div, suffix) in [(1_000_000_000, ""), (1_000_000, "m"), (1_000, "u")] {
-        if nano % div == 0 {
+        if nano.is_multiple_of(div) {
             return format!("{}{suffix}", nano / div);
         }
     }
@@ -407,11 +411,15 @@ async fn serve_nodes(
             .filter(|n| selector.matches(&n.metadata.labels))
             .collect(),
     };
-    // Every node at once: the answer takes as long as the slowest agent, not their sum.
     let scraper = &state.resource_metrics;
+    if path.name.is_none() && selector.is_empty() {
+        let names: Vec<String> = nodes.iter().map(|n| n.metadata.name.clone()).collect();
+        scraper.keep_only(&names);
+    }
+    // Every node at once: the answer takes as long as the slowest agent, not their sum.
     let tasks: Vec<_> = nodes
         .into_iter()
-        .filter(ready)
+        .filter(|n| ready(n) && agent_address(n).is_some())
         .map(|n| async move {
             let u = scraper.usage(state, &n).await;
             (n, u)
@@ -461,7 +469,7 @@ async fn serve_pods(
         .into_iter()
         .map(|name| async move {
             let node = state.registry.get::<Node>("", &name).await.ok()?;
-            if !ready(&node) {
+            if !ready(&node) || agent_address(&node).is_none() {
                 return None;
             }
             Some((name, scraper.usage(state, &node).await?))
@@ -605,6 +613,24 @@ mod tests {
         assert!(usage_between(&before, &back, Duration::from_secs(2))
             .pods
             .is_empty());
+    }
+
+    #[test]
+    fn only_nodes_that_publish_an_endpoint_are_asked() {
+        let mut n = Node::default();
+        n.status.addresses.push(api::core::NodeAddress {
+            type_: "InternalIP".into(),
+            address: "127.0.0.1".into(),
+        });
+        assert_eq!(agent_address(&n), None);
+        n.status.daemon_endpoints = Some(api::core::NodeDaemonEndpoints {
+            kubelet_endpoint: Some(api::core::DaemonEndpoint { port: 0 }),
+        });
+        assert_eq!(agent_address(&n), None, "a simulated node publishes port 0");
+        n.status.daemon_endpoints = Some(api::core::NodeDaemonEndpoints {
+            kubelet_endpoint: Some(api::core::DaemonEndpoint { port: 10250 }),
+        });
+        assert_eq!(agent_address(&n), Some(("127.0.0.1".into(), 10250)));
     }
 
     #[test]
