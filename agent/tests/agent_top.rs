@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use api::client::Client;
-use api::core::{Event, Node};
+use api::core::{ConfigMapVolumeSource, Event, ExecAction, Node, Probe, Volume, VolumeMount};
 use common::{pod, wait_for, wait_phase, TestAgent, TestServer, TEST_IMAGE};
 use serde_json::Value;
 
@@ -104,6 +104,39 @@ fn kubelet_events_and_kubectl_top() {
     smol::block_on(client.create(&burner)).expect("create burner");
     let crasher = pod("crasher", &node, &["sh", "-c", "exit 3"], Some("Always"));
     smol::block_on(client.create(&crasher)).expect("create crasher");
+    // One whose liveness probe always fails, one whose ConfigMap volume is missing, one
+    // whose image is absent with the pull policy Never.
+    let mut sick = pod("sick", &node, &["sleep", "3600"], Some("Always"));
+    sick.spec.containers[0].liveness_probe = Some(Probe {
+        exec: Some(ExecAction {
+            command: vec!["sh".into(), "-c".into(), "exit 1".into()],
+        }),
+        period_seconds: Some(1),
+        failure_threshold: Some(1),
+        ..Default::default()
+    });
+    smol::block_on(client.create(&sick)).expect("create sick");
+    let mut unmounted = pod("unmounted", &node, &["sleep", "3600"], Some("Always"));
+    unmounted.spec.volumes.push(Volume {
+        name: "cfg".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: Some("missing".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    unmounted.spec.containers[0]
+        .volume_mounts
+        .push(VolumeMount {
+            name: "cfg".into(),
+            mount_path: "/cfg".into(),
+            ..Default::default()
+        });
+    smol::block_on(client.create(&unmounted)).expect("create unmounted");
+    let mut absent = pod("absent", &node, &["true"], Some("Always"));
+    absent.spec.containers[0].image = Some("skiff.test/absent:v1".into());
+    absent.spec.containers[0].image_pull_policy = Some("Never".into());
+    smol::block_on(client.create(&absent)).expect("create absent");
     let running = wait_phase(&client, "burner", "Running", Duration::from_secs(60));
 
     // Events: the kubelet's, with its source and the container's field path.
@@ -191,6 +224,44 @@ fn kubelet_events_and_kubectl_top() {
     assert!(out.contains("BackOff"), "{out}");
     println!("kubectl events --for pod/crasher:\n{out}");
     assert!(crash_events.len() < 10, "{crash_events:?}");
+
+    // Warnings: Unhealthy and Killing for the failing probe, FailedMount, and Failed for
+    // the absent image, each with the kubelet's message.
+    let has = |pod: &str, type_: &str, reason: &str, message: &str| {
+        events_of(&client, pod).iter().any(|e| {
+            e.type_.as_deref() == Some(type_)
+                && e.reason.as_deref() == Some(reason)
+                && e.message.as_deref().is_some_and(|m| m.starts_with(message))
+        })
+    };
+    wait_for("the warnings", Duration::from_secs(30), || {
+        let all = [
+            has("sick", "Warning", "Unhealthy", "Liveness probe failed"),
+            has(
+                "sick",
+                "Normal",
+                "Killing",
+                "Container main failed liveness probe, will be restarted",
+            ),
+            has(
+                "unmounted",
+                "Warning",
+                "FailedMount",
+                "MountVolume.SetUp failed for volume \"cfg\" : configmap \"missing\" not found",
+            ),
+            has(
+                "absent",
+                "Warning",
+                "ErrImageNeverPull",
+                "Container image \"skiff.test/absent:v1\" is not present with pull policy of Never",
+            ),
+            has("absent", "Warning", "Failed", "Error: ErrImageNeverPull"),
+        ];
+        all.iter().all(|ok| *ok).then_some(())
+    });
+    let (ok, out, err) = kubectl(&server, &["describe", "pod", "unmounted"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("FailedMount"), "{out}");
 
     // Discovery lists the metrics API as kubectl top needs it.
     let (ok, out, err) = kubectl(&server, &["api-resources", "--api-group=metrics.k8s.io"]);

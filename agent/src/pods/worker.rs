@@ -376,15 +376,19 @@ impl Worker {
                     format!("Container image {reference:?} already present on machine"),
                 ),
                 Err(e) => {
-                    if e.reason() == "ErrImagePull" {
-                        event(
-                            EventType::Warning,
-                            "Failed",
-                            format!("Failed to pull image {reference:?}: {e}"),
-                        );
-                    } else {
-                        event(EventType::Warning, e.reason(), e.to_string());
-                    }
+                    // The kubelet's reasons and messages for each kind of failure.
+                    let (reason, message) = match e.reason() {
+                        "ErrImageNeverPull" => (
+                            "ErrImageNeverPull",
+                            format!("Container image {reference:?} is not present with pull policy of Never"),
+                        ),
+                        "InvalidImageName" => (
+                            "InspectFailed",
+                            format!("Failed to apply default image tag {reference:?}: {e}"),
+                        ),
+                        _ => ("Failed", format!("Failed to pull image {reference:?}: {e}")),
+                    };
+                    event(EventType::Warning, reason, message);
                     event(
                         EventType::Warning,
                         "Failed",
