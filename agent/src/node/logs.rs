@@ -3,6 +3,9 @@
 //! timestamps=&previous=&limitBytes=` from the container log files (see
 //! [`crate::runtime::logs`] for their format and its trade-offs).
 //!
+//! The same endpoint answers `GET /stats/summary` (node and container CPU and memory, see
+//! [`super::stats`]), which the server's `metrics.k8s.io` API reads.
+//!
 //! Only the API server may ask: the TLS layer requires a client certificate that chains to
 //! the cluster CA *and* names [`APISERVER_CLIENT_CN`]; a node's certificate, a self-made one
 //! or none at all end the handshake. The serving certificate is the node's own (signed at

@@ -225,10 +225,7 @@ pub fn proc_cpu_usage_ns(proc_root: &Path) -> Option<u64> {
         .filter(|(i, _)| *i != 3 && *i != 4)
         .map(|(_, v)| *v)
         .sum();
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let ticks = if ticks > 0 { ticks as u64 } else { 100 };
-    Some(busy.saturating_mul(1_000_000_000 / ticks))
+    Some(busy.saturating_mul(1_000_000_000 / crate::sys::clock_ticks()))
 }
 
 #[cfg(test)]
@@ -333,8 +330,7 @@ mod tests {
             "cpu  10 0 5 1000 7 1 1 0 0 0\ncpu0 10 0 5 1000 7 1 1 0 0 0\n",
         )
         .expect("write");
-        // SAFETY: sysconf only reads a configuration value.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        let hz = crate::sys::clock_ticks();
         assert_eq!(
             proc_cpu_usage_ns(proc_.path()),
             Some(17 * (1_000_000_000 / hz))
