@@ -336,6 +336,25 @@ fn kubelet_events_and_kubectl_top() {
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["kind"], "NodeMetricsList");
     assert_eq!(v["items"].as_array().map(Vec::len), Some(0), "{v}");
+    let (code, v) = get_json(
+        &client,
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?fieldSelector=metadata.name%3Dburner",
+    );
+    assert_eq!(code, 200, "{v}");
+    let names: Vec<&str> = v["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i["metadata"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(names, ["burner"], "{v}");
+    let (code, v) = get_json(
+        &client,
+        "/apis/metrics.k8s.io/v1beta1/pods?fieldSelector=spec.nope%3Dx",
+    );
+    assert_eq!(code, 400, "{v}");
 
     // Deleting a running pod records Killing.
     smol::block_on(client.delete::<api::core::Pod>(

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use api::core::{Node, Pod};
 use api::meta::{Status, StatusDetails, Time};
 use api::object::Resource;
-use api::selector::Selector as LabelSelector;
+use api::selector::{FieldSelector, Selector as LabelSelector};
 use api::stats::Summary;
+use api::Kind;
 use futures_lite::{AsyncReadExt, FutureExt};
 use serde_json::{json, Value};
 
@@ -353,15 +354,26 @@ fn list(kind: &str, items: Vec<Value>) -> Value {
     })
 }
 
+/// The objects of `K` (in `namespace`) that the request's label and field selectors match.
 async fn objects<K: Resource + Clone>(
     state: &State,
     namespace: Option<&str>,
+    selectors: &Selectors,
 ) -> Result<Vec<K>, ApiError> {
     let (items, _) = state.store.list(K::KIND, namespace).await?;
     Ok(items
         .iter()
+        .filter(|o| selectors.fields.matches(o))
         .filter_map(|o| K::from_any_ref(o).cloned())
+        .filter(|o| selectors.labels.matches(&o.meta().labels))
         .collect())
+}
+
+/// A request's `labelSelector` and `fieldSelector` (fields of the Node or Pod, as
+/// metrics-server filters).
+struct Selectors {
+    labels: LabelSelector,
+    fields: FieldSelector,
 }
 
 fn ready(node: &Node) -> bool {
@@ -384,12 +396,20 @@ pub(super) async fn serve(
             if path.pods { "pods" } else { "nodes" }
         )));
     }
-    let selector = LabelSelector::parse(&super::query(req, "labelSelector").unwrap_or_default())
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let kind = if path.pods { Kind::Pod } else { Kind::Node };
+    let selectors = Selectors {
+        labels: LabelSelector::parse(&super::query(req, "labelSelector").unwrap_or_default())
+            .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        fields: FieldSelector::parse_for(
+            kind,
+            &super::query(req, "fieldSelector").unwrap_or_default(),
+        )
+        .map_err(|e| ApiError::bad_request(e.to_string()))?,
+    };
     let body = if path.pods {
-        serve_pods(state, path, &selector).await?
+        serve_pods(state, path, &selectors).await?
     } else {
-        serve_nodes(state, path, &selector).await?
+        serve_nodes(state, path, &selectors).await?
     };
     Ok(super::json_response(tide::http::StatusCode::Ok, &body))
 }
@@ -397,7 +417,7 @@ pub(super) async fn serve(
 async fn serve_nodes(
     state: &State,
     path: &MetricsPath,
-    selector: &LabelSelector,
+    selectors: &Selectors,
 ) -> Result<Value, ApiError> {
     let nodes: Vec<Node> = match &path.name {
         Some(name) => match state.registry.get::<Node>("", name).await {
@@ -405,14 +425,10 @@ async fn serve_nodes(
             Err(e) if e.code() == 404 => return Err(not_found("nodes", name)),
             Err(e) => return Err(e),
         },
-        None => objects::<Node>(state, None)
-            .await?
-            .into_iter()
-            .filter(|n| selector.matches(&n.metadata.labels))
-            .collect(),
+        None => objects::<Node>(state, None, selectors).await?,
     };
     let scraper = &state.resource_metrics;
-    if path.name.is_none() && selector.is_empty() {
+    if path.name.is_none() && selectors.labels.is_empty() && selectors.fields.is_empty() {
         let names: Vec<String> = nodes.iter().map(|n| n.metadata.name.clone()).collect();
         scraper.keep_only(&names);
     }
@@ -442,7 +458,7 @@ async fn serve_nodes(
 async fn serve_pods(
     state: &State,
     path: &MetricsPath,
-    selector: &LabelSelector,
+    selectors: &Selectors,
 ) -> Result<Value, ApiError> {
     let pods: Vec<Pod> = match (&path.namespace, &path.name) {
         (Some(ns), Some(name)) => match state.registry.get::<Pod>(ns, name).await {
@@ -450,11 +466,7 @@ async fn serve_pods(
             Err(e) if e.code() == 404 => return Err(not_found("pods", &format!("{ns}/{name}"))),
             Err(e) => return Err(e),
         },
-        (ns, _) => objects::<Pod>(state, ns.as_deref())
-            .await?
-            .into_iter()
-            .filter(|p| selector.matches(&p.metadata.labels))
-            .collect(),
+        (ns, _) => objects::<Pod>(state, ns.as_deref(), selectors).await?,
     };
     let mut node_names: Vec<String> = pods
         .iter()
