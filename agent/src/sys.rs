@@ -193,6 +193,14 @@ pub fn set_nonblocking(fd: &impl std::os::fd::AsRawFd) -> Result<(), Errno> {
     }
 }
 
+/// Clock ticks per second, the unit of `/proc/stat` (100 where sysconf does not say).
+pub fn clock_ticks() -> u64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as u64,
+        _ => 100,
+    }
+}
+
 /// Whether `pid` exists and is not a zombie, judged from `<proc_root>/<pid>/stat`.
 pub fn process_alive(proc_root: &Path, pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else {

@@ -16,6 +16,7 @@ pub mod object;
 mod omit;
 pub mod quantity;
 pub mod selector;
+pub mod stats;
 pub mod table;
 pub mod validation;
 

@@ -245,6 +245,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         store: store.clone(),
         auth,
         metrics: Default::default(),
+        resource_metrics: Default::default(),
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;

@@ -3,6 +3,9 @@
 //! timestamps=&previous=&limitBytes=` from the container log files (see
 //! [`crate::runtime::logs`] for their format and its trade-offs).
 //!
+//! The same endpoint answers `GET /stats/summary` (node and container CPU and memory, see
+//! [`super::stats`]), which the server's `metrics.k8s.io` API reads.
+//!
 //! Only the API server may ask: the TLS layer requires a client certificate that chains to
 //! the cluster CA *and* names [`APISERVER_CLIENT_CN`]; a node's certificate, a self-made one
 //! or none at all end the handshake. The serving certificate is the node's own (signed at
@@ -153,6 +156,8 @@ pub fn can_serve(creds: &Credentials) -> bool {
 
 /// Where the endpoint finds pods and their logs.
 pub struct LogSource {
+    /// The node's name, for `/stats/summary`.
+    pub node_name: String,
     /// `<data dir>/pods`: `<uid>/logs/<container>/<restart>.log`.
     pub pods_dir: PathBuf,
     pub cache: Arc<PodCache>,
@@ -403,6 +408,9 @@ async fn connection(
     let _ = tcp.set_nodelay(true);
     let mut tls = timeout(acceptor.accept(tcp), "TLS handshake timed out").await?;
     let head = timeout(read_head(&mut tls), "request timed out").await?;
+    if super::stats::is_summary_request(&head) {
+        return super::stats::answer(&mut tls, &source).await;
+    }
     let planned = match parse_request(&head, now_nanos()) {
         Ok(req) => {
             let src = source.clone();

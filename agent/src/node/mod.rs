@@ -19,6 +19,7 @@ pub mod credentials;
 pub mod facts;
 pub mod logs;
 pub mod register;
+pub mod stats;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -168,6 +169,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             &creds,
             cfg.log_port,
             Arc::new(logs::LogSource {
+                node_name: cfg.node_name.clone(),
                 pods_dir: pods_dir.clone(),
                 cache: cache.clone(),
                 runtime: runtime.clone(),
@@ -230,6 +232,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let manager = PodManager::new(Context {
             runtime,
             images,
+            events: crate::pods::events::EventRecorder::start(client.clone(), &cfg.node_name),
             client,
             cache_writes: CacheWriter::start(cache.clone()),
             cache,

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod container;
+pub mod events;
 pub mod machine;
 pub mod probe;
 pub mod pull_secrets;
@@ -41,6 +42,8 @@ pub struct Context {
     /// Writes to `cache` in the background.
     pub cache_writes: CacheWriter,
     pub node_name: String,
+    /// The kubelet events of the pods (Pulled, Started, BackOff, ...).
+    pub events: events::EventRecorder,
     /// The node's InternalIP: hostIP, and podIP of hostNetwork pods.
     pub node_ip: String,
     /// The pod network: addresses, veths, hostPorts.

@@ -15,6 +15,7 @@ use futures_lite::future;
 use smol::Timer;
 
 use super::container::{self, EnvSources};
+use super::events::{go_duration, EventType};
 use super::machine::{self, Event, Stage};
 use super::probe::{self, ProbeKind, ProbeTarget, Verdict};
 use super::status::{self, ContainerRecord, ExitWatch, Termination, BACKOFF_MAX, BACKOFF_START};
@@ -297,6 +298,24 @@ impl Worker {
                                 "Back-off pulling image {:?}",
                                 c.spec.image.as_deref().unwrap_or("")
                             );
+                            let events = &self.ctx.events;
+                            let (name, init) = (c.spec.name.as_str(), c.init);
+                            events.container(
+                                &self.pod,
+                                name,
+                                init,
+                                EventType::Normal,
+                                "BackOff",
+                                msg.clone(),
+                            );
+                            events.container(
+                                &self.pod,
+                                name,
+                                init,
+                                EventType::Warning,
+                                "Failed",
+                                "Error: ImagePullBackOff".into(),
+                            );
                         }
                     }
                 }
@@ -314,11 +333,69 @@ impl Worker {
             let policy = pull_policy(c);
             let auth = super::pull_secrets::auth_for(&reference, &secrets)
                 .unwrap_or(RegistryAuth::Anonymous);
+            let (name, init) = (c.name.clone(), self.containers[i].init);
+            let event = |type_, reason: &str, message: String| {
+                self.ctx
+                    .events
+                    .container(&self.pod, &name, init, type_, reason, message)
+            };
+            // As the kubelet: Pulling/Pulled around a pull, "already present" otherwise.
+            let pulls = match policy {
+                PullPolicy::Never => false,
+                PullPolicy::IfNotPresent => self.ctx.images.resolve(&reference).is_none(),
+                PullPolicy::Always => true,
+            };
+            if pulls {
+                event(
+                    EventType::Normal,
+                    "Pulling",
+                    format!("Pulling image {reference:?}"),
+                );
+            }
+            let began = Instant::now();
             let result = self
                 .ctx
                 .images
                 .ensure(&reference, policy, &auth, &self.ctx.pull_options)
                 .await;
+            match &result {
+                Ok(info) if pulls => {
+                    let took = go_duration(began.elapsed());
+                    event(
+                        EventType::Normal,
+                        "Pulled",
+                        format!(
+                            "Successfully pulled image {reference:?} in {took} ({took} including waiting). Image size: {} bytes.",
+                            info.size
+                        ),
+                    );
+                }
+                Ok(_) => event(
+                    EventType::Normal,
+                    "Pulled",
+                    format!("Container image {reference:?} already present on machine"),
+                ),
+                Err(e) => {
+                    // The kubelet's reasons and messages for each kind of failure.
+                    let (reason, message) = match e.reason() {
+                        "ErrImageNeverPull" => (
+                            "ErrImageNeverPull",
+                            format!("Container image {reference:?} is not present with pull policy of Never"),
+                        ),
+                        "InvalidImageName" => (
+                            "InspectFailed",
+                            format!("Failed to apply default image tag {reference:?}: {e}"),
+                        ),
+                        _ => ("Failed", format!("Failed to pull image {reference:?}: {e}")),
+                    };
+                    event(EventType::Warning, reason, message);
+                    event(
+                        EventType::Warning,
+                        "Failed",
+                        format!("Error: {}", e.reason()),
+                    );
+                }
+            }
             let rec = &mut self.containers[i];
             match result {
                 Ok(info) => {
@@ -679,8 +756,22 @@ impl Worker {
         }
     }
 
+    /// Records an event about container `idx`.
+    fn container_event(&self, idx: usize, type_: EventType, reason: &str, message: String) {
+        let rec = &self.containers[idx];
+        self.ctx
+            .events
+            .container(&self.pod, rec.name(), rec.init, type_, reason, message);
+    }
+
     fn fail_start(&mut self, idx: usize, reason: &str, message: String) {
         tracing::warn!(pod = %self.key(), container = %self.containers[idx].name(), "{reason}: {message}");
+        self.container_event(
+            idx,
+            EventType::Warning,
+            "Failed",
+            format!("Error: {message}"),
+        );
         let rec = &mut self.containers[idx];
         rec.waiting = Some((reason.to_string(), message));
         rec.retry_at = Some(Instant::now() + rec.backoff);
@@ -710,6 +801,9 @@ impl Worker {
             Ok(m) => m,
             Err(e @ VolumeError::SetUp { .. }) => {
                 // FailedMount: the pod stays in ContainerCreating and tries again soon.
+                self.ctx
+                    .events
+                    .pod(&self.pod, EventType::Warning, "FailedMount", e.to_string());
                 let rec = &mut self.containers[idx];
                 let waiting = Some(("ContainerCreating".to_string(), e.to_string()));
                 if rec.waiting != waiting {
@@ -795,23 +889,34 @@ impl Worker {
             log_path,
         };
         let rt = self.ctx.runtime.clone();
-        let started = smol::unblock(
-            move || -> Result<(ContainerId, ContainerState), (bool, RuntimeError)> {
-                if let Some(parent) = spec.log_path.parent() {
-                    let _ = std::fs::create_dir_all(parent);
-                }
-                let id = rt
-                    .create_container(&sandbox, &spec)
-                    .map_err(|e| (false, e))?;
-                if let Err(e) = rt.start(&id) {
-                    let _ = rt.remove(&id);
-                    return Err((true, e));
-                }
-                let state = rt.state(&id).unwrap_or(ContainerState::Unknown);
-                Ok((id, state))
-            },
-        )
+        let created = smol::unblock(move || {
+            if let Some(parent) = spec.log_path.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            rt.create_container(&sandbox, &spec)
+        })
         .await;
+        let started = match created {
+            Ok(id) => {
+                self.container_event(
+                    idx,
+                    EventType::Normal,
+                    "Created",
+                    format!("Created container: {name}"),
+                );
+                let rt = self.ctx.runtime.clone();
+                smol::unblock(move || {
+                    if let Err(e) = rt.start(&id) {
+                        let _ = rt.remove(&id);
+                        return Err((true, e));
+                    }
+                    let state = rt.state(&id).unwrap_or(ContainerState::Unknown);
+                    Ok((id, state))
+                })
+                .await
+            }
+            Err(e) => Err((false, e)),
+        };
         match started {
             Ok((id, state)) => {
                 let rec = &mut self.containers[idx];
@@ -824,6 +929,12 @@ impl Worker {
                     _ => Time::now(),
                 });
                 tracing::info!(pod = %self.key(), container = %name, "container started");
+                self.container_event(
+                    idx,
+                    EventType::Normal,
+                    "Started",
+                    format!("Started container {name}"),
+                );
             }
             Err((false, e)) => self.fail_start(idx, "CreateContainerError", e.to_string()),
             Err((true, e)) => self.fail_start(idx, "RunContainerError", e.to_string()),
@@ -917,6 +1028,14 @@ impl Worker {
             rec.backoff = (rec.backoff * 2).min(BACKOFF_MAX);
             rec.last_terminated = Some(term);
             rec.terminated = None;
+            let message = format!(
+                "Back-off restarting failed container {} in pod {}_{}({})",
+                rec.spec.name,
+                self.pod.metadata.name,
+                self.pod.metadata.namespace(),
+                self.pod.metadata.uid
+            );
+            self.container_event(idx, EventType::Warning, "BackOff", message);
         } else {
             rec.terminated = Some(term);
         }
@@ -940,6 +1059,14 @@ impl Worker {
             Ok(true) => {
                 if self.containers[idx].last_terminated.is_some() {
                     self.containers[idx].restart_count += 1;
+                    // The kubelet checks the image again before each restart.
+                    let image = self.containers[idx].spec.image.clone().unwrap_or_default();
+                    self.container_event(
+                        idx,
+                        EventType::Normal,
+                        "Pulled",
+                        format!("Container image {image:?} already present on machine"),
+                    );
                 }
                 self.start_container(idx).await;
                 None
@@ -1113,6 +1240,16 @@ impl Worker {
                     "probe failed: {}",
                     outcome.message
                 );
+                let mut probe = kind.name().to_string();
+                probe[..1].make_ascii_uppercase();
+                self.ctx.events.container(
+                    &self.pod,
+                    &rec.spec.name,
+                    rec.init,
+                    EventType::Warning,
+                    "Unhealthy",
+                    format!("{probe} probe failed: {}", outcome.message),
+                );
             }
             match rec
                 .probes
@@ -1162,6 +1299,14 @@ impl Worker {
             .spec(kind)
             .and_then(|s| s.grace)
             .unwrap_or_else(|| Duration::from_secs(pod_grace.max(1) as u64));
+        self.ctx.events.container(
+            &self.pod,
+            &rec.spec.name,
+            rec.init,
+            EventType::Normal,
+            "Killing",
+            message.clone(),
+        );
         rec.kill_reason = Some(message);
         let rt = self.ctx.runtime.clone();
         // In the background, so the pod's other containers and its status are not held up
@@ -1238,6 +1383,17 @@ impl Worker {
 
     async fn teardown(&mut self) -> Duration {
         if !self.torn_down {
+            for idx in 0..self.containers.len() {
+                if !self.gone && self.containers[idx].is_running() {
+                    let name = self.containers[idx].name().to_string();
+                    self.container_event(
+                        idx,
+                        EventType::Normal,
+                        "Killing",
+                        format!("Stopping container {name}"),
+                    );
+                }
+            }
             self.remove_everything().await;
             self.ctx.cache_writes.remove(&self.uid());
             self.torn_down = true;

@@ -130,6 +130,104 @@ fn remove_dir_tree(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// A value of a flat keyed file (`memory.stat`, `cpu.stat`: `key value` per line).
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// CPU time used by the cgroup `rel` ("" for the root) and everything below it, in
+/// nanoseconds: v1 `cpuacct.usage`, v2 `cpu.stat` `usage_usec`.
+pub fn cpu_usage_ns(cgroup_root: &Path, rel: &str) -> Option<u64> {
+    match detect(cgroup_root) {
+        CgroupVersion::V1 => {
+            read_u64(&controller_dir(cgroup_root, "cpuacct", rel).join("cpuacct.usage"))
+        }
+        CgroupVersion::V2 => {
+            let text = std::fs::read_to_string(
+                cgroup_root
+                    .join(rel.trim_start_matches('/'))
+                    .join("cpu.stat"),
+            )
+            .ok()?;
+            keyed(&text, "usage_usec").map(|us| us.saturating_mul(1000))
+        }
+    }
+}
+
+/// Memory of a cgroup: usage and the working set (usage less inactive file pages, which the
+/// kernel can drop at once), both in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUsage {
+    pub usage: u64,
+    pub working_set: u64,
+}
+
+/// The memory of the cgroup `rel` ("" for the root; v2's root has no `memory.current`, see
+/// [`meminfo_usage`]): v1 `memory.usage_in_bytes` less `total_inactive_file`, v2
+/// `memory.current` less `inactive_file`, as cAdvisor computes the working set.
+pub fn memory_usage(cgroup_root: &Path, rel: &str) -> Option<MemoryUsage> {
+    let dir = controller_dir(cgroup_root, "memory", rel);
+    let (usage_file, inactive_key) = match detect(cgroup_root) {
+        CgroupVersion::V1 => ("memory.usage_in_bytes", "total_inactive_file"),
+        CgroupVersion::V2 => ("memory.current", "inactive_file"),
+    };
+    let usage = read_u64(&dir.join(usage_file))?;
+    let inactive = std::fs::read_to_string(dir.join("memory.stat"))
+        .ok()
+        .and_then(|t| keyed(&t, inactive_key))
+        .unwrap_or(0);
+    Some(MemoryUsage {
+        usage,
+        working_set: usage.saturating_sub(inactive),
+    })
+}
+
+/// The whole machine's memory from `<proc>/meminfo`: usage is total less free, the working
+/// set that less inactive file pages.
+pub fn meminfo_usage(proc_root: &Path) -> Option<MemoryUsage> {
+    let text = std::fs::read_to_string(proc_root.join("meminfo")).ok()?;
+    let kib = |key: &str| {
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        })
+    };
+    let usage = kib("MemTotal")?.saturating_sub(kib("MemFree")?) * 1024;
+    let inactive = kib("Inactive(file)").unwrap_or(0) * 1024;
+    Some(MemoryUsage {
+        usage,
+        working_set: usage.saturating_sub(inactive),
+    })
+}
+
+/// CPU time the whole machine used, from `<proc>/stat` (all but idle and iowait), in
+/// nanoseconds; for hosts whose root cgroup does not account CPU.
+pub fn proc_cpu_usage_ns(proc_root: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(proc_root.join("stat")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let busy: u64 = fields
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| *v)
+        .sum();
+    Some(busy.saturating_mul(1_000_000_000 / crate::sys::clock_ticks()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +265,78 @@ mod tests {
         assert_eq!(detect(v2.path()), CgroupVersion::V2);
         assert!(oom_killed(v2.path(), "skiff/p/c"));
         assert!(!oom_killed(v2.path(), "skiff/p"));
+    }
+
+    #[test]
+    fn cpu_and_memory_of_v1_and_v2_cgroups() {
+        let v1 = tempfile::tempdir().expect("tempdir");
+        let w = |p: &str, text: &str| {
+            let path = v1.path().join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        w("cpuacct/skiff/p/c/cpuacct.usage", "123456789\n");
+        w("memory/skiff/p/c/memory.usage_in_bytes", "10485760\n");
+        w(
+            "memory/skiff/p/c/memory.stat",
+            "cache 4096\ninactive_file 1\ntotal_inactive_file 2097152\n",
+        );
+        w("cpuacct/cpuacct.usage", "999\n");
+        assert_eq!(cpu_usage_ns(v1.path(), "skiff/p/c"), Some(123_456_789));
+        assert_eq!(cpu_usage_ns(v1.path(), ""), Some(999));
+        assert_eq!(
+            memory_usage(v1.path(), "skiff/p/c"),
+            Some(MemoryUsage {
+                usage: 10 << 20,
+                working_set: 8 << 20
+            })
+        );
+        assert_eq!(memory_usage(v1.path(), "skiff/p/gone"), None);
+
+        let v2 = tempfile::tempdir().expect("tempdir");
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory").expect("write");
+        std::fs::create_dir_all(v2.path().join("skiff/p/c")).expect("mkdir");
+        let c = v2.path().join("skiff/p/c");
+        std::fs::write(c.join("cpu.stat"), "usage_usec 2500\nuser_usec 2000\n").expect("write");
+        std::fs::write(c.join("memory.current"), "8192\n").expect("write");
+        std::fs::write(c.join("memory.stat"), "anon 4096\ninactive_file 4096\n").expect("write");
+        assert_eq!(cpu_usage_ns(v2.path(), "skiff/p/c"), Some(2_500_000));
+        assert_eq!(
+            memory_usage(v2.path(), "/skiff/p/c"),
+            Some(MemoryUsage {
+                usage: 8192,
+                working_set: 4096
+            })
+        );
+    }
+
+    #[test]
+    fn machine_figures_from_proc() {
+        let proc_ = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            proc_.path().join("meminfo"),
+            "MemTotal:        1000 kB\nMemFree:          200 kB\nInactive(file):   300 kB\n",
+        )
+        .expect("write");
+        assert_eq!(
+            meminfo_usage(proc_.path()),
+            Some(MemoryUsage {
+                usage: 800 * 1024,
+                working_set: 500 * 1024
+            })
+        );
+        std::fs::write(
+            proc_.path().join("stat"),
+            "cpu  10 0 5 1000 7 1 1 0 0 0\ncpu0 10 0 5 1000 7 1 1 0 0 0\n",
+        )
+        .expect("write");
+        let hz = crate::sys::clock_ticks();
+        assert_eq!(
+            proc_cpu_usage_ns(proc_.path()),
+            Some(17 * (1_000_000_000 / hz))
+        );
+        // The real machine's figures are there and not zero.
+        assert!(meminfo_usage(Path::new("/proc")).is_some_and(|m| m.usage > 0));
+        assert!(proc_cpu_usage_ns(Path::new("/proc")).is_some_and(|n| n > 0));
     }
 }

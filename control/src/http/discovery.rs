@@ -32,11 +32,16 @@ fn group_entry(group: &str) -> Value {
 }
 
 pub fn group_list() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_entry("apps")]})
+    let groups = [group_entry("apps"), super::resource_metrics::group_entry()];
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 pub fn group(name: &str) -> Value {
-    let mut g = group_entry(name);
+    let mut g = if name == super::route::METRICS_GROUP {
+        super::resource_metrics::group_entry()
+    } else {
+        group_entry(name)
+    };
     g["kind"] = json!("APIGroup");
     g["apiVersion"] = json!("v1");
     g
@@ -48,6 +53,9 @@ fn subresource(name: String, kind: &str, namespaced: bool, verbs: &[&str]) -> Va
 
 /// The APIResourceList of a group version, with subresources.
 pub fn resource_list(group: &str, version: &str) -> Value {
+    if group == super::route::METRICS_GROUP {
+        return super::resource_metrics::resource_list();
+    }
     let mut resources = Vec::new();
     for kind in Kind::ALL
         .iter()

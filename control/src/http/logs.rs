@@ -229,7 +229,7 @@ type AgentStream = futures_rustls::client::TlsStream<smol::net::TcpStream>;
 
 /// Sends the request to the agent; answers its status, the body bytes read along with the
 /// head, and the connection (whose remaining bytes are the rest of the body).
-async fn fetch(
+pub(super) async fn fetch(
     tls: Arc<rustls::ClientConfig>,
     node_name: &str,
     ip: &str,

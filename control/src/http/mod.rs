@@ -8,6 +8,7 @@ pub use backup::PATH as BACKUP_PATH;
 pub mod discovery;
 mod logs;
 pub mod metrics;
+mod resource_metrics;
 pub mod route;
 mod stream;
 mod watch;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub store: Store,
     pub auth: Authenticator,
     pub metrics: metrics::Metrics,
+    /// Nodes' CPU and memory for `metrics.k8s.io`, in memory only.
+    pub resource_metrics: resource_metrics::Scraper,
 }
 
 /// The client certificate chain of a connection, put on each of its requests.
@@ -280,6 +283,10 @@ async fn handle(
                 StatusCode::Ok,
                 &discovery::resource_list(&group, &version),
             ))
+        }
+        Route::ResourceMetrics(path) => {
+            get_only(&req)?;
+            resource_metrics::serve(&state, &req, &user, &path).await
         }
         Route::Resource(path)
             if path.kind == Kind::Pod && path.subresource.as_deref() == Some("log") =>

@@ -23,6 +23,8 @@ pub enum Route {
         version: String,
     },
     Resource(ResourcePath),
+    /// `/apis/metrics.k8s.io/v1beta1/...`: NodeMetrics and PodMetrics (`resource_metrics`).
+    ResourceMetrics(MetricsPath),
     /// The CA certificate, for joining nodes (no authentication).
     JoinCa,
     /// A node's join request (authenticated by its join token).
@@ -40,6 +42,19 @@ pub struct ResourcePath {
     pub name: Option<String>,
     pub subresource: Option<String>,
 }
+
+/// A path of the resource metrics API.
+#[derive(Debug, PartialEq, Eq, Clone)]
+pub struct MetricsPath {
+    /// PodMetrics (else NodeMetrics).
+    pub pods: bool,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+/// The resource metrics API's group and version.
+pub const METRICS_GROUP: &str = "metrics.k8s.io";
+pub const METRICS_VERSION: &str = "v1beta1";
 
 /// The error when a path names nothing the server serves.
 #[derive(Debug, PartialEq, Eq)]
@@ -61,7 +76,14 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["skiff", "v1", "tokens"] => Ok(Route::Tokens),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
-        ["apis", group] if *group == "apps" => Ok(Route::Group(group.to_string())),
+        ["apis", group] if *group == "apps" || *group == METRICS_GROUP => {
+            Ok(Route::Group(group.to_string()))
+        }
+        ["apis", METRICS_GROUP, METRICS_VERSION] => Ok(Route::ResourceList {
+            group: METRICS_GROUP.into(),
+            version: METRICS_VERSION.into(),
+        }),
+        ["apis", METRICS_GROUP, METRICS_VERSION, rest @ ..] => metrics(rest),
         ["api", "v1"] => Ok(Route::ResourceList {
             group: String::new(),
             version: "v1".into(),
@@ -114,6 +136,26 @@ fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {
         return Err(NoRoute);
     }
     Ok(Route::Resource(path))
+}
+
+fn metrics(rest: &[&str]) -> Result<Route, NoRoute> {
+    let path = |pods: bool, ns: Option<&str>, name: Option<&str>| {
+        Ok(Route::ResourceMetrics(MetricsPath {
+            pods,
+            namespace: ns.map(str::to_string),
+            name: name.map(str::to_string),
+        }))
+    };
+    match rest {
+        ["nodes"] => path(false, None, None),
+        ["nodes", name] if !name.is_empty() => path(false, None, Some(name)),
+        ["pods"] => path(true, None, None),
+        ["namespaces", ns, "pods"] if !ns.is_empty() => path(true, Some(ns), None),
+        ["namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
+            path(true, Some(ns), Some(name))
+        }
+        _ => Err(NoRoute),
+    }
 }
 
 fn name_and_sub(tail: &[&str]) -> Result<(Option<String>, Option<String>), NoRoute> {
@@ -196,5 +238,45 @@ mod tests {
         assert_eq!(parse("/apis/"), Ok(Route::GroupList));
         assert_eq!(parse("/healthz"), Ok(Route::Health("healthz")));
         assert_eq!(parse("/openapi/v2"), Ok(Route::OpenApiV2));
+    }
+
+    #[test]
+    fn parses_resource_metrics_paths() {
+        let m = |pods, ns: Option<&str>, name: Option<&str>| {
+            Ok(Route::ResourceMetrics(MetricsPath {
+                pods,
+                namespace: ns.map(Into::into),
+                name: name.map(Into::into),
+            }))
+        };
+        let base = "/apis/metrics.k8s.io/v1beta1";
+        assert_eq!(parse(&format!("{base}/nodes")), m(false, None, None));
+        assert_eq!(
+            parse(&format!("{base}/nodes/n1")),
+            m(false, None, Some("n1"))
+        );
+        assert_eq!(parse(&format!("{base}/pods")), m(true, None, None));
+        assert_eq!(
+            parse(&format!("{base}/namespaces/d/pods")),
+            m(true, Some("d"), None)
+        );
+        assert_eq!(
+            parse(&format!("{base}/namespaces/d/pods/web")),
+            m(true, Some("d"), Some("web"))
+        );
+        assert_eq!(
+            parse(base),
+            Ok(Route::ResourceList {
+                group: "metrics.k8s.io".into(),
+                version: "v1beta1".into()
+            })
+        );
+        assert_eq!(
+            parse("/apis/metrics.k8s.io"),
+            Ok(Route::Group("metrics.k8s.io".into()))
+        );
+        assert_eq!(parse(&format!("{base}/namespaces/d/nodes")), Err(NoRoute));
+        assert_eq!(parse(&format!("{base}/pods/web")), Err(NoRoute));
+        assert_eq!(parse(&format!("{base}/nodes/n1/status")), Err(NoRoute));
     }
 }
