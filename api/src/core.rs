@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use base64::Engine as _;
+use schemars::JsonSchema;
 use serde::de::{self, Deserializer, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
@@ -133,8 +134,9 @@ pub(crate) mod omit_empty {
 // References
 
 /// core/v1 ObjectReference.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ObjectReference")]
 pub struct ObjectReference {
     pub kind: Option<String>,
     pub namespace: Option<String>,
@@ -146,8 +148,9 @@ pub struct ObjectReference {
 }
 
 /// core/v1 LocalObjectReference (`imagePullSecrets`).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.LocalObjectReference")]
 pub struct LocalObjectReference {
     pub name: Option<String>,
 }
@@ -156,62 +159,116 @@ pub struct LocalObjectReference {
 // Pod template and pod spec
 
 /// core/v1 PodTemplateSpec.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodTemplateSpec")]
+#[schemars(description = "PodTemplateSpec describes the pods a workload controller creates.")]
 pub struct PodTemplateSpec {
+    /// Metadata of the pods created from this template (labels must match the selector).
     pub metadata: ObjectMeta,
+    /// Specification of the pods created from this template.
     pub spec: PodSpec,
 }
 
 /// core/v1 PodSpec.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodSpec")]
+#[schemars(
+    description = "PodSpec is the description of a pod: its containers, volumes and scheduling constraints."
+)]
 pub struct PodSpec {
+    /// Volumes the containers of the pod can mount.
     pub volumes: Vec<Volume>,
+    /// Containers run one after another, each to completion, before the app containers start.
     pub init_containers: Vec<Container>,
+    /// The pod's app containers. At least one is required; containers cannot be added or
+    /// removed once the pod exists.
     pub containers: Vec<Container>,
     /// Debug containers added by `kubectl debug`: kept, not run.
     pub ephemeral_containers: Vec<Opaque>,
+    /// Restart policy of the containers: Always, OnFailure or Never. Default: Always.
     pub restart_policy: Option<String>,
+    /// Seconds the pod has to stop gracefully after it is asked to, before its processes are
+    /// killed. Default: 30.
     pub termination_grace_period_seconds: Option<i64>,
+    /// Seconds a pod may be active, counted from its start, before the node marks it failed.
     pub active_deadline_seconds: Option<i64>,
+    /// How the pod's DNS is set up: ClusterFirst, ClusterFirstWithHostNet, Default or None.
+    /// Default: ClusterFirst.
     pub dns_policy: Option<String>,
+    /// Labels a node must have for the pod to be scheduled on it.
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub node_selector: BTreeMap<String, String>,
+    /// Name of the ServiceAccount the pod runs as.
     pub service_account_name: Option<String>,
     /// Deprecated alias of `serviceAccountName`.
     pub service_account: Option<String>,
+    /// Whether the service account token is mounted into the pod.
     pub automount_service_account_token: Option<bool>,
+    /// Node the pod is bound to. Set by the scheduler; a pod created with it set skips
+    /// scheduling.
     pub node_name: Option<String>,
+    /// Use the node's network namespace instead of a pod network. Default: false.
     pub host_network: Option<bool>,
+    /// Use the node's PID namespace. Default: false.
     #[serde(rename = "hostPID")]
     pub host_pid: Option<bool>,
+    /// Use the node's IPC namespace. Default: false.
     #[serde(rename = "hostIPC")]
     pub host_ipc: Option<bool>,
+    /// Share one PID namespace among the containers of the pod.
     pub share_process_namespace: Option<bool>,
+    /// Pod-level security attributes and common container settings.
     pub security_context: Option<PodSecurityContext>,
+    /// Secrets in the pod's namespace holding registry credentials for pulling the images.
     pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Hostname of the pod. Default: the pod's name.
     pub hostname: Option<String>,
+    /// Subdomain of the pod: its DNS name becomes
+    /// <hostname>.<subdomain>.<namespace>.svc.<cluster domain>.
     pub subdomain: Option<String>,
+    /// Scheduling constraints relating the pod to nodes and to other pods.
     pub affinity: Option<Affinity>,
+    /// Scheduler that places the pod. Default: default-scheduler.
     pub scheduler_name: Option<String>,
+    /// Taints of nodes the pod tolerates.
     pub tolerations: Vec<Toleration>,
+    /// Entries added to the pod's /etc/hosts.
     pub host_aliases: Vec<HostAlias>,
+    /// Name of the PriorityClass of the pod.
     pub priority_class_name: Option<String>,
+    /// Priority value of the pod.
     pub priority: Option<i32>,
+    /// DNS parameters merged into the configuration from dnsPolicy.
     pub dns_config: Option<PodDnsConfig>,
+    /// Extra conditions that must be true for the pod to be ready.
     pub readiness_gates: Vec<PodReadinessGate>,
+    /// RuntimeClass to run the pod with.
     pub runtime_class_name: Option<String>,
+    /// Whether environment variables describing the namespace's services are injected. Default:
+    /// true.
     pub enable_service_links: Option<bool>,
+    /// Whether the pod may preempt lower-priority pods: PreemptLowerPriority or Never.
     pub preemption_policy: Option<String>,
+    /// Resources the pod's sandbox uses on top of its containers' requests.
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, Quantity>")]
     pub overhead: BTreeMap<String, Quantity>,
+    /// How the pods of a group spread across topology domains. Kept, not acted on by skiff's
+    /// scheduler.
     pub topology_spread_constraints: Vec<Opaque>,
+    /// Set the pod's hostname to its fully qualified domain name.
     #[serde(rename = "setHostnameAsFQDN")]
     pub set_hostname_as_fqdn: Option<bool>,
+    /// Operating system the pod's containers need.
     pub os: Option<PodOs>,
+    /// Whether the pod uses the host's user namespace. Default: true.
     pub host_users: Option<bool>,
+    /// Gates that keep the pod from being scheduled while any remains.
     pub scheduling_gates: Vec<PodSchedulingGate>,
+    /// Dynamic resource claims of the pod. Kept, not acted on.
     pub resource_claims: Vec<Opaque>,
     /// Pod-level resources (newer Kubernetes).
     pub resources: Option<ResourceRequirements>,
@@ -249,37 +306,42 @@ impl PodSpec {
 }
 
 /// core/v1 PodOS.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodOS")]
 pub struct PodOs {
     pub name: String,
 }
 
 /// core/v1 PodSchedulingGate.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodSchedulingGate")]
 pub struct PodSchedulingGate {
     pub name: String,
 }
 
 /// core/v1 PodReadinessGate.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodReadinessGate")]
 pub struct PodReadinessGate {
     pub condition_type: String,
 }
 
 /// core/v1 HostAlias.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.HostAlias")]
 pub struct HostAlias {
     pub ip: String,
     pub hostnames: Vec<String>,
 }
 
 /// core/v1 PodDNSConfig.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodDNSConfig")]
 pub struct PodDnsConfig {
     pub nameservers: Vec<String>,
     pub searches: Vec<String>,
@@ -287,22 +349,32 @@ pub struct PodDnsConfig {
 }
 
 /// core/v1 PodDNSConfigOption.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodDNSConfigOption")]
 pub struct PodDnsConfigOption {
     pub name: String,
     pub value: Option<String>,
 }
 
 /// core/v1 Toleration.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Toleration")]
+#[schemars(
+    description = "A toleration lets a pod be scheduled on (or stay on) a node with a matching taint."
+)]
 pub struct Toleration {
+    /// Taint key the toleration applies to; empty with operator Exists matches every key.
     pub key: Option<String>,
     /// `Exists` or `Equal` (the default).
     pub operator: Option<String>,
+    /// Taint value to match with operator Equal.
     pub value: Option<String>,
+    /// Taint effect to match: NoSchedule, PreferNoSchedule or NoExecute; empty matches all.
     pub effect: Option<String>,
+    /// For NoExecute taints: seconds the pod stays on the node once the taint is added.
+    /// Default: forever.
     pub toleration_seconds: Option<i64>,
 }
 
@@ -328,8 +400,9 @@ impl Toleration {
 }
 
 /// core/v1 PodSecurityContext.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodSecurityContext")]
 pub struct PodSecurityContext {
     pub se_linux_options: Option<Opaque>,
     pub windows_options: Option<Opaque>,
@@ -347,8 +420,9 @@ pub struct PodSecurityContext {
 }
 
 /// core/v1 Sysctl.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Sysctl")]
 pub struct Sysctl {
     pub name: String,
     pub value: String,
@@ -358,8 +432,9 @@ pub struct Sysctl {
 // Affinity
 
 /// core/v1 Affinity.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Affinity")]
 pub struct Affinity {
     pub node_affinity: Option<NodeAffinity>,
     pub pod_affinity: Option<PodAffinity>,
@@ -367,31 +442,35 @@ pub struct Affinity {
 }
 
 /// core/v1 NodeAffinity.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeAffinity")]
 pub struct NodeAffinity {
     pub required_during_scheduling_ignored_during_execution: Option<NodeSelector>,
     pub preferred_during_scheduling_ignored_during_execution: Vec<PreferredSchedulingTerm>,
 }
 
 /// core/v1 NodeSelector: the terms are ORed.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeSelector")]
 pub struct NodeSelector {
     pub node_selector_terms: Vec<NodeSelectorTerm>,
 }
 
 /// core/v1 NodeSelectorTerm: the requirements are ANDed.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeSelectorTerm")]
 pub struct NodeSelectorTerm {
     pub match_expressions: Vec<NodeSelectorRequirement>,
     pub match_fields: Vec<NodeSelectorRequirement>,
 }
 
 /// core/v1 NodeSelectorRequirement: operator In, NotIn, Exists, DoesNotExist, Gt, Lt.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeSelectorRequirement")]
 pub struct NodeSelectorRequirement {
     pub key: String,
     pub operator: String,
@@ -399,24 +478,27 @@ pub struct NodeSelectorRequirement {
 }
 
 /// core/v1 PreferredSchedulingTerm.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PreferredSchedulingTerm")]
 pub struct PreferredSchedulingTerm {
     pub weight: i32,
     pub preference: NodeSelectorTerm,
 }
 
 /// core/v1 PodAffinity and PodAntiAffinity (same shape).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodAffinity")]
 pub struct PodAffinity {
     pub required_during_scheduling_ignored_during_execution: Vec<PodAffinityTerm>,
     pub preferred_during_scheduling_ignored_during_execution: Vec<WeightedPodAffinityTerm>,
 }
 
 /// core/v1 PodAffinityTerm.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodAffinityTerm")]
 pub struct PodAffinityTerm {
     pub label_selector: Option<LabelSelector>,
     pub namespaces: Vec<String>,
@@ -427,8 +509,9 @@ pub struct PodAffinityTerm {
 }
 
 /// core/v1 WeightedPodAffinityTerm.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.WeightedPodAffinityTerm")]
 pub struct WeightedPodAffinityTerm {
     pub weight: i32,
     pub pod_affinity_term: PodAffinityTerm,
@@ -438,21 +521,37 @@ pub struct WeightedPodAffinityTerm {
 // Volumes
 
 /// core/v1 Volume: a name and exactly one source.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Volume")]
+#[schemars(
+    description = "A named volume of a pod that its containers can mount: exactly one of the sources."
+)]
 pub struct Volume {
+    /// Name of the volume, unique within the pod (a DNS label).
     pub name: String,
+    /// A file or directory of the node.
     pub host_path: Option<HostPathVolumeSource>,
+    /// An empty directory that lives as long as the pod.
     pub empty_dir: Option<EmptyDirVolumeSource>,
+    /// The keys of a Secret as files.
     pub secret: Option<SecretVolumeSource>,
+    /// The keys of a ConfigMap as files.
     pub config_map: Option<ConfigMapVolumeSource>,
+    /// Fields of the pod as files.
     #[serde(rename = "downwardAPI")]
     pub downward_api: Option<DownwardApiVolumeSource>,
+    /// Several sources in one directory. Kept, not acted on.
     pub projected: Option<Opaque>,
+    /// A PersistentVolumeClaim in the pod's namespace. Kept, not acted on.
     pub persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
+    /// An NFS share. Kept, not acted on.
     pub nfs: Option<Opaque>,
+    /// A CSI volume. Kept, not acted on.
     pub csi: Option<Opaque>,
+    /// A generic ephemeral volume. Kept, not acted on.
     pub ephemeral: Option<Opaque>,
+    /// An OCI image as a volume. Kept, not acted on.
     pub image: Option<Opaque>,
 }
 
@@ -507,8 +606,9 @@ impl Volume {
 }
 
 /// core/v1 HostPathVolumeSource.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.HostPathVolumeSource")]
 pub struct HostPathVolumeSource {
     pub path: String,
     #[serde(rename = "type")]
@@ -516,16 +616,18 @@ pub struct HostPathVolumeSource {
 }
 
 /// core/v1 EmptyDirVolumeSource.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EmptyDirVolumeSource")]
 pub struct EmptyDirVolumeSource {
     pub medium: Option<String>,
     pub size_limit: Option<Quantity>,
 }
 
 /// core/v1 KeyToPath.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.KeyToPath")]
 pub struct KeyToPath {
     pub key: String,
     pub path: String,
@@ -533,8 +635,9 @@ pub struct KeyToPath {
 }
 
 /// core/v1 SecretVolumeSource.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.SecretVolumeSource")]
 pub struct SecretVolumeSource {
     pub secret_name: Option<String>,
     pub items: Vec<KeyToPath>,
@@ -543,8 +646,9 @@ pub struct SecretVolumeSource {
 }
 
 /// core/v1 ConfigMapVolumeSource.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ConfigMapVolumeSource")]
 pub struct ConfigMapVolumeSource {
     pub name: Option<String>,
     pub items: Vec<KeyToPath>,
@@ -553,16 +657,18 @@ pub struct ConfigMapVolumeSource {
 }
 
 /// core/v1 DownwardAPIVolumeSource.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.DownwardAPIVolumeSource")]
 pub struct DownwardApiVolumeSource {
     pub items: Vec<DownwardApiVolumeFile>,
     pub default_mode: Option<i32>,
 }
 
 /// core/v1 DownwardAPIVolumeFile.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.DownwardAPIVolumeFile")]
 pub struct DownwardApiVolumeFile {
     pub path: String,
     pub field_ref: Option<ObjectFieldSelector>,
@@ -571,8 +677,9 @@ pub struct DownwardApiVolumeFile {
 }
 
 /// core/v1 PersistentVolumeClaimVolumeSource (kept; skiff has no volume provisioner).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PersistentVolumeClaimVolumeSource")]
 pub struct PersistentVolumeClaimVolumeSource {
     pub claim_name: String,
     pub read_only: Option<bool>,
@@ -582,33 +689,63 @@ pub struct PersistentVolumeClaimVolumeSource {
 // Containers
 
 /// core/v1 Container.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Container")]
+#[schemars(description = "A single application container of a pod.")]
 pub struct Container {
+    /// Name of the container, unique within the pod (a DNS label). Cannot be updated.
     pub name: String,
+    /// Container image name, such as busybox:1.36 or registry.example/app@sha256:....
     pub image: Option<String>,
+    /// Entrypoint array, not run in a shell. Replaces the image's ENTRYPOINT; $(VAR) references
+    /// to the container's environment are expanded.
     pub command: Vec<String>,
+    /// Arguments to the entrypoint. Replace the image's CMD; $(VAR) references are expanded.
     pub args: Vec<String>,
+    /// Working directory of the container. Default: the image's.
     pub working_dir: Option<String>,
+    /// Ports the container exposes. Informational, except for hostPort, which maps a node port
+    /// to the container.
     pub ports: Vec<ContainerPort>,
+    /// Sources (ConfigMaps, Secrets) whose keys all become environment variables.
     pub env_from: Vec<EnvFromSource>,
+    /// Environment variables set in the container.
     pub env: Vec<EnvVar>,
+    /// Compute resources (cpu, memory) the container requests and may use at most.
     pub resources: Option<ResourceRequirements>,
+    /// How the container reacts to a change of its resources. Kept, not acted on.
     pub resize_policy: Vec<Opaque>,
     /// Only `Always`, only on init containers: a sidecar.
     pub restart_policy: Option<String>,
+    /// Volumes of the pod mounted into the container's filesystem.
     pub volume_mounts: Vec<VolumeMount>,
+    /// Block devices the container uses. Kept, not acted on.
     pub volume_devices: Vec<Opaque>,
+    /// Periodic check of the container's health; the container is restarted when it fails.
     pub liveness_probe: Option<Probe>,
+    /// Periodic check of whether the container can serve; a pod that is not ready is removed
+    /// from service endpoints.
     pub readiness_probe: Option<Probe>,
+    /// Check that must succeed once before the other probes begin.
     pub startup_probe: Option<Probe>,
+    /// Actions run after the container starts and before it stops. Kept, not acted on.
     pub lifecycle: Option<Opaque>,
+    /// File whose contents are reported as the container's termination message. Default:
+    /// /dev/termination-log.
     pub termination_message_path: Option<String>,
+    /// Where the termination message comes from: File or FallbackToLogsOnError. Default: File.
     pub termination_message_policy: Option<String>,
+    /// When to pull the image: Always, Never or IfNotPresent. Default: Always for :latest
+    /// images, IfNotPresent otherwise.
     pub image_pull_policy: Option<String>,
+    /// Security options of the container, overriding those of the pod.
     pub security_context: Option<SecurityContext>,
+    /// Keep a stdin buffer open for the container.
     pub stdin: Option<bool>,
+    /// Close stdin after the first attach session ends.
     pub stdin_once: Option<bool>,
+    /// Allocate a TTY for the container (needs stdin).
     pub tty: Option<bool>,
 }
 
@@ -664,47 +801,70 @@ impl Container {
 }
 
 /// core/v1 ContainerPort.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ContainerPort")]
+#[schemars(description = "A network port of a container.")]
 pub struct ContainerPort {
+    /// Name of the port (an IANA_SVC_NAME), unique within the pod; services may refer to it.
     pub name: Option<String>,
+    /// Port on the node forwarded to containerPort.
     pub host_port: Option<i32>,
+    /// Port number the container listens on (1-65535).
     pub container_port: i32,
+    /// Protocol: TCP, UDP or SCTP. Default: TCP.
     pub protocol: Option<String>,
+    /// Node address the host port binds to.
     #[serde(rename = "hostIP")]
     pub host_ip: Option<String>,
 }
 
 /// core/v1 EnvVar.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EnvVar")]
+#[schemars(description = "An environment variable of a container.")]
 pub struct EnvVar {
+    /// Name of the variable.
     pub name: String,
+    /// Value of the variable; $(VAR) references to earlier variables are expanded. Default: "".
     pub value: Option<String>,
+    /// Source of the value, when value is not given.
     pub value_from: Option<EnvVarSource>,
 }
 
 /// core/v1 EnvVarSource: exactly one of the references.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EnvVarSource")]
+#[schemars(
+    description = "Where the value of an environment variable comes from: one of the fields."
+)]
 pub struct EnvVarSource {
+    /// A field of the pod (metadata.name, metadata.namespace, spec.nodeName, status.podIP,
+    /// ...).
     pub field_ref: Option<ObjectFieldSelector>,
+    /// A resource limit or request of a container.
     pub resource_field_ref: Option<ResourceFieldSelector>,
+    /// A key of a ConfigMap.
     pub config_map_key_ref: Option<KeySelector>,
+    /// A key of a Secret.
     pub secret_key_ref: Option<KeySelector>,
 }
 
 /// core/v1 ObjectFieldSelector (`metadata.name`, `status.podIP`, ...).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ObjectFieldSelector")]
 pub struct ObjectFieldSelector {
     pub api_version: Option<String>,
     pub field_path: String,
 }
 
 /// core/v1 ResourceFieldSelector (`limits.cpu`, ...).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ResourceFieldSelector")]
 pub struct ResourceFieldSelector {
     pub container_name: Option<String>,
     pub resource: String,
@@ -712,8 +872,9 @@ pub struct ResourceFieldSelector {
 }
 
 /// core/v1 ConfigMapKeySelector and SecretKeySelector (same shape).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ConfigMapKeySelector")]
 pub struct KeySelector {
     pub name: Option<String>,
     pub key: String,
@@ -721,8 +882,9 @@ pub struct KeySelector {
 }
 
 /// core/v1 EnvFromSource.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EnvFromSource")]
 pub struct EnvFromSource {
     pub prefix: Option<String>,
     pub config_map_ref: Option<EnvFromReference>,
@@ -730,50 +892,82 @@ pub struct EnvFromSource {
 }
 
 /// core/v1 ConfigMapEnvSource and SecretEnvSource (same shape).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ConfigMapEnvSource")]
 pub struct EnvFromReference {
     pub name: Option<String>,
     pub optional: Option<bool>,
 }
 
 /// core/v1 ResourceRequirements.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ResourceRequirements")]
+#[schemars(description = "Compute resources a container requests and its limits.")]
 pub struct ResourceRequirements {
+    /// Most of each resource the container may use, such as cpu: 500m, memory: 128Mi.
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, Quantity>")]
     pub limits: BTreeMap<String, Quantity>,
+    /// Resources the container needs; the scheduler places the pod on a node with room for
+    /// them. Default: the limits.
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, Quantity>")]
     pub requests: BTreeMap<String, Quantity>,
+    /// Dynamic resource claims used by the container. Kept, not acted on.
     pub claims: Vec<Opaque>,
 }
 
 /// core/v1 VolumeMount.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.VolumeMount")]
+#[schemars(description = "A mount of a pod volume into a container.")]
 pub struct VolumeMount {
+    /// Name of the volume (one of the pod's volumes).
     pub name: String,
+    /// Mount read-only. Default: false.
     pub read_only: Option<bool>,
+    /// Whether a read-only mount is read-only recursively.
     pub recursive_read_only: Option<String>,
+    /// Path in the container where the volume is mounted; must not contain ":".
     pub mount_path: String,
+    /// Path within the volume to mount instead of its root.
     pub sub_path: Option<String>,
+    /// How mounts propagate between host and container: None, HostToContainer or Bidirectional.
     pub mount_propagation: Option<String>,
+    /// Like subPath, with $(VAR) references to the container's environment expanded.
     pub sub_path_expr: Option<String>,
 }
 
 /// core/v1 Probe: exactly one handler plus timing.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Probe")]
+#[schemars(
+    description = "A check of a container, run periodically: exactly one of exec, httpGet, tcpSocket or grpc."
+)]
 pub struct Probe {
+    /// Run a command in the container; exit status 0 is success.
     pub exec: Option<ExecAction>,
+    /// Send an HTTP GET; a status from 200 to 399 is success.
     pub http_get: Option<HttpGetAction>,
+    /// Open a TCP connection; success if it connects.
     pub tcp_socket: Option<TcpSocketAction>,
+    /// Call the gRPC health service.
     pub grpc: Option<GrpcAction>,
+    /// Seconds after the container starts before the first probe.
     pub initial_delay_seconds: Option<i32>,
+    /// Seconds after which a probe times out. Default: 1.
     pub timeout_seconds: Option<i32>,
+    /// Seconds between probes. Default: 10.
     pub period_seconds: Option<i32>,
+    /// Consecutive successes needed after a failure to count as success. Default: 1.
     pub success_threshold: Option<i32>,
+    /// Consecutive failures needed to count as failure. Default: 3.
     pub failure_threshold: Option<i32>,
+    /// Grace period for stopping the container when the probe fails.
     pub termination_grace_period_seconds: Option<i64>,
 }
 
@@ -812,15 +1006,17 @@ impl Probe {
 }
 
 /// core/v1 ExecAction.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ExecAction")]
 pub struct ExecAction {
     pub command: Vec<String>,
 }
 
 /// core/v1 HTTPGetAction.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.HTTPGetAction")]
 pub struct HttpGetAction {
     pub path: Option<String>,
     pub port: IntOrString,
@@ -830,32 +1026,36 @@ pub struct HttpGetAction {
 }
 
 /// core/v1 HTTPHeader.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.HTTPHeader")]
 pub struct HttpHeader {
     pub name: String,
     pub value: String,
 }
 
 /// core/v1 TCPSocketAction.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.TCPSocketAction")]
 pub struct TcpSocketAction {
     pub port: IntOrString,
     pub host: Option<String>,
 }
 
 /// core/v1 GRPCAction.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.GRPCAction")]
 pub struct GrpcAction {
     pub port: i32,
     pub service: Option<String>,
 }
 
 /// core/v1 SecurityContext (container level).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.SecurityContext")]
 pub struct SecurityContext {
     pub capabilities: Option<Capabilities>,
     pub privileged: Option<bool>,
@@ -872,8 +1072,9 @@ pub struct SecurityContext {
 }
 
 /// core/v1 Capabilities.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Capabilities")]
 pub struct Capabilities {
     pub add: Vec<String>,
     pub drop: Vec<String>,
@@ -883,17 +1084,25 @@ pub struct Capabilities {
 // Pod
 
 /// core/v1 Pod.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Pod")]
+#[schemars(
+    description = "Pod is a group of containers that run together on one node and share its network namespace and volumes."
+)]
 pub struct Pod {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Desired behaviour of the pod.
     pub spec: PodSpec,
+    /// Most recently observed state of the pod, written by the node that runs it. Read-only.
     pub status: PodStatus,
 }
 
 /// core/v1 PodStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodStatus")]
 pub struct PodStatus {
     pub observed_generation: Option<i64>,
     /// Pending, Running, Succeeded, Failed, Unknown.
@@ -927,15 +1136,17 @@ impl PodStatus {
 }
 
 /// core/v1 HostIP and PodIP (same shape).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.HostIP")]
 pub struct HostIp {
     pub ip: String,
 }
 
 /// core/v1 PodCondition.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.PodCondition")]
 pub struct PodCondition {
     #[serde(rename = "type")]
     pub type_: String,
@@ -948,8 +1159,9 @@ pub struct PodCondition {
 }
 
 /// core/v1 ContainerStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ContainerStatus")]
 pub struct ContainerStatus {
     pub name: String,
     pub state: Option<ContainerState>,
@@ -963,6 +1175,7 @@ pub struct ContainerStatus {
     pub container_id: Option<String>,
     pub started: Option<bool>,
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, Quantity>")]
     pub allocated_resources: BTreeMap<String, Quantity>,
     pub resources: Option<ResourceRequirements>,
     pub volume_mounts: Vec<Opaque>,
@@ -972,8 +1185,9 @@ pub struct ContainerStatus {
 }
 
 /// core/v1 ContainerState: at most one of the three.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ContainerState")]
 pub struct ContainerState {
     pub waiting: Option<ContainerStateWaiting>,
     pub running: Option<ContainerStateRunning>,
@@ -981,23 +1195,26 @@ pub struct ContainerState {
 }
 
 /// core/v1 ContainerStateWaiting.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ContainerStateWaiting")]
 pub struct ContainerStateWaiting {
     pub reason: Option<String>,
     pub message: Option<String>,
 }
 
 /// core/v1 ContainerStateRunning.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ContainerStateRunning")]
 pub struct ContainerStateRunning {
     pub started_at: Option<Time>,
 }
 
 /// core/v1 ContainerStateTerminated.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ContainerStateTerminated")]
 pub struct ContainerStateTerminated {
     pub exit_code: i32,
     pub signal: Option<i32>,
@@ -1047,24 +1264,31 @@ impl Resource for Pod {
 // Namespace
 
 /// core/v1 Namespace.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Namespace")]
+#[schemars(description = "Namespace scopes the names of the objects it contains.")]
 pub struct Namespace {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Behaviour of the namespace.
     pub spec: NamespaceSpec,
+    /// Most recently observed state of the namespace. Read-only.
     pub status: NamespaceStatus,
 }
 
 /// core/v1 NamespaceSpec.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NamespaceSpec")]
 pub struct NamespaceSpec {
     pub finalizers: Vec<String>,
 }
 
 /// core/v1 NamespaceStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NamespaceStatus")]
 pub struct NamespaceStatus {
     /// Active or Terminating.
     pub phase: Option<String>,
@@ -1072,8 +1296,9 @@ pub struct NamespaceStatus {
 }
 
 /// core/v1 NamespaceCondition.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NamespaceCondition")]
 pub struct NamespaceCondition {
     #[serde(rename = "type")]
     pub type_: String,
@@ -1126,25 +1351,38 @@ impl Resource for Namespace {
 // Node
 
 /// core/v1 Node.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Node")]
+#[schemars(description = "Node is a machine that runs pods; its agent registers and reports it.")]
 pub struct Node {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Behaviour of the node.
     pub spec: NodeSpec,
+    /// Most recently observed state of the node, reported by its agent. Read-only.
     pub status: NodeStatus,
 }
 
 /// core/v1 NodeSpec.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeSpec")]
+#[schemars(description = "NodeSpec is the behaviour of a node.")]
 pub struct NodeSpec {
+    /// Pod address range of the node.
     #[serde(rename = "podCIDR")]
     pub pod_cidr: Option<String>,
+    /// Pod address ranges of the node (one per IP family).
     #[serde(rename = "podCIDRs")]
     pub pod_cidrs: Vec<String>,
+    /// ID of the node from its cloud provider.
     #[serde(rename = "providerID")]
     pub provider_id: Option<String>,
+    /// If true, no new pods are scheduled on the node (kubectl cordon).
     pub unschedulable: Option<bool>,
+    /// Taints of the node: pods that do not tolerate them are not scheduled there (or are
+    /// evicted).
     pub taints: Vec<Taint>,
     pub config_source: Option<Opaque>,
     #[serde(rename = "externalID")]
@@ -1152,23 +1390,31 @@ pub struct NodeSpec {
 }
 
 /// core/v1 Taint.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Taint")]
+#[schemars(description = "A taint repels pods that do not tolerate it.")]
 pub struct Taint {
+    /// Key of the taint.
     pub key: String,
+    /// Value of the taint.
     pub value: Option<String>,
     /// NoSchedule, PreferNoSchedule or NoExecute.
     pub effect: String,
+    /// When a NoExecute taint was added.
     pub time_added: Option<Time>,
 }
 
 /// core/v1 NodeStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeStatus")]
 pub struct NodeStatus {
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, Quantity>")]
     pub capacity: BTreeMap<String, Quantity>,
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, Quantity>")]
     pub allocatable: BTreeMap<String, Quantity>,
     pub phase: Option<String>,
     pub conditions: Vec<NodeCondition>,
@@ -1200,8 +1446,9 @@ impl NodeStatus {
 }
 
 /// core/v1 NodeCondition.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeCondition")]
 pub struct NodeCondition {
     #[serde(rename = "type")]
     pub type_: String,
@@ -1213,8 +1460,9 @@ pub struct NodeCondition {
 }
 
 /// core/v1 NodeAddress.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeAddress")]
 pub struct NodeAddress {
     #[serde(rename = "type")]
     pub type_: String,
@@ -1222,23 +1470,26 @@ pub struct NodeAddress {
 }
 
 /// core/v1 NodeDaemonEndpoints.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeDaemonEndpoints")]
 pub struct NodeDaemonEndpoints {
     pub kubelet_endpoint: Option<DaemonEndpoint>,
 }
 
 /// core/v1 DaemonEndpoint (its one field is spelled `Port` in Kubernetes).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.DaemonEndpoint")]
 pub struct DaemonEndpoint {
     #[serde(rename = "Port")]
     pub port: i32,
 }
 
 /// core/v1 NodeSystemInfo.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.NodeSystemInfo")]
 pub struct NodeSystemInfo {
     #[serde(rename = "machineID")]
     pub machine_id: String,
@@ -1257,8 +1508,9 @@ pub struct NodeSystemInfo {
 }
 
 /// core/v1 ContainerImage.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ContainerImage")]
 pub struct ContainerImage {
     pub names: Vec<String>,
     pub size_bytes: Option<i64>,
@@ -1287,44 +1539,78 @@ impl Resource for Node {
 // Service
 
 /// core/v1 Service.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Service")]
+#[schemars(
+    description = "Service gives a set of pods, chosen by a label selector, one stable virtual address and DNS name, and balances connections across them."
+)]
 pub struct Service {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Desired behaviour of the Service.
     pub spec: ServiceSpec,
+    /// Most recently observed state of the Service. Read-only.
     pub status: ServiceStatus,
 }
 
 /// core/v1 ServiceSpec.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ServiceSpec")]
+#[schemars(description = "ServiceSpec is the desired behaviour of a Service.")]
 pub struct ServiceSpec {
+    /// Ports the Service exposes.
     pub ports: Vec<ServicePort>,
+    /// Labels of the pods traffic goes to. Without a selector, the Endpoints are managed by
+    /// hand.
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub selector: BTreeMap<String, String>,
+    /// Virtual IP of the Service, allocated by the server unless given; "None" makes a headless
+    /// service. Cannot be changed.
     #[serde(rename = "clusterIP")]
     pub cluster_ip: Option<String>,
+    /// Virtual IPs of the Service (one per IP family); the first equals clusterIP.
     #[serde(rename = "clusterIPs")]
     pub cluster_ips: Vec<String>,
     /// ClusterIP, NodePort, LoadBalancer, ExternalName.
     #[serde(rename = "type")]
     pub type_: Option<String>,
+    /// Addresses on which nodes also accept traffic for the Service.
     #[serde(rename = "externalIPs")]
     pub external_ips: Vec<String>,
+    /// ClientIP sends a client's connections to the same pod; None balances each connection.
+    /// Default: None.
     pub session_affinity: Option<String>,
+    /// Requested address of a LoadBalancer service. Kept, not acted on.
     #[serde(rename = "loadBalancerIP")]
     pub load_balancer_ip: Option<String>,
+    /// Client ranges a load balancer admits. Kept, not acted on.
     pub load_balancer_source_ranges: Vec<String>,
+    /// DNS name an ExternalName service aliases.
     pub external_name: Option<String>,
+    /// Whether external traffic goes to node-local endpoints only (Local) or to all (Cluster).
+    /// Default: Cluster.
     pub external_traffic_policy: Option<String>,
+    /// Node port of the health check for LoadBalancer services with the Local policy.
     pub health_check_node_port: Option<i32>,
+    /// Whether endpoints of pods that are not ready are published.
     pub publish_not_ready_addresses: Option<bool>,
+    /// Parameters of session affinity.
     pub session_affinity_config: Option<SessionAffinityConfig>,
+    /// IP families of the Service (IPv4, IPv6).
     pub ip_families: Vec<String>,
+    /// SingleStack, PreferDualStack or RequireDualStack.
     pub ip_family_policy: Option<String>,
+    /// Whether LoadBalancer services get node ports. Default: true.
     pub allocate_load_balancer_node_ports: Option<bool>,
+    /// Class of the load balancer implementation.
     pub load_balancer_class: Option<String>,
+    /// Whether in-cluster traffic goes to node-local endpoints only (Local) or to all
+    /// (Cluster). Default: Cluster.
     pub internal_traffic_policy: Option<String>,
+    /// Preference of how traffic is spread across endpoints. Kept, not acted on.
     pub traffic_distribution: Option<String>,
 }
 
@@ -1341,50 +1627,64 @@ impl ServiceSpec {
 }
 
 /// core/v1 ServicePort.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ServicePort")]
+#[schemars(description = "A port a Service exposes and where it sends the traffic.")]
 pub struct ServicePort {
+    /// Name of the port, required when the Service has several; endpoints ports carry it.
     pub name: Option<String>,
+    /// Protocol: TCP, UDP or SCTP. Default: TCP.
     pub protocol: Option<String>,
+    /// Application protocol of the port, as a hint.
     pub app_protocol: Option<String>,
+    /// Port of the Service's virtual IP.
     pub port: i32,
+    /// Port (number or container port name) on the pods. Default: the value of port.
     pub target_port: Option<IntOrString>,
+    /// Port on every node for NodePort and LoadBalancer services, allocated unless given
+    /// (30000-32767).
     pub node_port: Option<i32>,
 }
 
 /// core/v1 SessionAffinityConfig.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.SessionAffinityConfig")]
 pub struct SessionAffinityConfig {
     #[serde(rename = "clientIP")]
     pub client_ip: Option<ClientIpConfig>,
 }
 
 /// core/v1 ClientIPConfig.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ClientIPConfig")]
 pub struct ClientIpConfig {
     pub timeout_seconds: Option<i32>,
 }
 
 /// core/v1 ServiceStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ServiceStatus")]
 pub struct ServiceStatus {
     pub load_balancer: Option<LoadBalancerStatus>,
     pub conditions: Vec<Opaque>,
 }
 
 /// core/v1 LoadBalancerStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.LoadBalancerStatus")]
 pub struct LoadBalancerStatus {
     pub ingress: Vec<LoadBalancerIngress>,
 }
 
 /// core/v1 LoadBalancerIngress.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.LoadBalancerIngress")]
 pub struct LoadBalancerIngress {
     pub ip: Option<String>,
     pub hostname: Option<String>,
@@ -1435,16 +1735,21 @@ impl Resource for Service {
 // Endpoints
 
 /// core/v1 Endpoints.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Endpoints")]
+#[schemars(description = "Endpoints lists the addresses and ports behind a Service.")]
 pub struct Endpoints {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Groups of addresses that share a set of ports.
     pub subsets: Vec<EndpointSubset>,
 }
 
 /// core/v1 EndpointSubset.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EndpointSubset")]
 pub struct EndpointSubset {
     pub addresses: Vec<EndpointAddress>,
     pub not_ready_addresses: Vec<EndpointAddress>,
@@ -1452,8 +1757,9 @@ pub struct EndpointSubset {
 }
 
 /// core/v1 EndpointAddress.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EndpointAddress")]
 pub struct EndpointAddress {
     pub ip: String,
     pub hostname: Option<String>,
@@ -1462,8 +1768,9 @@ pub struct EndpointAddress {
 }
 
 /// core/v1 EndpointPort.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EndpointPort")]
 pub struct EndpointPort {
     pub name: Option<String>,
     pub port: i32,
@@ -1498,14 +1805,24 @@ impl Resource for Endpoints {
 // ConfigMap and Secret
 
 /// core/v1 ConfigMap.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ConfigMap")]
+#[schemars(
+    description = "ConfigMap holds configuration data, as key-value pairs, for pods to consume as environment variables or files."
+)]
 pub struct ConfigMap {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Configuration data as UTF-8 strings. Keys consist of alphanumerics, -, _ or .
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub data: BTreeMap<String, String>,
+    /// Binary configuration data, base64 encoded. Keys must not repeat those of data.
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, ByteString>")]
     pub binary_data: BTreeMap<String, ByteString>,
+    /// If true, data and binaryData cannot change (only metadata can).
     pub immutable: Option<bool>,
 }
 
@@ -1539,16 +1856,29 @@ impl Resource for ConfigMap {
 }
 
 /// core/v1 Secret. `stringData` is write-only: defaulting merges it into `data`.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Secret")]
+#[schemars(
+    description = "Secret holds a small amount of sensitive data, such as a password, a token or a key."
+)]
 pub struct Secret {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Secret data, each value base64 encoded. Keys consist of alphanumerics, -, _ or .
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, ByteString>")]
     pub data: BTreeMap<String, ByteString>,
+    /// Write-only convenience: plain-text values merged into data on write (they win over
+    /// data).
     #[serde(with = "omit_empty")]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub string_data: BTreeMap<String, String>,
+    /// Type of the secret, for programmatic handling (Opaque, kubernetes.io/tls,
+    /// kubernetes.io/dockerconfigjson, ...). Default: Opaque.
     #[serde(rename = "type")]
     pub type_: Option<String>,
+    /// If true, data cannot change (only metadata can).
     pub immutable: Option<bool>,
 }
 
@@ -1613,16 +1943,28 @@ impl Resource for Secret {
 // Event
 
 /// core/v1 Event.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.Event")]
+#[schemars(
+    description = "Event reports something that happened to an object, such as a pod being scheduled or an image being pulled."
+)]
 pub struct Event {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// The object the event is about.
     pub involved_object: ObjectReference,
+    /// Short machine-readable reason in UpperCamelCase.
     pub reason: Option<String>,
+    /// Human-readable description.
     pub message: Option<String>,
+    /// Component reporting the event.
     pub source: Option<EventSource>,
+    /// When the event was first recorded.
     pub first_timestamp: Option<Time>,
+    /// When the event last recurred.
     pub last_timestamp: Option<Time>,
+    /// How often the event occurred.
     pub count: Option<i32>,
     /// Normal or Warning.
     #[serde(rename = "type")]
@@ -1637,16 +1979,18 @@ pub struct Event {
 }
 
 /// core/v1 EventSource.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EventSource")]
 pub struct EventSource {
     pub component: Option<String>,
     pub host: Option<String>,
 }
 
 /// core/v1 EventSeries.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EventSeries")]
 pub struct EventSeries {
     pub count: Option<i32>,
     pub last_observed_time: Option<Time>,
