@@ -222,26 +222,6 @@ pub fn ref_name(r: &str) -> &str {
     r.rsplit('/').next().unwrap_or(r)
 }
 
-/// Follows `$ref` and single-element `allOf` to the schema that describes a value.
-pub fn resolve<'a>(defs: &'a Map<String, Value>, mut schema: &'a Value) -> &'a Value {
-    for _ in 0..16 {
-        if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
-            match defs.get(ref_name(r)) {
-                Some(s) => schema = s,
-                None => return schema,
-            }
-        } else if let Some(Value::Array(all)) = schema.get("allOf") {
-            match all.as_slice() {
-                [one] if schema.get("properties").is_none() => schema = one,
-                _ => return schema,
-            }
-        } else {
-            return schema;
-        }
-    }
-    schema
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
-use api::schema::{ref_name, resolve, V3_REF_PREFIX};
+use api::schema::{ref_name, V3_REF_PREFIX};
 use api::Kind;
 use serde_json::{json, Map, Value};
 use tide::http::{mime, StatusCode};
@@ -35,19 +35,24 @@ impl Served {
     }
 }
 
-/// Everything `/openapi` serves, and the schemas field validation walks.
-struct Documents {
-    /// Definitions with their patch metadata, by Kubernetes name.
-    schemas: Map<String, Value>,
-    v3_index: Served,
+/// The v3 documents: the index and one document per group-version.
+struct V3 {
+    index: Served,
     /// By path: `api/v1`, `apis/apps/v1`.
-    v3: BTreeMap<String, Served>,
-    v2: Served,
+    by_group_version: BTreeMap<String, Served>,
 }
 
-fn documents() -> &'static Documents {
-    static DOCS: OnceLock<Documents> = OnceLock::new();
-    DOCS.get_or_init(build)
+/// Built on the first request that needs them and kept (only the encoded bytes: the JSON
+/// trees they are made from are dropped). v2 is built apart: kubectl never asks for it as
+/// JSON, so most servers never build it.
+fn v3() -> &'static V3 {
+    static V3_DOCS: OnceLock<V3> = OnceLock::new();
+    V3_DOCS.get_or_init(build_v3)
+}
+
+fn v2() -> &'static Served {
+    static V2_DOC: OnceLock<Served> = OnceLock::new();
+    V2_DOC.get_or_init(build_v2)
 }
 
 /// `api/v1` or `apis/apps/v1`.
@@ -60,21 +65,22 @@ fn group_version_path(kind: Kind) -> String {
     }
 }
 
-fn build() -> Documents {
+/// The model's definitions with their patch metadata, and the Patch body's.
+fn schemas() -> Map<String, Value> {
     let mut schemas = api::schema::definitions();
     for &kind in Kind::ALL {
         let mut seen = BTreeSet::new();
-        annotate_patch_metadata(
-            &mut schemas,
-            &api::schema::definition_name(kind),
-            None,
-            &mut seen,
-        );
+        annotate_patch_metadata(&mut schemas, &kind.schema_name(), None, &mut seen);
     }
     schemas.insert(
         PATCH_DEFINITION.into(),
         json!({"type": "object", "description": "Patch is the body of a PATCH request: a JSON patch, a merge patch, a strategic merge patch or an apply configuration, as its content type says."}),
     );
+    schemas
+}
+
+fn build_v3() -> V3 {
+    let schemas = schemas();
     let mut by_gv: BTreeMap<String, Vec<Kind>> = BTreeMap::new();
     for &kind in Kind::ALL {
         by_gv
@@ -82,19 +88,17 @@ fn build() -> Documents {
             .or_default()
             .push(kind);
     }
-    let mut v3 = BTreeMap::new();
-    let mut v2_paths = Map::new();
+    let mut by_group_version = BTreeMap::new();
     for (gv, kinds) in &by_gv {
         let mut paths = Map::new();
         for &kind in kinds {
             for (path, item) in operations(kind) {
-                paths.insert(path.clone(), v3_path_item(&item));
-                v2_paths.insert(path, v2_path_item(&item));
+                paths.insert(path, v3_path_item(&item));
             }
         }
         let roots: Vec<String> = kinds
             .iter()
-            .map(|&k| api::schema::definition_name(k))
+            .map(|&k| k.schema_name())
             .chain([PATCH_DEFINITION.to_string(), STATUS_DEFINITION.to_string()])
             .collect();
         let doc = json!({
@@ -103,9 +107,9 @@ fn build() -> Documents {
             "paths": paths,
             "components": {"schemas": reachable(&schemas, &roots)},
         });
-        v3.insert(gv.clone(), Served::new(&doc));
+        by_group_version.insert(gv.clone(), Served::new(&doc));
     }
-    let index_paths: Map<String, Value> = v3
+    let index_paths: Map<String, Value> = by_group_version
         .iter()
         .map(|(gv, served)| {
             (
@@ -114,27 +118,27 @@ fn build() -> Documents {
             )
         })
         .collect();
-    let v3_index = Served::new(&json!({ "paths": index_paths }));
-    let v2_definitions: Map<String, Value> = schemas
-        .iter()
-        .map(|(k, v)| {
-            let mut v = v.clone();
-            to_v2_schema(&mut v);
-            (k.clone(), v)
-        })
-        .collect();
-    let v2 = Served::new(&json!({
+    V3 {
+        index: Served::new(&json!({ "paths": index_paths })),
+        by_group_version,
+    }
+}
+
+fn build_v2() -> Served {
+    let mut paths = Map::new();
+    for &kind in Kind::ALL {
+        for (path, item) in operations(kind) {
+            paths.insert(path, v2_path_item(&item));
+        }
+    }
+    let mut definitions = schemas();
+    definitions.values_mut().for_each(to_v2_schema);
+    Served::new(&json!({
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": env!("CARGO_PKG_VERSION")},
-        "paths": v2_paths,
-        "definitions": v2_definitions,
-    }));
-    Documents {
-        schemas,
-        v3_index,
-        v3,
-        v2,
-    }
+        "paths": paths,
+        "definitions": definitions,
+    }))
 }
 
 const PATCH_DEFINITION: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
@@ -654,7 +658,6 @@ fn capitalize(s: &str) -> String {
 /// Answers `/openapi/v2` and `/openapi/v3[/<group-version>]` GETs.
 pub fn serve(path: &str, accept: Option<&str>, if_none_match: Option<&str>) -> tide::Response {
     let rest = path.trim_end_matches('/');
-    let docs = documents();
     if rest == "/openapi/v2" || rest == "/swagger-2.0.0.pb-v1" {
         let wants_json = accept.is_some_and(|a| {
             a.split(',').any(|t| {
@@ -669,13 +672,13 @@ pub fn serve(path: &str, accept: Option<&str>, if_none_match: Option<&str>) -> t
             r.set_content_type("application/octet-stream");
             return r;
         }
-        return answer(&docs.v2, if_none_match, false);
+        return answer(v2(), if_none_match, false);
     }
     if rest == "/openapi/v3" {
-        return answer(&docs.v3_index, if_none_match, false);
+        return answer(&v3().index, if_none_match, false);
     }
     let gv = rest.trim_start_matches("/openapi/v3/");
-    match docs.v3.get(gv) {
+    match v3().by_group_version.get(gv) {
         Some(served) => answer(served, if_none_match, true),
         None => {
             let e = ApiError::path_not_found();
@@ -756,9 +759,8 @@ pub fn validate_fields(
     mode: FieldValidation,
     body: &mut Value,
 ) -> Result<Vec<String>, ApiError> {
-    let docs = documents();
-    let root_name = api::schema::definition_name(kind);
-    let Some(root) = docs.schemas.get(&root_name) else {
+    let v = validator();
+    let Some(&(_, root)) = v.roots.iter().find(|(k, _)| *k == kind) else {
         return Ok(Vec::new());
     };
     let mut unknown = Vec::new();
@@ -767,11 +769,10 @@ pub fn validate_fields(
     match shape {
         BodyShape::JsonPatch => {
             if let Value::Array(ops) = body {
-                ops.retain_mut(|op| json_patch_op(&docs.schemas, root, op, strip, &mut unknown));
+                ops.retain_mut(|op| v.json_patch_op(root, op, strip, &mut unknown));
             }
         }
-        _ => walk(
-            &docs.schemas,
+        _ => v.walk(
             root,
             body,
             &mut String::new(),
@@ -874,37 +875,155 @@ pub(super) fn add_warnings(r: &mut tide::Response, warnings: &[String]) {
     }
 }
 
-/// Records (and with `strip` removes) the members of `value` that `schema` does not have,
-/// recursively; `path` is the dotted path of `value` (`spec.template.spec.containers[0]`).
-fn walk(
-    defs: &Map<String, Value>,
-    schema: &Value,
-    value: &mut Value,
-    path: &mut String,
-    directives: bool,
-    strip: bool,
-    unknown: &mut Vec<String>,
-) {
-    let schema = resolve(defs, schema);
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-        return;
+/// The schema graph field validation walks: one node per definition or inline schema,
+/// only what tells known fields from unknown ones (a few tens of KiB, where the JSON schemas
+/// it is made from take megabytes).
+struct Validator {
+    nodes: Vec<Node>,
+    roots: Vec<(Kind, usize)>,
+}
+
+enum Node {
+    /// An object whose members must be among these, sorted by name.
+    Object(Box<[(Box<str>, usize)]>),
+    Array(usize),
+    /// A map: any keys, each value of this node.
+    Map(usize),
+    /// A scalar, or content kept verbatim (`x-kubernetes-preserve-unknown-fields`): nothing
+    /// below to check.
+    Leaf,
+}
+
+/// Node 0 is the shared leaf.
+const LEAF: usize = 0;
+
+fn validator() -> &'static Validator {
+    static VALIDATOR: OnceLock<Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| {
+        let defs = api::schema::definitions();
+        let mut v = Validator {
+            nodes: vec![Node::Leaf],
+            roots: Vec::new(),
+        };
+        let mut by_name = BTreeMap::new();
+        for &kind in Kind::ALL {
+            let r = json!({ "$ref": format!("{V3_REF_PREFIX}{}", kind.schema_name()) });
+            let root = v.node_of(&defs, &r, &mut by_name);
+            v.roots.push((kind, root));
+        }
+        v.nodes.shrink_to_fit();
+        v
+    })
+}
+
+impl Validator {
+    fn node_of(
+        &mut self,
+        defs: &Map<String, Value>,
+        schema: &Value,
+        by_name: &mut BTreeMap<String, usize>,
+    ) -> usize {
+        if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+            let name = ref_name(r);
+            if let Some(&i) = by_name.get(name) {
+                return i;
+            }
+            let Some(def) = defs.get(name) else {
+                return LEAF;
+            };
+            // Reserved before its members are built: definitions may refer to themselves.
+            let i = self.nodes.len();
+            self.nodes.push(Node::Leaf);
+            by_name.insert(name.to_string(), i);
+            let node = self.build(defs, def, by_name);
+            self.nodes[i] = node;
+            return i;
+        }
+        match self.build(defs, schema, by_name) {
+            Node::Leaf => LEAF,
+            node => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
+        }
     }
-    match value {
-        Value::Object(members) => {
-            if let Some(Value::Object(props)) = schema.get("properties") {
+
+    fn build(
+        &mut self,
+        defs: &Map<String, Value>,
+        schema: &Value,
+        by_name: &mut BTreeMap<String, usize>,
+    ) -> Node {
+        if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+            return Node::Leaf;
+        }
+        if let Some(Value::Object(props)) = schema.get("properties") {
+            let members: Vec<(Box<str>, usize)> = props
+                .iter()
+                .map(|(k, sub)| (k.as_str().into(), self.node_of(defs, sub, by_name)))
+                .collect();
+            return Node::Object(members.into_boxed_slice());
+        }
+        if let Some(items) = schema.get("items") {
+            return Node::Array(self.node_of(defs, items, by_name));
+        }
+        if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object()) {
+            return Node::Map(self.node_of(defs, values, by_name));
+        }
+        if let Some(Value::Array(all)) = schema.get("allOf") {
+            if let [one] = all.as_slice() {
+                let i = self.node_of(defs, one, by_name);
+                return match &self.nodes[i] {
+                    Node::Object(m) => Node::Object(m.clone()),
+                    Node::Array(n) => Node::Array(*n),
+                    Node::Map(n) => Node::Map(*n),
+                    Node::Leaf => Node::Leaf,
+                };
+            }
+        }
+        Node::Leaf
+    }
+
+    fn member(&self, node: usize, name: &str) -> Option<usize> {
+        match &self.nodes[node] {
+            Node::Object(members) => members
+                .binary_search_by(|(k, _)| (**k).cmp(name))
+                .ok()
+                .map(|i| members[i].1),
+            _ => None,
+        }
+    }
+
+    /// Records (and with `strip` removes) the members of `value` that `node` does not have,
+    /// recursively; `path` is the dotted path of `value` (`spec.template.spec.containers[0]`).
+    fn walk(
+        &self,
+        node: usize,
+        value: &mut Value,
+        path: &mut String,
+        directives: bool,
+        strip: bool,
+        unknown: &mut Vec<String>,
+    ) {
+        let enter = |path: &mut String, key: &str| {
+            let len = path.len();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(key);
+            len
+        };
+        match (&self.nodes[node], value) {
+            (Node::Object(_), Value::Object(members)) => {
                 let mut gone = Vec::new();
                 for (key, member) in members.iter_mut() {
                     // A null unsets: a patch may remove a field it once set, known or not.
                     if (directives && key.starts_with('$')) || member.is_null() {
                         continue;
                     }
-                    let len = path.len();
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push_str(key);
-                    match props.get(key) {
-                        Some(sub) => walk(defs, sub, member, path, directives, strip, unknown),
+                    let len = enter(path, key);
+                    match self.member(node, key) {
+                        Some(sub) => self.walk(sub, member, path, directives, strip, unknown),
                         None => {
                             unknown.push(path.clone());
                             gone.push(key.clone());
@@ -917,84 +1036,72 @@ fn walk(
                         members.remove(&key);
                     }
                 }
-            } else if let Some(sub) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+            }
+            (Node::Map(sub), Value::Object(members)) => {
                 for (key, member) in members.iter_mut() {
                     if directives && key.starts_with('$') {
                         continue;
                     }
-                    let len = path.len();
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push_str(key);
-                    walk(defs, sub, member, path, directives, strip, unknown);
+                    let len = enter(path, key);
+                    self.walk(*sub, member, path, directives, strip, unknown);
                     path.truncate(len);
                 }
             }
-        }
-        Value::Array(items) => {
-            if let Some(sub) = schema.get("items") {
+            (Node::Array(sub), Value::Array(items)) => {
                 for (i, item) in items.iter_mut().enumerate() {
                     let len = path.len();
                     path.push_str(&format!("[{i}]"));
-                    walk(defs, sub, item, path, directives, strip, unknown);
+                    self.walk(*sub, item, path, directives, strip, unknown);
                     path.truncate(len);
                 }
             }
+            _ => {}
         }
-        _ => {}
     }
-}
 
-/// Checks one JSON patch operation: the fields its path names and those of its value.
-/// Returns whether to keep the operation.
-fn json_patch_op(
-    defs: &Map<String, Value>,
-    root: &Value,
-    op: &mut Value,
-    strip: bool,
-    unknown: &mut Vec<String>,
-) -> bool {
-    let Some(pointer) = op.get("path").and_then(Value::as_str).map(str::to_string) else {
-        return true;
-    };
-    let mut schema = root;
-    let mut path = String::new();
-    for token in pointer.split('/').skip(1) {
-        let token = token.replace("~1", "/").replace("~0", "~");
-        let s = resolve(defs, schema);
-        if s.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+    /// Checks one JSON patch operation: the fields its path names and those of its value.
+    /// Returns whether to keep the operation.
+    fn json_patch_op(
+        &self,
+        root: usize,
+        op: &mut Value,
+        strip: bool,
+        unknown: &mut Vec<String>,
+    ) -> bool {
+        let Some(pointer) = op.get("path").and_then(Value::as_str).map(str::to_string) else {
             return true;
-        }
-        if let Some(Value::Object(props)) = s.get("properties") {
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(&token);
-            match props.get(&token) {
-                Some(sub) => schema = sub,
-                None => {
-                    unknown.push(path);
-                    return !strip;
+        };
+        let mut node = root;
+        let mut path = String::new();
+        for token in pointer.split('/').skip(1) {
+            let token = token.replace("~1", "/").replace("~0", "~");
+            match &self.nodes[node] {
+                Node::Object(_) | Node::Map(_) => {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(&token);
+                    node = match (&self.nodes[node], self.member(node, &token)) {
+                        (Node::Map(sub), _) => *sub,
+                        (_, Some(sub)) => sub,
+                        (_, None) => {
+                            unknown.push(path);
+                            return !strip;
+                        }
+                    };
                 }
+                Node::Array(sub) => {
+                    path.push_str(&format!("[{token}]"));
+                    node = *sub;
+                }
+                Node::Leaf => return true,
             }
-        } else if let Some(items) = s.get("items") {
-            path.push_str(&format!("[{token}]"));
-            schema = items;
-        } else if let Some(sub) = s.get("additionalProperties").filter(|v| v.is_object()) {
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(&token);
-            schema = sub;
-        } else {
-            return true;
         }
+        if let Some(value) = op.get_mut("value") {
+            self.walk(node, value, &mut path, false, strip, unknown);
+        }
+        true
     }
-    if let Some(value) = op.get_mut("value") {
-        walk(defs, schema, value, &mut path, false, strip, unknown);
-    }
-    true
 }
 
 #[cfg(test)]
@@ -1080,6 +1187,21 @@ mod tests {
     }
 
     #[test]
+    fn a_known_etag_gets_not_modified() {
+        let served = Served::new(&json!({"a": 1}));
+        let fresh = answer(&served, None, true);
+        assert_eq!(fresh.status(), StatusCode::Ok);
+        let etag = fresh.header("ETag").unwrap().last().as_str().to_string();
+        assert_eq!(etag, format!("\"{}\"", served.etag));
+        let again = answer(&served, Some(&format!("\"x\", {etag}")), true);
+        assert_eq!(again.status(), StatusCode::NotModified);
+        assert_eq!(
+            answer(&served, Some("\"other\""), true).status(),
+            StatusCode::Ok
+        );
+    }
+
+    #[test]
     fn nulls_unset_and_are_never_unknown() {
         let body = json!({"spec": {"replicas": 2, "replicaz": null, "template": {"spec": {"containers": [{"name": "a", "imagez": null}]}}}});
         let (r, _) = check(
@@ -1120,13 +1242,14 @@ mod tests {
 
     #[test]
     fn documents_index_every_group_version_and_patch_metadata_follows_the_server_merge() {
-        let docs = documents();
-        let index: Value = serde_json::from_slice(&docs.v3_index.body).unwrap();
+        let docs = v3();
+        let index: Value = serde_json::from_slice(&docs.index.body).unwrap();
         for gv in ["api/v1", "apis/apps/v1"] {
             let url = index["paths"][gv]["serverRelativeURL"].as_str().unwrap();
             assert!(url.starts_with(&format!("/openapi/v3/{gv}?hash=")), "{url}");
         }
-        let apps: Value = serde_json::from_slice(&docs.v3["apis/apps/v1"].body).unwrap();
+        let apps: Value =
+            serde_json::from_slice(&docs.by_group_version["apis/apps/v1"].body).unwrap();
         let patch =
             &apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
         assert_eq!(
@@ -1163,16 +1286,16 @@ mod tests {
             schemas.get("io.k8s.api.core.v1.Service").is_none(),
             "apps/v1 carries core kinds"
         );
-        let core: Value = serde_json::from_slice(&docs.v3["api/v1"].body).unwrap();
+        let core: Value = serde_json::from_slice(&docs.by_group_version["api/v1"].body).unwrap();
         let svc = &core["components"]["schemas"]["io.k8s.api.core.v1.ServiceSpec"]["properties"];
         assert_eq!(svc["ports"]["x-kubernetes-patch-merge-key"], "port");
-        let v2: Value = serde_json::from_slice(&docs.v2.body).unwrap();
-        assert_eq!(v2["swagger"], "2.0");
+        let v2_doc: Value = serde_json::from_slice(&v2().body).unwrap();
+        assert_eq!(v2_doc["swagger"], "2.0");
         assert_eq!(
-            v2["definitions"]["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["template"]
+            v2_doc["definitions"]["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["template"]
                 ["$ref"],
             "#/definitions/io.k8s.api.core.v1.PodTemplateSpec"
         );
-        assert!(!String::from_utf8_lossy(&docs.v2.body).contains("#/components/"));
+        assert!(!String::from_utf8_lossy(&v2().body).contains("#/components/"));
     }
 }
