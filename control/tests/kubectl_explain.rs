@@ -256,6 +256,37 @@ fn documents_are_served_with_etags_and_writes_honour_field_validation() {
             r.header("warning"),
             Some("299 - \"unknown field \\\"dataz\\\"\"")
         );
+        let twice = br#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"}, "data": {"a": "1"}, "data": {"a": "2"}}"#;
+        let r = c
+            .request(
+                "POST",
+                &format!("{path}?fieldValidation=Strict"),
+                Some(("application/json", twice.to_vec())),
+                "application/json",
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400);
+        assert!(
+            String::from_utf8_lossy(&r.body).contains("duplicate field \\\"data\\\""),
+            "{}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let r = c
+            .request(
+                "POST",
+                &format!("{path}?fieldValidation=Warn"),
+                Some(("application/json", twice.to_vec())),
+                "application/json",
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 201);
+        assert_eq!(
+            r.header("warning"),
+            Some("299 - \"duplicate field \\\"data\\\"\"")
+        );
+        assert_eq!(r.json().unwrap()["data"]["a"], "2");
         let patch = |ct: &'static str, p: Value| Some((ct, serde_json::to_vec(&p).unwrap()));
         let item = format!("{path}/c");
         let r = c

@@ -751,13 +751,14 @@ pub enum BodyShape {
 }
 
 /// Checks `body` (already parsed) against `kind`'s schema. Unknown fields are refused
-/// (Strict) or removed from the body (Warn, Ignore); the answer is the warnings to send, one
-/// per unknown field (Warn only).
+/// (Strict) or removed from the body (Warn, Ignore), as are `duplicates` (members the body
+/// had twice in one object, by path; the last one is kept); the answer is a message for each.
 pub fn validate_fields(
     kind: Kind,
     shape: BodyShape,
     mode: FieldValidation,
     body: &mut Value,
+    duplicates: &[String],
 ) -> Result<Vec<String>, ApiError> {
     let v = validator();
     let Some(&(_, root)) = v.roots.iter().find(|(k, _)| *k == kind) else {
@@ -781,13 +782,18 @@ pub fn validate_fields(
             &mut unknown,
         ),
     }
-    if unknown.is_empty() {
-        return Ok(Vec::new());
-    }
     let messages: Vec<String> = unknown
         .iter()
         .map(|f| format!("unknown field \"{f}\""))
+        .chain(
+            duplicates
+                .iter()
+                .map(|f| format!("duplicate field \"{f}\"")),
+        )
         .collect();
+    if messages.is_empty() {
+        return Ok(messages);
+    }
     match mode {
         FieldValidation::Strict => {
             let info = kind.info();
@@ -845,15 +851,19 @@ pub(super) fn check_request(
         (_, "application/yaml" | "application/x-yaml" | "text/yaml") => (BodyShape::Object, true),
         _ => return Ok(Vec::new()),
     };
+    // YAML bodies cannot repeat a key: the YAML parser refuses them.
+    let mut duplicates = Vec::new();
     let parsed = if yaml {
-        api::codec::parse_yaml(body)
+        api::codec::parse_yaml(body).ok()
+    } else if shape == BodyShape::JsonPatch {
+        api::codec::parse_json(body).ok()
     } else {
-        api::codec::parse_json(body)
+        parse_json_noting_duplicates(body, &mut duplicates).ok()
     };
-    let Ok(mut value) = parsed else {
+    let Some(mut value) = parsed else {
         return Ok(Vec::new());
     };
-    let messages = validate_fields(path.kind, shape, mode, &mut value)?;
+    let messages = validate_fields(path.kind, shape, mode, &mut value, &duplicates)?;
     if messages.is_empty() {
         return Ok(messages);
     }
@@ -864,6 +874,99 @@ pub(super) fn check_request(
     } else {
         Vec::new()
     })
+}
+
+/// Parses JSON as `serde_json::Value` does (the last of repeated members wins), noting the
+/// path of each member an object repeats.
+fn parse_json_noting_duplicates(
+    bytes: &[u8],
+    duplicates: &mut Vec<String>,
+) -> Result<Value, serde_json::Error> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let v = NotingDuplicates {
+        path: String::new(),
+        duplicates,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
+struct NotingDuplicates<'a> {
+    path: String,
+    duplicates: &'a mut Vec<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for NotingDuplicates<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NotingDuplicates<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        loop {
+            let seed = NotingDuplicates {
+                path: format!("{}[{}]", self.path, out.len()),
+                duplicates: &mut *self.duplicates,
+            };
+            match seq.next_element_seed(seed)? {
+                Some(v) => out.push(v),
+                None => return Ok(Value::Array(out)),
+            }
+        }
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.path.is_empty() {
+                key.clone()
+            } else {
+                format!("{}.{key}", self.path)
+            };
+            let seed = NotingDuplicates {
+                path: path.clone(),
+                duplicates: &mut *self.duplicates,
+            };
+            let value = map.next_value_seed(seed)?;
+            if out.insert(key, value).is_some() {
+                self.duplicates.push(path);
+            }
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// Adds one `Warning` header per message, as kube-apiserver does (kubectl prints them as
@@ -1114,7 +1217,7 @@ mod tests {
         mode: FieldValidation,
         mut body: Value,
     ) -> (Result<Vec<String>, ApiError>, Value) {
-        let r = validate_fields(kind, shape, mode, &mut body);
+        let r = validate_fields(kind, shape, mode, &mut body, &[]);
         (r, body)
     }
 
@@ -1198,6 +1301,31 @@ mod tests {
         assert_eq!(
             answer(&served, Some("\"other\""), true).status(),
             StatusCode::Ok
+        );
+    }
+
+    #[test]
+    fn repeated_members_are_duplicate_fields_and_the_last_wins() {
+        let mut dups = Vec::new();
+        let text = br#"{"metadata": {"name": "a", "name": "b"}, "data": {"k": "1"}, "spec": [{"x": 1, "x": 2}], "data": {"k": "2"}}"#;
+        let v = parse_json_noting_duplicates(text, &mut dups).unwrap();
+        assert_eq!(dups, ["metadata.name", "spec[0].x", "data"]);
+        assert_eq!(v["metadata"]["name"], "b");
+        assert_eq!(v["data"]["k"], "2");
+        let mut cm = json!({"metadata": {"name": "b"}});
+        let e = validate_fields(
+            Kind::ConfigMap,
+            BodyShape::Object,
+            FieldValidation::Strict,
+            &mut cm,
+            &["metadata.name".into()],
+        )
+        .unwrap_err();
+        assert!(
+            e.0.message
+                .ends_with("strict decoding error: duplicate field \"metadata.name\""),
+            "{}",
+            e.0.message
         );
     }
 
