@@ -111,13 +111,20 @@ pub struct DeploymentStatus {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.apps.v1.DeploymentCondition")]
+#[schemars(description = "One aspect of a Deployment's state.")]
 pub struct DeploymentCondition {
+    /// Type of the condition: Available, Progressing or ReplicaFailure.
     #[serde(rename = "type")]
     pub type_: String,
+    /// True, False or Unknown.
     pub status: String,
+    /// When the condition was last updated.
     pub last_update_time: Option<Time>,
+    /// When the condition last changed status.
     pub last_transition_time: Option<Time>,
+    /// Brief CamelCase reason for the last transition.
     pub reason: Option<String>,
+    /// Human-readable details of the last transition.
     pub message: Option<String>,
 }
 

@@ -137,13 +137,21 @@ pub(crate) mod omit_empty {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ObjectReference")]
+#[schemars(description = "A reference to an object.")]
 pub struct ObjectReference {
+    /// Kind of the object.
     pub kind: Option<String>,
+    /// Namespace of the object.
     pub namespace: Option<String>,
+    /// Name of the object.
     pub name: Option<String>,
+    /// UID of the object.
     pub uid: Option<String>,
+    /// API version of the object.
     pub api_version: Option<String>,
+    /// Resource version of the object the reference was made from.
     pub resource_version: Option<String>,
+    /// Part of the object meant, such as spec.containers{name}.
     pub field_path: Option<String>,
 }
 
@@ -151,7 +159,9 @@ pub struct ObjectReference {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.LocalObjectReference")]
+#[schemars(description = "A reference to an object in the same namespace.")]
 pub struct LocalObjectReference {
+    /// Name of the object.
     pub name: Option<String>,
 }
 
@@ -333,8 +343,11 @@ pub struct PodReadinessGate {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.HostAlias")]
+#[schemars(description = "An entry of a pod's /etc/hosts.")]
 pub struct HostAlias {
+    /// IP address of the entry.
     pub ip: String,
+    /// Hostnames for the address.
     pub hostnames: Vec<String>,
 }
 
@@ -403,16 +416,24 @@ impl Toleration {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.PodSecurityContext")]
+#[schemars(description = "Security options of a pod and defaults for its containers.")]
 pub struct PodSecurityContext {
     pub se_linux_options: Option<Opaque>,
     pub windows_options: Option<Opaque>,
+    /// UID the containers' processes run as, unless a container sets its own.
     pub run_as_user: Option<i64>,
+    /// GID the containers' processes run as, unless a container sets its own.
     pub run_as_group: Option<i64>,
+    /// Refuse to start containers that would run as UID 0.
     pub run_as_non_root: Option<bool>,
+    /// Groups added to each container's first process.
     pub supplemental_groups: Vec<i64>,
     pub supplemental_groups_policy: Option<String>,
+    /// Group that owns the pod's volumes and is added to each container's process.
     pub fs_group: Option<i64>,
+    /// Namespaced sysctls set for the pod.
     pub sysctls: Vec<Sysctl>,
+    /// When volume ownership is changed to fsGroup: OnRootMismatch or Always.
     pub fs_group_change_policy: Option<String>,
     pub seccomp_profile: Option<Opaque>,
     pub app_armor_profile: Option<Opaque>,
@@ -423,8 +444,11 @@ pub struct PodSecurityContext {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.Sysctl")]
+#[schemars(description = "A kernel parameter set for a pod.")]
 pub struct Sysctl {
+    /// Name of the parameter.
     pub name: String,
+    /// Value of the parameter.
     pub value: String,
 }
 
@@ -435,9 +459,13 @@ pub struct Sysctl {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.Affinity")]
+#[schemars(description = "Scheduling constraints relating a pod to nodes and to other pods.")]
 pub struct Affinity {
+    /// Rules on the labels of nodes the pod may or prefers to run on.
     pub node_affinity: Option<NodeAffinity>,
+    /// Rules to place the pod near pods with given labels.
     pub pod_affinity: Option<PodAffinity>,
+    /// Rules to keep the pod away from pods with given labels.
     pub pod_anti_affinity: Option<PodAffinity>,
 }
 
@@ -609,8 +637,12 @@ impl Volume {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.HostPathVolumeSource")]
+#[schemars(description = "A file or directory of the node mapped into the pod.")]
 pub struct HostPathVolumeSource {
+    /// Path on the node.
     pub path: String,
+    /// What must exist at the path: "", DirectoryOrCreate, Directory, FileOrCreate, File,
+    /// Socket, CharDevice or BlockDevice. Default: "" (no check).
     #[serde(rename = "type")]
     pub type_: Option<String>,
 }
@@ -619,8 +651,11 @@ pub struct HostPathVolumeSource {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.EmptyDirVolumeSource")]
+#[schemars(description = "An empty directory that lives as long as the pod.")]
 pub struct EmptyDirVolumeSource {
+    /// Storage medium: "" (the node's disk) or Memory (tmpfs).
     pub medium: Option<String>,
+    /// Most storage the volume may use.
     pub size_limit: Option<Quantity>,
 }
 
@@ -628,9 +663,13 @@ pub struct EmptyDirVolumeSource {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.KeyToPath")]
+#[schemars(description = "A key of a ConfigMap or Secret and the file it becomes.")]
 pub struct KeyToPath {
+    /// The key to project.
     pub key: String,
+    /// Relative path of the file; must not contain "..".
     pub path: String,
+    /// Mode bits of the file. Default: the volume's defaultMode.
     pub mode: Option<i32>,
 }
 
@@ -638,10 +677,16 @@ pub struct KeyToPath {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.SecretVolumeSource")]
+#[schemars(description = "The keys of a Secret as files.")]
 pub struct SecretVolumeSource {
+    /// Name of the Secret in the pod's namespace.
     pub secret_name: Option<String>,
+    /// Keys to project and the paths of their files; by default every key becomes a file named
+    /// after it.
     pub items: Vec<KeyToPath>,
+    /// Mode bits of the files (0000 to 0777). Default: 0644.
     pub default_mode: Option<i32>,
+    /// Whether the Secret or its keys may be missing.
     pub optional: Option<bool>,
 }
 
@@ -649,10 +694,16 @@ pub struct SecretVolumeSource {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ConfigMapVolumeSource")]
+#[schemars(description = "The keys of a ConfigMap as files.")]
 pub struct ConfigMapVolumeSource {
+    /// Name of the ConfigMap in the pod's namespace.
     pub name: Option<String>,
+    /// Keys to project and the paths of their files; by default every key becomes a file named
+    /// after it.
     pub items: Vec<KeyToPath>,
+    /// Mode bits of the files (0000 to 0777). Default: 0644.
     pub default_mode: Option<i32>,
+    /// Whether the ConfigMap or its keys may be missing.
     pub optional: Option<bool>,
 }
 
@@ -856,8 +907,11 @@ pub struct EnvVarSource {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ObjectFieldSelector")]
+#[schemars(description = "Selects a field of the pod.")]
 pub struct ObjectFieldSelector {
+    /// Version of the schema the path is in. Default: v1.
     pub api_version: Option<String>,
+    /// Path of the field, such as metadata.name or status.podIP.
     pub field_path: String,
 }
 
@@ -865,9 +919,13 @@ pub struct ObjectFieldSelector {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ResourceFieldSelector")]
+#[schemars(description = "Selects a resource limit or request of a container.")]
 pub struct ResourceFieldSelector {
+    /// Container whose resources are read (for volumes; env uses its own container).
     pub container_name: Option<String>,
+    /// Resource to read, such as limits.cpu or requests.memory.
     pub resource: String,
+    /// Unit the value is expressed in. Default: 1.
     pub divisor: Option<Quantity>,
 }
 
@@ -875,9 +933,13 @@ pub struct ResourceFieldSelector {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ConfigMapKeySelector")]
+#[schemars(description = "Selects a key of a ConfigMap or Secret.")]
 pub struct KeySelector {
+    /// Name of the ConfigMap or Secret in the pod's namespace.
     pub name: Option<String>,
+    /// The key to select.
     pub key: String,
+    /// Whether the object or its key may be missing.
     pub optional: Option<bool>,
 }
 
@@ -885,9 +947,13 @@ pub struct KeySelector {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.EnvFromSource")]
+#[schemars(description = "A ConfigMap or Secret whose keys all become environment variables.")]
 pub struct EnvFromSource {
+    /// Prefix added to each key to make the variable's name.
     pub prefix: Option<String>,
+    /// The ConfigMap to read.
     pub config_map_ref: Option<EnvFromReference>,
+    /// The Secret to read.
     pub secret_ref: Option<EnvFromReference>,
 }
 
@@ -896,7 +962,9 @@ pub struct EnvFromSource {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ConfigMapEnvSource")]
 pub struct EnvFromReference {
+    /// Name of the ConfigMap or Secret in the pod's namespace.
     pub name: Option<String>,
+    /// Whether the object may be missing.
     pub optional: Option<bool>,
 }
 
@@ -1009,7 +1077,9 @@ impl Probe {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ExecAction")]
+#[schemars(description = "A command a probe runs in the container.")]
 pub struct ExecAction {
+    /// Command line, run directly (not in a shell); exit status 0 is success.
     pub command: Vec<String>,
 }
 
@@ -1017,11 +1087,17 @@ pub struct ExecAction {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.HTTPGetAction")]
+#[schemars(description = "An HTTP GET request a probe sends.")]
 pub struct HttpGetAction {
+    /// Path of the request.
     pub path: Option<String>,
+    /// Port (number or container port name) to connect to.
     pub port: IntOrString,
+    /// Host to connect to. Default: the pod's IP.
     pub host: Option<String>,
+    /// HTTP or HTTPS. Default: HTTP.
     pub scheme: Option<String>,
+    /// Headers of the request.
     pub http_headers: Vec<HttpHeader>,
 }
 
@@ -1038,8 +1114,11 @@ pub struct HttpHeader {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.TCPSocketAction")]
+#[schemars(description = "A TCP connection a probe opens.")]
 pub struct TcpSocketAction {
+    /// Port (number or container port name) to connect to.
     pub port: IntOrString,
+    /// Host to connect to. Default: the pod's IP.
     pub host: Option<String>,
 }
 
@@ -1056,18 +1135,34 @@ pub struct GrpcAction {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.SecurityContext")]
+#[schemars(
+    description = "Security options of a container; where they overlap with the pod's, the container's win."
+)]
 pub struct SecurityContext {
+    /// Capabilities to add to or drop from the container's default set.
     pub capabilities: Option<Capabilities>,
+    /// Run the container privileged: like root on the host. Default: false.
     pub privileged: Option<bool>,
+    /// SELinux context of the container. Kept, not acted on.
     pub se_linux_options: Option<Opaque>,
+    /// Windows-specific options. Kept, not acted on.
     pub windows_options: Option<Opaque>,
+    /// UID the container's process runs as. Default: the image's.
     pub run_as_user: Option<i64>,
+    /// GID the container's process runs as. Default: the runtime's.
     pub run_as_group: Option<i64>,
+    /// Refuse to start the container if it would run as UID 0.
     pub run_as_non_root: Option<bool>,
+    /// Mount the container's root filesystem read-only. Default: false.
     pub read_only_root_filesystem: Option<bool>,
+    /// Whether a process may gain more privileges than its parent (no_new_privs). Default:
+    /// true.
     pub allow_privilege_escalation: Option<bool>,
+    /// Type of /proc mount: Default or Unmasked.
     pub proc_mount: Option<String>,
+    /// Seccomp profile of the container. Kept, not acted on.
     pub seccomp_profile: Option<Opaque>,
+    /// AppArmor profile of the container. Kept, not acted on.
     pub app_armor_profile: Option<Opaque>,
 }
 
@@ -1075,8 +1170,11 @@ pub struct SecurityContext {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.Capabilities")]
+#[schemars(description = "Linux capabilities to add to or drop from a container.")]
 pub struct Capabilities {
+    /// Capabilities to add, such as NET_ADMIN.
     pub add: Vec<String>,
+    /// Capabilities to remove, such as ALL.
     pub drop: Vec<String>,
 }
 
@@ -1103,25 +1201,42 @@ pub struct Pod {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.PodStatus")]
+#[schemars(
+    description = "The most recently observed state of a pod, reported by the node that runs it."
+)]
 pub struct PodStatus {
+    /// The pod generation the status was written for.
     pub observed_generation: Option<i64>,
     /// Pending, Running, Succeeded, Failed, Unknown.
     pub phase: Option<String>,
+    /// Current service state of the pod (PodScheduled, Initialized, ContainersReady, Ready).
     pub conditions: Vec<PodCondition>,
+    /// Human-readable message on why the pod is in this condition.
     pub message: Option<String>,
+    /// Brief CamelCase reason for the pod's state, such as Evicted.
     pub reason: Option<String>,
+    /// Node the pod may run on once preemption makes room.
     pub nominated_node_name: Option<String>,
+    /// Address of the node the pod runs on.
     #[serde(rename = "hostIP")]
     pub host_ip: Option<String>,
+    /// Addresses of the node the pod runs on.
     #[serde(rename = "hostIPs")]
     pub host_ips: Vec<HostIp>,
+    /// Address allocated to the pod, routable at least within the cluster.
     #[serde(rename = "podIP")]
     pub pod_ip: Option<String>,
+    /// Addresses allocated to the pod (one per IP family).
     #[serde(rename = "podIPs")]
     pub pod_ips: Vec<HostIp>,
+    /// When the node acknowledged the pod, before its images were pulled.
     pub start_time: Option<Time>,
+    /// Status of each init container.
     pub init_container_statuses: Vec<ContainerStatus>,
+    /// Status of each app container.
     pub container_statuses: Vec<ContainerStatus>,
+    /// Quality of service class from the containers' requests and limits: Guaranteed, Burstable
+    /// or BestEffort.
     pub qos_class: Option<String>,
     pub ephemeral_container_statuses: Vec<Opaque>,
     pub resize: Option<String>,
@@ -1147,14 +1262,21 @@ pub struct HostIp {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.PodCondition")]
+#[schemars(description = "One aspect of a pod's state.")]
 pub struct PodCondition {
+    /// Type of the condition: PodScheduled, Initialized, ContainersReady or Ready.
     #[serde(rename = "type")]
     pub type_: String,
     pub observed_generation: Option<i64>,
+    /// True, False or Unknown.
     pub status: String,
+    /// When the condition was last probed.
     pub last_probe_time: Option<Time>,
+    /// When the condition last changed status.
     pub last_transition_time: Option<Time>,
+    /// Brief CamelCase reason for the last transition.
     pub reason: Option<String>,
+    /// Human-readable details of the last transition.
     pub message: Option<String>,
 }
 
@@ -1162,21 +1284,33 @@ pub struct PodCondition {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ContainerStatus")]
+#[schemars(description = "The state of one container of a pod.")]
 pub struct ContainerStatus {
+    /// Name of the container.
     pub name: String,
+    /// Current state of the container.
     pub state: Option<ContainerState>,
+    /// State of the container's last termination, if any.
     pub last_state: Option<ContainerState>,
+    /// Whether the container passes its readiness probe.
     pub ready: bool,
+    /// Number of times the container has been restarted.
     pub restart_count: i32,
+    /// Image the container runs.
     pub image: String,
+    /// ID (digest) of the image the container runs.
     #[serde(rename = "imageID")]
     pub image_id: String,
+    /// ID of the container, as <runtime>://<id>.
     #[serde(rename = "containerID")]
     pub container_id: Option<String>,
+    /// Whether the container has passed its startup probe.
     pub started: Option<bool>,
+    /// Resources the node allocated to the container.
     #[serde(with = "omit_empty")]
     #[schemars(with = "BTreeMap<String, Quantity>")]
     pub allocated_resources: BTreeMap<String, Quantity>,
+    /// Resources the container is configured with.
     pub resources: Option<ResourceRequirements>,
     pub volume_mounts: Vec<Opaque>,
     pub user: Option<Opaque>,
@@ -1188,9 +1322,13 @@ pub struct ContainerStatus {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ContainerState")]
+#[schemars(description = "State of a container: exactly one of waiting, running or terminated.")]
 pub struct ContainerState {
+    /// The container is not running yet.
     pub waiting: Option<ContainerStateWaiting>,
+    /// The container is running.
     pub running: Option<ContainerStateRunning>,
+    /// The container has stopped.
     pub terminated: Option<ContainerStateTerminated>,
 }
 
@@ -1199,7 +1337,10 @@ pub struct ContainerState {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ContainerStateWaiting")]
 pub struct ContainerStateWaiting {
+    /// Brief reason the container is not running yet, such as ContainerCreating or
+    /// CrashLoopBackOff.
     pub reason: Option<String>,
+    /// Details on why the container is not running yet.
     pub message: Option<String>,
 }
 
@@ -1208,6 +1349,7 @@ pub struct ContainerStateWaiting {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ContainerStateRunning")]
 pub struct ContainerStateRunning {
+    /// When the container last (re)started.
     pub started_at: Option<Time>,
 }
 
@@ -1216,12 +1358,19 @@ pub struct ContainerStateRunning {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ContainerStateTerminated")]
 pub struct ContainerStateTerminated {
+    /// Exit status of the container's last run.
     pub exit_code: i32,
+    /// Signal that ended the container, if any.
     pub signal: Option<i32>,
+    /// Brief reason the container stopped, such as Completed or Error.
     pub reason: Option<String>,
+    /// Details on why the container stopped.
     pub message: Option<String>,
+    /// When the container's last run started.
     pub started_at: Option<Time>,
+    /// When the container's last run ended.
     pub finished_at: Option<Time>,
+    /// ID of the container, as <runtime>://<id>.
     #[serde(rename = "containerID")]
     pub container_id: Option<String>,
 }
@@ -1281,7 +1430,9 @@ pub struct Namespace {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.NamespaceSpec")]
+#[schemars(description = "Behaviour of a namespace.")]
 pub struct NamespaceSpec {
+    /// Cleanups that must finish before the namespace is removed.
     pub finalizers: Vec<String>,
 }
 
@@ -1289,9 +1440,11 @@ pub struct NamespaceSpec {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.NamespaceStatus")]
+#[schemars(description = "The most recently observed state of a namespace.")]
 pub struct NamespaceStatus {
     /// Active or Terminating.
     pub phase: Option<String>,
+    /// Observations of the namespace's state.
     pub conditions: Vec<NamespaceCondition>,
 }
 
@@ -1409,19 +1562,30 @@ pub struct Taint {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.NodeStatus")]
+#[schemars(description = "The most recently observed state of a node, reported by its agent.")]
 pub struct NodeStatus {
+    /// Total resources of the node (cpu, memory, pods, ...).
     #[serde(with = "omit_empty")]
     #[schemars(with = "BTreeMap<String, Quantity>")]
     pub capacity: BTreeMap<String, Quantity>,
+    /// Resources of the node available to pods: capacity less what the system reserves.
     #[serde(with = "omit_empty")]
     #[schemars(with = "BTreeMap<String, Quantity>")]
     pub allocatable: BTreeMap<String, Quantity>,
+    /// Lifecycle phase of the node (deprecated).
     pub phase: Option<String>,
+    /// Current state of the node (Ready, MemoryPressure, DiskPressure, PIDPressure,
+    /// NetworkUnavailable).
     pub conditions: Vec<NodeCondition>,
+    /// Addresses of the node (InternalIP, Hostname, ...).
     pub addresses: Vec<NodeAddress>,
+    /// Ports of the daemons running on the node.
     pub daemon_endpoints: Option<NodeDaemonEndpoints>,
+    /// Identity and versions of the node's operating system and software.
     pub node_info: Option<NodeSystemInfo>,
+    /// Container images present on the node.
     pub images: Vec<ContainerImage>,
+    /// Volumes attached and mounted on the node.
     pub volumes_in_use: Vec<String>,
     pub volumes_attached: Vec<Opaque>,
     pub config: Option<Opaque>,
@@ -1449,13 +1613,20 @@ impl NodeStatus {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.NodeCondition")]
+#[schemars(description = "One aspect of a node's state.")]
 pub struct NodeCondition {
+    /// Type of the condition, such as Ready.
     #[serde(rename = "type")]
     pub type_: String,
+    /// True, False or Unknown.
     pub status: String,
+    /// When the node last reported the condition.
     pub last_heartbeat_time: Option<Time>,
+    /// When the condition last changed status.
     pub last_transition_time: Option<Time>,
+    /// Brief CamelCase reason for the last transition.
     pub reason: Option<String>,
+    /// Human-readable details of the last transition.
     pub message: Option<String>,
 }
 
@@ -1463,9 +1634,12 @@ pub struct NodeCondition {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.NodeAddress")]
+#[schemars(description = "An address of a node.")]
 pub struct NodeAddress {
+    /// Type of the address: Hostname, InternalIP, ExternalIP, InternalDNS or ExternalDNS.
     #[serde(rename = "type")]
     pub type_: String,
+    /// The address.
     pub address: String,
 }
 
@@ -1490,19 +1664,30 @@ pub struct DaemonEndpoint {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.NodeSystemInfo")]
+#[schemars(description = "Identity and versions of a node's operating system and software.")]
 pub struct NodeSystemInfo {
+    /// Machine ID of the node.
     #[serde(rename = "machineID")]
     pub machine_id: String,
+    /// System UUID of the node.
     #[serde(rename = "systemUUID")]
     pub system_uuid: String,
+    /// ID of the node's current boot.
     #[serde(rename = "bootID")]
     pub boot_id: String,
+    /// Kernel release (uname -r).
     pub kernel_version: String,
+    /// Operating system image (from /etc/os-release).
     pub os_image: String,
+    /// Container runtime, as <runtime>://<version>.
     pub container_runtime_version: String,
+    /// Version of the node agent.
     pub kubelet_version: String,
+    /// Version of the service proxy (deprecated).
     pub kube_proxy_version: String,
+    /// Operating system of the node (linux).
     pub operating_system: String,
+    /// CPU architecture of the node (amd64, arm64, arm).
     pub architecture: String,
     pub swap: Option<Opaque>,
 }
@@ -1668,7 +1853,9 @@ pub struct ClientIpConfig {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ServiceStatus")]
+#[schemars(description = "The most recently observed state of a Service.")]
 pub struct ServiceStatus {
+    /// State of the Service's load balancer, if any.
     pub load_balancer: Option<LoadBalancerStatus>,
     pub conditions: Vec<Opaque>,
 }
@@ -1750,9 +1937,13 @@ pub struct Endpoints {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.EndpointSubset")]
+#[schemars(description = "A group of addresses that share a set of ports.")]
 pub struct EndpointSubset {
+    /// Addresses of ready endpoints.
     pub addresses: Vec<EndpointAddress>,
+    /// Addresses of endpoints that are not ready yet.
     pub not_ready_addresses: Vec<EndpointAddress>,
+    /// Ports of the endpoints.
     pub ports: Vec<EndpointPort>,
 }
 
@@ -1760,10 +1951,15 @@ pub struct EndpointSubset {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.EndpointAddress")]
+#[schemars(description = "The address of one endpoint, usually a pod.")]
 pub struct EndpointAddress {
+    /// IP address of the endpoint.
     pub ip: String,
+    /// Hostname of the endpoint.
     pub hostname: Option<String>,
+    /// Node the endpoint runs on.
     pub node_name: Option<String>,
+    /// The object behind the endpoint, usually a pod.
     pub target_ref: Option<ObjectReference>,
 }
 
@@ -1771,10 +1967,15 @@ pub struct EndpointAddress {
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.EndpointPort")]
+#[schemars(description = "A port of the endpoints.")]
 pub struct EndpointPort {
+    /// Name of the port; matches the Service port's name.
     pub name: Option<String>,
+    /// Port number.
     pub port: i32,
+    /// TCP, UDP or SCTP. Default: TCP.
     pub protocol: Option<String>,
+    /// Application protocol of the port.
     pub app_protocol: Option<String>,
 }
 
