@@ -1,5 +1,6 @@
 //! apps/v1 kinds: Deployment, ReplicaSet, DaemonSet.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{spec_and_status, PodTemplateSpec};
@@ -11,71 +12,119 @@ use crate::validation::{self, FieldError};
 // Deployment
 
 /// apps/v1 Deployment.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.Deployment")]
+#[schemars(
+    description = "Deployment keeps a number of identical pods running from a template and rolls out changes to the template through ReplicaSets."
+)]
 pub struct Deployment {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Desired state of the Deployment.
     pub spec: DeploymentSpec,
+    /// Most recently observed state of the Deployment. Read-only.
     pub status: DeploymentStatus,
 }
 
 /// apps/v1 DeploymentSpec.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.DeploymentSpec")]
+#[schemars(description = "DeploymentSpec is the desired state of a Deployment.")]
 pub struct DeploymentSpec {
+    /// Number of desired pods. Default: 1.
     pub replicas: Option<i32>,
+    /// Label selector of the pods the Deployment manages; must match the template's labels.
+    /// Cannot be changed in apps/v1.
     pub selector: Option<LabelSelector>,
+    /// Template of the pods to create.
     pub template: PodTemplateSpec,
+    /// How old pods are replaced by new ones.
     pub strategy: Option<DeploymentStrategy>,
+    /// Seconds a new pod must be ready, without any container crashing, to count as available.
+    /// Default: 0.
     pub min_ready_seconds: Option<i32>,
+    /// Number of old ReplicaSets kept to allow rollback. Default: 10.
     pub revision_history_limit: Option<i32>,
+    /// Whether the Deployment is paused: template changes do not roll out while it is.
     pub paused: Option<bool>,
+    /// Seconds a rollout may make no progress before the Deployment reports it failed
+    /// (Progressing condition with reason ProgressDeadlineExceeded). Default: 600.
     pub progress_deadline_seconds: Option<i32>,
 }
 
 /// apps/v1 DeploymentStrategy.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.DeploymentStrategy")]
+#[schemars(description = "How a Deployment replaces old pods by new ones.")]
 pub struct DeploymentStrategy {
     /// Recreate or RollingUpdate.
     #[serde(rename = "type")]
     pub type_: Option<String>,
+    /// Parameters of a rolling update (type RollingUpdate only).
     pub rolling_update: Option<RollingUpdate>,
 }
 
 /// apps/v1 RollingUpdateDeployment and RollingUpdateDaemonSet (same shape).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.RollingUpdateDeployment")]
+#[schemars(description = "Parameters of a rolling update.")]
 pub struct RollingUpdate {
+    /// Most pods that may be unavailable during the update: a number or a percentage of the
+    /// desired pods (rounded down). Default: 25%.
     pub max_unavailable: Option<IntOrString>,
+    /// Most pods that may be created above the desired number during the update: a number or a
+    /// percentage (rounded up). Default: 25%.
     pub max_surge: Option<IntOrString>,
 }
 
 /// apps/v1 DeploymentStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.DeploymentStatus")]
+#[schemars(description = "The most recently observed state of a Deployment.")]
 pub struct DeploymentStatus {
+    /// The generation the controller observed last.
     pub observed_generation: Option<i64>,
+    /// Number of pods targeted by the Deployment (their labels match the selector).
     pub replicas: Option<i32>,
+    /// Number of pods from the current template.
     pub updated_replicas: Option<i32>,
+    /// Number of ready pods.
     pub ready_replicas: Option<i32>,
+    /// Number of pods ready for at least minReadySeconds.
     pub available_replicas: Option<i32>,
+    /// Number of pods still needed for the Deployment to have its desired number available.
     pub unavailable_replicas: Option<i32>,
+    /// Number of pods being deleted.
     pub terminating_replicas: Option<i32>,
+    /// Observations of the Deployment's state (Available, Progressing).
     pub conditions: Vec<DeploymentCondition>,
+    /// Count of hash collisions of the Deployment's ReplicaSet names.
     pub collision_count: Option<i32>,
 }
 
 /// apps/v1 DeploymentCondition.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.DeploymentCondition")]
+#[schemars(description = "One aspect of a Deployment's state.")]
 pub struct DeploymentCondition {
+    /// Type of the condition: Available, Progressing or ReplicaFailure.
     #[serde(rename = "type")]
     pub type_: String,
+    /// True, False or Unknown.
     pub status: String,
+    /// When the condition was last updated.
     pub last_update_time: Option<Time>,
+    /// When the condition last changed status.
     pub last_transition_time: Option<Time>,
+    /// Brief CamelCase reason for the last transition.
     pub reason: Option<String>,
+    /// Human-readable details of the last transition.
     pub message: Option<String>,
 }
 
@@ -136,40 +185,61 @@ impl Resource for Deployment {
 // ReplicaSet
 
 /// apps/v1 ReplicaSet.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.ReplicaSet")]
+#[schemars(description = "ReplicaSet keeps a number of identical pods running.")]
 pub struct ReplicaSet {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Desired state of the ReplicaSet.
     pub spec: ReplicaSetSpec,
+    /// Most recently observed state of the ReplicaSet. Read-only.
     pub status: ReplicaSetStatus,
 }
 
 /// apps/v1 ReplicaSetSpec.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.ReplicaSetSpec")]
+#[schemars(description = "ReplicaSetSpec is the desired state of a ReplicaSet.")]
 pub struct ReplicaSetSpec {
+    /// Number of desired pods. Default: 1.
     pub replicas: Option<i32>,
+    /// Seconds a new pod must be ready to count as available. Default: 0.
     pub min_ready_seconds: Option<i32>,
+    /// Label selector of the pods the ReplicaSet manages; must match the template's labels.
     pub selector: Option<LabelSelector>,
+    /// Template of the pods created when too few exist.
     pub template: PodTemplateSpec,
 }
 
 /// apps/v1 ReplicaSetStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.ReplicaSetStatus")]
+#[schemars(description = "The most recently observed state of a ReplicaSet.")]
 pub struct ReplicaSetStatus {
+    /// Number of pods the ReplicaSet has.
     pub replicas: i32,
+    /// Number of pods whose labels match the template's.
     pub fully_labeled_replicas: Option<i32>,
+    /// Number of ready pods.
     pub ready_replicas: Option<i32>,
+    /// Number of pods ready for at least minReadySeconds.
     pub available_replicas: Option<i32>,
+    /// Number of pods being deleted.
     pub terminating_replicas: Option<i32>,
+    /// The generation the controller observed last.
     pub observed_generation: Option<i64>,
+    /// Observations of the ReplicaSet's state.
     pub conditions: Vec<WorkloadCondition>,
 }
 
 /// apps/v1 ReplicaSetCondition and DaemonSetCondition (same shape).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.ReplicaSetCondition")]
 pub struct WorkloadCondition {
     #[serde(rename = "type")]
     pub type_: String,
@@ -214,48 +284,75 @@ impl Resource for ReplicaSet {
 // DaemonSet
 
 /// apps/v1 DaemonSet.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.DaemonSet")]
+#[schemars(description = "DaemonSet runs one copy of a pod on every eligible node.")]
 pub struct DaemonSet {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// Desired state of the DaemonSet.
     pub spec: DaemonSetSpec,
+    /// Most recently observed state of the DaemonSet. Read-only.
     pub status: DaemonSetStatus,
 }
 
 /// apps/v1 DaemonSetSpec.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.DaemonSetSpec")]
+#[schemars(description = "DaemonSetSpec is the desired state of a DaemonSet.")]
 pub struct DaemonSetSpec {
+    /// Label selector of the pods the DaemonSet manages; must match the template's labels.
     pub selector: Option<LabelSelector>,
+    /// Template of the pod run on each eligible node.
     pub template: PodTemplateSpec,
+    /// How pods are replaced when the template changes.
     pub update_strategy: Option<DaemonSetUpdateStrategy>,
+    /// Seconds a new pod must be ready to count as available. Default: 0.
     pub min_ready_seconds: Option<i32>,
+    /// Number of old revisions kept for rollback. Default: 10.
     pub revision_history_limit: Option<i32>,
 }
 
 /// apps/v1 DaemonSetUpdateStrategy.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.DaemonSetUpdateStrategy")]
+#[schemars(description = "How a DaemonSet replaces its pods when its template changes.")]
 pub struct DaemonSetUpdateStrategy {
     /// RollingUpdate or OnDelete.
     #[serde(rename = "type")]
     pub type_: Option<String>,
+    /// Parameters of a rolling update (type RollingUpdate only).
     pub rolling_update: Option<RollingUpdate>,
 }
 
 /// apps/v1 DaemonSetStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.DaemonSetStatus")]
+#[schemars(description = "The most recently observed state of a DaemonSet.")]
 pub struct DaemonSetStatus {
+    /// Number of nodes running at least one daemon pod that should.
     pub current_number_scheduled: i32,
+    /// Number of nodes running a daemon pod that should not.
     pub number_misscheduled: i32,
+    /// Number of nodes that should run the daemon pod.
     pub desired_number_scheduled: i32,
+    /// Number of nodes whose daemon pod is ready.
     pub number_ready: i32,
+    /// The generation the controller observed last.
     pub observed_generation: Option<i64>,
+    /// Number of nodes running the current template's pod.
     pub updated_number_scheduled: Option<i32>,
+    /// Number of nodes whose daemon pod is available.
     pub number_available: Option<i32>,
+    /// Number of nodes whose daemon pod is not available.
     pub number_unavailable: Option<i32>,
+    /// Count of hash collisions of the DaemonSet's revisions.
     pub collision_count: Option<i32>,
+    /// Observations of the DaemonSet's state.
     pub conditions: Vec<WorkloadCondition>,
 }
 

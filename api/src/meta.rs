@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use schemars::JsonSchema;
 use serde::de::{self, Deserializer, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
@@ -332,33 +333,69 @@ impl<'de> Deserialize<'de> for Opaque {
 }
 
 /// metav1.OwnerReference
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference")]
+#[schemars(
+    description = "OwnerReference names an object that owns this one (for example the ReplicaSet of a Pod)."
+)]
 pub struct OwnerReference {
+    /// API version of the owner.
     pub api_version: String,
+    /// Kind of the owner.
     pub kind: String,
+    /// Name of the owner.
     pub name: String,
+    /// UID of the owner.
     pub uid: String,
+    /// If true, this owner is the managing controller. At most one owner may be the controller.
     pub controller: Option<bool>,
+    /// If true, foreground deletion of the owner waits until this object is removed.
     pub block_owner_deletion: Option<bool>,
 }
 
 /// metav1.ObjectMeta
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")]
+#[schemars(
+    description = "ObjectMeta is the metadata every persisted object has: its name, namespace, labels, annotations, owners and the bookkeeping the server keeps."
+)]
 pub struct ObjectMeta {
+    /// Name of the object, unique within its namespace (or the cluster, for cluster-scoped
+    /// kinds). Cannot be changed once set.
     pub name: String,
+    /// Prefix from which the server makes a unique name when name is empty: a random suffix is
+    /// added.
     pub generate_name: Option<String>,
+    /// Namespace the object lives in. Empty means "default" for namespaced kinds; cluster-
+    /// scoped kinds have none.
     pub namespace: Option<String>,
+    /// Unique identifier the server gives the object when it is created. Read-only.
     pub uid: String,
+    /// Opaque version of this object, changed on every write. Used for optimistic concurrency
+    /// and as a starting point of watches. Read-only.
     pub resource_version: String,
+    /// Sequence number of changes to the desired state (spec). Read-only.
     pub generation: Option<i64>,
+    /// When the object was created. Read-only.
     pub creation_timestamp: Option<Time>,
+    /// When the object will be (or started to be) deleted; set by the server when deletion is
+    /// requested. Read-only.
     pub deletion_timestamp: Option<Time>,
+    /// Seconds the object is allowed to terminate gracefully before it is removed. Read-only.
     pub deletion_grace_period_seconds: Option<i64>,
+    /// Map of string keys and values used to organize and select objects (by label selectors of
+    /// controllers and services).
     pub labels: BTreeMap<String, String>,
+    /// Map of string keys and values for arbitrary non-identifying metadata, kept but not
+    /// interpreted.
     pub annotations: BTreeMap<String, String>,
+    /// Objects this object depends on. When all owners are deleted, the garbage collector
+    /// deletes this object.
     pub owner_references: Vec<OwnerReference>,
+    /// Names of cleanups that must finish before the object is removed from storage; deletion
+    /// waits until the list is empty.
     pub finalizers: Vec<String>,
     /// Accepted so that objects read from other clusters apply unchanged; not acted on.
     pub managed_fields: Option<Opaque>,
@@ -384,8 +421,9 @@ impl ObjectMeta {
 }
 
 /// metav1.ListMeta
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")]
 pub struct ListMeta {
     pub resource_version: String,
     #[serde(rename = "continue")]
@@ -394,25 +432,39 @@ pub struct ListMeta {
 }
 
 /// metav1.LabelSelectorRequirement
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement")]
+#[schemars(
+    description = "A requirement on one label key: an operator relating the key to a set of values."
+)]
 pub struct LabelSelectorRequirement {
+    /// The label key the requirement applies to.
     pub key: String,
+    /// How the key relates to the values: In, NotIn, Exists or DoesNotExist.
     pub operator: String,
+    /// Values for In and NotIn (must be non-empty); empty for Exists and DoesNotExist.
     pub values: Vec<String>,
 }
 
 /// metav1.LabelSelector
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector")]
+#[schemars(
+    description = "A label selector: a query over labels. matchLabels and matchExpressions are ANDed; an empty selector matches every object."
+)]
 pub struct LabelSelector {
+    /// Map of label keys and values; each pair must match exactly.
     pub match_labels: BTreeMap<String, String>,
+    /// Label selector requirements; all must hold.
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
 
 /// metav1.Status: the error body of every failed request.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.Status")]
 pub struct Status {
     pub kind: String,
     pub api_version: String,
@@ -424,8 +476,9 @@ pub struct Status {
     pub code: u16,
 }
 
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.StatusDetails")]
 pub struct StatusDetails {
     pub name: String,
     pub group: String,
@@ -435,8 +488,9 @@ pub struct StatusDetails {
     pub retry_after_seconds: Option<i32>,
 }
 
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.StatusCause")]
 pub struct StatusCause {
     pub reason: String,
     pub message: String,
@@ -473,8 +527,9 @@ impl Status {
 }
 
 /// metav1.DeleteOptions (the body of a DELETE; also read from query parameters).
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions")]
 pub struct DeleteOptions {
     pub kind: Option<String>,
     pub api_version: Option<String>,
@@ -485,8 +540,9 @@ pub struct DeleteOptions {
     pub dry_run: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.Preconditions")]
 pub struct Preconditions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,

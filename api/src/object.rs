@@ -98,6 +98,21 @@ macro_rules! kinds {
 
         impl Kind {
             pub const ALL: &'static [Kind] = &[ $( Kind::$variant ),* ];
+
+            /// The Kubernetes name of the kind's OpenAPI definition
+            /// (`io.k8s.api.core.v1.Pod`; see [`crate::schema`]).
+            pub fn schema_name(self) -> String {
+                match self {
+                    $( Kind::$variant => <$crate::$module::$name as schemars::JsonSchema>::schema_name().into_owned() ),*
+                }
+            }
+
+            /// Adds the kind's schema, and those it refers to, to `generator`'s definitions.
+            pub fn add_schema(self, generator: &mut schemars::SchemaGenerator) {
+                match self {
+                    $( Kind::$variant => { generator.subschema_for::<$crate::$module::$name>(); } ),*
+                }
+            }
         }
 
         /// An object of any kind.

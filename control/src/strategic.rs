@@ -40,6 +40,26 @@ fn strategy(parent: Option<&str>, field: &str) -> ListStrategy {
     }
 }
 
+/// What OpenAPI publishes for a field (`x-kubernetes-patch-strategy` and
+/// `x-kubernetes-patch-merge-key`), so that clients computing a strategic merge patch from
+/// the schema (`kubectl apply`) build patches this module merges as they expect. `None`: no
+/// strategy (lists are replaced, maps merged).
+pub fn patch_metadata(
+    parent: Option<&str>,
+    field: &str,
+) -> Option<(&'static str, Option<&'static str>)> {
+    // `$retainKeys` is honoured wherever a patch carries it; Kubernetes asks clients for it
+    // on these two fields (one of a union of members must go when another is set).
+    let retain = matches!((parent, field), (Some("spec"), "strategy") | (_, "volumes"));
+    match (strategy(parent, field), retain) {
+        (ListStrategy::MergeBy(key), true) => Some(("merge,retainKeys", Some(key))),
+        (ListStrategy::MergeBy(key), false) => Some(("merge", Some(key))),
+        (ListStrategy::Set, _) => Some(("merge", None)),
+        (ListStrategy::Replace, true) => Some(("retainKeys", None)),
+        (ListStrategy::Replace, false) => None,
+    }
+}
+
 /// Applies `patch` to `doc` in place.
 pub fn merge(doc: &mut Value, patch: &Value) -> Result<(), String> {
     merge_value(doc, patch, None)

@@ -8,6 +8,7 @@ pub use backup::PATH as BACKUP_PATH;
 pub mod discovery;
 mod logs;
 pub mod metrics;
+mod openapi;
 mod resource_metrics;
 pub mod route;
 mod stream;
@@ -240,15 +241,14 @@ async fn handle(
             r.set_content_type("text/plain; version=0.0.4");
             Ok(r)
         }
-        Route::OpenApiV2 => {
+        Route::OpenApiV2 | Route::OpenApiV3 => {
             get_only(&req)?;
-            // An empty gnostic document: kubectl's client-side validation accepts it.
-            let mut r = tide::Response::new(StatusCode::Ok);
-            // kube-openapi answers protobuf as an octet stream; clients parse it by content.
-            r.set_content_type("application/octet-stream");
-            Ok(r)
+            Ok(openapi::serve(
+                req.url().path(),
+                header(&req, "Accept").as_deref(),
+                header(&req, "If-None-Match").as_deref(),
+            ))
         }
-        Route::OpenApiV3 => Err(ApiError::path_not_found()),
         Route::JoinCa | Route::Join => Err(ApiError::path_not_found()),
         Route::Tokens => {
             if user != User::Admin {
@@ -294,13 +294,16 @@ async fn handle(
             logs::pod_log(&state, &req, &user, &path).await
         }
         Route::Resource(path) => {
-            let body = read_body(&mut req).await?;
+            let mut body = read_body(&mut req).await?;
             if let User::Node(node) = &user {
                 authorize_node(&state, node, &req.method(), &path, &body).await?;
             }
-            with_kind!(path.kind, K, {
+            let warnings = openapi::check_request(&req, &path, &mut body)?;
+            let mut response = with_kind!(path.kind, K, {
                 resource::<K>(&state, &req, path, body).await
-            })
+            })?;
+            openapi::add_warnings(&mut response, &warnings);
+            Ok(response)
         }
     }
 }
