@@ -8,6 +8,7 @@ pub use backup::PATH as BACKUP_PATH;
 pub mod discovery;
 mod logs;
 pub mod metrics;
+pub mod protobuf;
 pub mod route;
 mod stream;
 mod watch;
@@ -413,6 +414,10 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             api::codec::parse_yaml(body).map_err(|e| ApiError::bad_request(e.to_string()))
+        }
+        // kubectl's typed clients (`kubectl create deployment`, `run`, `expose`, ...).
+        protobuf::MEDIA_TYPE => {
+            protobuf::decode(body).map_err(|e| ApiError::bad_request(e.to_string()))
         }
         other => Err(ApiError::unsupported_media_type(other)),
     }
