@@ -1083,12 +1083,22 @@ pub struct NamespaceCondition {
     pub message: Option<String>,
 }
 
+/// The label Kubernetes puts on every namespace, set to the namespace's name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 impl Resource for Namespace {
     const KIND: Kind = Kind::Namespace;
     crate::resource_basics!(Namespace);
     spec_and_status!();
 
     fn set_defaults(&mut self) {
+        // Kubernetes labels every named namespace with its own name (so that namespace
+        // selectors can pick namespaces by name); the label cannot be removed or changed.
+        if !self.metadata.name.is_empty() {
+            self.metadata
+                .labels
+                .insert(NAMESPACE_NAME_LABEL.into(), self.metadata.name.clone());
+        }
         if self.spec.finalizers.is_empty() {
             self.spec.finalizers.push("kubernetes".into());
         }

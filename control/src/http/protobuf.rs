@@ -47,60 +47,120 @@ const FIELDS_V1: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1";
 const RAW_EXTENSION: &str = "k8s.io.apimachinery.pkg.runtime.RawExtension";
 const UNKNOWN: &str = "k8s.io.apimachinery.pkg.runtime.Unknown";
 
-/// JSON names of the fields that are pointers in Kubernetes' Go types, where a present zero
-/// value differs from an absent one (`replicas: 0`, `runAsUser: 0`, `automountServiceAccountToken:
-/// false`), and of non-`omitempty` fields whose zero Kubernetes shows (`exitCode: 0`).
-const PRESENCE_FIELDS: &[&str] = &[
-    "activeDeadlineSeconds",
-    "allocateLoadBalancerNodePorts",
-    "allowPrivilegeEscalation",
-    "automountServiceAccountToken",
-    "backoffLimit",
-    "backoffLimitPerIndex",
-    "completions",
-    "defaultMode",
-    "deletionGracePeriodSeconds",
-    "enableServiceLinks",
-    "exitCode",
-    "expirationSeconds",
-    "failedJobsHistoryLimit",
-    "fsGroup",
-    "gracePeriodSeconds",
-    "hostUsers",
-    "immutable",
-    "leaseDurationSeconds",
-    "leaseTransitions",
-    "manualSelector",
-    "maxFailedIndexes",
-    "minReplicas",
-    "mode",
-    "optional",
-    "parallelism",
-    "partition",
-    "priority",
-    "privileged",
-    "progressDeadlineSeconds",
-    "readOnlyRootFilesystem",
-    "ready",
-    "replicas",
-    "restartCount",
-    "revisionHistoryLimit",
-    "runAsGroup",
-    "runAsNonRoot",
-    "runAsUser",
-    "serving",
-    "setHostnameAsFQDN",
-    "shareProcessNamespace",
-    "startingDeadlineSeconds",
-    "started",
-    "storageClassName",
-    "successfulJobsHistoryLimit",
-    "suspend",
-    "terminating",
-    "terminationGracePeriodSeconds",
-    "tolerationSeconds",
-    "ttlSecondsAfterFinished",
+/// The fields (message, JSON name) that are pointers in Kubernetes' Go types, where a present
+/// zero value differs from an absent one (`replicas: 0`, `runAsUser: 0`,
+/// `automountServiceAccountToken: false`), and the non-`omitempty` ones whose zero Kubernetes
+/// shows (`exitCode: 0`). Every other scalar is left out when zero, as Go's `omitempty` does.
+const PRESENCE_FIELDS: &[(&str, &[&str])] = &[
+    ("ObjectMeta", &["deletionGracePeriodSeconds"]),
+    ("DeleteOptions", &["gracePeriodSeconds"]),
+    (
+        "DeploymentSpec",
+        &[
+            "replicas",
+            "revisionHistoryLimit",
+            "progressDeadlineSeconds",
+        ],
+    ),
+    ("ReplicaSetSpec", &["replicas"]),
+    ("ReplicaSetStatus", &["replicas"]),
+    ("StatefulSetSpec", &["replicas", "revisionHistoryLimit"]),
+    ("RollingUpdateStatefulSetStrategy", &["partition"]),
+    ("DaemonSetSpec", &["revisionHistoryLimit"]),
+    (
+        "DaemonSetStatus",
+        &[
+            "currentNumberScheduled",
+            "numberMisscheduled",
+            "desiredNumberScheduled",
+            "numberReady",
+        ],
+    ),
+    (
+        "PodSpec",
+        &[
+            "terminationGracePeriodSeconds",
+            "activeDeadlineSeconds",
+            "automountServiceAccountToken",
+            "enableServiceLinks",
+            "shareProcessNamespace",
+            "setHostnameAsFQDN",
+            "hostUsers",
+            "priority",
+        ],
+    ),
+    (
+        "PodSecurityContext",
+        &["runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup"],
+    ),
+    (
+        "SecurityContext",
+        &[
+            "runAsUser",
+            "runAsGroup",
+            "runAsNonRoot",
+            "privileged",
+            "allowPrivilegeEscalation",
+            "readOnlyRootFilesystem",
+        ],
+    ),
+    ("ContainerPort", &["containerPort"]),
+    ("ServicePort", &["port"]),
+    ("ServiceSpec", &["allocateLoadBalancerNodePorts"]),
+    ("Toleration", &["tolerationSeconds"]),
+    ("ConfigMap", &["immutable"]),
+    ("Secret", &["immutable"]),
+    ("SecretVolumeSource", &["defaultMode", "optional"]),
+    ("ConfigMapVolumeSource", &["defaultMode", "optional"]),
+    ("ProjectedVolumeSource", &["defaultMode"]),
+    ("DownwardAPIVolumeSource", &["defaultMode"]),
+    ("KeyToPath", &["mode"]),
+    ("DownwardAPIVolumeFile", &["mode"]),
+    ("ConfigMapKeySelector", &["optional"]),
+    ("SecretKeySelector", &["optional"]),
+    ("ConfigMapEnvSource", &["optional"]),
+    ("SecretEnvSource", &["optional"]),
+    ("ConfigMapProjection", &["optional"]),
+    ("SecretProjection", &["optional"]),
+    ("ServiceAccountTokenProjection", &["expirationSeconds"]),
+    ("TokenRequestSpec", &["expirationSeconds"]),
+    ("ContainerStateTerminated", &["exitCode"]),
+    ("ContainerStatus", &["ready", "restartCount", "started"]),
+    ("PersistentVolumeClaimSpec", &["storageClassName"]),
+    (
+        "JobSpec",
+        &[
+            "parallelism",
+            "completions",
+            "activeDeadlineSeconds",
+            "backoffLimit",
+            "backoffLimitPerIndex",
+            "maxFailedIndexes",
+            "manualSelector",
+            "ttlSecondsAfterFinished",
+            "suspend",
+        ],
+    ),
+    (
+        "CronJobSpec",
+        &[
+            "startingDeadlineSeconds",
+            "successfulJobsHistoryLimit",
+            "failedJobsHistoryLimit",
+            "suspend",
+        ],
+    ),
+    ("HorizontalPodAutoscalerSpec", &["minReplicas"]),
+    ("EndpointConditions", &["ready", "serving", "terminating"]),
+    ("LeaseSpec", &["leaseDurationSeconds", "leaseTransitions"]),
 ];
+
+/// Whether a zero value of this field is kept (see [`PRESENCE_FIELDS`]).
+fn keeps_zero(message: &str, field: &str) -> bool {
+    PRESENCE_FIELDS
+        .iter()
+        .any(|(m, fields)| *m == message && fields.contains(&field))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
@@ -298,7 +358,7 @@ fn message_to_json(msg: &DynamicMessage) -> Result<Value, ProtoError> {
                 v => v,
             },
             scalar => {
-                if is_zero(scalar) && !PRESENCE_FIELDS.contains(&field.json_name()) {
+                if is_zero(scalar) && !keeps_zero(desc.name(), field.json_name()) {
                     continue;
                 }
                 scalar_or_message(scalar)?
