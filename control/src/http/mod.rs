@@ -150,6 +150,38 @@ fn json_response(code: StatusCode, v: &impl serde::Serialize) -> tide::Response 
     r
 }
 
+/// One object in the encoding the client prefers: Kubernetes' protobuf when the first media
+/// type it accepts is protobuf (kubectl's typed clients), JSON otherwise. JSON is also the
+/// answer when the object has no protobuf form, as every client that asks for protobuf also
+/// accepts JSON.
+fn object_response(
+    req: &tide::Request<State>,
+    code: StatusCode,
+    v: &impl serde::Serialize,
+) -> tide::Response {
+    let wants_protobuf = header(req, "Accept").is_some_and(|a| {
+        let first = a.split(',').next().unwrap_or("");
+        let mut parts = first.split(';').map(str::trim);
+        parts
+            .next()
+            .is_some_and(|m| m.eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
+            && parts.all(|p| !p.starts_with("as="))
+    });
+    if wants_protobuf {
+        match serde_json::to_value(v).map(|json| protobuf::encode(&json)) {
+            Ok(Ok(bytes)) => {
+                let mut r = tide::Response::new(code);
+                r.set_body(bytes);
+                r.set_content_type(protobuf::MEDIA_TYPE);
+                return r;
+            }
+            Ok(Err(e)) => tracing::debug!("answering JSON, not protobuf: {e}"),
+            Err(e) => tracing::debug!("answering JSON, not protobuf: {e}"),
+        }
+    }
+    json_response(code, v)
+}
+
 fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
     req.url()
         .query_pairs()
@@ -658,7 +690,7 @@ async fn resource<K: Resource>(
                     &table(kind, &[&any], &rev, true),
                 ));
             }
-            Ok(json_response(StatusCode::Ok, &any.as_json()))
+            Ok(object_response(req, StatusCode::Ok, &any.as_json()))
         }
         (Method::Get, Some(name), Some("scale")) => {
             let obj: K = state.registry.get(&ns_str, name).await?;
@@ -667,7 +699,8 @@ async fn resource<K: Resource>(
         (Method::Post, None, None) => {
             let obj: K = decode_body(req, &body)?;
             let created = state.registry.create(obj, ns.as_deref()).await?;
-            Ok(json_response(
+            Ok(object_response(
+                req,
                 StatusCode::Created,
                 &api::codec::json(&created),
             ))
@@ -697,7 +730,7 @@ async fn resource<K: Resource>(
                 .registry
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
-            Ok(json_response(StatusCode::Ok, &api::codec::json(&updated)))
+            Ok(object_response(req, StatusCode::Ok, &api::codec::json(&updated)))
         }
         (Method::Put, Some(name), Some("scale")) => {
             let value = parse_object_body(req, &body)?;
@@ -746,14 +779,15 @@ async fn resource<K: Resource>(
                     }
                     let obj: K = registry::decode(value)?;
                     let created = state.registry.create(obj, ns.as_deref()).await?;
-                    return Ok(json_response(
+                    return Ok(object_response(
+                        req,
                         StatusCode::Created,
                         &api::codec::json(&created),
                     ));
                 }
             }
             let patched: K = state.registry.patch(&ns_str, name, pt, body, part).await?;
-            Ok(json_response(StatusCode::Ok, &api::codec::json(&patched)))
+            Ok(object_response(req, StatusCode::Ok, &api::codec::json(&patched)))
         }
         (Method::Delete, Some(name), None) => {
             let opts = delete_options(req, &body)?;
