@@ -730,7 +730,11 @@ async fn resource<K: Resource>(
                 .registry
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
-            Ok(object_response(req, StatusCode::Ok, &api::codec::json(&updated)))
+            Ok(object_response(
+                req,
+                StatusCode::Ok,
+                &api::codec::json(&updated),
+            ))
         }
         (Method::Put, Some(name), Some("scale")) => {
             let value = parse_object_body(req, &body)?;
@@ -787,7 +791,11 @@ async fn resource<K: Resource>(
                 }
             }
             let patched: K = state.registry.patch(&ns_str, name, pt, body, part).await?;
-            Ok(object_response(req, StatusCode::Ok, &api::codec::json(&patched)))
+            Ok(object_response(
+                req,
+                StatusCode::Ok,
+                &api::codec::json(&patched),
+            ))
         }
         (Method::Delete, Some(name), None) => {
             let opts = delete_options(req, &body)?;

@@ -155,6 +155,30 @@ const PRESENCE_FIELDS: &[(&str, &[&str])] = &[
     ("LeaseSpec", &["leaseDurationSeconds", "leaseTransitions"]),
 ];
 
+/// Go structs embedded in their parent (`json:",inline"`): protobuf has them as a field of
+/// their own, JSON has their members in the parent (`configMapKeyRef: {name, key}`, a probe's
+/// `httpGet`, a volume's `configMap`). Checked against the Python client's models by a test.
+const INLINE_FIELDS: &[(&str, &str)] = &[
+    ("ConfigMapEnvSource", "localObjectReference"),
+    ("ConfigMapKeySelector", "localObjectReference"),
+    ("ConfigMapProjection", "localObjectReference"),
+    ("ConfigMapVolumeSource", "localObjectReference"),
+    ("SecretEnvSource", "localObjectReference"),
+    ("SecretKeySelector", "localObjectReference"),
+    ("SecretProjection", "localObjectReference"),
+    ("EphemeralContainer", "ephemeralContainerCommon"),
+    ("PersistentVolumeSpec", "persistentVolumeSource"),
+    ("Probe", "handler"),
+    ("Volume", "volumeSource"),
+    ("IngressRule", "ingressRuleValue"),
+];
+
+fn is_inline(message: &str, field: &str) -> bool {
+    INLINE_FIELDS
+        .iter()
+        .any(|(m, f)| *m == message && *f == field)
+}
+
 /// Whether a zero value of this field is kept (see [`PRESENCE_FIELDS`]).
 fn keeps_zero(message: &str, field: &str) -> bool {
     PRESENCE_FIELDS
@@ -355,6 +379,10 @@ fn message_to_json(msg: &DynamicMessage) -> Result<Value, ProtoError> {
             PValue::Message(m) => match message_to_json(m)? {
                 // A zero Time is null in Kubernetes' JSON: left out.
                 Value::Null => continue,
+                Value::Object(members) if is_inline(desc.name(), field.json_name()) => {
+                    out.extend(members);
+                    continue;
+                }
                 v => v,
             },
             scalar => {
@@ -548,6 +576,11 @@ fn json_to_message(
     let Value::Object(fields) = value else {
         return Err(value_error(path, "expected an object"));
     };
+    let inline: Vec<FieldDescriptor> = desc
+        .fields()
+        .filter(|f| is_inline(desc.name(), f.json_name()))
+        .collect();
+    let mut inline_members: Vec<Map<String, Value>> = vec![Map::new(); inline.len()];
     for (name, v) in fields {
         if v.is_null() {
             continue;
@@ -557,7 +590,17 @@ fn json_to_message(
             if path.is_empty() && (name == "apiVersion" || name == "kind") {
                 continue;
             }
-            return Err(value_error(&join(path, name), "unknown field"));
+            let owner = inline.iter().position(|f| match f.kind() {
+                FieldKind::Message(m) => m.get_field_by_json_name(name).is_some(),
+                _ => false,
+            });
+            match owner {
+                Some(i) => {
+                    inline_members[i].insert(name.clone(), v.clone());
+                    continue;
+                }
+                None => return Err(value_error(&join(path, name), "unknown field")),
+            }
         };
         let here = join(path, name);
         let pv = if field.is_map() {
@@ -590,6 +633,12 @@ fn json_to_message(
             json_to_value(&field, v, &here)?
         };
         msg.set_field(&field, pv);
+    }
+    for (field, members) in inline.iter().zip(inline_members) {
+        if !members.is_empty() {
+            let pv = json_to_value(field, &Value::Object(members), path)?;
+            msg.set_field(field, pv);
+        }
     }
     Ok(msg)
 }
@@ -688,6 +737,46 @@ fn special_from_json(msg: &mut DynamicMessage, v: &Value, path: &str) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every field's JSON name is the one the Python kubernetes client (generated from
+    /// Kubernetes' OpenAPI) uses for the same model, or the field is inlined in its parent.
+    #[test]
+    fn json_names_match_the_python_clients_models() {
+        let script = "import json, kubernetes.client.models as M\n\
+            print(json.dumps({n.lower(): sorted(getattr(M, n).attribute_map.values()) \
+            for n in dir(M) if isinstance(getattr(getattr(M, n), 'attribute_map', None), dict)}))";
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "the Python kubernetes client is needed (scripts/setup.sh installs it): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let models: HashMap<String, Vec<String>> = serde_json::from_slice(&out.stdout).unwrap();
+        let (mut checked, mut wrong) = (0, Vec::new());
+        for m in registry().pool.all_messages() {
+            let version = m.package_name().rsplit('.').next().unwrap_or_default();
+            let Some(attrs) = models.get(&format!("{version}{}", m.name()).to_lowercase()) else {
+                continue;
+            };
+            for f in m.fields() {
+                checked += 1;
+                if !attrs.iter().any(|a| a == f.json_name()) && !is_inline(m.name(), f.json_name())
+                {
+                    wrong.push(format!("{}.{}", m.full_name(), f.json_name()));
+                }
+            }
+        }
+        // Fields newer than the installed Python client are not in its models.
+        wrong.retain(|w| !w.ends_with("PodSpec.workloadRef"));
+        assert!(checked > 1500, "only {checked} fields checked");
+        assert!(
+            wrong.is_empty(),
+            "JSON names unknown to the Python client: {wrong:?}"
+        );
+    }
 
     #[test]
     fn go_durations() {

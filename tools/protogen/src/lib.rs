@@ -65,6 +65,9 @@ pub enum GenError {
 /// initialism at the front of a name (`APIGroup` became `a_pi_group`, `UID` became `u_id`).
 const NAME_OVERRIDES: &[(&str, &str)] = &[("a_pi_group", "apiGroup"), ("u_id", "uid")];
 
+/// Fields whose JSON name is not even Go's initialism rule: (message, snake name, JSON name).
+const FIELD_OVERRIDES: &[(&str, &str, &str)] = &[("DaemonEndpoint", "port", "Port")];
+
 /// Go initialisms as they appear in prost's snake case (one or two segments) and in
 /// Kubernetes' JSON names. A name's first segment stays lower case (`ip_family` is `ipFamily`).
 const INITIALISMS: &[(&str, &str)] = &[
@@ -333,7 +336,11 @@ fn message_descriptor(
             .unwrap_or_default();
         let context = format!("{package}.{name}.{snake}");
         let p = parse_prost_attr(attr, &context)?;
-        let json = json_name(&snake);
+        let json = FIELD_OVERRIDES
+            .iter()
+            .find(|(m, f, _)| *m == name && *f == snake)
+            .map(|(_, _, j)| (*j).to_string())
+            .unwrap_or_else(|| json_name(&snake));
         let mut fd = FieldDescriptorProto {
             name: Some(json.clone()),
             json_name: Some(json.clone()),
