@@ -53,6 +53,7 @@ const UNKNOWN: &str = "k8s.io.apimachinery.pkg.runtime.Unknown";
 /// shows (`exitCode: 0`). Every other scalar is left out when zero, as Go's `omitempty` does.
 const PRESENCE_FIELDS: &[(&str, &[&str])] = &[
     ("ObjectMeta", &["deletionGracePeriodSeconds"]),
+    ("OwnerReference", &["controller", "blockOwnerDeletion"]),
     ("DeleteOptions", &["gracePeriodSeconds"]),
     (
         "DeploymentSpec",
