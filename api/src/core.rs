@@ -223,14 +223,14 @@ impl PodSpec {
         self.init_containers.iter().chain(self.containers.iter())
     }
 
-    /// Kubernetes' SetDefaults for a pod spec (also applied to pod templates).
+    /// Kubernetes' SetDefaults for a pod spec (also applied to pod templates). What Kubernetes
+    /// defaults on pods only (not templates) is in [`Pod`]'s `set_defaults`.
     pub fn set_defaults(&mut self) {
         self.restart_policy.get_or_insert_with(|| "Always".into());
         self.termination_grace_period_seconds.get_or_insert(30);
         self.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
         self.scheduler_name
             .get_or_insert_with(|| "default-scheduler".into());
-        self.enable_service_links.get_or_insert(true);
         self.security_context.get_or_insert_with(Default::default);
         if self.service_account_name.is_none() {
             self.service_account_name = self.service_account.clone();
@@ -1020,6 +1020,24 @@ impl Resource for Pod {
 
     fn set_defaults(&mut self) {
         self.spec.set_defaults();
+        // Kubernetes defaults these on pods only, so that they do not show in (and change)
+        // the pod templates of Deployments and other workloads.
+        self.spec.enable_service_links.get_or_insert(true);
+        let spec = &mut self.spec;
+        for c in spec
+            .init_containers
+            .iter_mut()
+            .chain(spec.containers.iter_mut())
+        {
+            // A limit without a request requests the limit.
+            if let Some(r) = &mut c.resources {
+                for (name, limit) in &r.limits {
+                    r.requests
+                        .entry(name.clone())
+                        .or_insert_with(|| limit.clone());
+                }
+            }
+        }
     }
 
     fn validate(&self) -> Vec<FieldError> {
