@@ -1396,11 +1396,22 @@ pub struct ClientIpConfig {
 }
 
 /// core/v1 ServiceStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ServiceStatus {
     pub load_balancer: Option<LoadBalancerStatus>,
     pub conditions: Vec<Opaque>,
+}
+
+/// Kubernetes holds a Service's load balancer status by value, so even a new or cleared
+/// status shows `loadBalancer: {}`.
+impl Default for ServiceStatus {
+    fn default() -> Self {
+        ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus::default()),
+            conditions: Vec::new(),
+        }
+    }
 }
 
 /// core/v1 LoadBalancerStatus.
