@@ -566,6 +566,37 @@ fn protobuf_create_update_and_negotiated_answers() {
         serde_json::from_slice::<Value>(&r.body).unwrap()["kind"],
         "Table"
     );
+
+    // DELETE with protobuf DeleteOptions (as client-go's typed clients send them): a
+    // precondition that does not hold is a conflict, so the body is really read.
+    let delete = |uid: &str| meta::DeleteOptions {
+        preconditions: Some(meta::Preconditions {
+            uid: Some(uid.into()),
+            resource_version: None,
+        }),
+        propagation_policy: Some("Background".into()),
+        ..Default::default()
+    };
+    let body = envelope("v1", "DeleteOptions", &delete("not-the-uid"));
+    let r = request(
+        &s,
+        "DELETE",
+        &format!("{path}/cm"),
+        Some(body),
+        "application/json",
+    );
+    assert_eq!(r.status, 409, "{}", String::from_utf8_lossy(&r.body));
+    let uid = updated["metadata"]["uid"].as_str().unwrap();
+    let body = envelope("v1", "DeleteOptions", &delete(uid));
+    let r = request(
+        &s,
+        "DELETE",
+        &format!("{path}/cm"),
+        Some(body),
+        "application/json",
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(s.http("GET", &format!("{path}/cm"), None).0, 404);
 }
 
 fn created_data(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {

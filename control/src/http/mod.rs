@@ -838,6 +838,10 @@ async fn resource<K: Resource>(
 fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
+    } else if media_type(req) == protobuf::MEDIA_TYPE {
+        let value = protobuf::decode(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        serde_json::from_value(value)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?

@@ -248,9 +248,17 @@ fn package_of(api_version: &str) -> String {
 }
 
 fn message_for(api_version: &str, kind: &str) -> Result<MessageDescriptor, ProtoError> {
-    registry()
-        .by_kind
-        .get(&(package_of(api_version), kind.to_ascii_lowercase()))
+    let reg = registry();
+    let kind_key = kind.to_ascii_lowercase();
+    let version = api_version.rsplit('/').next().unwrap_or(api_version);
+    reg.by_kind
+        .get(&(package_of(api_version), kind_key.clone()))
+        // Kubernetes registers the meta kinds (DeleteOptions, Status, ...) in every group
+        // version: `v1` DeleteOptions is meta/v1's.
+        .or_else(|| {
+            let meta = format!("k8s.io.apimachinery.pkg.apis.meta.{version}");
+            reg.by_kind.get(&(meta, kind_key))
+        })
         .cloned()
         .ok_or_else(|| ProtoError::UnknownKind {
             api_version: api_version.to_string(),
@@ -818,6 +826,8 @@ mod tests {
     #[test]
     fn every_listed_group_has_its_kinds() {
         for (api_version, kind) in [
+            ("v1", "DeleteOptions"),
+            ("apps/v1", "DeleteOptions"),
             ("v1", "Pod"),
             ("v1", "ConfigMap"),
             ("v1", "Secret"),
