@@ -290,14 +290,14 @@ impl PodSpec {
         self.init_containers.iter().chain(self.containers.iter())
     }
 
-    /// Kubernetes' SetDefaults for a pod spec (also applied to pod templates).
+    /// Kubernetes' SetDefaults for a pod spec (also applied to pod templates). What Kubernetes
+    /// defaults on pods only (not templates) is in [`Pod`]'s `set_defaults`.
     pub fn set_defaults(&mut self) {
         self.restart_policy.get_or_insert_with(|| "Always".into());
         self.termination_grace_period_seconds.get_or_insert(30);
         self.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
         self.scheduler_name
             .get_or_insert_with(|| "default-scheduler".into());
-        self.enable_service_links.get_or_insert(true);
         self.security_context.get_or_insert_with(Default::default);
         if self.service_account_name.is_none() {
             self.service_account_name = self.service_account.clone();
@@ -1386,6 +1386,24 @@ impl Resource for Pod {
 
     fn set_defaults(&mut self) {
         self.spec.set_defaults();
+        // Kubernetes defaults these on pods only, so that they do not show in (and change)
+        // the pod templates of Deployments and other workloads.
+        self.spec.enable_service_links.get_or_insert(true);
+        let spec = &mut self.spec;
+        for c in spec
+            .init_containers
+            .iter_mut()
+            .chain(spec.containers.iter_mut())
+        {
+            // A limit without a request requests the limit.
+            if let Some(r) = &mut c.resources {
+                for (name, limit) in &r.limits {
+                    r.requests
+                        .entry(name.clone())
+                        .or_insert_with(|| limit.clone());
+                }
+            }
+        }
     }
 
     fn validate(&self) -> Vec<FieldError> {
@@ -1461,12 +1479,22 @@ pub struct NamespaceCondition {
     pub message: Option<String>,
 }
 
+/// The label Kubernetes puts on every namespace, set to the namespace's name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 impl Resource for Namespace {
     const KIND: Kind = Kind::Namespace;
     crate::resource_basics!(Namespace);
     spec_and_status!();
 
     fn set_defaults(&mut self) {
+        // Kubernetes labels every named namespace with its own name (so that namespace
+        // selectors can pick namespaces by name); the label cannot be removed or changed.
+        if !self.metadata.name.is_empty() {
+            self.metadata
+                .labels
+                .insert(NAMESPACE_NAME_LABEL.into(), self.metadata.name.clone());
+        }
         if self.spec.finalizers.is_empty() {
             self.spec.finalizers.push("kubernetes".into());
         }
@@ -1850,7 +1878,7 @@ pub struct ClientIpConfig {
 }
 
 /// core/v1 ServiceStatus.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[schemars(rename = "io.k8s.api.core.v1.ServiceStatus")]
 #[schemars(description = "The most recently observed state of a Service.")]
@@ -1858,6 +1886,17 @@ pub struct ServiceStatus {
     /// State of the Service's load balancer, if any.
     pub load_balancer: Option<LoadBalancerStatus>,
     pub conditions: Vec<Opaque>,
+}
+
+/// Kubernetes holds a Service's load balancer status by value, so even a new or cleared
+/// status shows `loadBalancer: {}`.
+impl Default for ServiceStatus {
+    fn default() -> Self {
+        ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus::default()),
+            conditions: Vec::new(),
+        }
+    }
 }
 
 /// core/v1 LoadBalancerStatus.

@@ -202,7 +202,8 @@ fn deployment_defaults() {
     assert_eq!(pod.termination_grace_period_seconds, Some(30));
     assert_eq!(pod.dns_policy.as_deref(), Some("ClusterFirst"));
     assert_eq!(pod.scheduler_name.as_deref(), Some("default-scheduler"));
-    assert_eq!(pod.enable_service_links, Some(true));
+    // Kubernetes defaults enableServiceLinks on pods, not on templates.
+    assert_eq!(pod.enable_service_links, None);
     assert!(pod.security_context.is_some());
     let c = &pod.containers[0];
     assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
@@ -460,4 +461,43 @@ fn pruned_value<K: Resource>(obj: &K) -> Value {
     m.insert("apiVersion".into(), Value::String(info.api_version()));
     m.insert("kind".into(), Value::String(info.kind.into()));
     v
+}
+
+/// What Kubernetes defaults on pods only (SetDefaults_Pod), and the namespace name label.
+#[test]
+fn pod_only_defaults_and_namespace_label() {
+    use api::core::{Namespace, Pod};
+
+    let mut pod: Pod = from_json(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox",
+            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}, "requests": {"cpu": "100m"}}}]}
+    }))
+    .expect("decode");
+    pod.set_defaults();
+    assert_eq!(pod.spec.enable_service_links, Some(true));
+    let r = pod.spec.containers[0]
+        .resources
+        .as_ref()
+        .expect("resources");
+    let requests: Vec<(String, String)> = r
+        .requests
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            ("cpu".into(), "100m".into()),
+            ("memory".into(), "64Mi".into())
+        ]
+    );
+
+    let mut ns: Namespace = from_json(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "other"}}
+    }))
+    .expect("decode");
+    ns.set_defaults();
+    assert_eq!(ns.metadata.labels["kubernetes.io/metadata.name"], "team");
 }

@@ -510,10 +510,21 @@ fn bad_input_is_refused_and_changes_nothing() {
         "{e}"
     );
 
-    let (code, _) = s.http(
+    // Malformed protobuf is a bad request; a media type the server does not decode is 415.
+    let (code, e) = s.http(
         "PUT",
         &format!("{CMS}/keep"),
         Some(("application/vnd.kubernetes.protobuf", vec![1, 2])),
+    );
+    assert_eq!(
+        (code, e["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{e}"
+    );
+    let (code, _) = s.http(
+        "PUT",
+        &format!("{CMS}/keep"),
+        Some(("application/cbor", vec![0xa0])),
     );
     assert_eq!(code, 415);
 

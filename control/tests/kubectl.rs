@@ -14,14 +14,10 @@ fn example() -> String {
     format!("{}/../examples/hello/app.yaml", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Writes a ConfigMap manifest into the server's temp dir (kubectl's generator commands such as
-/// `kubectl create configmap` send protobuf, which skiff does not speak).
-fn configmap_file(s: &TestServer, name: &str) -> String {
-    let path = s.data_dir().join(format!("{name}.yaml"));
-    let yaml =
-        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n");
-    std::fs::write(&path, yaml).unwrap();
-    path.to_string_lossy().into_owned()
+/// Makes a ConfigMap with kubectl's own generator (a protobuf body).
+fn create_configmap(s: &TestServer, name: &str) {
+    let out = ok(s, &["create", "configmap", name, "--from-literal=a=b"]);
+    assert!(out.contains(&format!("configmap/{name} created")), "{out}");
 }
 
 fn ok(s: &TestServer, args: &[&str]) -> String {
@@ -115,7 +111,7 @@ fn create_get_replace_delete() {
     );
 
     // kubectl delete waits on a watch with a name field selector.
-    ok(&s, &["create", "-f", &configmap_file(&s, "gone")]);
+    create_configmap(&s, "gone");
     let started = Instant::now();
     let out = ok(&s, &["delete", "configmap", "gone"]);
     assert!(out.contains("configmap \"gone\" deleted"), "{out}");
@@ -125,7 +121,7 @@ fn create_get_replace_delete() {
 #[test]
 fn get_watch_shows_later_changes() {
     let s = TestServer::start();
-    ok(&s, &["create", "-f", &configmap_file(&s, "first")]);
+    create_configmap(&s, "first");
     let mut child = Command::new("kubectl")
         .args(["get", "configmaps", "-w", "--request-timeout=30s"])
         .env("KUBECONFIG", s.kubeconfig())

@@ -9,6 +9,7 @@ pub mod discovery;
 mod logs;
 pub mod metrics;
 mod openapi;
+pub mod protobuf;
 mod resource_metrics;
 pub mod route;
 mod stream;
@@ -151,6 +152,38 @@ fn json_response(code: StatusCode, v: &impl serde::Serialize) -> tide::Response 
     r.set_body(serde_json::to_vec(v).unwrap_or_default());
     r.set_content_type(mime::JSON);
     r
+}
+
+/// One object in the encoding the client prefers: Kubernetes' protobuf when the first media
+/// type it accepts is protobuf (kubectl's typed clients), JSON otherwise. JSON is also the
+/// answer when the object has no protobuf form, as every client that asks for protobuf also
+/// accepts JSON.
+fn object_response(
+    req: &tide::Request<State>,
+    code: StatusCode,
+    v: &impl serde::Serialize,
+) -> tide::Response {
+    let wants_protobuf = header(req, "Accept").is_some_and(|a| {
+        let first = a.split(',').next().unwrap_or("");
+        let mut parts = first.split(';').map(str::trim);
+        parts
+            .next()
+            .is_some_and(|m| m.eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
+            && parts.all(|p| !p.starts_with("as="))
+    });
+    if wants_protobuf {
+        match serde_json::to_value(v).map(|json| protobuf::encode(&json)) {
+            Ok(Ok(bytes)) => {
+                let mut r = tide::Response::new(code);
+                r.set_body(bytes);
+                r.set_content_type(protobuf::MEDIA_TYPE);
+                return r;
+            }
+            Ok(Err(e)) => tracing::debug!("answering JSON, not protobuf: {e}"),
+            Err(e) => tracing::debug!("answering JSON, not protobuf: {e}"),
+        }
+    }
+    json_response(code, v)
 }
 
 fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
@@ -424,6 +457,10 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             api::codec::parse_yaml(body).map_err(|e| ApiError::bad_request(e.to_string()))
         }
+        // kubectl's typed clients (`kubectl create deployment`, `run`, `expose`, ...).
+        protobuf::MEDIA_TYPE => {
+            protobuf::decode(body).map_err(|e| ApiError::bad_request(e.to_string()))
+        }
         other => Err(ApiError::unsupported_media_type(other)),
     }
 }
@@ -663,7 +700,7 @@ async fn resource<K: Resource>(
                     &table(kind, &[&any], &rev, true),
                 ));
             }
-            Ok(json_response(StatusCode::Ok, &any.as_json()))
+            Ok(object_response(req, StatusCode::Ok, &any.as_json()))
         }
         (Method::Get, Some(name), Some("scale")) => {
             let obj: K = state.registry.get(&ns_str, name).await?;
@@ -672,7 +709,8 @@ async fn resource<K: Resource>(
         (Method::Post, None, None) => {
             let obj: K = decode_body(req, &body)?;
             let created = state.registry.create(obj, ns.as_deref()).await?;
-            Ok(json_response(
+            Ok(object_response(
+                req,
                 StatusCode::Created,
                 &api::codec::json(&created),
             ))
@@ -702,7 +740,11 @@ async fn resource<K: Resource>(
                 .registry
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
-            Ok(json_response(StatusCode::Ok, &api::codec::json(&updated)))
+            Ok(object_response(
+                req,
+                StatusCode::Ok,
+                &api::codec::json(&updated),
+            ))
         }
         (Method::Put, Some(name), Some("scale")) => {
             let value = parse_object_body(req, &body)?;
@@ -751,14 +793,19 @@ async fn resource<K: Resource>(
                     }
                     let obj: K = registry::decode(value)?;
                     let created = state.registry.create(obj, ns.as_deref()).await?;
-                    return Ok(json_response(
+                    return Ok(object_response(
+                        req,
                         StatusCode::Created,
                         &api::codec::json(&created),
                     ));
                 }
             }
             let patched: K = state.registry.patch(&ns_str, name, pt, body, part).await?;
-            Ok(json_response(StatusCode::Ok, &api::codec::json(&patched)))
+            Ok(object_response(
+                req,
+                StatusCode::Ok,
+                &api::codec::json(&patched),
+            ))
         }
         (Method::Delete, Some(name), None) => {
             let opts = delete_options(req, &body)?;
@@ -801,6 +848,10 @@ async fn resource<K: Resource>(
 fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
+    } else if media_type(req) == protobuf::MEDIA_TYPE {
+        let value = protobuf::decode(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        serde_json::from_value(value)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
