@@ -16,8 +16,10 @@
 //! `Node.status.daemonEndpoints.kubeletEndpoint`.
 
 pub mod credentials;
+pub mod exec;
 pub mod facts;
 pub mod logs;
+pub mod portforward;
 pub mod register;
 
 use std::path::PathBuf;
