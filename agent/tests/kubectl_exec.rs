@@ -372,6 +372,9 @@ fn kubectl_exec_cp_and_attach() {
     // attach: the main process's output from now on.
     attach_shows_output(&server);
 
+    // port-forward to the pod's httpd, two connections in a row.
+    port_forward_answers(&server);
+
     // Only admins: the node's own certificate may not exec.
     node_may_not_exec(&server, &node);
 }
@@ -410,6 +413,58 @@ fn attach_shows_output(server: &Server) {
         text(&seen),
         text(&out.stderr)
     );
+}
+
+/// One HTTP GET over a fresh connection to `port`; the whole answer.
+fn http_get(port: u16) -> String {
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    conn.write_all(b"GET / HTTP/1.0\r\nHost: pod\r\n\r\n")
+        .expect("request");
+    let mut answer = Vec::new();
+    let _ = conn.read_to_end(&mut answer);
+    text(&answer)
+}
+
+fn port_forward_answers(server: &Server) {
+    let local = free_port();
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig())
+        .args([
+            "port-forward",
+            &format!("pod/{POD}"),
+            &format!("{local}:8080"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl port-forward");
+    let listening = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        std::net::TcpStream::connect(("127.0.0.1", local)).is_ok()
+    });
+    let answers: Vec<String> = if listening {
+        (0..2).map(|_| http_get(local)).collect()
+    } else {
+        Vec::new()
+    };
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("port-forward output");
+    assert!(
+        listening,
+        "kubectl port-forward did not listen: {}",
+        text(&out.stderr)
+    );
+    for a in answers {
+        assert!(
+            a.contains("200 OK") && a.contains("hello from the pod"),
+            "answer: {a:?}; kubectl: {}",
+            text(&out.stderr)
+        );
+    }
 }
 
 /// A kubeconfig with the node's client certificate gets 403 for exec.

@@ -21,6 +21,7 @@ pub mod facts;
 pub mod logs;
 pub mod portforward;
 pub mod register;
+pub mod spdy;
 
 use std::path::PathBuf;
 use std::sync::Arc;
