@@ -3,11 +3,11 @@
 //! (`SPDY/3.1+portforward.k8s.io`); the messages together are the SPDY byte stream.
 //!
 //! Frames: a control frame starts with the control bit, version 3 and its type, then flags
-//! (8 bits) and length (24 bits); a data frame with a 31-bit stream id, then flags (`FIN` =
-//! 1) and length. Header blocks (SYN_STREAM, SYN_REPLY, HEADERS) are name/value lists
+//! (8 bits) and length (24 bits); a data frame with a 31-bit stream id, then flags (`FIN` is
+//! bit 0) and length. Header blocks (SYN_STREAM, SYN_REPLY, HEADERS) are name/value lists
 //! compressed with zlib, one stream per direction for the whole connection, primed with the
-//! protocol's dictionary. Flow control (WINDOW_UPDATE, SETTINGS) is read and ignored: kubectl's
-//! SPDY library enforces no windows.
+//! protocol's dictionary. Flow control (WINDOW_UPDATE, SETTINGS) is read and ignored:
+//! kubectl's SPDY library enforces no windows.
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
