@@ -6,6 +6,7 @@
 # `kubectl port-forward` against curl straight to the pod's IP (busybox httpd serving a
 # file of about 80 MB).
 # usage: bench/exec.sh [N]   (root; N exec round trips per side, 50 by default)
+#        PROFILE=debug bench/exec.sh   uses the debug build (quicker to build, slower to run)
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 N=${1:-50}
@@ -15,8 +16,14 @@ need curl curl
 need kubectl kubectl
 
 machine
-(cd "$ROOT" && cargo build --release -q -p skiff-control -p skiff-agent -p skiff-bench)
-REL="$ROOT/target/release"
+PROFILE=${PROFILE:-release}
+if [ "$PROFILE" = release ]; then
+    (cd "$ROOT" && cargo build --release -q -p skiff-control -p skiff-agent -p skiff-bench)
+else
+    (cd "$ROOT" && cargo build -q -p skiff-control -p skiff-agent -p skiff-bench)
+fi
+echo "build: $PROFILE"
+REL="$ROOT/target/$PROFILE"
 SKIFF="$REL/skiff"
 BENCH="$REL/skiff-bench"
 WORK=$(mktemp -d /tmp/skiff-exec.XXXXXX)
@@ -36,6 +43,10 @@ cleanup() {
     rm -rf "$WORK" 2>/dev/null || true
 }
 trap cleanup EXIT
+
+latency() {  # latency LABEL COMMAND... : N sequential runs, p50/p99
+    "$BENCH" command-latency --label "$1" --sequential "$N" --concurrent 0 -- "${@:2}" | grep -v ' 0 at once'
+}
 
 echo "== skiff: server with its own agent, one busybox pod"
 "$REL/skiff-agent" image import "$WORK/busybox.tar" --data-dir "$WORK/server/agent" >/dev/null
@@ -61,10 +72,8 @@ for _ in $(seq 1 150); do
     sleep 0.2
 done
 kubectl exec bench-exec -- true # warm up
-"$BENCH" command-latency --label "kubectl version --client (kubectl start-up)" \
-    --sequential "$N" --concurrent 0 -- kubectl version --client
-"$BENCH" command-latency --label "kubectl exec POD -- true" --sequential "$N" --concurrent 0 -- \
-    kubectl exec bench-exec -- true
+latency "kubectl version --client (kubectl start-up)" kubectl version --client
+latency "kubectl exec POD -- true" kubectl exec bench-exec -- true
 
 echo "== runc exec, same root filesystem"
 (cd "$WORK/bundle" && runc spec && python3 - <<'EOF'
@@ -77,8 +86,7 @@ json.dump(c, open("config.json", "w"))
 EOF
 )
 runc run -d --bundle "$WORK/bundle" bench-exec >/dev/null
-"$BENCH" command-latency --label "runc exec CONTAINER true" --sequential "$N" --concurrent 0 -- \
-    runc exec bench-exec true
+latency "runc exec CONTAINER true" runc exec bench-exec true
 runc delete -f bench-exec >/dev/null 2>&1 || true
 
 echo "== podman exec (runc, no network), same image"
@@ -87,8 +95,7 @@ podman rm -f -t 0 bench-exec >/dev/null 2>&1 || true
 podman run -d --name bench-exec --runtime runc --network=none --ulimit nofile=1024:1024 \
     --ulimit nproc=1024:1024 "$IMAGE" sleep 3600 >/dev/null
 podman exec bench-exec true # warm up
-"$BENCH" command-latency --label "podman exec CONTAINER true" --sequential "$N" --concurrent 0 -- \
-    podman exec bench-exec true
+latency "podman exec CONTAINER true" podman exec bench-exec true
 podman rm -f -t 0 bench-exec >/dev/null 2>&1 || true
 
 echo "== port-forward: about 80 MB from the pod's httpd, best of 3"
