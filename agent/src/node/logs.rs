@@ -14,6 +14,10 @@
 //! an error status with a one-line text message. A follow stream ends when the client goes
 //! away, the container exits (its log then has nothing more to come), or a newer run of the
 //! container starts.
+//!
+//! The same endpoint serves the kubelet's streaming paths, `/exec/...`, `/attach/...` and
+//! `/portForward/...` (WebSocket upgrades; see [`super::exec`] and [`super::portforward`]):
+//! [`dispatch`] routes each request by its path.
 
 use std::io;
 use std::path::PathBuf;

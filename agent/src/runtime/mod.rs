@@ -18,6 +18,7 @@
 //!   remove(&self, &ContainerId) -> Result<()>
 //!   list(&self) -> Result<Vec<ContainerId>>
 //!   exec(&self, &ContainerId, argv, timeout) -> Result<ExecResult>
+//!   spawn_exec(&self, &ContainerId, argv, ExecStdio) -> Result<pid>   // exec::wait_exec(pid)
 //!   cgroup_dir(&self, &ContainerId, controller) -> PathBuf
 //!   log_path(&self, &ContainerId) -> Result<PathBuf>
 //!   remove_cgroup_parent(&self) -> Result<()>
