@@ -13,7 +13,7 @@
 //! or text messages (the Python client sends text); the server sends binary.
 //!
 //! `exec` starts the command in the container through libcontainer's tenant builder
-//! ([`Runtime::spawn_exec`]), with pipes or, for `tty=true`, a pseudo-terminal. `attach`
+//! ([`crate::runtime::Runtime::spawn_exec`]), with pipes or, for `tty=true`, a pseudo-terminal. `attach`
 //! streams what the container's main process writes from now on (its log file: stdout and
 //! stderr are one file, so both arrive on stdout) until the container ends; a container's
 //! stdin is `/dev/null`, so attaching with stdin is refused.

@@ -17,7 +17,7 @@
 //!
 //! The same endpoint serves the kubelet's streaming paths, `/exec/...`, `/attach/...` and
 //! `/portForward/...` (WebSocket upgrades; see [`super::exec`] and [`super::portforward`]):
-//! [`dispatch`] routes each request by its path.
+//! `dispatch` routes each request by its path.
 
 use std::io;
 use std::path::PathBuf;
