@@ -143,6 +143,19 @@ pub fn try_wait(pid: i32) -> Result<ChildStatus, Errno> {
     }
 }
 
+/// `waitpid(pid, 0)`: waits for `pid` to end and reaps it (blocking).
+pub fn wait_blocking(pid: i32) -> Result<ChildStatus, Errno> {
+    loop {
+        match nix::sys::wait::waitpid(Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(ChildStatus::Exited(code)),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(ChildStatus::Signaled(sig as i32)),
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(Errno::ECHILD) => return Ok(ChildStatus::NotOurs),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `pidfd_open(pid, 0)`: a descriptor that polls readable once `pid` has exited (Linux 5.3+).
 /// `Ok(None)` if the process no longer exists; `Err(ENOSYS)` on kernels without pidfds.
 pub fn pidfd_open(pid: i32) -> Result<Option<OwnedFd>, Errno> {

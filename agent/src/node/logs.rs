@@ -17,6 +17,10 @@
 //! an error status with a one-line text message. A follow stream ends when the client goes
 //! away, the container exits (its log then has nothing more to come), or a newer run of the
 //! container starts.
+//!
+//! The same endpoint serves the kubelet's streaming paths, `/exec/...`, `/attach/...` and
+//! `/portForward/...` (WebSocket upgrades; see [`super::exec`] and [`super::portforward`]):
+//! `dispatch` routes each request by its path.
 
 use std::io;
 use std::path::PathBuf;
@@ -30,6 +34,8 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+
+use api::core::Pod;
 
 use super::Credentials;
 use crate::pods::PodCache;
@@ -278,21 +284,20 @@ impl Follow {
     }
 }
 
-/// Finds the pod and the files to read (blocking: the pod cache is a redb file).
-fn plan(source: &LogSource, req: &LogRequest) -> Result<Plan, Refusal> {
+/// Finds a pod of this node (blocking: the pod cache is a redb file).
+pub(super) fn find_pod(source: &LogSource, namespace: &str, name: &str) -> Result<Pod, Refusal> {
     let pods = source
         .cache
         .list()
         .map_err(|e| Refusal(500, format!("reading the pod cache: {e}")))?;
-    let Some(pod) = pods.iter().find(|p| {
-        p.metadata.name == req.pod && p.metadata.namespace.as_deref() == Some(&req.namespace)
-    }) else {
-        return Err(Refusal(
-            404,
-            format!("pod {}/{} is not on this node", req.namespace, req.pod),
-        ));
-    };
-    let uid = pod.metadata.uid.clone();
+    pods.into_iter()
+        .find(|p| p.metadata.name == name && p.metadata.namespace.as_deref() == Some(namespace))
+        .ok_or_else(|| Refusal(404, format!("pod {namespace}/{name} is not on this node")))
+}
+
+/// Finds the pod and the files to read (blocking: the pod cache is a redb file).
+fn plan(source: &LogSource, req: &LogRequest) -> Result<Plan, Refusal> {
+    let uid = find_pod(source, &req.namespace, &req.pod)?.metadata.uid;
     let container_dir = source.pods_dir.join(&uid).join("logs").join(&req.container);
     let runs = files::runs(&container_dir);
     let run = if req.previous {
@@ -395,6 +400,7 @@ fn reason(code: u16) -> &'static str {
         200 => "OK",
         400 => "Bad Request",
         404 => "Not Found",
+        403 => "Forbidden",
         405 => "Method Not Allowed",
         _ => "Internal Server Error",
     }
@@ -408,10 +414,79 @@ async fn connection(
     let _ = tcp.set_nodelay(true);
     let mut tls = timeout(acceptor.accept(tcp), "TLS handshake timed out").await?;
     let head = timeout(read_head(&mut tls), "request timed out").await?;
-    if super::stats::is_summary_request(&head) {
-        return super::stats::answer(&mut tls, &source).await;
+    match dispatch(&head) {
+        Ok(Endpoint::Logs) => logs(tls, &head, source).await,
+        Ok(Endpoint::Stats) => super::stats::answer(&mut tls, &source).await,
+        Ok(Endpoint::Stream(req)) => {
+            super::exec::serve(tls, &head, req, source).await;
+            Ok(())
+        }
+        Ok(Endpoint::PortForward(req)) => {
+            super::portforward::serve(tls, &head, req, source).await;
+            Ok(())
+        }
+        Err(refusal) => refuse(&mut tls, refusal).await,
     }
-    let planned = match parse_request(&head, now_nanos()) {
+}
+
+/// What a request is for.
+enum Endpoint {
+    Logs,
+    /// `/stats/summary`: the node's and its containers' CPU and memory.
+    Stats,
+    Stream(super::exec::StreamRequest),
+    PortForward(super::portforward::PortForwardRequest),
+}
+
+/// Routes a request by its path (the kubelet's paths).
+fn dispatch(head: &str) -> Result<Endpoint, Refusal> {
+    if super::stats::is_summary_request(head) {
+        return Ok(Endpoint::Stats);
+    }
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let streaming = method == "GET" || method == "POST";
+    match segs.split_first() {
+        Some((&"containerLogs", _)) => Ok(Endpoint::Logs),
+        Some((&kind @ ("exec" | "attach"), rest)) if streaming => Ok(Endpoint::Stream(
+            super::exec::parse_stream_request(kind == "attach", rest, query)?,
+        )),
+        Some((&"portForward", rest)) if streaming => Ok(Endpoint::PortForward(
+            super::portforward::parse_request(rest, query)?,
+        )),
+        Some((&("exec" | "attach" | "portForward"), _)) => {
+            Err(Refusal(405, format!("method {method} is not allowed")))
+        }
+        _ => Err(Refusal(404, format!("no such path {path}"))),
+    }
+}
+
+/// Answers an error status with a one-line message and closes the connection.
+pub(super) async fn refuse<S: futures_lite::AsyncWrite + Unpin>(
+    stream: &mut S,
+    Refusal(code, msg): Refusal,
+) -> io::Result<()> {
+    let body = format!("{msg}\n");
+    let answer = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        reason(code),
+        body.len()
+    );
+    stream.write_all(answer.as_bytes()).await?;
+    stream.flush().await?;
+    stream.close().await
+}
+
+/// Serves a log request.
+async fn logs(
+    mut tls: futures_rustls::server::TlsStream<smol::net::TcpStream>,
+    head: &str,
+    source: Arc<LogSource>,
+) -> io::Result<()> {
+    let planned = match parse_request(head, now_nanos()) {
         Ok(req) => {
             let src = source.clone();
             smol::unblock(move || plan(&src, &req)).await
@@ -420,18 +495,7 @@ async fn connection(
     };
     let plan = match planned {
         Ok(p) => p,
-        Err(Refusal(code, msg)) => {
-            let body = format!("{msg}\n");
-            let answer = format!(
-                "HTTP/1.1 {code} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                reason(code),
-                body.len()
-            );
-            tls.write_all(answer.as_bytes()).await?;
-            tls.flush().await?;
-            tls.close().await?;
-            return Ok(());
-        }
+        Err(refusal) => return refuse(&mut tls, refusal).await,
     };
     tls.write_all(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n",

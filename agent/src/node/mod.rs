@@ -8,7 +8,8 @@
 //! register::build_node(&NodeFacts, &NodeSettings, Time) -> Node
 //! register::register(&Client, &Node).await ; register::heartbeat(&Client, name, since).await
 //! logs::tls_config(&Credentials) -> Result<Arc<rustls::ServerConfig>, LogServerError>
-//! logs::serve(TcpListener, Arc<ServerConfig>, Arc<LogSource>).await   // the log endpoint
+//! logs::serve(TcpListener, Arc<ServerConfig>, Arc<LogSource>).await   // the log endpoint,
+//!     // which also serves exec/attach (exec.rs) and port-forward (portforward.rs, spdy.rs)
 //! ```
 //!
 //! The agent also runs a [`LogKeeper`] thread (once a second: time-stamps, rotates and prunes
@@ -16,9 +17,12 @@
 //! `Node.status.daemonEndpoints.kubeletEndpoint`.
 
 pub mod credentials;
+pub mod exec;
 pub mod facts;
 pub mod logs;
+pub mod portforward;
 pub mod register;
+pub mod spdy;
 pub mod stats;
 
 use std::path::PathBuf;

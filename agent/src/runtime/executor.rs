@@ -20,7 +20,12 @@ use libcontainer::workload::{
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 #[derive(Clone)]
-pub(super) struct ExecveExecutor;
+pub(super) struct ExecveExecutor {
+    /// Make stdin (a terminal's slave side) the controlling terminal before `execve`. The
+    /// process is already a session leader (libcontainer's init calls `setsid`), so shells get
+    /// job control and the terminal's `SIGWINCH` on resize.
+    pub controlling_tty: bool,
+}
 
 fn process_parts(spec: &Spec) -> Option<(&Vec<String>, Vec<String>)> {
     let process = spec.process().as_ref()?;
@@ -64,6 +69,17 @@ impl Executor for ExecveExecutor {
             .map(|a| to_c(a))
             .collect::<Result<Vec<_>, _>>()?;
         let envp = env.iter().map(|e| to_c(e)).collect::<Result<Vec<_>, _>>()?;
+        if self.controlling_tty {
+            // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal a terminal that
+            // is another session's); fd 0 is the terminal libcontainer set up as stdin.
+            let r = unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) };
+            if r < 0 {
+                return Err(ExecutorError::Other(format!(
+                    "TIOCSCTTY: {}",
+                    std::io::Error::last_os_error()
+                )));
+            }
+        }
         let err = nix::unistd::execve(&program, &argv, &envp).err();
         Err(ExecutorError::Other(format!(
             "execve {:?}: {}",

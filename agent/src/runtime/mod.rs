@@ -18,6 +18,7 @@
 //!   remove(&self, &ContainerId) -> Result<()>
 //!   list(&self) -> Result<Vec<ContainerId>>
 //!   exec(&self, &ContainerId, argv, timeout) -> Result<ExecResult>
+//!   spawn_exec(&self, &ContainerId, argv, ExecStdio) -> Result<pid>   // exec::wait_exec(pid)
 //!   cgroup_dir(&self, &ContainerId, controller) -> PathBuf
 //!   log_path(&self, &ContainerId) -> Result<PathBuf>
 //!   remove_cgroup_parent(&self) -> Result<()>
@@ -96,6 +97,7 @@
 //! management (network layer), no host devices for privileged containers.
 
 pub mod cgroup;
+pub mod exec;
 mod executor;
 pub mod logs;
 pub mod sandbox;
@@ -653,7 +655,9 @@ impl Runtime {
                 .with_stdin(OwnedFd::from(null))
                 .with_stdout(OwnedFd::from(log))
                 .with_stderr(OwnedFd::from(log_err))
-                .with_executor(executor::ExecveExecutor)
+                .with_executor(executor::ExecveExecutor {
+                    controlling_tty: false,
+                })
                 .as_init(&bundle)
                 .with_systemd(false)
                 .with_detach(true)
@@ -889,62 +893,21 @@ impl Runtime {
         if argv.is_empty() {
             return Err(RuntimeError::InvalidSpec("exec needs a command".into()));
         }
-        let argv = argv.to_vec();
-        match self.state(id)? {
-            ContainerState::Running { .. } => {}
-            _ => {
-                return Err(RuntimeError::WrongState {
-                    id: id.to_string(),
-                    state: "not running",
-                })
-            }
-        }
         let (reader, writer) =
             std::io::pipe().map_err(|e| RuntimeError::io("pipe", Path::new("exec"), e))?;
         let writer_err = writer
             .try_clone()
             .map_err(|e| RuntimeError::io("dup", Path::new("exec"), e))?;
-        let null = std::fs::File::open("/dev/null")
-            .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
-        // Like `runc exec`, run as the container's user and in its working directory.
-        let config_path = self.container_dir(id).join("bundle/config.json");
-        let oci = libcontainer::oci_spec::runtime::Spec::load(&config_path)
-            .map_err(|e| RuntimeError::Corrupt(format!("{}: {e}", config_path.display())))?;
-        let process = oci.process().clone().unwrap_or_default();
-        let root = self.libcontainer_dir();
-        let name = id.as_str().to_string();
-        let exec_guard = EXEC_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        // As for creates (see `create_inner`), libcontainer's clones happen in a forked,
-        // single-threaded child; the tenant builder also chdirs the calling process and
-        // toggles its dumpable flag, which must not touch the agent. The exec'd process is
-        // cloned as that child's child; when the child exits it is re-parented to the agent
-        // (a child subreaper), which waits for it below.
-        let built = sys::in_forked_child_pid(move || {
-            ContainerBuilder::new(name, SyscallType::default())
-                .with_root_path(root)
-                .map_err(|e| format!("container root: {e}"))?
-                .with_stdin(OwnedFd::from(null))
-                .with_stdout(OwnedFd::from(writer))
-                .with_stderr(OwnedFd::from(writer_err))
-                .with_executor(executor::ExecveExecutor)
-                .as_tenant()
-                .with_container_args(argv)
-                .with_user(Some(process.user().uid()))
-                .with_group(Some(process.user().gid()))
-                .with_cwd(Some(process.cwd().clone()))
-                .with_detach(true)
-                .build()
-                .map(|pid| pid.as_raw())
-                .map_err(|e| e.to_string())
-        });
-        // libcontainer leaves the tenant's notify socket in the container's state directory;
-        // it is only used during the build (serialised by EXEC_LOCK), so remove it here.
-        remove_tenant_sockets(&self.libcontainer_dir().join(id.as_str()));
-        drop(exec_guard);
-        let pid = built.map_err(|message| RuntimeError::Isolated {
-            what: "exec in container",
-            message,
-        })?;
+        let pid = self.spawn_exec(
+            id,
+            argv,
+            exec::ExecStdio {
+                stdin: exec::dev_null()?,
+                stdout: OwnedFd::from(writer),
+                stderr: OwnedFd::from(writer_err),
+                tty: false,
+            },
+        )?;
 
         // The pipe's write ends went away with the builder. Output is drained without blocking
         // while waiting for the process, so a background process that keeps the pipe open

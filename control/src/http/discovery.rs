@@ -92,6 +92,19 @@ pub fn resource_list(group: &str, version: &str) -> Value {
                     true,
                     &["create"],
                 ));
+                // As Kubernetes lists them: kind PodExecOptions etc., get and create.
+                for (sub, kind) in [
+                    ("attach", "PodAttachOptions"),
+                    ("exec", "PodExecOptions"),
+                    ("portforward", "PodPortForwardOptions"),
+                ] {
+                    resources.push(subresource(
+                        format!("pods/{sub}"),
+                        kind,
+                        true,
+                        &["create", "get"],
+                    ));
+                }
                 resources.push(subresource("pods/log".into(), "Pod", true, &["get"]));
             }
             Kind::Namespace => {

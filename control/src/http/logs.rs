@@ -32,7 +32,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 /// The kubelet's port, when a Node does not say.
 const DEFAULT_AGENT_PORT: i32 = 10250;
 
-fn flag(req: &tide::Request<State>, key: &str) -> Result<bool, ApiError> {
+pub(super) fn flag(req: &tide::Request<State>, key: &str) -> Result<bool, ApiError> {
     match query(req, key).as_deref() {
         None | Some("" | "false" | "0") => Ok(false),
         Some("true" | "1") => Ok(true),
@@ -93,7 +93,11 @@ fn agent_query(req: &tide::Request<State>) -> Result<String, ApiError> {
 }
 
 /// The container a request means: the one named, or the pod's only one.
-fn container_of(pod: &Pod, name: &str, asked: Option<String>) -> Result<String, ApiError> {
+pub(super) fn container_of(
+    pod: &Pod,
+    name: &str,
+    asked: Option<String>,
+) -> Result<String, ApiError> {
     let names: Vec<&str> = pod
         .spec
         .init_containers
@@ -145,48 +149,18 @@ pub(super) async fn pod_log(
     let pod: Pod = state.registry.get(ns, name).await?;
     let container = container_of(&pod, name, query(req, "container"))?;
     let agent_query = agent_query(req)?;
-    let Some(node_name) = pod.spec.node_name.clone().filter(|n| !n.is_empty()) else {
-        return Err(ApiError::bad_request(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    };
-    let node: Node = state.registry.get("", &node_name).await.map_err(|_| {
-        ApiError::unavailable(format!(
-            "cannot fetch the logs of pod {name}: its node {node_name} is not registered"
-        ))
-    })?;
-    let Some(ip) = node
-        .status
-        .addresses
-        .iter()
-        .find(|a| a.type_ == "InternalIP")
-        .map(|a| a.address.clone())
-    else {
-        return Err(ApiError::unavailable(format!(
-            "cannot fetch the logs of pod {name}: node {node_name} has no InternalIP"
-        )));
-    };
-    let port = node
-        .status
-        .daemon_endpoints
-        .as_ref()
-        .and_then(|d| d.kubelet_endpoint.as_ref())
-        .map(|e| e.port)
-        .filter(|p| *p > 0 && *p <= 65535)
-        .unwrap_or(DEFAULT_AGENT_PORT);
+    let agent = Agent::of(state, &pod, "fetch the logs of").await?;
     let target = format!("/containerLogs/{ns}/{name}/{container}?{agent_query}");
-    let tls = state
-        .pki
-        .agent_client_config()
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let unreachable = |e: &dyn std::fmt::Display| {
-        ApiError::unavailable(format!(
-            "cannot fetch the logs of pod {name} from node {node_name} at {ip}:{port}: {e}"
-        ))
-    };
-    let (status, head_rest, stream) = fetch(tls, &node_name, &ip, port as u16, &target)
-        .await
-        .map_err(|e| unreachable(&e))?;
+    let request = format!(
+        "GET {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        agent.host()
+    );
+    let Answer {
+        status,
+        rest: head_rest,
+        stream,
+        ..
+    } = agent.fetch(state, &request).await?;
     if status != 200 {
         let mut body = head_rest;
         let mut s = stream;
@@ -194,7 +168,7 @@ pub(super) async fn pod_log(
         let message = String::from_utf8_lossy(&body).trim().to_string();
         return Err(match status {
             400 | 404 => ApiError::bad_request(message),
-            _ => unreachable(&format!("the agent answered {status}: {message}")),
+            _ => agent.unreachable(&format!("the agent answered {status}: {message}")),
         });
     }
 
@@ -225,26 +199,111 @@ pub(super) async fn pod_log(
     Ok(r)
 }
 
-type AgentStream = futures_rustls::client::TlsStream<smol::net::TcpStream>;
+pub(super) type AgentStream = futures_rustls::client::TlsStream<smol::net::TcpStream>;
 
-/// Sends the request to the agent; answers its status, the body bytes read along with the
-/// head, and the connection (whose remaining bytes are the rest of the body).
+/// The agent of a pod's node: where it listens and how to reach it.
+pub(super) struct Agent {
+    pub node_name: String,
+    pub ip: String,
+    pub port: u16,
+    /// The pod and what is being done, for messages ("fetch the logs of pod web").
+    what: String,
+}
+
+impl Agent {
+    /// The agent of `pod`'s node, from the Node's InternalIP and kubelet endpoint.
+    pub(super) async fn of(state: &State, pod: &Pod, doing: &str) -> Result<Agent, ApiError> {
+        let name = &pod.metadata.name;
+        let what = format!("{doing} pod {name}");
+        let Some(node_name) = pod.spec.node_name.clone().filter(|n| !n.is_empty()) else {
+            return Err(ApiError::bad_request(format!(
+                "pod {name} does not have a host assigned"
+            )));
+        };
+        let node: Node = state.registry.get("", &node_name).await.map_err(|_| {
+            ApiError::unavailable(format!(
+                "cannot {what}: its node {node_name} is not registered"
+            ))
+        })?;
+        let Some(ip) = node
+            .status
+            .addresses
+            .iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address.clone())
+        else {
+            return Err(ApiError::unavailable(format!(
+                "cannot {what}: node {node_name} has no InternalIP"
+            )));
+        };
+        let port = node
+            .status
+            .daemon_endpoints
+            .as_ref()
+            .and_then(|d| d.kubelet_endpoint.as_ref())
+            .map(|e| e.port)
+            .filter(|p| *p > 0 && *p <= 65535)
+            .unwrap_or(DEFAULT_AGENT_PORT);
+        Ok(Agent {
+            node_name,
+            ip,
+            port: port as u16,
+            what,
+        })
+    }
+
+    /// `ip:port` as a Host header and connect address.
+    pub(super) fn host(&self) -> String {
+        if self.ip.contains(':') {
+            format!("[{}]:{}", self.ip, self.port)
+        } else {
+            format!("{}:{}", self.ip, self.port)
+        }
+    }
+
+    pub(super) fn unreachable(&self, e: &dyn std::fmt::Display) -> ApiError {
+        ApiError::unavailable(format!(
+            "cannot {} from node {} at {}: {e}",
+            self.what,
+            self.node_name,
+            self.host()
+        ))
+    }
+
+    /// Sends `request` (a whole request head) to the agent and reads its answer's head.
+    pub(super) async fn fetch(&self, state: &State, request: &str) -> Result<Answer, ApiError> {
+        let tls = state
+            .pki
+            .agent_client_config()
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        fetch(tls, &self.node_name, &self.host(), request)
+            .await
+            .map_err(|e| self.unreachable(&e))
+    }
+}
+
+/// The agent's answer to a request.
+pub(super) struct Answer {
+    pub status: u16,
+    /// The whole head (status line and headers).
+    pub head: String,
+    /// The bytes read after the head.
+    pub rest: Vec<u8>,
+    /// The connection, for the rest.
+    pub stream: AgentStream,
+}
+
+/// Sends the request to the agent and reads the head of its answer.
 pub(super) async fn fetch(
     tls: Arc<rustls::ClientConfig>,
     node_name: &str,
-    ip: &str,
-    port: u16,
-    target: &str,
-) -> Result<(u16, Vec<u8>, AgentStream), String> {
+    host: &str,
+    request: &str,
+) -> Result<Answer, String> {
     let server_name = rustls::pki_types::ServerName::try_from(node_name.to_string())
         .map_err(|e| format!("node name {node_name:?} is not a DNS name: {e}"))?;
-    let host = if ip.contains(':') {
-        format!("[{ip}]:{port}")
-    } else {
-        format!("{ip}:{port}")
-    };
     let connect = async {
-        let tcp = smol::net::TcpStream::connect(host.as_str())
+        let tcp = smol::net::TcpStream::connect(host)
             .await
             .map_err(|e| e.to_string())?;
         let _ = tcp.set_nodelay(true);
@@ -259,7 +318,6 @@ pub(super) async fn fetch(
             Err("timed out connecting".to_string())
         })
         .await?;
-    let request = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     let answer = async {
         stream
             .write_all(request.as_bytes())
@@ -289,11 +347,16 @@ pub(super) async fn fetch(
             Err("timed out waiting for the agent's answer".to_string())
         })
         .await?;
-    let head = String::from_utf8_lossy(&head);
+    let head = String::from_utf8_lossy(&head).into_owned();
     let status = head
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse::<u16>().ok())
         .ok_or_else(|| "the agent's answer is not HTTP".to_string())?;
-    Ok((status, rest, stream))
+    Ok(Answer {
+        status,
+        head,
+        rest,
+        stream,
+    })
 }

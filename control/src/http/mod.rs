@@ -6,6 +6,7 @@ mod backup;
 mod conn;
 pub use backup::PATH as BACKUP_PATH;
 pub mod discovery;
+mod exec;
 mod logs;
 pub mod metrics;
 mod openapi;
@@ -325,6 +326,15 @@ async fn handle(
             if path.kind == Kind::Pod && path.subresource.as_deref() == Some("log") =>
         {
             logs::pod_log(&state, &req, &user, &path).await
+        }
+        Route::Resource(path)
+            if path.kind == Kind::Pod
+                && matches!(
+                    path.subresource.as_deref(),
+                    Some("exec" | "attach" | "portforward")
+                ) =>
+        {
+            exec::serve(&state, &req, &user, &path).await
         }
         Route::Resource(path) => {
             let mut body = read_body(&mut req).await?;

@@ -223,8 +223,19 @@ async fn scrape(state: &State, node: &Node) -> Result<Reading, String> {
     let (ip, port) = agent_address(node).ok_or("the node publishes no agent endpoint")?;
     let tls = state.pki.agent_client_config().map_err(|e| e.to_string())?;
     let read = async {
-        let (status, mut body, mut stream) =
-            super::logs::fetch(tls, name, &ip, port, "/stats/summary").await?;
+        let host = if ip.contains(':') {
+            format!("[{ip}]:{port}")
+        } else {
+            format!("{ip}:{port}")
+        };
+        let request =
+            format!("GET /stats/summary HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let super::logs::Answer {
+            status,
+            rest: mut body,
+            mut stream,
+            ..
+        } = super::logs::fetch(tls, name, &host, &request).await?;
         (&mut stream)
             .take((MAX_SUMMARY_BYTES + 1) as u64)
             .read_to_end(&mut body)
