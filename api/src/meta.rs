@@ -360,7 +360,8 @@ pub struct ObjectMeta {
     pub annotations: BTreeMap<String, String>,
     pub owner_references: Vec<OwnerReference>,
     pub finalizers: Vec<String>,
-    /// Accepted so that objects read from other clusters apply unchanged; not acted on.
+    /// Field ownership, kept in its JSON shape (a list of ManagedFieldsEntry); the server
+    /// maintains it on every write (control's `fieldmanager`).
     pub managed_fields: Option<Opaque>,
     /// Deprecated in Kubernetes; accepted and dropped on output.
     pub self_link: Option<String>,
