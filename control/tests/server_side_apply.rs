@@ -341,3 +341,33 @@ fn controller_writes_carry_kubernetes_manager_names() {
         "{rs}"
     );
 }
+
+#[test]
+fn the_scheduler_records_its_status_writes_as_kube_scheduler() {
+    // No node: the scheduler marks the pod unschedulable through the status subresource.
+    let s = TestServer::start();
+    let pod = write(
+        &s,
+        "p.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: busybox\n",
+    );
+    ok(&s, &["create", "-f", &pod]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = get(&s, "pod/p");
+        if let Some(e) = entry(&p, "kube-scheduler", "Update") {
+            assert_eq!(e["subresource"], "status", "{e}");
+            assert!(
+                e["fieldsV1"]["f:status"]["f:conditions"]["k:{\"type\":\"PodScheduled\"}"]
+                    .is_object(),
+                "{e}"
+            );
+            let created = entry(&p, "kubectl-create", "Update").expect("the creator's entry");
+            assert!(created.get("subresource").is_none(), "{created}");
+            assert!(created["fieldsV1"].get("f:status").is_none(), "{created}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no kube-scheduler entry: {p}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
