@@ -297,7 +297,10 @@ pub fn field_set(obj: &Value, scope: Scope) -> FieldSet {
 fn collect_map(m: &Map<String, Value>, name: Option<&str>, filter: Filter, out: &mut FieldSet) {
     for (k, v) in m {
         if filter.keeps(k) {
-            out.put(field_element(k), collect_member(name, k, v, filter.child(k)));
+            out.put(
+                field_element(k),
+                collect_member(name, k, v, filter.child(k)),
+            );
         }
     }
 }
@@ -368,8 +371,10 @@ fn diff_map(
     }
     for (k, ov) in old {
         if filter.keeps(k) && !new.contains_key(k) {
-            out.removed
-                .put(field_element(k), collect_member(name, k, ov, filter.child(k)));
+            out.removed.put(
+                field_element(k),
+                collect_member(name, k, ov, filter.child(k)),
+            );
         }
     }
 }
@@ -664,15 +669,24 @@ impl Managers {
         }
         let mut entries: Vec<&Entry> = self.0.iter().collect();
         entries.sort_by(|p, q| {
-            (p.operation, p.time, &p.manager, &p.api_version, &p.subresource).cmp(&(
-                q.operation,
-                q.time,
-                &q.manager,
-                &q.api_version,
-                &q.subresource,
-            ))
+            (
+                p.operation,
+                p.time,
+                &p.manager,
+                &p.api_version,
+                &p.subresource,
+            )
+                .cmp(&(
+                    q.operation,
+                    q.time,
+                    &q.manager,
+                    &q.api_version,
+                    &q.subresource,
+                ))
         });
-        Some(Opaque::Array(entries.into_iter().map(Entry::encode).collect()))
+        Some(Opaque::Array(
+            entries.into_iter().map(Entry::encode).collect(),
+        ))
     }
 
     /// Whether the two name the same managers and fields, whatever their times.
@@ -742,6 +756,7 @@ impl Managers {
     /// A server-side apply by `who` of `config` onto `live`, already merged into `merged`.
     /// Answers the object with what `who` no longer applies (and nobody else owns) pruned, or
     /// the conflicts when `force` is not set.
+    #[allow(clippy::too_many_arguments)]
     pub fn apply(
         &mut self,
         live: &Value,
@@ -811,7 +826,10 @@ impl Conflicts {
         let total: usize = self.0.iter().map(|(_, p)| p.len()).sum();
         if total == 1 {
             let (who, paths) = &self.0[0];
-            return format!("Apply failed with 1 conflict: conflict with {who}: {}", paths[0]);
+            return format!(
+                "Apply failed with 1 conflict: conflict with {who}: {}",
+                paths[0]
+            );
         }
         let mut sorted: Vec<&(String, Vec<String>)> = self.0.iter().collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -946,8 +964,14 @@ mod tests {
             "apps/v1",
             Time(0),
         );
-        let err = apply(&mut m.clone(), &live, json!({"spec": {"replicas": 3}}), "other", false)
-            .unwrap_err();
+        let err = apply(
+            &mut m.clone(),
+            &live,
+            json!({"spec": {"replicas": 3}}),
+            "other",
+            false,
+        )
+        .unwrap_err();
         assert_eq!(
             err.message(),
             "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas"
@@ -955,11 +979,28 @@ mod tests {
         assert_eq!(err.causes()[0].field, ".spec.replicas");
         // Setting the same value is no conflict: both own it.
         let mut shared = m.clone();
-        apply(&mut shared, &live, json!({"spec": {"replicas": 1}}), "other", false).unwrap();
+        apply(
+            &mut shared,
+            &live,
+            json!({"spec": {"replicas": 1}}),
+            "other",
+            false,
+        )
+        .unwrap();
         assert_eq!(shared.0.len(), 2);
-        let out = apply(&mut m, &live, json!({"spec": {"replicas": 3}}), "other", true).unwrap();
+        let out = apply(
+            &mut m,
+            &live,
+            json!({"spec": {"replicas": 3}}),
+            "other",
+            true,
+        )
+        .unwrap();
         assert_eq!(out["spec"]["replicas"], 3);
-        let csa = m.0.iter().find(|e| e.operation == Operation::Update).unwrap();
+        let csa =
+            m.0.iter()
+                .find(|e| e.operation == Operation::Update)
+                .unwrap();
         assert_eq!(as_json(&csa.fields), json!({"f:spec": {"f:paused": {}}}));
     }
 
@@ -976,10 +1017,22 @@ mod tests {
         )
         .unwrap();
         // A second applier shares label b.
-        let live = apply(&mut m, &live, json!({"metadata": {"labels": {"b": "2"}}}), "two", false)
-            .unwrap();
-        let live = apply(&mut m, &live, json!({"metadata": {"labels": {"a": "1"}}}), "one", false)
-            .unwrap();
+        let live = apply(
+            &mut m,
+            &live,
+            json!({"metadata": {"labels": {"b": "2"}}}),
+            "two",
+            false,
+        )
+        .unwrap();
+        let live = apply(
+            &mut m,
+            &live,
+            json!({"metadata": {"labels": {"a": "1"}}}),
+            "one",
+            false,
+        )
+        .unwrap();
         assert_eq!(live["metadata"]["labels"], json!({"a": "1", "b": "2"}));
         // Dropping everything removes the emptied maps too, once nobody holds a label.
         let live = apply(&mut m, &live, json!({}), "two", false).unwrap();

@@ -747,7 +747,10 @@ impl Registry {
             codec::parse_yaml(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let Some(meta) = config
             .as_object_mut()
-            .map(|o| o.entry("metadata").or_insert_with(|| Value::Object(Default::default())))
+            .map(|o| {
+                o.entry("metadata")
+                    .or_insert_with(|| Value::Object(Default::default()))
+            })
             .and_then(Value::as_object_mut)
         else {
             return Err(ApiError::bad_request(
@@ -778,7 +781,15 @@ impl Registry {
             let mut managers = Managers::default();
             let empty = Value::Object(Default::default());
             managers
-                .apply(&empty, &config, config.clone(), &who, &api_version, force, Time::now())
+                .apply(
+                    &empty,
+                    &config,
+                    config.clone(),
+                    &who,
+                    &api_version,
+                    force,
+                    Time::now(),
+                )
                 .map_err(|c| conflict_error(&c))?;
             obj.meta_mut().managed_fields = managers.encode();
             let ranges = self.service_ranges();
@@ -799,7 +810,15 @@ impl Registry {
                 crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
                 let mut managers = managers_of(&old);
                 let merged = managers
-                    .apply(&live, &config, merged, &who, &api_version, force, Time::now())
+                    .apply(
+                        &live,
+                        &config,
+                        merged,
+                        &who,
+                        &api_version,
+                        force,
+                        Time::now(),
+                    )
                     .map_err(|c| conflict_error(&c))?;
                 let mut new: K = decode(merged)?;
                 if K::KIND.info().namespaced && new.meta().namespace() != ns {

@@ -69,14 +69,24 @@ fn apply_records_managed_fields_and_conflicts_name_the_owner() {
     let s = TestServer::start();
     let file = write(&s, "d.yaml", &deployment(2, "busybox:1"));
     let out = ok(&s, &["apply", "--server-side", "-f", &file]);
-    assert!(out.contains("deployment.apps/web serverside-applied"), "{out}");
+    assert!(
+        out.contains("deployment.apps/web serverside-applied"),
+        "{out}"
+    );
 
     // kubectl hides managedFields unless asked, and shows them when asked.
     let plain = ok(&s, &["get", "deploy", "web", "-o", "yaml"]);
     assert!(!plain.contains("managedFields"), "{plain}");
     let yaml = ok(
         &s,
-        &["get", "deploy", "web", "-o", "yaml", "--show-managed-fields"],
+        &[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "yaml",
+            "--show-managed-fields",
+        ],
     );
     assert!(
         yaml.contains("managedFields:")
@@ -101,7 +111,13 @@ fn apply_records_managed_fields_and_conflicts_name_the_owner() {
     let other = write(&s, "other.yaml", &deployment(3, "busybox:1"));
     let (success, _, err) = kubectl(
         &s,
-        &["apply", "--server-side", "--field-manager=other", "-f", &other],
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=other",
+            "-f",
+            &other,
+        ],
     );
     assert!(!success);
     assert!(
@@ -139,7 +155,13 @@ fn apply_records_managed_fields_and_conflicts_name_the_owner() {
     let same = write(&s, "same.yaml", &deployment(2, "busybox:1"));
     ok(
         &s,
-        &["apply", "--server-side", "--field-manager=same", "-f", &same],
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=same",
+            "-f",
+            &same,
+        ],
     );
     let d = get(&s, "deploy/web");
     assert!(entry(&d, "same", "Apply").unwrap()["fieldsV1"]["f:spec"]["f:replicas"].is_object());
@@ -196,7 +218,10 @@ fn fields_dropped_from_an_applied_config_go_unless_another_manager_owns_them() {
     let s = TestServer::start();
     let a = |data: &[(&str, &str)], labels: &[(&str, &str)]| {
         let f = write(&s, "a.yaml", &configmap(data, labels));
-        ok(&s, &["apply", "--server-side", "--field-manager=a", "-f", &f]);
+        ok(
+            &s,
+            &["apply", "--server-side", "--field-manager=a", "-f", &f],
+        );
     };
     a(
         &[("one", "1"), ("two", "2"), ("three", "3")],
@@ -204,7 +229,10 @@ fn fields_dropped_from_an_applied_config_go_unless_another_manager_owns_them() {
     );
     // b applies `two` too; kubectl label takes `team` over with an Update.
     let b = write(&s, "b.yaml", &configmap(&[("two", "2")], &[]));
-    ok(&s, &["apply", "--server-side", "--field-manager=b", "-f", &b]);
+    ok(
+        &s,
+        &["apply", "--server-side", "--field-manager=b", "-f", &b],
+    );
     ok(&s, &["label", "--overwrite", "cm", "cfg", "team=z"]);
     let cm = get(&s, "cm/cfg");
     assert_eq!(
@@ -231,7 +259,13 @@ fn fields_dropped_from_an_applied_config_go_unless_another_manager_owns_them() {
     );
     ok(
         &s,
-        &["apply", "--server-side", "--field-manager=b", "-f", &b_empty],
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=b",
+            "-f",
+            &b_empty,
+        ],
     );
     let cm = get(&s, "cm/cfg");
     assert_eq!(cm["data"], json!({"one": "1"}));
@@ -262,9 +296,12 @@ fn kubectl_writes_record_update_entries_for_their_managers() {
     );
 
     // kubectl edit runs the editor on the object and patches what changed.
-    let editor = write(&s, "editor.sh", "#!/bin/sh\nsed -i 's/b: \"2\"/b: \"3\"/' \"$1\"\n");
-    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    let editor = write(
+        &s,
+        "editor.sh",
+        "#!/bin/sh\nsed -i 's/b: \"2\"/b: \"3\"/' \"$1\"\n",
+    );
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let out = Command::new("kubectl")
         .args(["edit", "cm", "cfg"])
         .env("KUBECONFIG", s.kubeconfig())
@@ -335,7 +372,10 @@ fn controller_writes_carry_kubernetes_manager_names() {
     .unwrap();
     let rs = &rs["items"][0];
     let created = entry(rs, "kube-controller-manager", "Update").expect("creator");
-    assert!(created["fieldsV1"]["f:spec"]["f:replicas"].is_object(), "{rs}");
+    assert!(
+        created["fieldsV1"]["f:spec"]["f:replicas"].is_object(),
+        "{rs}"
+    );
     assert!(
         created["fieldsV1"]["f:metadata"]["f:ownerReferences"].is_object(),
         "{rs}"

@@ -739,8 +739,14 @@ async fn resource<K: Resource>(
                 };
                 let force = force.is_some_and(|f| f == "true" || f == "1");
                 let registry = state.registry.with_manager(&manager);
-                let (obj, created) = registry.apply::<K>(&ns_str, name, &body, force, part).await?;
-                let code = if created { StatusCode::Created } else { StatusCode::Ok };
+                let (obj, created) = registry
+                    .apply::<K>(&ns_str, name, &body, force, part)
+                    .await?;
+                let code = if created {
+                    StatusCode::Created
+                } else {
+                    StatusCode::Ok
+                };
                 return Ok(json_response(code, &api::codec::json(&obj)));
             }
             if force.is_some() {
@@ -748,7 +754,9 @@ async fn resource<K: Resource>(
                     "force: Forbidden: may not be specified for non-apply patch",
                 ));
             }
-            let patched: K = writer(state, req)?.patch(&ns_str, name, pt, body, part).await?;
+            let patched: K = writer(state, req)?
+                .patch(&ns_str, name, pt, body, part)
+                .await?;
             Ok(json_response(StatusCode::Ok, &api::codec::json(&patched)))
         }
         (Method::Delete, Some(name), None) => {
