@@ -796,7 +796,7 @@ impl Managers {
             }
             let taken = e.fields.intersection(&c.changed);
             if !taken.is_empty() {
-                conflicts.push((e.describe(), taken.paths()));
+                conflicts.push((e.describe(), taken));
             }
         }
         if !force && !conflicts.is_empty() {
@@ -817,22 +817,31 @@ impl Managers {
 /// Fields an apply would take from other managers: (the manager as a conflict names it, the
 /// paths).
 #[derive(Debug, PartialEq)]
-pub struct Conflicts(pub Vec<(String, Vec<String>)>);
+pub struct Conflicts(pub Vec<(String, FieldSet)>);
 
 impl Conflicts {
+    /// Whether every conflicting field is in `allowed`.
+    pub fn within(&self, allowed: &FieldSet) -> bool {
+        self.0
+            .iter()
+            .all(|(_, fields)| fields.difference(allowed).is_empty())
+    }
+
     /// kube-apiserver's message: `Apply failed with 1 conflict: conflict with "m" using
     /// apps/v1: .spec.replicas`, or one line per path under each manager when there are more.
     pub fn message(&self) -> String {
-        let total: usize = self.0.iter().map(|(_, p)| p.len()).sum();
+        let named: Vec<(&String, Vec<String>)> =
+            self.0.iter().map(|(who, f)| (who, f.paths())).collect();
+        let total: usize = named.iter().map(|(_, p)| p.len()).sum();
         if total == 1 {
-            let (who, paths) = &self.0[0];
+            let (who, paths) = &named[0];
             return format!(
                 "Apply failed with 1 conflict: conflict with {who}: {}",
                 paths[0]
             );
         }
-        let mut sorted: Vec<&(String, Vec<String>)> = self.0.iter().collect();
-        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut sorted: Vec<&(&String, Vec<String>)> = named.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
         let mut lines = Vec::new();
         for (who, paths) in sorted {
             lines.push(format!("conflicts with {who}:"));
@@ -845,14 +854,67 @@ impl Conflicts {
     pub fn causes(&self) -> Vec<api::meta::StatusCause> {
         self.0
             .iter()
-            .flat_map(|(who, paths)| {
-                paths.iter().map(move |p| api::meta::StatusCause {
-                    reason: "FieldManagerConflict".into(),
-                    message: format!("conflict with {who}"),
-                    field: p.clone(),
-                })
+            .flat_map(|(who, fields)| {
+                fields
+                    .paths()
+                    .into_iter()
+                    .map(move |p| api::meta::StatusCause {
+                        reason: "FieldManagerConflict".into(),
+                        message: format!("conflict with {who}"),
+                        field: p,
+                    })
             })
             .collect()
+    }
+}
+
+/// kubectl's client-side apply annotation.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The manager of `kubectl apply --server-side`, which kube-apiserver lets take over from
+/// client-side apply.
+pub const KUBECTL_APPLY: &str = "kubectl";
+
+/// The fields of the live object's client-side apply annotation: kube-apiserver lets
+/// `kubectl apply --server-side` take these from other managers without `--force-conflicts`
+/// (what the user applied client-side is theirs to change server-side).
+pub fn last_applied_fields(live: &Value, scope: Scope) -> Option<FieldSet> {
+    let text = live
+        .pointer("/metadata/annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()?;
+    let applied: Value = serde_json::from_str(text).ok()?;
+    Some(field_set(&applied, scope))
+}
+
+/// Keeps the client-side apply annotation, where the object has one, equal to what
+/// `kubectl apply --server-side` applied (as kube-apiserver does, so that a later client-side
+/// apply computes its patch from it).
+pub fn sync_last_applied(obj: &mut Value, config: &Value) {
+    let has = obj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .is_some();
+    if !has {
+        return;
+    }
+    let mut applied = config.clone();
+    if let Some(annotations) = applied
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("annotations");
+            }
+        }
+    }
+    if let Some(a) = obj
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.insert(LAST_APPLIED.into(), Value::String(applied.to_string()));
     }
 }
 

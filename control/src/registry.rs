@@ -808,18 +808,35 @@ impl Registry {
                 let live = codec::to_json(&old);
                 let mut merged = live.clone();
                 crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
-                let mut managers = managers_of(&old);
-                let merged = managers
-                    .apply(
-                        &live,
-                        &config,
-                        merged,
-                        &who,
-                        &api_version,
-                        force,
-                        Time::now(),
-                    )
-                    .map_err(|c| conflict_error(&c))?;
+                let before = managers_of(&old);
+                let mut managers = before.clone();
+                let now = Time::now();
+                let mut merged = match managers.apply(
+                    &live,
+                    &config,
+                    merged.clone(),
+                    &who,
+                    &api_version,
+                    force,
+                    now,
+                ) {
+                    Ok(m) => m,
+                    // kubectl's server-side apply takes over what it applied client-side.
+                    Err(c)
+                        if who.name == fieldmanager::KUBECTL_APPLY
+                            && fieldmanager::last_applied_fields(&live, who.scope)
+                                .is_some_and(|allowed| c.within(&allowed)) =>
+                    {
+                        managers = before;
+                        managers
+                            .apply(&live, &config, merged, &who, &api_version, true, now)
+                            .map_err(|c| conflict_error(&c))?
+                    }
+                    Err(c) => return Err(conflict_error(&c)),
+                };
+                if who.name == fieldmanager::KUBECTL_APPLY {
+                    fieldmanager::sync_last_applied(&mut merged, &config);
+                }
                 let mut new: K = decode(merged)?;
                 if K::KIND.info().namespaced && new.meta().namespace() != ns {
                     return Err(ApiError::bad_request(

@@ -411,3 +411,49 @@ fn the_scheduler_records_its_status_writes_as_kube_scheduler() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn server_side_apply_takes_over_from_client_side_apply() {
+    // kubectl moves the client-side applier's fields to its own Apply entry with a JSON
+    // patch of managedFields, then applies without conflicts.
+    let s = TestServer::start();
+    let file = write(&s, "d.yaml", &deployment(2, "busybox:1"));
+    ok(&s, &["apply", "-f", &file]);
+    let changed = write(&s, "d2.yaml", &deployment(3, "busybox:2"));
+    let out = ok(&s, &["apply", "--server-side", "-f", &changed]);
+    assert!(out.contains("serverside-applied"), "{out}");
+    let d = get(&s, "deploy/web");
+    assert_eq!(d["spec"]["replicas"], 3);
+    let applied = entry(&d, "kubectl", "Apply").expect("kubectl's Apply entry");
+    assert!(
+        applied["fieldsV1"]["f:spec"]["f:replicas"].is_object(),
+        "{d}"
+    );
+    // kubectl migrated the client-side applier's fields (managedFields by JSON patch).
+    assert!(
+        entry(&d, "kubectl-client-side-apply", "Update").is_none(),
+        "{d}"
+    );
+    // The server keeps the client-side annotation equal to what was applied.
+    let last = d["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+        .as_str()
+        .unwrap();
+    let last: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(last["spec"]["replicas"], 3, "{last}");
+    // Another manager still conflicts with it.
+    let other = write(&s, "other.yaml", &deployment(4, "busybox:2"));
+    let (success, _, err) = kubectl(
+        &s,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=other",
+            "-f",
+            &other,
+        ],
+    );
+    assert!(
+        !success && err.contains("conflict with \"kubectl\""),
+        "{err}"
+    );
+}
