@@ -209,10 +209,12 @@ fn atomic_map(field: &str) -> bool {
 }
 
 /// Which part of an object a write may own: the main resource's writes never own the status,
-/// and status writes own only the status (Kubernetes' reset fields).
+/// and status writes own only the status (Kubernetes' reset fields). Writes through the scale
+/// subresource own what they change of the main resource, recorded as `subresource: scale`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     Main,
+    Scale,
     Status,
 }
 
@@ -231,7 +233,7 @@ impl Filter {
             Filter::Root(scope) => match key {
                 "apiVersion" | "kind" => false,
                 "status" => scope == Scope::Status,
-                _ => scope == Scope::Main,
+                _ => scope != Scope::Status,
             },
             // Server-owned metadata nobody manages (Kubernetes' stripped fields).
             Filter::RootMetadata => !matches!(
@@ -630,6 +632,7 @@ impl Manager {
     fn subresource(&self) -> &'static str {
         match self.scope {
             Scope::Main => "",
+            Scope::Scale => "scale",
             Scope::Status => "status",
         }
     }

@@ -58,6 +58,8 @@ pub struct Registry {
     /// Who writes through this handle, as `metadata.managedFields` names it: the
     /// controllers by default; the API gives each request its `fieldManager`.
     manager: std::sync::Arc<str>,
+    /// Whether main-resource writes come through the scale subresource.
+    via_scale: bool,
 }
 
 /// The manager of the server's own control loops, as Kubernetes names them.
@@ -542,6 +544,7 @@ impl Registry {
             default_toleration_seconds: std::sync::Arc::new(AtomicI64::new(300)),
             service_ranges: Default::default(),
             manager: CONTROLLER_MANAGER.into(),
+            via_scale: false,
         }
     }
 
@@ -553,8 +556,21 @@ impl Registry {
         }
     }
 
+    /// This registry writing through the scale subresource (its writes are recorded as
+    /// `subresource: scale`).
+    pub fn via_scale(&self) -> Registry {
+        Registry {
+            via_scale: true,
+            ..self.clone()
+        }
+    }
+
     fn manager(&self, part: Part) -> Manager {
-        Manager::new(&*self.manager, scope_of(part))
+        let scope = match scope_of(part) {
+            Scope::Main if self.via_scale => Scope::Scale,
+            other => other,
+        };
+        Manager::new(&*self.manager, scope)
     }
 
     /// Sets where ClusterIPs and NodePorts come from (`--service-cidr`,

@@ -380,6 +380,18 @@ fn controller_writes_carry_kubernetes_manager_names() {
         created["fieldsV1"]["f:metadata"]["f:ownerReferences"].is_object(),
         "{rs}"
     );
+
+    // kubectl scale writes through the scale subresource.
+    ok(&s, &["scale", "deploy", "web", "--replicas=2"]);
+    let d = get(&s, "deploy/web");
+    let scaled = d["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["subresource"] == "scale")
+        .unwrap_or_else(|| panic!("no scale entry: {d}"));
+    assert_eq!(scaled["operation"], "Update");
+    assert_eq!(scaled["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}));
 }
 
 #[test]

@@ -703,7 +703,7 @@ async fn resource<K: Resource>(
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
                 .map(str::to_string);
-            let obj = set_replicas::<K>(state, &ns_str, name, replicas, rv).await?;
+            let obj = set_replicas::<K>(state, req, &ns_str, name, replicas, rv).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Patch, Some(name), Some("scale")) => {
@@ -724,7 +724,7 @@ async fn resource<K: Resource>(
                 .pointer("/spec/replicas")
                 .and_then(Value::as_i64)
                 .ok_or_else(|| ApiError::bad_request("a Scale needs spec.replicas"))?;
-            let obj = set_replicas::<K>(state, &ns_str, name, replicas, None).await?;
+            let obj = set_replicas::<K>(state, req, &ns_str, name, replicas, None).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Patch, Some(name), None | Some("status")) => {
@@ -870,6 +870,7 @@ fn scale_of(obj: &AnyObject) -> Value {
 
 async fn set_replicas<K: Resource>(
     state: &State,
+    req: &tide::Request<State>,
     ns: &str,
     name: &str,
     replicas: i64,
@@ -877,8 +878,8 @@ async fn set_replicas<K: Resource>(
 ) -> Result<K, ApiError> {
     let patch = json!({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": rv}});
     let body = serde_json::to_vec(&patch).unwrap_or_default();
-    state
-        .registry
+    writer(state, req)?
+        .via_scale()
         .patch::<K>(ns, name, PatchType::Merge, body, Part::Main)
         .await
 }
