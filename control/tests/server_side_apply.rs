@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{kubectl, TestServer};
@@ -467,5 +467,53 @@ fn server_side_apply_takes_over_from_client_side_apply() {
     assert!(
         !success && err.contains("conflict with \"kubectl\""),
         "{err}"
+    );
+}
+
+#[test]
+fn node_agents_report_status_as_the_kubelet() {
+    // One simulated node (`skiff-agent --simulate`) runs the pod and reports its status.
+    let s = TestServer::start();
+    let agent = common::skiff_bin().with_file_name("skiff-agent");
+    if !agent.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = Command::new(cargo)
+            .args(["build", "-p", "skiff-agent", "--bin", "skiff-agent"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .unwrap();
+        assert!(built.success());
+    }
+    let mut sim = Command::new(agent)
+        .args(["--simulate", "1", "--sim-prefix", "ssa"])
+        .arg("--kubeconfig")
+        .arg(s.kubeconfig())
+        .env("SKIFF_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pod = write(
+        &s,
+        "p.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: busybox\n",
+    );
+    ok(&s, &["apply", "--server-side", "-f", &pod]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let found = loop {
+        let p = get(&s, "pod/p");
+        if let Some(e) = entry(&p, "kubelet", "Update") {
+            break e.clone();
+        }
+        if Instant::now() > deadline {
+            break Value::Null;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert_eq!(found["subresource"], "status", "{found}");
+    assert!(
+        found["fieldsV1"]["f:status"]["f:phase"].is_object(),
+        "{found}"
     );
 }
