@@ -1151,6 +1151,21 @@ mod tests {
     }
 
     #[test]
+    fn managed_fields_keep_their_shape_in_the_store_and_in_json() {
+        let mut m = Managers::default();
+        let obj =
+            json!({"metadata": {"labels": {"a": "1"}}, "spec": {"x": [1, 2], "y": 1.5, "z": null}});
+        m.update(None, &obj, &Manager::new("a", Scope::Main), "v1", Time(7));
+        let stored = m.encode().unwrap();
+        let bytes = postcard::to_allocvec(&stored).unwrap();
+        let back: Opaque = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, stored);
+        let text = serde_json::to_value(&stored).unwrap();
+        assert_eq!(text, Value::from(&stored));
+        assert_eq!(Opaque::from(&text), stored);
+    }
+
+    #[test]
     fn user_agent_prefix_names_the_manager() {
         assert_eq!(
             manager_from_user_agent("kubectl/v1.32.0 (linux/amd64) kubernetes/abc"),
