@@ -351,7 +351,10 @@ async fn do_job(client: &Client, job: Job) {
     for attempt in 0..5u32 {
         let result = match &job {
             Job::Run { ns, name, status } => {
-                let path = format!("{}/status", resource_path(Kind::Pod, Some(ns), Some(name)));
+                let path = format!(
+                    "{}/status?fieldManager=kubelet",
+                    resource_path(Kind::Pod, Some(ns), Some(name))
+                );
                 let body = serde_json::json!({ "status": api::codec::to_json(&Pod {
                     status: (**status).clone(),
                     ..Default::default()

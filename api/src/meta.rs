@@ -294,20 +294,56 @@ impl From<&Opaque> for serde_json::Value {
     }
 }
 
+/// [`OpaqueRepr`] by reference: the same postcard encoding without cloning the tree.
+#[derive(Serialize)]
+enum OpaqueReprRef<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    String(&'a str),
+    Array(&'a [Opaque]),
+    Object(&'a BTreeMap<String, Opaque>),
+}
+
 impl Serialize for Opaque {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
         if s.is_human_readable() {
-            return serde_json::Value::from(self).serialize(s);
+            // Written directly (managedFields is on every object): no JSON tree in between.
+            return match self {
+                Opaque::Null => s.serialize_unit(),
+                Opaque::Bool(b) => s.serialize_bool(*b),
+                Opaque::Int(i) => s.serialize_i64(*i),
+                Opaque::Uint(u) => s.serialize_u64(*u),
+                Opaque::Float(f) => serde_json::Value::from(*f).serialize(s),
+                Opaque::String(v) => s.serialize_str(v),
+                Opaque::Array(a) => {
+                    let mut seq = s.serialize_seq(Some(a.len()))?;
+                    for v in a {
+                        seq.serialize_element(v)?;
+                    }
+                    seq.end()
+                }
+                Opaque::Object(o) => {
+                    let mut map = s.serialize_map(Some(o.len()))?;
+                    for (k, v) in o {
+                        map.serialize_entry(k, v)?;
+                    }
+                    map.end()
+                }
+            };
         }
-        let repr = match self.clone() {
-            Opaque::Null => OpaqueRepr::Null,
-            Opaque::Bool(b) => OpaqueRepr::Bool(b),
-            Opaque::Int(i) => OpaqueRepr::Int(i),
-            Opaque::Uint(u) => OpaqueRepr::Uint(u),
-            Opaque::Float(f) => OpaqueRepr::Float(f),
-            Opaque::String(v) => OpaqueRepr::String(v),
-            Opaque::Array(a) => OpaqueRepr::Array(a),
-            Opaque::Object(o) => OpaqueRepr::Object(o),
+        let repr = match self {
+            Opaque::Null => OpaqueReprRef::Null,
+            Opaque::Bool(b) => OpaqueReprRef::Bool(*b),
+            Opaque::Int(i) => OpaqueReprRef::Int(*i),
+            Opaque::Uint(u) => OpaqueReprRef::Uint(*u),
+            Opaque::Float(f) => OpaqueReprRef::Float(*f),
+            Opaque::String(v) => OpaqueReprRef::String(v),
+            Opaque::Array(a) => OpaqueReprRef::Array(a),
+            Opaque::Object(o) => OpaqueReprRef::Object(o),
         };
         repr.serialize(s)
     }
@@ -397,7 +433,8 @@ pub struct ObjectMeta {
     /// Names of cleanups that must finish before the object is removed from storage; deletion
     /// waits until the list is empty.
     pub finalizers: Vec<String>,
-    /// Accepted so that objects read from other clusters apply unchanged; not acted on.
+    /// Field ownership, kept in its JSON shape (a list of ManagedFieldsEntry); the server
+    /// maintains it on every write (control's `fieldmanager`).
     pub managed_fields: Option<Opaque>,
     /// Deprecated in Kubernetes; accepted and dropped on output.
     pub self_link: Option<String>,

@@ -10,7 +10,7 @@
 //! * in an object under a member named `metadata`, members whose value is the empty string are
 //!   left out (a pod template's name, uid, resourceVersion); map values inside it, such as an
 //!   empty label value, stay;
-//! * the object's own metadata (the top level) never carries `selfLink` or `managedFields`,
+//! * the object's own metadata (the top level) never carries `selfLink`,
 //!   and the top level starts with `apiVersion` and `kind`.
 //!
 //! Array elements are never left out. Whether a value is "empty" is decided by [`shape`],
@@ -62,7 +62,7 @@ enum Mode {
     Metadata,
     /// The object itself: gets `apiVersion` and `kind`.
     Top(Kind),
-    /// The object's own metadata: empty strings, `selfLink` and `managedFields` go.
+    /// The object's own metadata: empty strings and `selfLink` go.
     TopMetadata,
 }
 
@@ -88,7 +88,7 @@ impl Mode {
 
     /// Whether member `key` is left out whatever its value.
     fn drops(self, key: &str) -> bool {
-        matches!(self, Mode::TopMetadata) && (key == "selfLink" || key == "managedFields")
+        matches!(self, Mode::TopMetadata) && key == "selfLink"
     }
 }
 
@@ -730,7 +730,7 @@ mod tests {
     #[test]
     fn members_are_left_out_by_the_rules() {
         let obj = json!({
-            "metadata": {"name": "p", "uid": "", "selfLink": "/x", "managedFields": [{"a": 1}],
+            "metadata": {"name": "p", "uid": "", "selfLink": "/x", "managedFields": [],
                          "labels": {"empty": ""}, "annotations": {}},
             "spec": {"template": {"metadata": {"name": "", "labels": {}}},
                      "volumes": [{"name": "v", "emptyDir": {}}], "tolerations": [],

@@ -3,6 +3,8 @@
 //! `watch-fanout`: N watchers on pods; writes one pod at a time and measures, per write, the
 //! time from the write's acknowledgement to the moment the last watcher has the event.
 //! `fill`: creates N pods with C concurrent clients (for memory figures).
+//! `status-writes`: after a `fill`, C clients patch the status of those pods round and round
+//! (the write path of the kubelets' status reports, with its field ownership).
 //! `watchers`: holds N watches open until killed (for memory figures).
 //! `proc`: CPU and disk-write figures of a process over an interval.
 //! `schedule`: scheduling throughput and create-to-bound latency on simulated nodes.
@@ -48,6 +50,15 @@ enum Cmd {
     Watchers {
         #[arg(long, default_value_t = 100)]
         watchers: usize,
+    },
+    StatusWrites {
+        /// The pods `fill` created (fill-0 ... fill-N-1).
+        #[arg(long, default_value_t = 1000)]
+        pods: usize,
+        #[arg(long, default_value_t = 10_000)]
+        writes: usize,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
     },
     Schedule {
         /// Wait for this many Ready nodes first (`skiff-agent --simulate N`).
@@ -285,6 +296,54 @@ async fn fill(kubeconfig: &Option<PathBuf>, pods: usize, concurrency: usize) -> 
     Ok(())
 }
 
+async fn status_writes(
+    kubeconfig: &Option<PathBuf>,
+    pods: usize,
+    writes: usize,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let c = client(kubeconfig)?;
+        let next = next.clone();
+        tasks.push(smol::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= writes {
+                    return anyhow::Ok(());
+                }
+                // Every write changes the status: a condition's message names the write.
+                let body = serde_json::to_vec(&json!({"status": {"conditions": [
+                    {"type": "Ready", "status": "False", "message": format!("write {i}")}
+                ]}}))?;
+                let path = format!("{PODS}/fill-{}/status", i % pods);
+                let r = c
+                    .request(
+                        "PATCH",
+                        &path,
+                        Some(("application/strategic-merge-patch+json", body)),
+                        "application/json",
+                    )
+                    .await?;
+                if r.status != 200 {
+                    bail!("status patch answered {}", r.status);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{writes} status writes in {secs:.1} s ({:.0}/s)",
+        writes as f64 / secs
+    );
+    Ok(())
+}
+
 async fn hold_watchers(kubeconfig: &Option<PathBuf>, watchers: usize) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for _ in 0..watchers {
@@ -374,6 +433,11 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Fill { pods, concurrency } => smol::block_on(fill(&cli.kubeconfig, pods, concurrency)),
         Cmd::Watchers { watchers } => smol::block_on(hold_watchers(&cli.kubeconfig, watchers)),
+        Cmd::StatusWrites {
+            pods,
+            writes,
+            concurrency,
+        } => smol::block_on(status_writes(&cli.kubeconfig, pods, writes, concurrency)),
         Cmd::Proc { pid, seconds } => proc_figures(pid, seconds),
         Cmd::PodStart {
             node,

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cli;
 pub mod controllers;
 pub mod error;
+pub mod fieldmanager;
 pub mod heartbeat;
 pub mod http;
 pub mod ipalloc;

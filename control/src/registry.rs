@@ -19,6 +19,7 @@ use api::{AnyObject, Kind};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::fieldmanager::{self, Manager, Managers, Scope};
 use crate::heartbeat::{heartbeat_only, Heartbeats};
 use crate::ipalloc::ServiceRanges;
 use crate::store::{Store, Txn};
@@ -36,8 +37,8 @@ pub enum PatchType {
     Merge,
     Json,
     StrategicMerge,
-    /// Server-side apply (`application/apply-patch+yaml`), simplified: the applied
-    /// configuration is merged like a strategic merge patch; field ownership is not tracked.
+    /// Server-side apply (`application/apply-patch+yaml`): the applied configuration is
+    /// merged like a strategic merge patch, with field ownership ([`crate::fieldmanager`]).
     Apply,
 }
 
@@ -54,6 +55,36 @@ pub struct Registry {
     default_toleration_seconds: std::sync::Arc<AtomicI64>,
     /// Where ClusterIPs and NodePorts come from; shared by every clone.
     service_ranges: std::sync::Arc<std::sync::RwLock<std::sync::Arc<ServiceRanges>>>,
+    /// Who writes through this handle, as `metadata.managedFields` names it: the
+    /// controllers by default; the API gives each request its `fieldManager`.
+    manager: std::sync::Arc<str>,
+    /// Whether main-resource writes come through the scale subresource.
+    via_scale: bool,
+}
+
+/// The manager of the server's own control loops, as Kubernetes names them.
+pub const CONTROLLER_MANAGER: &str = "kube-controller-manager";
+
+/// How a write records field ownership.
+enum Ownership {
+    /// Leave `managedFields` as they are (Kubernetes' binding does not record a manager).
+    Keep,
+    /// A non-apply write: the manager takes the fields it changed.
+    Update(Manager),
+    /// A server-side apply, already worked out.
+    Applied(Managers),
+}
+
+fn scope_of(part: Part) -> Scope {
+    match part {
+        Part::Main => Scope::Main,
+        Part::Status => Scope::Status,
+    }
+}
+
+/// The managers stored on an object (none when they cannot be read).
+fn managers_of<K: Resource>(obj: &K) -> Managers {
+    Managers::decode(obj.meta().managed_fields.as_ref()).unwrap_or_default()
 }
 
 /// The finalizer of a foreground deletion: the owner stays until its blocking dependents
@@ -333,12 +364,14 @@ fn apply_update<K: Resource>(
     old: K,
     new: K,
     part: Part,
+    ownership: Ownership,
 ) -> Result<K, ApiError> {
-    apply_update_checked(txn, beats, ranges, old, new, part, true)
+    apply_update_checked(txn, beats, ranges, old, new, part, true, ownership)
 }
 
 /// [`apply_update`], optionally without the immutable-field rules (binding sets the otherwise
 /// immutable `spec.nodeName`).
+#[allow(clippy::too_many_arguments)]
 fn apply_update_checked<K: Resource>(
     txn: &mut Txn,
     beats: &Heartbeats,
@@ -347,6 +380,7 @@ fn apply_update_checked<K: Resource>(
     mut new: K,
     part: Part,
     check_immutable: bool,
+    ownership: Ownership,
 ) -> Result<K, ApiError> {
     let name = old.meta().name.clone();
     let rv = new.meta().resource_version.clone();
@@ -391,6 +425,22 @@ fn apply_update_checked<K: Resource>(
         n.generation = o.generation;
         n.self_link = None;
     }
+    // Managers a writer sends along replace the stored ones when they are well formed (as
+    // in Kubernetes); an apply brings its own; otherwise they stay.
+    let base = match ownership {
+        Ownership::Applied(ref m) if m.same_but_times(&managers_of(&old)) => None,
+        Ownership::Applied(ref m) => Some(m.encode()),
+        _ => new
+            .meta()
+            .managed_fields
+            .clone()
+            .filter(|v| Managers::decode(Some(v)).is_some_and(|m| !m.0.is_empty()))
+            .map(Some),
+    };
+    new.meta_mut().managed_fields = match base {
+        Some(m) => m,
+        None => old.meta().managed_fields.clone(),
+    };
     // A status write kept the stored spec, so only a main write can change the generation.
     if part == Part::Main && new.spec_fingerprint() != old.spec_fingerprint() {
         new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);
@@ -417,11 +467,34 @@ fn apply_update_checked<K: Resource>(
             }
         }
     }
+    if let Ownership::Update(who) = &ownership {
+        let mut managers = managers_of(&new);
+        managers.update(
+            Some(&codec::to_json(&old)),
+            &codec::to_json(&new),
+            who,
+            &K::KIND.info().api_version(),
+            Time::now(),
+        );
+        new.meta_mut().managed_fields = managers.encode();
+    }
     let ns = new.meta().namespace().to_string();
     if ready_to_remove(&new) {
         return typed(txn.delete(K::KIND, &ns, &name)?);
     }
     typed(txn.put(new.into_any())?)
+}
+
+/// kube-apiserver's answer to an apply that would take fields from other managers.
+fn conflict_error(c: &fieldmanager::Conflicts) -> ApiError {
+    ApiError::from_status(
+        api::meta::Status::failure(409, "Conflict", c.message()).with_details(
+            api::meta::StatusDetails {
+                causes: c.causes(),
+                ..Default::default()
+            },
+        ),
+    )
 }
 
 fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Result<Value, ApiError> {
@@ -470,7 +543,34 @@ impl Registry {
             heartbeats: Default::default(),
             default_toleration_seconds: std::sync::Arc::new(AtomicI64::new(300)),
             service_ranges: Default::default(),
+            manager: CONTROLLER_MANAGER.into(),
+            via_scale: false,
         }
+    }
+
+    /// This registry writing as `manager` (the `fieldManager` of `metadata.managedFields`).
+    pub fn with_manager(&self, manager: &str) -> Registry {
+        Registry {
+            manager: manager.into(),
+            ..self.clone()
+        }
+    }
+
+    /// This registry writing through the scale subresource (its writes are recorded as
+    /// `subresource: scale`).
+    pub fn via_scale(&self) -> Registry {
+        Registry {
+            via_scale: true,
+            ..self.clone()
+        }
+    }
+
+    fn manager(&self, part: Part) -> Manager {
+        let scope = match scope_of(part) {
+            Scope::Main if self.via_scale => Scope::Scale,
+            other => other,
+        };
+        Manager::new(&*self.manager, scope)
     }
 
     /// Sets where ClusterIPs and NodePorts come from (`--service-cidr`,
@@ -508,9 +608,29 @@ impl Registry {
             .await
     }
 
-    /// A create's work before the write: namespace, defaults, identity, validation. Answers
-    /// the object and whether its name is generated.
+    /// A create's work before the write: namespace, defaults, identity, validation, and the
+    /// creator's ownership of every field it set. Answers the object and whether its name is
+    /// generated.
     fn prepare_create<K: Resource>(
+        &self,
+        obj: K,
+        path_ns: Option<&str>,
+    ) -> Result<(K, bool), ApiError> {
+        let (mut obj, generate) = self.prepare_create_unowned(obj, path_ns)?;
+        let mut managers = Managers::default();
+        managers.update(
+            None,
+            &codec::to_json(&obj),
+            &self.manager(Part::Main),
+            &K::KIND.info().api_version(),
+            Time::now(),
+        );
+        obj.meta_mut().managed_fields = managers.encode();
+        Ok((obj, generate))
+    }
+
+    /// [`Registry::prepare_create`] without managers.
+    fn prepare_create_unowned<K: Resource>(
         &self,
         mut obj: K,
         path_ns: Option<&str>,
@@ -534,6 +654,7 @@ impl Registry {
             meta.deletion_grace_period_seconds = None;
             meta.generation = Some(1);
             meta.self_link = None;
+            meta.managed_fields = None;
         }
         let generate = obj.meta().name.is_empty()
             && obj
@@ -571,11 +692,12 @@ impl Registry {
         let name = name.to_string();
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
+        let who = Ownership::Update(self.manager(part));
         self.store
             .write(move |txn| {
                 let ns = obj.meta().namespace().to_string();
                 let old: K = get_existing(txn, &ns, &name)?;
-                apply_update(txn, &beats, &ranges, old, obj, part)
+                apply_update(txn, &beats, &ranges, old, obj, part, who)
             })
             .await
     }
@@ -589,9 +711,16 @@ impl Registry {
         patch: Vec<u8>,
         part: Part,
     ) -> Result<K, ApiError> {
+        if patch_type == PatchType::Apply {
+            return self
+                .apply(ns, name, &patch, false, part)
+                .await
+                .map(|(obj, _)| obj);
+        }
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
+        let who = Ownership::Update(self.manager(part));
         self.store
             .write(move |txn| {
                 let old: K = get_existing(txn, &ns, &name)?;
@@ -613,7 +742,128 @@ impl Registry {
                 if new.meta().resource_version.is_empty() {
                     new.meta_mut().resource_version = old.meta().resource_version.clone();
                 }
-                apply_update(txn, &beats, &ranges, old, new, part)
+                apply_update(txn, &beats, &ranges, old, new, part, who)
+            })
+            .await
+    }
+
+    /// Server-side apply of `body` (YAML or JSON) by this registry's manager: creates the
+    /// object from the applied configuration when it does not exist (main resource only),
+    /// otherwise merges it in with field ownership; a change to a field another manager owns
+    /// is a conflict unless `force`. Answers the object and whether it was created.
+    pub async fn apply<K: Resource>(
+        &self,
+        ns: &str,
+        name: &str,
+        body: &[u8],
+        force: bool,
+        part: Part,
+    ) -> Result<(K, bool), ApiError> {
+        let mut config =
+            codec::parse_yaml(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let Some(meta) = config
+            .as_object_mut()
+            .map(|o| {
+                o.entry("metadata")
+                    .or_insert_with(|| Value::Object(Default::default()))
+            })
+            .and_then(Value::as_object_mut)
+        else {
+            return Err(ApiError::bad_request(
+                "the applied configuration must be an object with an object metadata",
+            ));
+        };
+        if meta.get("managedFields").is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        match meta.get("name").and_then(Value::as_str) {
+            None | Some("") => {
+                meta.insert("name".into(), Value::String(name.to_string()));
+            }
+            Some(n) if n != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )))
+            }
+            Some(_) => {}
+        }
+        let who = self.manager(part);
+        let api_version = K::KIND.info().api_version();
+        if part == Part::Main && matches!(self.get::<K>(ns, name).await, Err(e) if e.code() == 404)
+        {
+            let obj: K = decode(config.clone())?;
+            let path_ns = Some(ns).filter(|n| !n.is_empty());
+            let (mut obj, _) = self.prepare_create_unowned(obj, path_ns)?;
+            let mut managers = Managers::default();
+            let empty = Value::Object(Default::default());
+            managers
+                .apply(
+                    &empty,
+                    &config,
+                    config.clone(),
+                    &who,
+                    &api_version,
+                    force,
+                    Time::now(),
+                )
+                .map_err(|c| conflict_error(&c))?;
+            obj.meta_mut().managed_fields = managers.encode();
+            let ranges = self.service_ranges();
+            let created = self
+                .store
+                .write(move |txn| create_in(txn, &ranges, obj, false))
+                .await?;
+            return Ok((created, true));
+        }
+        let (ns, name) = (ns.to_string(), name.to_string());
+        let beats = self.heartbeats.clone();
+        let ranges = self.service_ranges();
+        self.store
+            .write(move |txn| {
+                let old: K = get_existing(txn, &ns, &name)?;
+                let live = codec::to_json(&old);
+                let mut merged = live.clone();
+                crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
+                let before = managers_of(&old);
+                let mut managers = before.clone();
+                let now = Time::now();
+                let mut merged = match managers.apply(
+                    &live,
+                    &config,
+                    merged.clone(),
+                    &who,
+                    &api_version,
+                    force,
+                    now,
+                ) {
+                    Ok(m) => m,
+                    // kubectl's server-side apply takes over what it applied client-side.
+                    Err(c)
+                        if who.name == fieldmanager::KUBECTL_APPLY
+                            && fieldmanager::last_applied_fields(&live, who.scope)
+                                .is_some_and(|allowed| c.within(&allowed)) =>
+                    {
+                        managers = before;
+                        managers
+                            .apply(&live, &config, merged, &who, &api_version, true, now)
+                            .map_err(|c| conflict_error(&c))?
+                    }
+                    Err(c) => return Err(conflict_error(&c)),
+                };
+                if who.name == fieldmanager::KUBECTL_APPLY {
+                    fieldmanager::sync_last_applied(&mut merged, &config);
+                }
+                let mut new: K = decode(merged)?;
+                if K::KIND.info().namespaced && new.meta().namespace() != ns {
+                    return Err(ApiError::bad_request(
+                        "metadata.namespace may not be changed by a patch",
+                    ));
+                }
+                if new.meta().resource_version.is_empty() {
+                    new.meta_mut().resource_version = old.meta().resource_version.clone();
+                }
+                let ownership = Ownership::Applied(managers);
+                apply_update(txn, &beats, &ranges, old, new, part, ownership).map(|o| (o, false))
             })
             .await
     }
@@ -629,12 +879,13 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
+        let who = Ownership::Update(self.manager(part));
         self.store
             .write(move |txn| {
                 let old: K = get_existing(txn, &ns, &name)?;
                 let mut new = old.clone();
                 f(&mut new)?;
-                apply_update(txn, &beats, &ranges, old, new, part)
+                apply_update(txn, &beats, &ranges, old, new, part, who)
             })
             .await
     }
@@ -685,7 +936,16 @@ impl Registry {
                 crate::scheduler::set_scheduled_condition(&mut base.status, "True", None, None);
                 let mut new = base.clone();
                 new.spec.node_name = Some(node);
-                apply_update_checked(txn, &beats, &ranges, base, new, Part::Main, false)?;
+                apply_update_checked(
+                    txn,
+                    &beats,
+                    &ranges,
+                    base,
+                    new,
+                    Part::Main,
+                    false,
+                    Ownership::Keep,
+                )?;
                 if let Some((event, generate)) = event {
                     // Nothing of a failed create reaches the transaction.
                     if let Err(e) = create_in(txn, &ranges, event, generate) {

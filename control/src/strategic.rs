@@ -5,9 +5,10 @@
 
 use serde_json::{Map, Value};
 
-/// How a list at a path merges.
-#[derive(Debug, PartialEq)]
-enum ListStrategy {
+/// How a list at a path merges. Server-side apply reads the same table for its field sets
+/// (`MergeBy` is Kubernetes' `listType=map`, `Set` is `listType=set`, `Replace` is atomic).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ListStrategy {
     /// Replace the whole list (Kubernetes' default for lists without a strategy).
     Replace,
     /// Merge objects by this key.
@@ -18,7 +19,7 @@ enum ListStrategy {
 
 /// The list strategy for a field, decided by the field and its parent field (Kubernetes keys
 /// merge strategies by type; the parent field identifies the type well enough here).
-fn strategy(parent: Option<&str>, field: &str) -> ListStrategy {
+pub(crate) fn strategy(parent: Option<&str>, field: &str) -> ListStrategy {
     use ListStrategy::*;
     match (parent, field) {
         (_, "containers" | "initContainers" | "ephemeralContainers") => MergeBy("name"),

@@ -210,7 +210,11 @@ pub async fn heartbeat(
     let patch = serde_json::json!({
         "status": { "conditions": [serde_json::to_value(&cond).unwrap_or_default()] }
     });
-    let path = format!("{}/status", resource_path(Kind::Node, None, Some(name)));
+    // Recorded as the kubelet's in managedFields, as Kubernetes names it.
+    let path = format!(
+        "{}/status?fieldManager=kubelet",
+        resource_path(Kind::Node, None, Some(name))
+    );
     let body = serde_json::to_vec(&patch).map_err(|e| ClientError::Decode(e.to_string()))?;
     let resp = client
         .request(

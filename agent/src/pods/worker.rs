@@ -1474,8 +1474,9 @@ impl Worker {
     }
 
     async fn send_status(&self, status: &PodStatus) -> Result<(), ClientError> {
+        // Recorded as the kubelet's in managedFields, as Kubernetes names it.
         let path = format!(
-            "{}/status",
+            "{}/status?fieldManager=kubelet",
             resource_path(
                 Kind::Pod,
                 Some(self.pod.metadata.namespace()),

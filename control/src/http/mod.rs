@@ -718,7 +718,7 @@ async fn resource<K: Resource>(
         }
         (Method::Post, None, None) => {
             let obj: K = decode_body(req, &body)?;
-            let created = state.registry.create(obj, ns.as_deref()).await?;
+            let created = writer(state, req)?.create(obj, ns.as_deref()).await?;
             Ok(object_response(
                 req,
                 StatusCode::Created,
@@ -746,8 +746,7 @@ async fn resource<K: Resource>(
         }
         (Method::Put, Some(name), None | Some("status") | Some("finalize")) => {
             let obj: K = decode_body(req, &body)?;
-            let updated = state
-                .registry
+            let updated = writer(state, req)?
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
             Ok(object_response(
@@ -766,7 +765,7 @@ async fn resource<K: Resource>(
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
                 .map(str::to_string);
-            let obj = set_replicas::<K>(state, &ns_str, name, replicas, rv).await?;
+            let obj = set_replicas::<K>(state, req, &ns_str, name, replicas, rv).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Patch, Some(name), Some("scale")) => {
@@ -787,30 +786,39 @@ async fn resource<K: Resource>(
                 .pointer("/spec/replicas")
                 .and_then(Value::as_i64)
                 .ok_or_else(|| ApiError::bad_request("a Scale needs spec.replicas"))?;
-            let obj = set_replicas::<K>(state, &ns_str, name, replicas, None).await?;
+            let obj = set_replicas::<K>(state, req, &ns_str, name, replicas, None).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Patch, Some(name), None | Some("status")) => {
             let pt = patch_type(req)?;
-            if pt == PatchType::Apply && part == Part::Main {
+            let force = query(req, "force");
+            if pt == PatchType::Apply {
                 // Server-side apply creates what does not exist yet.
-                let exists = state.registry.get::<K>(&ns_str, name).await;
-                if matches!(&exists, Err(e) if e.code() == 404) {
-                    let mut value = api::codec::parse_yaml(&body)
-                        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                    if value.pointer("/metadata/name").is_none() {
-                        value["metadata"]["name"] = json!(name);
-                    }
-                    let obj: K = registry::decode(value)?;
-                    let created = state.registry.create(obj, ns.as_deref()).await?;
-                    return Ok(object_response(
-                        req,
-                        StatusCode::Created,
-                        &api::codec::json(&created),
+                let Some(manager) = query(req, "fieldManager").filter(|m| !m.is_empty()) else {
+                    return Err(invalid_patch_options(
+                        "fieldManager: Required value: is required for apply patch",
                     ));
-                }
+                };
+                let force = force.is_some_and(|f| f == "true" || f == "1");
+                let registry = state.registry.with_manager(&manager);
+                let (obj, created) = registry
+                    .apply::<K>(&ns_str, name, &body, force, part)
+                    .await?;
+                let code = if created {
+                    StatusCode::Created
+                } else {
+                    StatusCode::Ok
+                };
+                return Ok(object_response(req, code, &api::codec::json(&obj)));
             }
-            let patched: K = state.registry.patch(&ns_str, name, pt, body, part).await?;
+            if force.is_some() {
+                return Err(invalid_patch_options(
+                    "force: Forbidden: may not be specified for non-apply patch",
+                ));
+            }
+            let patched: K = writer(state, req)?
+                .patch(&ns_str, name, pt, body, part)
+                .await?;
             Ok(object_response(
                 req,
                 StatusCode::Ok,
@@ -853,6 +861,32 @@ async fn resource<K: Resource>(
             sub.map(|s| format!("/{s}")).unwrap_or_default()
         ))),
     }
+}
+
+/// The registry as the request's field manager: `fieldManager`, else the User-Agent's
+/// product name (kube-apiserver's default).
+fn writer(state: &State, req: &tide::Request<State>) -> Result<Registry, ApiError> {
+    let manager = match query(req, "fieldManager") {
+        Some(m) if m.chars().count() > 128 => {
+            return Err(ApiError::bad_request(
+                "fieldManager: Too long: may not be more than 128 bytes",
+            ))
+        }
+        Some(m) if !m.is_empty() => m,
+        _ => crate::fieldmanager::manager_from_user_agent(
+            &header(req, "User-Agent").unwrap_or_default(),
+        ),
+    };
+    Ok(state.registry.with_manager(&manager))
+}
+
+/// A PatchOptions that kube-apiserver refuses (422 Invalid).
+fn invalid_patch_options(cause: &str) -> ApiError {
+    ApiError::from_status(api::meta::Status::failure(
+        422,
+        "Invalid",
+        format!("PatchOptions.meta.k8s.io \"\" is invalid: {cause}"),
+    ))
 }
 
 fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptions, ApiError> {
@@ -906,6 +940,7 @@ fn scale_of(obj: &AnyObject) -> Value {
 
 async fn set_replicas<K: Resource>(
     state: &State,
+    req: &tide::Request<State>,
     ns: &str,
     name: &str,
     replicas: i64,
@@ -913,8 +948,8 @@ async fn set_replicas<K: Resource>(
 ) -> Result<K, ApiError> {
     let patch = json!({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": rv}});
     let body = serde_json::to_vec(&patch).unwrap_or_default();
-    state
-        .registry
+    writer(state, req)?
+        .via_scale()
         .patch::<K>(ns, name, PatchType::Merge, body, Part::Main)
         .await
 }

@@ -276,9 +276,10 @@ pub fn start(ctx: &Context) {
     let changes = ctx.informers.subscribe(&[Kind::Node, Kind::Pod]);
     let (tx, rx) = async_channel::unbounded();
     let scheduler = Scheduler {
-        registry: ctx.registry.clone(),
+        // Its writes are kube-scheduler's in managedFields, as in Kubernetes.
+        registry: ctx.registry.with_manager("kube-scheduler"),
         informers: ctx.informers.clone(),
-        recorder: Recorder::start(ctx.registry.clone(), SCHEDULER_NAME),
+        recorder: Recorder::start(ctx.registry.with_manager("kube-scheduler"), SCHEDULER_NAME),
         state: ClusterState::default(),
         pending: HashMap::new(),
         active: VecDeque::new(),

@@ -1,0 +1,1176 @@
+//! Field ownership (`metadata.managedFields`), as Kubernetes' structured-merge-diff keeps it.
+//!
+//! Every write names a manager. A server-side apply (operation `Apply`) owns exactly the
+//! fields of its applied configuration: fields it set before and leaves out now are removed
+//! from the object unless another manager owns them, and changing a field another manager
+//! owns is a conflict unless forced (then ownership moves). Every other write (operation
+//! `Update`) takes ownership of the fields it changed, away from everyone else.
+//!
+//! Which lists are maps keyed by which fields, which are sets and which are atomic comes
+//! from the strategic merge table ([`crate::strategic::strategy`]): the two agree in
+//! Kubernetes too (`patchMergeKey` and `listMapKey` name the same keys).
+//!
+//! Field sets work on the JSON form of objects; the stored form of `managedFields` is its
+//! JSON shape in an [`Opaque`], so the stored encoding of `ObjectMeta` does not change.
+
+use std::collections::btree_map::Entry as MapEntry;
+use std::collections::BTreeMap;
+
+use api::meta::{Opaque, Time};
+use serde_json::{Map, Value};
+
+use crate::strategic::{strategy, ListStrategy};
+
+/// A set of field paths: a tree keyed by FieldsV1 path elements, `f:<field>`, `k:<key as
+/// JSON>` (an element of a keyed list) and `v:<value as JSON>` (an element of a set). The
+/// tree never keeps an empty node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FieldSet {
+    /// Whether the path of this node is itself in the set.
+    member: bool,
+    children: BTreeMap<String, FieldSet>,
+}
+
+impl FieldSet {
+    fn leaf() -> FieldSet {
+        FieldSet {
+            member: true,
+            children: BTreeMap::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.member && self.children.is_empty()
+    }
+
+    /// Adds `child` under `element` (nothing when it is empty).
+    fn put(&mut self, element: String, child: FieldSet) {
+        if child.is_empty() {
+            return;
+        }
+        match self.children.entry(element) {
+            MapEntry::Vacant(e) => {
+                e.insert(child);
+            }
+            MapEntry::Occupied(mut e) => e.get_mut().union(&child),
+        }
+    }
+
+    pub fn union(&mut self, other: &FieldSet) {
+        self.member |= other.member;
+        for (k, c) in &other.children {
+            match self.children.get_mut(k) {
+                Some(mine) => mine.union(c),
+                None => {
+                    self.children.insert(k.clone(), c.clone());
+                }
+            }
+        }
+    }
+
+    pub fn difference(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet {
+            member: self.member && !other.member,
+            children: BTreeMap::new(),
+        };
+        for (k, c) in &self.children {
+            let d = match other.children.get(k) {
+                Some(o) => c.difference(o),
+                None => c.clone(),
+            };
+            out.put(k.clone(), d);
+        }
+        out
+    }
+
+    pub fn intersection(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet {
+            member: self.member && other.member,
+            children: BTreeMap::new(),
+        };
+        for (k, c) in &self.children {
+            if let Some(o) = other.children.get(k) {
+                out.put(k.clone(), c.intersection(o));
+            }
+        }
+        out
+    }
+
+    /// The member paths in Kubernetes' notation: `.spec.replicas`,
+    /// `.spec.template.spec.containers[name="web"].image`, `.metadata.finalizers[="x"]`.
+    pub fn paths(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.collect_paths(&mut String::new(), &mut out);
+        out
+    }
+
+    fn collect_paths(&self, prefix: &mut String, out: &mut Vec<String>) {
+        if self.member {
+            out.push(prefix.clone());
+        }
+        for (element, child) in &self.children {
+            let len = prefix.len();
+            push_path_element(prefix, element);
+            child.collect_paths(prefix, out);
+            prefix.truncate(len);
+        }
+    }
+
+    /// The FieldsV1 JSON of this set (`{"f:spec":{"f:replicas":{}}}`).
+    pub fn to_fields_v1(&self) -> Opaque {
+        let mut m = BTreeMap::new();
+        for (k, c) in &self.children {
+            m.insert(k.clone(), c.to_fields_v1());
+        }
+        if self.member && !self.children.is_empty() {
+            m.insert(".".into(), Opaque::Object(BTreeMap::new()));
+        }
+        Opaque::Object(m)
+    }
+
+    /// Reads FieldsV1 JSON; `None` when it is not a FieldsV1 tree.
+    pub fn from_fields_v1(v: &Opaque) -> Option<FieldSet> {
+        let mut set = FieldSet::from_node(v)?;
+        // The root path (the whole object) is never a member.
+        set.member = false;
+        Some(set)
+    }
+
+    fn from_node(v: &Opaque) -> Option<FieldSet> {
+        let Opaque::Object(m) = v else { return None };
+        let mut out = FieldSet {
+            member: m.is_empty(),
+            children: BTreeMap::new(),
+        };
+        for (k, c) in m {
+            if k == "." {
+                out.member = true;
+            } else if k.starts_with("f:")
+                || k.starts_with("k:")
+                || k.starts_with("v:")
+                || k.starts_with("i:")
+            {
+                out.children.insert(k.clone(), FieldSet::from_node(c)?);
+            } else {
+                return None;
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Appends one FieldsV1 path element in Kubernetes' path notation.
+fn push_path_element(out: &mut String, element: &str) {
+    if let Some(name) = element.strip_prefix("f:") {
+        out.push('.');
+        out.push_str(name);
+    } else if let Some(key) = element.strip_prefix("k:") {
+        out.push('[');
+        match serde_json::from_str::<Map<String, Value>>(key) {
+            Ok(fields) => {
+                let parts: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                out.push_str(&parts.join(","));
+            }
+            Err(_) => out.push_str(key),
+        }
+        out.push(']');
+    } else if let Some(value) = element.strip_prefix("v:") {
+        out.push_str("[=");
+        out.push_str(value);
+        out.push(']');
+    } else if let Some(index) = element.strip_prefix("i:") {
+        out.push('[');
+        out.push_str(index);
+        out.push(']');
+    }
+}
+
+fn field_element(name: &str) -> String {
+    let mut s = String::with_capacity(name.len() + 2);
+    s.push_str("f:");
+    s.push_str(name);
+    s
+}
+
+fn key_element(key: &str, value: &Value) -> String {
+    let mut m = Map::new();
+    m.insert(key.to_string(), value.clone());
+    format!("k:{}", Value::Object(m))
+}
+
+fn value_element(value: &Value) -> String {
+    format!("v:{value}")
+}
+
+/// Maps that Kubernetes declares atomic (`+mapType=atomic`, `+structType=atomic`): owned
+/// whole. Label selectors and node selectors.
+fn atomic_map(field: &str) -> bool {
+    matches!(field, "selector" | "nodeSelector")
+}
+
+/// Which part of an object a write may own: the main resource's writes never own the status,
+/// and status writes own only the status (Kubernetes' reset fields). Writes through the scale
+/// subresource own what they change of the main resource, recorded as `subresource: scale`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Main,
+    Scale,
+    Status,
+}
+
+/// What is skipped at a level of the object.
+#[derive(Clone, Copy)]
+enum Filter {
+    All,
+    Root(Scope),
+    RootMetadata,
+}
+
+impl Filter {
+    fn keeps(self, key: &str) -> bool {
+        match self {
+            Filter::All => true,
+            Filter::Root(scope) => match key {
+                "apiVersion" | "kind" => false,
+                "status" => scope == Scope::Status,
+                _ => scope != Scope::Status,
+            },
+            // Server-owned metadata nobody manages (Kubernetes' stripped fields).
+            Filter::RootMetadata => !matches!(
+                key,
+                "name"
+                    | "namespace"
+                    | "creationTimestamp"
+                    | "selfLink"
+                    | "uid"
+                    | "generation"
+                    | "managedFields"
+                    | "resourceVersion"
+                    | "deletionTimestamp"
+                    | "deletionGracePeriodSeconds"
+            ),
+        }
+    }
+
+    fn child(self, key: &str) -> Filter {
+        match (self, key) {
+            (Filter::Root(_), "metadata") => Filter::RootMetadata,
+            _ => Filter::All,
+        }
+    }
+}
+
+/// What a member's value is, for ownership.
+enum Node<'a> {
+    /// Owned whole: scalars, null, empty maps, atomic lists and maps.
+    Leaf,
+    Map(&'a Map<String, Value>),
+    /// A list of objects keyed by a field.
+    Keyed(&'a [Value], &'static str),
+    /// A list of distinct scalars.
+    Set(&'a [Value]),
+}
+
+fn node<'a>(parent: Option<&str>, field: &str, v: &'a Value) -> Node<'a> {
+    match v {
+        Value::Object(m) if !m.is_empty() && !atomic_map(field) => Node::Map(m),
+        Value::Array(items) => match strategy(parent, field) {
+            ListStrategy::MergeBy(key) if items.iter().all(|i| i.get(key).is_some()) => {
+                Node::Keyed(items, key)
+            }
+            ListStrategy::Set if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
+                Node::Set(items)
+            }
+            _ => Node::Leaf,
+        },
+        _ => Node::Leaf,
+    }
+}
+
+/// The field set of a whole object (what an applied configuration owns).
+pub fn field_set(obj: &Value, scope: Scope) -> FieldSet {
+    let mut out = FieldSet::default();
+    if let Value::Object(m) = obj {
+        collect_map(m, None, Filter::Root(scope), &mut out);
+    }
+    out
+}
+
+fn collect_map(m: &Map<String, Value>, name: Option<&str>, filter: Filter, out: &mut FieldSet) {
+    for (k, v) in m {
+        if filter.keeps(k) {
+            out.put(
+                field_element(k),
+                collect_member(name, k, v, filter.child(k)),
+            );
+        }
+    }
+}
+
+fn collect_member(parent: Option<&str>, field: &str, v: &Value, filter: Filter) -> FieldSet {
+    let mut out = FieldSet::default();
+    match node(parent, field, v) {
+        Node::Leaf => out.member = true,
+        Node::Map(m) => collect_map(m, Some(field), filter, &mut out),
+        Node::Keyed(items, key) => {
+            for item in items {
+                out.put(key_element(key, &item[key]), collect_item(field, item));
+            }
+        }
+        Node::Set(items) => {
+            for item in items {
+                out.put(value_element(item), FieldSet::leaf());
+            }
+        }
+    }
+    out
+}
+
+fn collect_item(list: &str, item: &Value) -> FieldSet {
+    let mut out = FieldSet::leaf();
+    if let Value::Object(m) = item {
+        collect_map(m, Some(list), Filter::All, &mut out);
+    }
+    out
+}
+
+/// What changed between two versions of an object.
+#[derive(Debug, Default)]
+pub struct Comparison {
+    /// Added or modified.
+    pub changed: FieldSet,
+    pub removed: FieldSet,
+}
+
+/// Compares two versions of an object, within `scope`.
+pub fn compare(old: &Value, new: &Value, scope: Scope) -> Comparison {
+    let mut c = Comparison::default();
+    let empty = Map::new();
+    let o = old.as_object().unwrap_or(&empty);
+    let n = new.as_object().unwrap_or(&empty);
+    diff_map(o, n, None, Filter::Root(scope), &mut c);
+    c
+}
+
+fn diff_map(
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+    name: Option<&str>,
+    filter: Filter,
+    out: &mut Comparison,
+) {
+    for (k, nv) in new {
+        if !filter.keeps(k) {
+            continue;
+        }
+        let ov = old.get(k);
+        if ov == Some(nv) {
+            continue;
+        }
+        let c = diff_member(name, k, ov, Some(nv), filter.child(k));
+        out.changed.put(field_element(k), c.changed);
+        out.removed.put(field_element(k), c.removed);
+    }
+    for (k, ov) in old {
+        if filter.keeps(k) && !new.contains_key(k) {
+            out.removed.put(
+                field_element(k),
+                collect_member(name, k, ov, filter.child(k)),
+            );
+        }
+    }
+}
+
+fn diff_member(
+    parent: Option<&str>,
+    field: &str,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    filter: Filter,
+) -> Comparison {
+    let mut out = Comparison::default();
+    let (o, n) = match (old, new) {
+        (None, None) => return out,
+        (None, Some(n)) => {
+            out.changed = collect_member(parent, field, n, filter);
+            return out;
+        }
+        (Some(o), None) => {
+            out.removed = collect_member(parent, field, o, filter);
+            return out;
+        }
+        (Some(o), Some(n)) => (o, n),
+    };
+    if o == n {
+        return out;
+    }
+    match (node(parent, field, o), node(parent, field, n)) {
+        (Node::Leaf, Node::Leaf) => out.changed.member = true,
+        (Node::Map(om), Node::Map(nm)) => diff_map(om, nm, Some(field), filter, &mut out),
+        (Node::Keyed(oi, ok), Node::Keyed(ni, nk)) if ok == nk => {
+            for item in ni {
+                let id = &item[nk];
+                let element = key_element(nk, id);
+                match oi.iter().find(|o| o.get(nk) == Some(id)) {
+                    None => out.changed.put(element, collect_item(field, item)),
+                    Some(before) if before == item => {}
+                    Some(before) => {
+                        let mut c = Comparison::default();
+                        if let (Value::Object(bm), Value::Object(im)) = (before, item) {
+                            diff_map(bm, im, Some(field), Filter::All, &mut c);
+                        }
+                        out.changed.put(element.clone(), c.changed);
+                        out.removed.put(element, c.removed);
+                    }
+                }
+            }
+            for before in oi {
+                let id = &before[ok];
+                if !ni.iter().any(|i| i.get(ok) == Some(id)) {
+                    out.removed
+                        .put(key_element(ok, id), collect_item(field, before));
+                }
+            }
+        }
+        (Node::Set(oi), Node::Set(ni)) => {
+            for v in ni.iter().filter(|v| !oi.contains(v)) {
+                out.changed.put(value_element(v), FieldSet::leaf());
+            }
+            for v in oi.iter().filter(|v| !ni.contains(v)) {
+                out.removed.put(value_element(v), FieldSet::leaf());
+            }
+        }
+        // The shape changed (a map became a list, a leaf a map...): all of the new is
+        // changed, and what the old had that the new lacks is removed.
+        _ => {
+            out.changed = collect_member(parent, field, n, filter);
+            out.removed = collect_member(parent, field, o, filter).difference(&out.changed);
+        }
+    }
+    out
+}
+
+/// Removes from `obj` what `drop` names and nobody in `keep` owns (neither the path nor
+/// anything under it). A map left empty by the removal goes too.
+fn prune(obj: &mut Value, drop: &FieldSet, keep: &FieldSet) {
+    if let Value::Object(m) = obj {
+        prune_map(m, None, drop, Some(keep));
+    }
+}
+
+fn prune_map(
+    m: &mut Map<String, Value>,
+    name: Option<&str>,
+    drop: &FieldSet,
+    keep: Option<&FieldSet>,
+) {
+    for (element, d) in &drop.children {
+        let Some(field) = element.strip_prefix("f:") else {
+            continue;
+        };
+        let kept = keep.and_then(|k| k.children.get(element));
+        let Some(v) = m.get_mut(field) else { continue };
+        if d.member && kept.is_none() {
+            m.remove(field);
+            continue;
+        }
+        let was_filled = matches!(v, Value::Object(o) if !o.is_empty());
+        prune_member(name, field, v, d, kept);
+        if was_filled && kept.is_none() && matches!(v, Value::Object(o) if o.is_empty()) {
+            m.remove(field);
+        }
+    }
+}
+
+fn prune_member(
+    parent: Option<&str>,
+    field: &str,
+    v: &mut Value,
+    drop: &FieldSet,
+    keep: Option<&FieldSet>,
+) {
+    match v {
+        Value::Object(m) if !atomic_map(field) => prune_map(m, Some(field), drop, keep),
+        Value::Array(items) => match strategy(parent, field) {
+            ListStrategy::MergeBy(key) => items.retain_mut(|item| {
+                let Some(id) = item.get(key) else {
+                    return true;
+                };
+                let element = key_element(key, id);
+                let Some(d) = drop.children.get(&element) else {
+                    return true;
+                };
+                let kept = keep.and_then(|k| k.children.get(&element));
+                if d.member && kept.is_none() {
+                    return false;
+                }
+                if let Value::Object(m) = item {
+                    prune_map(m, Some(field), d, kept);
+                }
+                true
+            }),
+            ListStrategy::Set => items.retain(|item| {
+                let element = value_element(item);
+                let dropped = drop.children.get(&element).is_some_and(|d| d.member);
+                let kept = keep.is_some_and(|k| k.children.contains_key(&element));
+                !dropped || kept
+            }),
+            ListStrategy::Replace => {}
+        },
+        _ => {}
+    }
+}
+
+/// A managedFields entry's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Operation {
+    Apply,
+    Update,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::Apply => "Apply",
+            Operation::Update => "Update",
+        }
+    }
+}
+
+/// One managedFields entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub manager: String,
+    pub operation: Operation,
+    pub api_version: String,
+    pub time: Option<Time>,
+    /// "" for the main resource.
+    pub subresource: String,
+    pub fields: FieldSet,
+}
+
+impl Entry {
+    /// Whether this entry is the one `who` writes to (Kubernetes' manager identifier:
+    /// manager, operation and subresource; we serve one version per kind).
+    fn is(&self, who: &Manager, operation: Operation) -> bool {
+        self.operation == operation
+            && self.manager == who.name
+            && self.subresource == who.subresource()
+    }
+
+    /// How a conflict names this manager: `"kubectl" using apps/v1` for an updater,
+    /// `"kubectl"` for an applier, with the subresource if any.
+    fn describe(&self) -> String {
+        let mut s = format!("{:?}", self.manager);
+        if !self.subresource.is_empty() {
+            s.push_str(&format!(" with subresource {:?}", self.subresource));
+        }
+        if self.operation == Operation::Update {
+            s.push_str(&format!(" using {}", self.api_version));
+        }
+        s
+    }
+
+    fn decode(v: &Opaque) -> Option<Entry> {
+        let Opaque::Object(m) = v else { return None };
+        let text = |k: &str| match m.get(k) {
+            Some(Opaque::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let operation = match text("operation")?.as_str() {
+            "Apply" => Operation::Apply,
+            "Update" => Operation::Update,
+            _ => return None,
+        };
+        let fields = match m.get("fieldsV1") {
+            Some(f) => FieldSet::from_fields_v1(f)?,
+            None => FieldSet::default(),
+        };
+        Some(Entry {
+            manager: text("manager").unwrap_or_default(),
+            operation,
+            api_version: text("apiVersion").unwrap_or_default(),
+            time: text("time").and_then(|t| Time::parse(&t).ok()),
+            subresource: text("subresource").unwrap_or_default(),
+            fields,
+        })
+    }
+
+    fn encode(&self) -> Opaque {
+        let mut m = BTreeMap::new();
+        let s = |v: &str| Opaque::String(v.to_string());
+        m.insert("manager".into(), s(&self.manager));
+        m.insert("operation".into(), s(self.operation.as_str()));
+        m.insert("apiVersion".into(), s(&self.api_version));
+        if let Some(t) = self.time {
+            m.insert("time".into(), s(&t.to_string()));
+        }
+        m.insert("fieldsType".into(), s("FieldsV1"));
+        m.insert("fieldsV1".into(), self.fields.to_fields_v1());
+        if !self.subresource.is_empty() {
+            m.insert("subresource".into(), s(&self.subresource));
+        }
+        Opaque::Object(m)
+    }
+}
+
+/// Who writes, as managedFields names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manager {
+    pub name: String,
+    pub scope: Scope,
+}
+
+impl Manager {
+    pub fn new(name: impl Into<String>, scope: Scope) -> Manager {
+        Manager {
+            name: name.into(),
+            scope,
+        }
+    }
+
+    fn subresource(&self) -> &'static str {
+        match self.scope {
+            Scope::Main => "",
+            Scope::Scale => "scale",
+            Scope::Status => "status",
+        }
+    }
+}
+
+/// The manager Kubernetes names for a request without `fieldManager`: the User-Agent up to
+/// its first `/` (kubectl sends `kubectl/v1.32.0 (linux/amd64) kubernetes/...`), at most
+/// 128 characters.
+pub fn manager_from_user_agent(user_agent: &str) -> String {
+    let prefix = user_agent.split('/').next().unwrap_or("");
+    prefix.chars().take(128).collect()
+}
+
+/// The managers of an object.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Managers(pub Vec<Entry>);
+
+impl Managers {
+    /// Reads `metadata.managedFields`; `None` when it is malformed.
+    pub fn decode(v: Option<&Opaque>) -> Option<Managers> {
+        match v {
+            None | Some(Opaque::Null) => Some(Managers::default()),
+            Some(Opaque::Array(items)) => items
+                .iter()
+                .map(Entry::decode)
+                .collect::<Option<Vec<_>>>()
+                .map(Managers),
+            Some(_) => None,
+        }
+    }
+
+    /// `metadata.managedFields` in Kubernetes' order (operation, time, manager); `None` when
+    /// nobody manages anything.
+    pub fn encode(&self) -> Option<Opaque> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let mut entries: Vec<&Entry> = self.0.iter().collect();
+        entries.sort_by(|p, q| {
+            (
+                p.operation,
+                p.time,
+                &p.manager,
+                &p.api_version,
+                &p.subresource,
+            )
+                .cmp(&(
+                    q.operation,
+                    q.time,
+                    &q.manager,
+                    &q.api_version,
+                    &q.subresource,
+                ))
+        });
+        Some(Opaque::Array(
+            entries.into_iter().map(Entry::encode).collect(),
+        ))
+    }
+
+    /// Whether the two name the same managers and fields, whatever their times.
+    pub fn same_but_times(&self, other: &Managers) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().all(|e| {
+                other.0.iter().any(|o| {
+                    o.manager == e.manager
+                        && o.operation == e.operation
+                        && o.subresource == e.subresource
+                        && o.api_version == e.api_version
+                        && o.fields == e.fields
+                })
+            })
+    }
+
+    /// A non-apply write by `who` changed `old` into `new` (`None` for a create): `who` owns
+    /// what changed, and nobody else does any longer.
+    pub fn update(
+        &mut self,
+        old: Option<&Value>,
+        new: &Value,
+        who: &Manager,
+        api_version: &str,
+        now: Time,
+    ) {
+        let c = match old {
+            Some(old) => compare(old, new, who.scope),
+            None => Comparison {
+                changed: field_set(new, who.scope),
+                removed: FieldSet::default(),
+            },
+        };
+        if c.changed.is_empty() && c.removed.is_empty() {
+            return;
+        }
+        let touched = {
+            let mut t = c.changed.clone();
+            t.union(&c.removed);
+            t
+        };
+        for e in self.0.iter_mut() {
+            if !e.is(who, Operation::Update) {
+                e.fields = e.fields.difference(&touched);
+            }
+        }
+        match self.0.iter_mut().find(|e| e.is(who, Operation::Update)) {
+            Some(e) => {
+                let mut fields = e.fields.difference(&c.removed);
+                fields.union(&c.changed);
+                e.fields = fields;
+                e.time = Some(now);
+                e.api_version = api_version.to_string();
+            }
+            None => self.0.push(Entry {
+                manager: who.name.clone(),
+                operation: Operation::Update,
+                api_version: api_version.to_string(),
+                time: Some(now),
+                subresource: who.subresource().to_string(),
+                fields: c.changed,
+            }),
+        }
+        self.0.retain(|e| !e.fields.is_empty());
+    }
+
+    /// A server-side apply by `who` of `config` onto `live`, already merged into `merged`.
+    /// Answers the object with what `who` no longer applies (and nobody else owns) pruned, or
+    /// the conflicts when `force` is not set.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        &mut self,
+        live: &Value,
+        config: &Value,
+        mut merged: Value,
+        who: &Manager,
+        api_version: &str,
+        force: bool,
+        now: Time,
+    ) -> Result<Value, Conflicts> {
+        let applied = field_set(config, who.scope);
+        let last = self
+            .0
+            .iter()
+            .position(|e| e.is(who, Operation::Apply))
+            .map(|i| self.0.remove(i).fields);
+        self.0.push(Entry {
+            manager: who.name.clone(),
+            operation: Operation::Apply,
+            api_version: api_version.to_string(),
+            time: Some(now),
+            subresource: who.subresource().to_string(),
+            fields: applied,
+        });
+        if let Some(last) = last.filter(|l| !l.is_empty()) {
+            let mut owned = FieldSet::default();
+            for e in &self.0 {
+                owned.union(&e.fields);
+            }
+            prune(&mut merged, &last.difference(&owned), &owned);
+        }
+        let c = compare(live, &merged, who.scope);
+        let mut conflicts = Vec::new();
+        for e in self.0.iter_mut() {
+            if e.is(who, Operation::Apply) {
+                continue;
+            }
+            let taken = e.fields.intersection(&c.changed);
+            if !taken.is_empty() {
+                conflicts.push((e.describe(), taken));
+            }
+        }
+        if !force && !conflicts.is_empty() {
+            return Err(Conflicts(conflicts));
+        }
+        let mut touched = c.changed;
+        touched.union(&c.removed);
+        for e in self.0.iter_mut() {
+            if !e.is(who, Operation::Apply) {
+                e.fields = e.fields.difference(&touched);
+            }
+        }
+        self.0.retain(|e| !e.fields.is_empty());
+        Ok(merged)
+    }
+}
+
+/// Fields an apply would take from other managers: (the manager as a conflict names it, the
+/// paths).
+#[derive(Debug, PartialEq)]
+pub struct Conflicts(pub Vec<(String, FieldSet)>);
+
+impl Conflicts {
+    /// Whether every conflicting field is in `allowed`.
+    pub fn within(&self, allowed: &FieldSet) -> bool {
+        self.0
+            .iter()
+            .all(|(_, fields)| fields.difference(allowed).is_empty())
+    }
+
+    /// kube-apiserver's message: `Apply failed with 1 conflict: conflict with "m" using
+    /// apps/v1: .spec.replicas`, or one line per path under each manager when there are more.
+    pub fn message(&self) -> String {
+        let named: Vec<(&String, Vec<String>)> =
+            self.0.iter().map(|(who, f)| (who, f.paths())).collect();
+        let total: usize = named.iter().map(|(_, p)| p.len()).sum();
+        if total == 1 {
+            let (who, paths) = &named[0];
+            return format!(
+                "Apply failed with 1 conflict: conflict with {who}: {}",
+                paths[0]
+            );
+        }
+        let mut sorted: Vec<&(&String, Vec<String>)> = named.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        let mut lines = Vec::new();
+        for (who, paths) in sorted {
+            lines.push(format!("conflicts with {who}:"));
+            lines.extend(paths.iter().map(|p| format!("- {p}")));
+        }
+        format!("Apply failed with {total} conflicts: {}", lines.join("\n"))
+    }
+
+    /// One cause per path (reason `FieldManagerConflict`).
+    pub fn causes(&self) -> Vec<api::meta::StatusCause> {
+        self.0
+            .iter()
+            .flat_map(|(who, fields)| {
+                fields
+                    .paths()
+                    .into_iter()
+                    .map(move |p| api::meta::StatusCause {
+                        reason: "FieldManagerConflict".into(),
+                        message: format!("conflict with {who}"),
+                        field: p,
+                    })
+            })
+            .collect()
+    }
+}
+
+/// kubectl's client-side apply annotation.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The manager of `kubectl apply --server-side`, which kube-apiserver lets take over from
+/// client-side apply.
+pub const KUBECTL_APPLY: &str = "kubectl";
+
+/// The fields of the live object's client-side apply annotation: kube-apiserver lets
+/// `kubectl apply --server-side` take these from other managers without `--force-conflicts`
+/// (what the user applied client-side is theirs to change server-side).
+pub fn last_applied_fields(live: &Value, scope: Scope) -> Option<FieldSet> {
+    let text = live
+        .pointer("/metadata/annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()?;
+    let applied: Value = serde_json::from_str(text).ok()?;
+    Some(field_set(&applied, scope))
+}
+
+/// Keeps the client-side apply annotation, where the object has one, equal to what
+/// `kubectl apply --server-side` applied (as kube-apiserver does, so that a later client-side
+/// apply computes its patch from it).
+pub fn sync_last_applied(obj: &mut Value, config: &Value) {
+    let has = obj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .is_some();
+    if !has {
+        return;
+    }
+    let mut applied = config.clone();
+    if let Some(annotations) = applied
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("annotations");
+            }
+        }
+    }
+    if let Some(a) = obj
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.insert(LAST_APPLIED.into(), Value::String(applied.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields(v: Value) -> FieldSet {
+        FieldSet::from_fields_v1(&Opaque::from(&v)).unwrap()
+    }
+
+    fn as_json(s: &FieldSet) -> Value {
+        Value::from(&s.to_fields_v1())
+    }
+
+    #[test]
+    fn field_set_of_a_deployment_keys_containers_by_name() {
+        let d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": "nginx",
+                                                           "ports": [{"containerPort": 80}]}]}}},
+            "status": {"replicas": 1},
+        });
+        assert_eq!(
+            as_json(&field_set(&d, Scope::Main)),
+            json!({
+                "f:metadata": {"f:labels": {"f:app": {}}},
+                "f:spec": {"f:replicas": {}, "f:selector": {},
+                           "f:template": {"f:metadata": {"f:labels": {"f:app": {}}},
+                                          "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {
+                                              ".": {}, "f:image": {}, "f:name": {},
+                                              "f:ports": {"k:{\"containerPort\":80}": {".": {}, "f:containerPort": {}}}}}}}},
+            })
+        );
+        assert_eq!(
+            as_json(&field_set(&d, Scope::Status)),
+            json!({"f:status": {"f:replicas": {}}})
+        );
+    }
+
+    #[test]
+    fn fields_v1_round_trips_and_paths_read_like_kubernetes() {
+        let v = json!({"f:metadata": {"f:finalizers": {"v:\"a\"": {}}},
+                       "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:image": {}}}}});
+        let s = fields(v.clone());
+        assert_eq!(as_json(&s), v);
+        assert_eq!(
+            s.paths(),
+            vec![
+                ".metadata.finalizers[=\"a\"]",
+                ".spec.containers[name=\"web\"]",
+                ".spec.containers[name=\"web\"].image"
+            ]
+        );
+        assert!(FieldSet::from_fields_v1(&Opaque::from(&json!({"x": {}}))).is_none());
+    }
+
+    #[test]
+    fn compare_finds_changed_and_removed_fields() {
+        let old = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "resourceVersion": "5"},
+                         "spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}});
+        let new = json!({"metadata": {"labels": {"a": "1", "c": "3"}, "resourceVersion": "6"},
+                         "spec": {"containers": [{"name": "a", "image": "z"}]}});
+        let c = compare(&old, &new, Scope::Main);
+        assert_eq!(
+            as_json(&c.changed),
+            json!({"f:metadata": {"f:labels": {"f:c": {}}},
+                   "f:spec": {"f:containers": {"k:{\"name\":\"a\"}": {"f:image": {}}}}})
+        );
+        assert_eq!(
+            as_json(&c.removed),
+            json!({"f:metadata": {"f:labels": {"f:b": {}}},
+                   "f:spec": {"f:containers": {"k:{\"name\":\"b\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
+        );
+    }
+
+    fn apply(
+        m: &mut Managers,
+        live: &Value,
+        config: Value,
+        who: &str,
+        force: bool,
+    ) -> Result<Value, Conflicts> {
+        let mut merged = live.clone();
+        crate::strategic::merge(&mut merged, &config).unwrap();
+        m.apply(
+            live,
+            &config,
+            merged,
+            &Manager::new(who, Scope::Main),
+            "apps/v1",
+            force,
+            Time(0),
+        )
+    }
+
+    #[test]
+    fn apply_conflicts_with_an_updater_and_force_moves_ownership() {
+        let live = json!({"spec": {"replicas": 1, "paused": false}});
+        let mut m = Managers::default();
+        m.update(
+            None,
+            &live,
+            &Manager::new("kubectl-client-side-apply", Scope::Main),
+            "apps/v1",
+            Time(0),
+        );
+        let err = apply(
+            &mut m.clone(),
+            &live,
+            json!({"spec": {"replicas": 3}}),
+            "other",
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.message(),
+            "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas"
+        );
+        assert_eq!(err.causes()[0].field, ".spec.replicas");
+        // Setting the same value is no conflict: both own it.
+        let mut shared = m.clone();
+        apply(
+            &mut shared,
+            &live,
+            json!({"spec": {"replicas": 1}}),
+            "other",
+            false,
+        )
+        .unwrap();
+        assert_eq!(shared.0.len(), 2);
+        let out = apply(
+            &mut m,
+            &live,
+            json!({"spec": {"replicas": 3}}),
+            "other",
+            true,
+        )
+        .unwrap();
+        assert_eq!(out["spec"]["replicas"], 3);
+        let csa =
+            m.0.iter()
+                .find(|e| e.operation == Operation::Update)
+                .unwrap();
+        assert_eq!(as_json(&csa.fields), json!({"f:spec": {"f:paused": {}}}));
+    }
+
+    #[test]
+    fn apply_prunes_what_the_applier_dropped_unless_someone_else_owns_it() {
+        let mut m = Managers::default();
+        let live = json!({});
+        let live = apply(
+            &mut m,
+            &live,
+            json!({"metadata": {"labels": {"a": "1", "b": "2", "c": "3"}}}),
+            "one",
+            false,
+        )
+        .unwrap();
+        // A second applier shares label b.
+        let live = apply(
+            &mut m,
+            &live,
+            json!({"metadata": {"labels": {"b": "2"}}}),
+            "two",
+            false,
+        )
+        .unwrap();
+        let live = apply(
+            &mut m,
+            &live,
+            json!({"metadata": {"labels": {"a": "1"}}}),
+            "one",
+            false,
+        )
+        .unwrap();
+        assert_eq!(live["metadata"]["labels"], json!({"a": "1", "b": "2"}));
+        // Dropping everything removes the emptied maps too, once nobody holds a label.
+        let live = apply(&mut m, &live, json!({}), "two", false).unwrap();
+        let live = apply(&mut m, &live, json!({}), "one", false).unwrap();
+        assert_eq!(live, json!({}));
+        assert!(m.0.is_empty());
+    }
+
+    #[test]
+    fn apply_prunes_list_elements_by_key() {
+        let mut m = Managers::default();
+        let live = apply(
+            &mut m,
+            &json!({}),
+            json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}}),
+            "one",
+            false,
+        )
+        .unwrap();
+        let live = apply(
+            &mut m,
+            &live,
+            json!({"spec": {"containers": [{"name": "a", "image": "x"}]}}),
+            "one",
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            live["spec"]["containers"],
+            json!([{"name": "a", "image": "x"}])
+        );
+    }
+
+    #[test]
+    fn update_takes_changed_fields_from_others() {
+        let mut m = Managers::default();
+        let a = Manager::new("a", Scope::Main);
+        let b = Manager::new("b", Scope::Main);
+        let v1 = json!({"spec": {"x": 1, "y": 1}});
+        m.update(None, &v1, &a, "v1", Time(1));
+        let v2 = json!({"spec": {"x": 2, "y": 1}});
+        m.update(Some(&v1), &v2, &b, "v1", Time(2));
+        let enc = Value::from(&m.encode().unwrap());
+        assert_eq!(enc[0]["manager"], "a");
+        assert_eq!(enc[0]["fieldsV1"], json!({"f:spec": {"f:y": {}}}));
+        assert_eq!(enc[1]["manager"], "b");
+        assert_eq!(enc[1]["fieldsV1"], json!({"f:spec": {"f:x": {}}}));
+        assert_eq!(enc[1]["time"], "1970-01-01T00:00:02Z");
+        let back = Managers::decode(m.encode().as_ref()).unwrap();
+        assert!(back.same_but_times(&m));
+    }
+
+    #[test]
+    fn managed_fields_keep_their_shape_in_the_store_and_in_json() {
+        let mut m = Managers::default();
+        let obj =
+            json!({"metadata": {"labels": {"a": "1"}}, "spec": {"x": [1, 2], "y": 1.5, "z": null}});
+        m.update(None, &obj, &Manager::new("a", Scope::Main), "v1", Time(7));
+        let stored = m.encode().unwrap();
+        let bytes = postcard::to_allocvec(&stored).unwrap();
+        let back: Opaque = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, stored);
+        let text = serde_json::to_value(&stored).unwrap();
+        assert_eq!(text, Value::from(&stored));
+        assert_eq!(Opaque::from(&text), stored);
+    }
+
+    #[test]
+    fn user_agent_prefix_names_the_manager() {
+        assert_eq!(
+            manager_from_user_agent("kubectl/v1.32.0 (linux/amd64) kubernetes/abc"),
+            "kubectl"
+        );
+        assert_eq!(manager_from_user_agent("skiff"), "skiff");
+    }
+}
