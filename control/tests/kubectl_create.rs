@@ -39,6 +39,34 @@ fn stored(s: &TestServer, path: &str) -> Value {
             "{path}: metadata.{field} is {value:?}"
         );
     }
+    // As kube-apiserver does, the create is recorded for kubectl's manager (kubectl-create,
+    // kubectl-run, kubectl-expose), beside the controllers' and the scheduler's own writes:
+    // checked, then removed (their times are the server's).
+    if let Some(entries) = meta.remove("managedFields") {
+        let entries = entries.as_array().cloned().unwrap_or_default();
+        let manager = |e: &Value| e["manager"].as_str().unwrap_or("").to_string();
+        let kubectl: Vec<_> = entries
+            .iter()
+            .filter(|e| manager(e).starts_with("kubectl-"))
+            .collect();
+        assert_eq!(kubectl.len(), 1, "{path}: {entries:?}");
+        for e in &entries {
+            assert!(
+                matches!(
+                    manager(e).as_str(),
+                    "kube-controller-manager" | "kube-scheduler"
+                ) || manager(e).starts_with("kubectl-"),
+                "{path}: {e}"
+            );
+            assert!(
+                e["operation"] == "Update"
+                    && e["fieldsType"] == "FieldsV1"
+                    && e["fieldsV1"].is_object()
+                    && e["time"].is_string(),
+                "{path}: {e}"
+            );
+        }
+    }
     // skiff sets metadata.generation on every kind; Kubernetes only on the kinds whose spec
     // it tracks (workloads). Known difference, left to the registry: checked, then ignored.
     if !matches!(
