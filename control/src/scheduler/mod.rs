@@ -520,10 +520,14 @@ impl Scheduler {
             self.unschedulable.remove(&key);
             return;
         }
+        // Both as the cache keeps them (the projection), so a change to a part no filter
+        // reads does not count.
         let changed = old.and_then(Packed::unpack_as::<Pod>).is_none_or(|o| {
-            o.metadata.uid != pod.metadata.uid
-                || o.spec != pod.spec
-                || o.metadata.labels != pod.metadata.labels
+            packed.unpack_as::<Pod>().is_none_or(|new| {
+                o.metadata.uid != new.metadata.uid
+                    || o.spec != new.spec
+                    || o.metadata.labels != new.metadata.labels
+            })
         });
         let waiting = self.unschedulable.contains(&key);
         self.pending.insert(key.clone(), packed);
