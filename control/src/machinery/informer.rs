@@ -32,8 +32,11 @@ use crate::store::{EventType, Store, StoreError, WatchEvent};
 /// burst means re-listing (and decoding) every object, which falls behind again.
 const WATCH_CAPACITY: usize = 100_000;
 
-/// Key of an object in the cache: namespace (empty for cluster-scoped kinds) and name.
-pub type Key = (String, String);
+/// Key of an object in the cache: namespace (empty for cluster-scoped kinds) and name. One
+/// allocation per object, shared (as [`Change`]s hand it out) by whoever keys the object
+/// too, such as the scheduler's queues; maps keyed by it are searched with a plain
+/// `&(String, String)`.
+pub type Key = Arc<(String, String)>;
 
 /// An object as the cache keeps it: the postcard encoding of its [`AnyObject`], shared by
 /// every holder (cloning is a reference count). Decoding cannot fail for bytes made by
@@ -196,12 +199,14 @@ fn strip_pod(p: &mut api::core::Pod) {
 pub enum Change {
     /// `packed` is the form the cache now holds (shared, so keeping it costs nothing extra).
     Added {
+        key: Key,
         new: Arc<AnyObject>,
         packed: Packed,
     },
     /// `old` is the object before the change, still packed: most subscribers need at most
     /// its metadata ([`Change::old_meta`]).
     Modified {
+        key: Key,
         old: Packed,
         new: Arc<AnyObject>,
         packed: Packed,
@@ -240,6 +245,14 @@ impl Change {
     pub fn old_meta(&self) -> Option<ObjectMeta> {
         match self {
             Change::Modified { old, .. } => old.meta(),
+            _ => None,
+        }
+    }
+
+    /// The cache's key of the object after an addition or a modification.
+    pub fn key(&self) -> Option<&Key> {
+        match self {
+            Change::Added { key, .. } | Change::Modified { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -315,7 +328,8 @@ impl Objects {
         self.entries(kind, ns).map(|(k, _)| k)
     }
 
-    fn entries<'a>(
+    /// Every cached object of `kind` (in `ns` if given) with its key, as kept.
+    pub fn entries<'a>(
         &'a self,
         kind: Kind,
         ns: Option<&'a str>,
@@ -326,7 +340,7 @@ impl Objects {
             (Some(m), None) => Box::new(m.iter()),
             (Some(m), Some(ns)) => Box::new(
                 m.range((ns.to_string(), String::new())..)
-                    .take_while(move |((n, _), _)| n == ns),
+                    .take_while(move |(k, _)| k.0 == ns),
             ),
         }
     }
@@ -336,7 +350,7 @@ impl Objects {
         self.by_kind.get(&kind).map_or(0, BTreeMap::len)
     }
 
-    fn key_of(o: &AnyObject) -> Key {
+    fn key_of(o: &AnyObject) -> (String, String) {
         let m = o.meta();
         (m.namespace.clone().unwrap_or_default(), m.name.clone())
     }
@@ -360,14 +374,30 @@ impl Objects {
                         bytes: event.packed.clone(),
                     },
                 };
-                let replaced = map.insert(key, packed.clone());
+                // A modification keeps the key the object was added with (and shares).
+                let (key, replaced) = match map.get_key_value(&key) {
+                    Some((k, _)) => {
+                        let k = k.clone();
+                        (k.clone(), map.insert(k, packed.clone()))
+                    }
+                    None => {
+                        let k = Arc::new(key);
+                        map.insert(k.clone(), packed.clone());
+                        (k, None)
+                    }
+                };
                 if !announce {
                     return None;
                 }
                 let new = obj.clone();
                 Some(match replaced {
-                    Some(old) => Change::Modified { old, new, packed },
-                    None => Change::Added { new, packed },
+                    Some(old) => Change::Modified {
+                        key,
+                        old,
+                        new,
+                        packed,
+                    },
+                    None => Change::Added { key, new, packed },
                 })
             }
         }
@@ -503,7 +533,7 @@ impl Informers {
             let map = objects.by_kind.entry(kind).or_default();
             for o in items {
                 let packed = Packed::pack(project(&o).as_ref().unwrap_or(&o));
-                map.insert(Objects::key_of(&o), packed);
+                map.insert(Arc::new(Objects::key_of(&o)), packed);
             }
         }
         objects.revision = revision;
@@ -619,14 +649,24 @@ mod tests {
         assert_eq!(o.iter::<ConfigMap>(None).count(), 4);
         assert_eq!(o.iter::<Pod>(None).count(), 0);
         let keys: Vec<_> = o.keys(Kind::ConfigMap, Some("ab")).cloned().collect();
-        assert_eq!(keys, [("ab".to_string(), "w".to_string())]);
+        assert_eq!(keys, [Arc::new(("ab".to_string(), "w".to_string()))]);
         let mut changed = cm("a", "y");
         changed
             .meta_mut()
             .labels
             .insert("new".into(), "label".into());
         match o.apply(&event(EventType::Modified, &changed), true) {
-            Some(Change::Modified { old, new, packed }) => {
+            Some(Change::Modified {
+                key,
+                old,
+                new,
+                packed,
+            }) => {
+                // The key the object was added with, shared.
+                assert!(Arc::ptr_eq(
+                    &key,
+                    o.keys(Kind::ConfigMap, Some("a")).next().unwrap()
+                ));
                 assert_eq!(old.unpack(), Some(cm("a", "y")));
                 assert_eq!(*new, changed);
                 assert_eq!(packed.unpack(), Some(changed.clone()));
@@ -868,7 +908,7 @@ mod projection_tests {
         state.upsert_node(Arc::new(node("b", "4", "8Gi")));
         let other = Packed::pack(&kept.clone().into_any());
         state.add_pod(
-            ("default".into(), "o".into()),
+            Arc::new(("default".into(), "o".into())),
             &kept,
             other,
             "a".into(),
