@@ -476,25 +476,36 @@ pub async fn run_sweeper(registry: Registry, every: Duration) {
 }
 
 pub async fn sweep(registry: &Registry) -> Result<usize, crate::store::StoreError> {
-    let (items, _) = registry.store.list(Kind::Event, None).await?;
+    // One event at a time: a list of 10,000 decoded Events would hold tens of MiB at once
+    // (each decoded object takes the room of the largest kind).
+    let (mut events, _) = registry
+        .store
+        .list_page(
+            Kind::Event,
+            None,
+            None,
+            0,
+            Vec::<(i64, String, String)>::new(),
+            |events, o| {
+                let Some(e) = Event::from_any_ref(&o) else {
+                    return false;
+                };
+                let seen = e
+                    .last_timestamp
+                    .or(e.event_time)
+                    .or(e.first_timestamp)
+                    .or(e.metadata.creation_timestamp)
+                    .map_or(0, |t| t.0);
+                events.push((
+                    seen,
+                    e.metadata.namespace.clone().unwrap_or_default(),
+                    e.metadata.name.clone(),
+                ));
+                true
+            },
+        )
+        .await?;
     let now = Time::now().0;
-    let mut events: Vec<(i64, String, String)> = items
-        .iter()
-        .filter_map(|o| Event::from_any_ref(o))
-        .map(|e| {
-            let seen = e
-                .last_timestamp
-                .or(e.event_time)
-                .or(e.first_timestamp)
-                .or(e.metadata.creation_timestamp)
-                .map_or(0, |t| t.0);
-            (
-                seen,
-                e.metadata.namespace.clone().unwrap_or_default(),
-                e.metadata.name.clone(),
-            )
-        })
-        .collect();
     events.sort();
     let excess = events.len().saturating_sub(MAX_EVENTS);
     let mut removed = 0;
