@@ -226,6 +226,7 @@ mod tests {
         let modified = |cidr: Option<&str>| {
             let n = node("a", cidr).into_any();
             Change::Modified {
+                key: Default::default(),
                 old: Packed::pack(&n),
                 packed: Packed::pack(&n),
                 new: Arc::new(n),
@@ -239,6 +240,7 @@ mod tests {
         assert!(replans(&Change::Deleted(n.clone()), true));
         assert!(replans(
             &Change::Added {
+                key: Default::default(),
                 packed: Packed::pack(&n),
                 new: n
             },

@@ -129,8 +129,27 @@ impl Recorder {
     }
 }
 
-/// Identity of a series of repeated events.
-type SeriesKey = (String, String, &'static str, String, String);
+/// Identity of a series of repeated events: a 128-bit digest (two differently seeded
+/// hashes) of the involved object, its kind, the type, the reason and the message. A
+/// scheduler with 10,000 waiting pods remembers 10,000 series; as digests they cost 16 bytes
+/// each rather than five strings (the message alone often a hundred bytes). Two series
+/// would share a digest with a chance of about n²/2¹²⁹, and then only share a count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct SeriesKey(u64, u64);
+
+impl SeriesKey {
+    fn of(who: &str, kind: &str, type_: &str, reason: &str, message: &str) -> SeriesKey {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let digest = |seed: u8| {
+            // DefaultHasher::new() is SipHash with fixed keys: the same in every run.
+            let mut h = DefaultHasher::new();
+            seed.hash(&mut h);
+            (who, kind, type_, reason, message).hash(&mut h);
+            h.finish()
+        };
+        SeriesKey(digest(0), digest(1))
+    }
+}
 
 /// A series that has gone this long without a write is written again while it keeps
 /// recurring (client-go's event series refresh time), so its Event never expires under it.
@@ -165,17 +184,16 @@ impl Series {
 }
 
 fn series_key(p: &Pending) -> SeriesKey {
-    let who = p
-        .involved
-        .uid
-        .clone()
-        .unwrap_or_else(|| format!("{}/{:?}", p.namespace, p.involved.name));
-    (
-        who,
-        p.involved.kind.clone().unwrap_or_default(),
+    let who = match &p.involved.uid {
+        Some(uid) => std::borrow::Cow::Borrowed(uid.as_str()),
+        None => format!("{}/{:?}", p.namespace, p.involved.name).into(),
+    };
+    SeriesKey::of(
+        &who,
+        p.involved.kind.as_deref().unwrap_or_default(),
         p.type_,
-        p.reason.clone(),
-        p.message.clone(),
+        &p.reason,
+        &p.message,
     )
 }
 
@@ -301,10 +319,7 @@ async fn write_loop(registry: Registry, component: String, rx: Receiver<Pending>
         }
         if series.len() > MAX_EVENTS * 2 {
             // Forget the oldest series; their events stay until the sweep.
-            let mut ages: Vec<_> = series
-                .iter()
-                .map(|(k, s)| (s.last_seen, k.clone()))
-                .collect();
+            let mut ages: Vec<_> = series.iter().map(|(k, s)| (s.last_seen, *k)).collect();
             ages.sort();
             for (_, k) in ages.into_iter().take(MAX_EVENTS) {
                 series.remove(&k);
@@ -347,7 +362,7 @@ fn due_series(series: &mut HashMap<SeriesKey, Series>) -> Vec<(SeriesKey, Write)
         let finished = s.last_seen.elapsed() >= SERIES_FINISH;
         if s.unwritten() && (finished || s.last_write.elapsed() >= SERIES_REFRESH) {
             writes.push((
-                key.clone(),
+                *key,
                 Write::Count {
                     namespace: s.namespace.clone(),
                     name: s.name.clone(),
@@ -461,25 +476,36 @@ pub async fn run_sweeper(registry: Registry, every: Duration) {
 }
 
 pub async fn sweep(registry: &Registry) -> Result<usize, crate::store::StoreError> {
-    let (items, _) = registry.store.list(Kind::Event, None).await?;
+    // One event at a time: a list of 10,000 decoded Events would hold tens of MiB at once
+    // (each decoded object takes the room of the largest kind).
+    let (mut events, _) = registry
+        .store
+        .list_page(
+            Kind::Event,
+            None,
+            None,
+            0,
+            Vec::<(i64, String, String)>::new(),
+            |events, o| {
+                let Some(e) = Event::from_any_ref(&o) else {
+                    return false;
+                };
+                let seen = e
+                    .last_timestamp
+                    .or(e.event_time)
+                    .or(e.first_timestamp)
+                    .or(e.metadata.creation_timestamp)
+                    .map_or(0, |t| t.0);
+                events.push((
+                    seen,
+                    e.metadata.namespace.clone().unwrap_or_default(),
+                    e.metadata.name.clone(),
+                ));
+                true
+            },
+        )
+        .await?;
     let now = Time::now().0;
-    let mut events: Vec<(i64, String, String)> = items
-        .iter()
-        .filter_map(|o| Event::from_any_ref(o))
-        .map(|e| {
-            let seen = e
-                .last_timestamp
-                .or(e.event_time)
-                .or(e.first_timestamp)
-                .or(e.metadata.creation_timestamp)
-                .map_or(0, |t| t.0);
-            (
-                seen,
-                e.metadata.namespace.clone().unwrap_or_default(),
-                e.metadata.name.clone(),
-            )
-        })
-        .collect();
     events.sort();
     let excess = events.len().saturating_sub(MAX_EVENTS);
     let mut removed = 0;
@@ -610,6 +636,23 @@ mod tests {
     }
 
     #[test]
+    fn series_keys_tell_every_field_apart() {
+        let base = ["uid-1", "Pod", "Warning", "FailedScheduling", "0/1 nodes"];
+        let of = |f: [&str; 5]| SeriesKey::of(f[0], f[1], f[2], f[3], f[4]);
+        assert_eq!(of(base), of(base));
+        for i in 0..5 {
+            let mut other = base;
+            other[i] = "x";
+            assert_ne!(of(other), of(base), "field {i}");
+        }
+        // Fields do not run into each other.
+        assert_ne!(
+            of(["ab", "c", "Warning", "r", "m"]),
+            of(["a", "bc", "Warning", "r", "m"])
+        );
+    }
+
+    #[test]
     fn due_series_are_refreshed_and_finished_ones_forgotten() {
         let ago = |secs: u64| Instant::now() - Duration::from_secs(secs);
         let series_of = |count, written, seen, wrote| Series {
@@ -621,15 +664,16 @@ mod tests {
             last_seen: ago(seen),
             last_write: ago(wrote),
         };
-        let key = |n: &str| -> SeriesKey {
-            (
-                n.into(),
-                "Pod".into(),
-                "Warning",
-                "FailedScheduling".into(),
-                "m".into(),
-            )
-        };
+        let names: HashMap<SeriesKey, &str> = ["quiet", "refresh", "finish", "done"]
+            .into_iter()
+            .map(|n| {
+                (
+                    SeriesKey::of(n, "Pod", "Warning", "FailedScheduling", "m"),
+                    n,
+                )
+            })
+            .collect();
+        let key = |n: &str| SeriesKey::of(n, "Pod", "Warning", "FailedScheduling", "m");
         let mut series: HashMap<SeriesKey, Series> = HashMap::new();
         // Recurring, written recently: nothing to do.
         series.insert(key("quiet"), series_of(9, 2, 30, 600));
@@ -642,13 +686,13 @@ mod tests {
         let mut due: Vec<String> = due_series(&mut series)
             .into_iter()
             .map(|(k, w)| match w {
-                Write::Count { count, .. } => format!("{}={count}", k.0),
+                Write::Count { count, .. } => format!("{}={count}", names[&k]),
                 Write::Create(..) => panic!("a due series is never created"),
             })
             .collect();
         due.sort();
         assert_eq!(due, ["finish=5", "refresh=40"]);
-        let mut left: Vec<&str> = series.keys().map(|k| k.0.as_str()).collect();
+        let mut left: Vec<&str> = series.keys().map(|k| names[k]).collect();
         left.sort();
         assert_eq!(left, ["quiet", "refresh"]);
     }

@@ -32,8 +32,11 @@ use crate::store::{EventType, Store, StoreError, WatchEvent};
 /// burst means re-listing (and decoding) every object, which falls behind again.
 const WATCH_CAPACITY: usize = 100_000;
 
-/// Key of an object in the cache: namespace (empty for cluster-scoped kinds) and name.
-pub type Key = (String, String);
+/// Key of an object in the cache: namespace (empty for cluster-scoped kinds) and name. One
+/// allocation per object, shared (as [`Change`]s hand it out) by whoever keys the object
+/// too, such as the scheduler's queues; maps keyed by it are searched with a plain
+/// `&(String, String)`.
+pub type Key = Arc<(String, String)>;
 
 /// An object as the cache keeps it: the postcard encoding of its [`AnyObject`], shared by
 /// every holder (cloning is a reference count). Decoding cannot fail for bytes made by
@@ -96,17 +99,114 @@ impl Packed {
     }
 }
 
+/// The annotation `kubectl apply` keeps its last applied manifest in: often the largest
+/// part of an applied object, and no control loop reads it.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// What the cache keeps of an object: the object without the parts no control loop reads,
+/// or `None` if it has none of them (then the store's own encoding is kept as it is).
+///
+/// This is the one place that decides it; every reader of the cache (the scheduler and the
+/// controllers) must find what it reads here, and `projection_keeps_what_readers_read` in
+/// the tests runs each reader on a full object and on its projection. Dropped:
+/// - of every object, `metadata.managedFields` and the `last-applied-configuration`
+///   annotation (the big fields of real objects, read only by the API's own apply);
+/// - of pods, what only the node agent reads: the containers' command, arguments, working
+///   directory, environment, image, probes, lifecycle hooks, mounts, limits, security
+///   context and terminal settings, and the pod's volumes, DNS, host aliases, service
+///   account, pull secrets, security context, priority class and runtime class. Kept: the
+///   metadata, the status, and everything the scheduler filters and scores on (requests,
+///   ports, affinity, tolerations, node selector, overhead...).
+///
+/// Notifications ([`Change`]) still carry the whole new object; only what the cache keeps
+/// (and so [`Change::old`] and [`Change::packed`]) is projected.
+pub fn project(obj: &AnyObject) -> Option<AnyObject> {
+    let pod = match obj {
+        AnyObject::Pod(p) => Some(p),
+        _ => None,
+    };
+    if !meta_droppable(obj.meta()) && pod.is_none_or(|p| !pod_droppable(p)) {
+        return None;
+    }
+    let mut out = obj.clone();
+    strip_meta(out.meta_mut());
+    if let AnyObject::Pod(p) = &mut out {
+        strip_pod(p);
+    }
+    Some(out)
+}
+
+fn meta_droppable(m: &ObjectMeta) -> bool {
+    m.managed_fields.is_some() || m.annotations.contains_key(LAST_APPLIED)
+}
+
+fn strip_meta(m: &mut ObjectMeta) {
+    m.managed_fields = None;
+    m.annotations.remove(LAST_APPLIED);
+}
+
+fn pod_droppable(p: &api::core::Pod) -> bool {
+    let s = &p.spec;
+    s.all_containers().any(|c| {
+        c.image.is_some()
+            || !c.command.is_empty()
+            || !c.args.is_empty()
+            || !c.env.is_empty()
+            || c.termination_message_path.is_some()
+    }) || !s.volumes.is_empty()
+        || s.dns_policy.is_some()
+        || s.service_account_name.is_some()
+}
+
+fn strip_container(c: &mut api::core::Container) {
+    let kept = api::core::Container {
+        name: std::mem::take(&mut c.name),
+        ports: std::mem::take(&mut c.ports),
+        resources: c.resources.take().map(|r| api::core::ResourceRequirements {
+            requests: r.requests,
+            claims: r.claims,
+            ..Default::default()
+        }),
+        restart_policy: c.restart_policy.take(),
+        ..Default::default()
+    };
+    *c = kept;
+}
+
+fn strip_pod(p: &mut api::core::Pod) {
+    let s = &mut p.spec;
+    s.init_containers.iter_mut().for_each(strip_container);
+    s.containers.iter_mut().for_each(strip_container);
+    s.ephemeral_containers.clear();
+    s.volumes.clear();
+    s.dns_policy = None;
+    s.dns_config = None;
+    s.host_aliases.clear();
+    s.service_account_name = None;
+    s.service_account = None;
+    s.automount_service_account_token = None;
+    s.image_pull_secrets.clear();
+    s.security_context = None;
+    s.priority_class_name = None;
+    s.runtime_class_name = None;
+    s.enable_service_links = None;
+    s.termination_grace_period_seconds = None;
+    s.active_deadline_seconds = None;
+}
+
 /// What happened to one cached object (or to all of them).
 #[derive(Clone, Debug)]
 pub enum Change {
     /// `packed` is the form the cache now holds (shared, so keeping it costs nothing extra).
     Added {
+        key: Key,
         new: Arc<AnyObject>,
         packed: Packed,
     },
     /// `old` is the object before the change, still packed: most subscribers need at most
     /// its metadata ([`Change::old_meta`]).
     Modified {
+        key: Key,
         old: Packed,
         new: Arc<AnyObject>,
         packed: Packed,
@@ -145,6 +245,14 @@ impl Change {
     pub fn old_meta(&self) -> Option<ObjectMeta> {
         match self {
             Change::Modified { old, .. } => old.meta(),
+            _ => None,
+        }
+    }
+
+    /// The cache's key of the object after an addition or a modification.
+    pub fn key(&self) -> Option<&Key> {
+        match self {
+            Change::Added { key, .. } | Change::Modified { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -220,7 +328,8 @@ impl Objects {
         self.entries(kind, ns).map(|(k, _)| k)
     }
 
-    fn entries<'a>(
+    /// Every cached object of `kind` (in `ns` if given) with its key, as kept.
+    pub fn entries<'a>(
         &'a self,
         kind: Kind,
         ns: Option<&'a str>,
@@ -231,7 +340,7 @@ impl Objects {
             (Some(m), None) => Box::new(m.iter()),
             (Some(m), Some(ns)) => Box::new(
                 m.range((ns.to_string(), String::new())..)
-                    .take_while(move |((n, _), _)| n == ns),
+                    .take_while(move |(k, _)| k.0 == ns),
             ),
         }
     }
@@ -241,7 +350,7 @@ impl Objects {
         self.by_kind.get(&kind).map_or(0, BTreeMap::len)
     }
 
-    fn key_of(o: &AnyObject) -> Key {
+    fn key_of(o: &AnyObject) -> (String, String) {
         let m = o.meta();
         (m.namespace.clone().unwrap_or_default(), m.name.clone())
     }
@@ -258,18 +367,37 @@ impl Objects {
                 announce.then(|| Change::Deleted(obj.clone()))
             }
             EventType::Added | EventType::Modified => {
-                // The store's own encoding of the object: nothing to encode here.
-                let packed = Packed {
-                    bytes: event.packed.clone(),
+                // The store's own encoding of the object unless the cache keeps less of it.
+                let packed = match project(obj) {
+                    Some(kept) => Packed::pack(&kept),
+                    None => Packed {
+                        bytes: event.packed.clone(),
+                    },
                 };
-                let replaced = map.insert(key, packed.clone());
+                // A modification keeps the key the object was added with (and shares).
+                let (key, replaced) = match map.get_key_value(&key) {
+                    Some((k, _)) => {
+                        let k = k.clone();
+                        (k.clone(), map.insert(k, packed.clone()))
+                    }
+                    None => {
+                        let k = Arc::new(key);
+                        map.insert(k.clone(), packed.clone());
+                        (k, None)
+                    }
+                };
                 if !announce {
                     return None;
                 }
                 let new = obj.clone();
                 Some(match replaced {
-                    Some(old) => Change::Modified { old, new, packed },
-                    None => Change::Added { new, packed },
+                    Some(old) => Change::Modified {
+                        key,
+                        old,
+                        new,
+                        packed,
+                    },
+                    None => Change::Added { key, new, packed },
                 })
             }
         }
@@ -404,7 +532,8 @@ impl Informers {
             };
             let map = objects.by_kind.entry(kind).or_default();
             for o in items {
-                map.insert(Objects::key_of(&o), Packed::pack(&o));
+                let packed = Packed::pack(project(&o).as_ref().unwrap_or(&o));
+                map.insert(Arc::new(Objects::key_of(&o)), packed);
             }
         }
         objects.revision = revision;
@@ -520,14 +649,24 @@ mod tests {
         assert_eq!(o.iter::<ConfigMap>(None).count(), 4);
         assert_eq!(o.iter::<Pod>(None).count(), 0);
         let keys: Vec<_> = o.keys(Kind::ConfigMap, Some("ab")).cloned().collect();
-        assert_eq!(keys, [("ab".to_string(), "w".to_string())]);
+        assert_eq!(keys, [Arc::new(("ab".to_string(), "w".to_string()))]);
         let mut changed = cm("a", "y");
         changed
             .meta_mut()
             .labels
             .insert("new".into(), "label".into());
         match o.apply(&event(EventType::Modified, &changed), true) {
-            Some(Change::Modified { old, new, packed }) => {
+            Some(Change::Modified {
+                key,
+                old,
+                new,
+                packed,
+            }) => {
+                // The key the object was added with, shared.
+                assert!(Arc::ptr_eq(
+                    &key,
+                    o.keys(Kind::ConfigMap, Some("a")).next().unwrap()
+                ));
                 assert_eq!(old.unpack(), Some(cm("a", "y")));
                 assert_eq!(*new, changed);
                 assert_eq!(packed.unpack(), Some(changed.clone()));
@@ -674,5 +813,194 @@ mod store_tests {
                 smol::Timer::after(std::time::Duration::from_millis(20)).await;
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod projection_tests {
+    //! Every reader of cached pods, run on a whole pod and on what the cache keeps of it:
+    //! a reader that needs a dropped field makes this fail.
+    use super::*;
+    use crate::controllers::{daemonset, endpoints, nodelifecycle, workload};
+    use crate::scheduler::cache::{ClusterState, PodFacts};
+    use crate::scheduler::filter::tests::node;
+    use crate::scheduler::{find_node, wants_scheduling, Cursor};
+    use api::core::{Pod, Service};
+    use api::meta::Time;
+
+    /// The benchmark's pod (bench/pod.json) with everything a loop might read set as well.
+    fn whole_pod() -> Pod {
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../../../bench/pod.json")).expect("json");
+        let extra = serde_json::json!({
+            "metadata": {
+                "uid": "u1", "resourceVersion": "7", "generation": 1,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "rs", "uid": "rs-uid", "controller": true}],
+                "finalizers": ["x/y"],
+                "managedFields": [{"manager": "kubectl", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+            },
+            "status": {"phase": "Running", "podIP": "10.0.0.5",
+                "conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2024-01-01T00:00:00Z"}],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 2,
+                    "image": "x", "imageID": "y"}]}
+        });
+        for (k, e) in extra.as_object().expect("object") {
+            for (f, x) in e.as_object().expect("object") {
+                v[k][f] = x.clone();
+            }
+        }
+        v["metadata"]["annotations"][LAST_APPLIED] = serde_json::json!("{\"big\": true}");
+        let spec = &mut v["spec"];
+        spec["hostname"] = "h".into();
+        spec["subdomain"] = "web".into();
+        spec["nodeSelector"] = serde_json::json!({"zone": "a"});
+        spec["tolerations"] = serde_json::json!([{"key": "node.kubernetes.io/unreachable",
+            "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]);
+        spec["affinity"] = serde_json::json!({"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app": "other"}},
+                "topologyKey": "kubernetes.io/hostname"}]}});
+        spec["overhead"] = serde_json::json!({"cpu": "5m"});
+        spec["volumes"] = serde_json::json!([{"name": "v", "emptyDir": {}}]);
+        spec["serviceAccountName"] = "sa".into();
+        spec["dnsPolicy"] = "ClusterFirst".into();
+        spec["containers"][0]["ports"][0]["hostPort"] = 18080.into();
+        spec["initContainers"] = serde_json::json!([{"name": "side", "image": "s",
+            "restartPolicy": "Always", "resources": {"requests": {"cpu": "20m"}}}]);
+        let o = v.as_object_mut().expect("object");
+        o.remove("apiVersion");
+        o.remove("kind");
+        serde_json::from_value(v).expect("pod")
+    }
+
+    fn kept(p: &Pod) -> Pod {
+        let obj = p.clone().into_any();
+        let kept = project(&obj).expect("something to drop");
+        // What the cache holds is the encoding of the projection.
+        Packed::pack(&kept).unpack_as().expect("pod")
+    }
+
+    #[test]
+    fn projection_keeps_what_readers_read() {
+        let whole = whole_pod();
+        let kept = kept(&whole);
+        assert!(kept.spec.containers[0].command.is_empty());
+        assert!(kept.metadata.managed_fields.is_none());
+        assert!(!kept.metadata.annotations.contains_key(LAST_APPLIED));
+
+        // Metadata (but the two dropped fields) and status are kept whole: every reader of
+        // labels, owners, deletion, phase, conditions and container statuses is served.
+        let mut meta = whole.metadata.clone();
+        strip_meta(&mut meta);
+        assert_eq!(kept.metadata, meta);
+        assert_eq!(kept.status, whole.status);
+
+        // The scheduler.
+        assert_eq!(PodFacts::of(&kept), PodFacts::of(&whole));
+        assert_eq!(wants_scheduling(&kept), wants_scheduling(&whole));
+        let mut zoned = node("a", "4", "8Gi");
+        zoned.metadata.labels.insert("zone".into(), "a".into());
+        let mut state = ClusterState::default();
+        state.upsert_node(Arc::new(zoned));
+        state.upsert_node(Arc::new(node("b", "4", "8Gi")));
+        let other = Packed::pack(&kept.clone().into_any());
+        state.add_pod(
+            Arc::new(("default".into(), "o".into())),
+            &kept,
+            other,
+            "a".into(),
+            false,
+        );
+        let results: Vec<_> = [&whole, &kept]
+            .into_iter()
+            .map(|p| {
+                let mut unbound = p.clone();
+                unbound.spec.node_name = None;
+                unbound.metadata.name = "new".into();
+                // `b` is not in the selected zone, and the pod on `a` holds the host port.
+                find_node(
+                    &state,
+                    &unbound,
+                    &PodFacts::of(&unbound),
+                    &mut Cursor::default(),
+                )
+                .map_err(|e| e.message())
+            })
+            .collect();
+        assert_eq!(
+            results[0],
+            Err("0/2 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 1 node(s) didn't match Pod's node affinity/selector.".to_string())
+        );
+        assert_eq!(results[1], results[0]);
+        let mut placed = kept.clone();
+        placed.metadata.name = "p2".into();
+        placed.spec.containers[0].ports.clear();
+        placed.spec.node_selector.clear();
+        placed.metadata.labels.insert("app".into(), "other".into());
+        // Now only the anti-affinity of the pod on `a` (no app=other beside it) decides.
+        assert_eq!(
+            find_node(
+                &state,
+                &placed,
+                &PodFacts::of(&placed),
+                &mut Cursor::default()
+            ),
+            Ok("b".to_string())
+        );
+
+        // The controllers.
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"app": "bench"},
+                "ports": [{"name": "p", "port": 80, "targetPort": "http"}]}
+        }))
+        .expect("service");
+        assert_eq!(
+            endpoints::build_subsets(&service, &[&kept]),
+            endpoints::build_subsets(&service, &[&whole])
+        );
+        assert!(!endpoints::build_subsets(&service, &[&kept]).is_empty());
+        let now = Time::now();
+        assert_eq!(workload::pod_ready(&kept), workload::pod_ready(&whole));
+        assert_eq!(
+            workload::available_in(&kept, 5, now),
+            workload::available_in(&whole, 5, now)
+        );
+        assert_eq!(workload::pod_active(&kept), workload::pod_active(&whole));
+        assert_eq!(workload::target_node(&kept), workload::target_node(&whole));
+        assert_eq!(
+            workload::deletion_cmp(&kept, &whole),
+            std::cmp::Ordering::Equal
+        );
+        let n = node("a", "4", "8Gi");
+        assert_eq!(
+            daemonset::node_selected(&kept.spec, &n),
+            daemonset::node_selected(&whole.spec, &n)
+        );
+        let taints = [api::core::Taint {
+            key: "node.kubernetes.io/unreachable".into(),
+            effect: "NoExecute".into(),
+            ..Default::default()
+        }];
+        assert_eq!(
+            nodelifecycle::eviction(&kept.spec.tolerations, &taints, now),
+            nodelifecycle::eviction(&whole.spec.tolerations, &taints, now)
+        );
+    }
+
+    #[test]
+    fn projection_is_smaller_and_skips_what_has_nothing_to_drop() {
+        let whole = whole_pod().into_any();
+        let full = Packed::pack(&whole).len();
+        let kept = Packed::pack(&project(&whole).expect("projected")).len();
+        eprintln!("a whole pod: {full} bytes, what the cache keeps: {kept} bytes");
+        assert!(kept * 3 < full * 2, "kept {kept} of {full} bytes");
+        // Nothing to drop: the store's encoding is kept as it is.
+        let plain = api::core::ConfigMap::default().into_any();
+        assert!(project(&plain).is_none());
+        assert!(project(&project(&whole).expect("projected")).is_none());
     }
 }

@@ -116,7 +116,7 @@ where
     let changes = ctx.informers.subscribe(kinds);
     let keys: Vec<Key> = {
         let cache = ctx.informers.cache().read();
-        cache.keys(K::KIND, None).cloned().collect()
+        cache.keys(K::KIND, None).map(|k| (**k).clone()).collect()
     };
     for key in keys {
         queue.add(key);

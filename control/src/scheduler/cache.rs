@@ -528,7 +528,7 @@ impl ClusterState {
 
 /// The informer key of an object.
 pub fn key_of(m: &ObjectMeta) -> Key {
-    (m.namespace.clone().unwrap_or_default(), m.name.clone())
+    Arc::new((m.namespace.clone().unwrap_or_default(), m.name.clone()))
 }
 
 /// Whether `obj` is a pod (the scheduler only subscribes to pods and nodes).
@@ -668,7 +668,7 @@ mod tests {
         pod.metadata.name = "p".into();
         pod.metadata.namespace = Some("default".into());
         pod.spec.containers = vec![container("250m", "1Gi")];
-        let key: Key = ("default".into(), "p".into());
+        let key: Key = Arc::new(("default".into(), "p".into()));
         // Bound to a node not seen yet: accounted when the node appears.
         state.add_pod(key.clone(), &pod, packed(&pod), "n1".into(), true);
         let mut node = Node::default();

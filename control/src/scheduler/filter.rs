@@ -839,7 +839,7 @@ pub(crate) mod tests {
             s.upsert_node(Arc::new(n.clone()));
         }
         for (p, on) in pods {
-            let key = (p.metadata.namespace().to_string(), p.metadata.name.clone());
+            let key = crate::scheduler::cache::key_of(&p.metadata);
             s.add_pod(
                 key,
                 p,

@@ -384,11 +384,14 @@ impl Scheduler {
             })
             .collect();
         // Decoded outside the lock: the informer's task waits for it.
-        let (nodes, pods): (Vec<Packed>, Vec<Packed>) = {
+        let (nodes, pods): (Vec<Packed>, Vec<(Key, Packed)>) = {
             let cache = self.informers.cache().read();
             (
                 cache.iter_packed(Kind::Node, None).cloned().collect(),
-                cache.iter_packed(Kind::Pod, None).cloned().collect(),
+                cache
+                    .entries(Kind::Pod, None)
+                    .map(|(k, p)| (k.clone(), p.clone()))
+                    .collect(),
             )
         };
         self.state.clear();
@@ -399,9 +402,9 @@ impl Scheduler {
         for n in nodes.iter().filter_map(Packed::unpack) {
             self.state.node_changed(&n, false);
         }
-        for packed in pods {
+        for (key, packed) in pods {
             if let Some(pod) = packed.unpack_as::<Pod>() {
-                self.pod_upserted(&pod, packed, None);
+                self.pod_upserted(key, &pod, packed, None);
             }
         }
         for (key, packed, node) in in_flight {
@@ -463,8 +466,13 @@ impl Scheduler {
     fn on_change(&mut self, change: Change) {
         match change {
             Change::Resync => self.rebuild(),
-            Change::Added { new, packed } => self.object_changed(&new, packed, None),
-            Change::Modified { old, new, packed } => self.object_changed(&new, packed, Some(&old)),
+            Change::Added { key, new, packed } => self.object_changed(key, &new, packed, None),
+            Change::Modified {
+                key,
+                old,
+                new,
+                packed,
+            } => self.object_changed(key, &new, packed, Some(&old)),
             Change::Deleted(obj) => match obj.kind() {
                 Kind::Pod => self.pod_deleted(&obj),
                 Kind::Node => {
@@ -475,9 +483,9 @@ impl Scheduler {
         }
     }
 
-    fn object_changed(&mut self, obj: &AnyObject, packed: Packed, old: Option<&Packed>) {
+    fn object_changed(&mut self, key: Key, obj: &AnyObject, packed: Packed, old: Option<&Packed>) {
         match obj {
-            AnyObject::Pod(pod) => self.pod_upserted(pod, packed, old),
+            AnyObject::Pod(pod) => self.pod_upserted(key, pod, packed, old),
             AnyObject::Node(_) if self.state.node_changed(obj, false) == NodeChange::Relevant => {
                 self.request_flush();
             }
@@ -485,10 +493,9 @@ impl Scheduler {
         }
     }
 
-    /// `old` is the pod before a modification, still packed: only a pending pod's change
-    /// needs it decoded.
-    fn pod_upserted(&mut self, pod: &Pod, packed: Packed, old: Option<&Packed>) {
-        let key = key_of(&pod.metadata);
+    /// `key` is the informer's (shared by every map here); `old` is the pod before a
+    /// modification, still packed: only a pending pod's change needs it decoded.
+    fn pod_upserted(&mut self, key: Key, pod: &Pod, packed: Packed, old: Option<&Packed>) {
         if let Some(node) = occupies_node(pod) {
             self.pending.remove(&key);
             self.unschedulable.remove(&key);
@@ -521,10 +528,14 @@ impl Scheduler {
             self.unschedulable.remove(&key);
             return;
         }
+        // Both as the cache keeps them (the projection), so a change to a part no filter
+        // reads does not count.
         let changed = old.and_then(Packed::unpack_as::<Pod>).is_none_or(|o| {
-            o.metadata.uid != pod.metadata.uid
-                || o.spec != pod.spec
-                || o.metadata.labels != pod.metadata.labels
+            packed.unpack_as::<Pod>().is_none_or(|new| {
+                o.metadata.uid != new.metadata.uid
+                    || o.spec != new.spec
+                    || o.metadata.labels != new.metadata.labels
+            })
         });
         let waiting = self.unschedulable.contains(&key);
         self.pending.insert(key.clone(), packed);
@@ -743,7 +754,7 @@ mod tests {
         let f = PodFacts::of(p);
         let node = find_node(s, p, &f, c)?;
         s.add_pod(
-            (p.metadata.namespace().to_string(), p.metadata.name.clone()),
+            key_of(&p.metadata),
             p,
             Packed::pack(&p.clone().into_any()),
             node.clone(),
