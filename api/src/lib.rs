@@ -17,6 +17,7 @@ mod omit;
 pub mod quantity;
 pub mod selector;
 pub mod table;
+pub mod transport;
 pub mod validation;
 
 pub use object::{AnyObject, Kind, KindInfo, Resource};
