@@ -296,20 +296,21 @@ impl Transport {
         let m: Method = method
             .parse()
             .map_err(|_| TransportError::Protocol(format!("bad method {method:?}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(TransportError::Url(url.to_string()));
+        }
         let origin = url.origin().ascii_serialization();
+        // Built (and its headers checked) before any connection is made.
+        let mut req = self.build(m, url, headers, body)?;
         if let Some(conn) = self.take_idle(&origin) {
-            if let Ok(res) = self
-                .exchange(&conn, self.build(m, url, headers, body)?)
-                .await
-            {
+            if let Ok(res) = self.exchange(&conn, req).await {
                 return Ok(self.response(origin, conn, m, res));
             }
             // The server closed the idle connection; nothing was answered, so send again.
+            req = self.build(m, url, headers, body)?;
         }
         let conn = self.connect(url).await?;
-        let res = self
-            .exchange(&conn, self.build(m, url, headers, body)?)
-            .await?;
+        let res = self.exchange(&conn, req).await?;
         Ok(self.response(origin, conn, m, res))
     }
 
