@@ -122,7 +122,7 @@ impl ClientConfig {
 #[derive(Clone, Debug)]
 pub struct Response {
     pub status: u16,
-    /// Header names lowercased, in the order received.
+    /// Header names lowercased (values of one name in the order received).
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }

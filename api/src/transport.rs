@@ -381,7 +381,7 @@ enum Framing {
 /// earlier, it closes it.
 pub struct Response {
     pub status: u16,
-    /// Header names lowercased.
+    /// Header names lowercased (values of one name in the order received).
     pub headers: Vec<(String, String)>,
     body: Option<Body>,
     conn: Option<Conn>,
