@@ -1,32 +1,26 @@
-//! A small HTTPS/1.1 client for the skiff (Kubernetes) API, on smol and rustls (ring).
+//! The HTTPS client of the skiff (Kubernetes) API: kubeconfig credentials (bearer token,
+//! client certificate), CA trust, lists, watches and streamed bodies.
 //!
-//! The HTTP framing is written here by hand (request line and headers out; status line,
-//! headers, `Content-Length` and chunked bodies in) so that the node agent, a small static
-//! binary, can use it without an HTTP stack. Connections are kept alive in a small pool.
-//! The server is trusted only if its certificate chains to the configured CA.
+//! HTTP itself is the shared [`crate::transport`] (async-h1's framing on smol and rustls,
+//! with a keep-alive pool). The server is trusted only if its certificate chains to the
+//! configured CA.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_lite::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use futures_lite::Stream;
-use futures_rustls::TlsConnector;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
-use smol::net::TcpStream;
 
 use crate::kubeconfig::{Kubeconfig, KubeconfigError, ResolvedContext};
 use crate::meta::{DeleteOptions, Status};
 use crate::object::{Kind, Resource};
+use crate::transport::{self, Transport, TransportError, Url};
 
 /// Connections kept idle per client.
 const POOL_SIZE: usize = 4;
-/// Longest accepted status line or header line.
-const MAX_LINE: usize = 64 * 1024;
-/// Most headers accepted in one response.
-const MAX_HEADERS: usize = 100;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The Accept header that asks for server-side tables (as kubectl does).
@@ -128,7 +122,7 @@ impl ClientConfig {
 #[derive(Clone, Debug)]
 pub struct Response {
     pub status: u16,
-    /// Header names lowercased, in the order received.
+    /// Header names lowercased (values of one name in the order received).
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
@@ -291,17 +285,12 @@ pub fn resource_path(kind: Kind, namespace: Option<&str>, name: Option<&str>) ->
     p
 }
 
-type Conn = BufReader<futures_rustls::client::TlsStream<TcpStream>>;
-
 struct Inner {
     server: String,
-    host: String,
-    port: u16,
-    host_header: String,
-    server_name: ServerName<'static>,
-    tls: TlsConnector,
+    /// `https://host:port/`, which request paths are joined to.
+    base: Url,
     authorization: Option<String>,
-    idle: Mutex<Vec<Conn>>,
+    transport: Transport,
 }
 
 /// An API client; cheap to clone (clones share the connection pool).
@@ -332,12 +321,18 @@ impl Client {
             .unwrap_or_else(|| host.trim_start_matches('[').trim_end_matches(']').into());
         let server_name = ServerName::try_from(name_for_tls.clone())
             .map_err(|_| ClientError::Config(format!("invalid server name {name_for_tls:?}")))?;
-        let host_header = if port == 443 {
-            host.clone()
-        } else {
-            format!("{host}:{port}")
-        };
-        let tls = TlsConnector::from(Arc::new(tls_config(&config)?));
+        let base = Url::parse(&format!("https://{host}:{port}/"))
+            .map_err(|e| ClientError::Config(format!("server URL {:?}: {e}", config.server)))?;
+        let transport = Transport::new(
+            Arc::new(tls_config(&config)?),
+            transport::Options {
+                server_name: Some(server_name),
+                connect_timeout: CONNECT_TIMEOUT,
+                read_timeout: None,
+                pool_size: POOL_SIZE,
+                ..Default::default()
+            },
+        );
         let authorization = config
             .token
             .as_deref()
@@ -346,13 +341,9 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 server: config.server.clone(),
-                host,
-                port,
-                host_header,
-                server_name,
-                tls,
+                base,
                 authorization,
-                idle: Mutex::new(Vec::new()),
+                transport,
             }),
         })
     }
@@ -364,95 +355,54 @@ impl Client {
 
     /// Connections currently idle in the pool (for tests and metrics).
     pub fn idle_connections(&self) -> usize {
-        self.inner.idle.lock().map(|v| v.len()).unwrap_or(0)
+        self.inner.transport.idle_connections()
     }
 
-    async fn connect(&self) -> Result<Conn, ClientError> {
-        let inner = &self.inner;
-        let addr = (
-            inner.host.trim_start_matches('[').trim_end_matches(']'),
-            inner.port,
-        );
-        let connect = async {
-            let tcp = TcpStream::connect(addr).await?;
-            tcp.set_nodelay(true)?;
-            inner.tls.connect(inner.server_name.clone(), tcp).await
-        };
-        let timeout = async {
-            smol::Timer::after(CONNECT_TIMEOUT).await;
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connection timed out",
-            ))
-        };
-        let tls =
-            smol::future::or(connect, timeout)
-                .await
-                .map_err(|error| ClientError::Connect {
-                    server: inner.server.clone(),
-                    error,
-                })?;
-        Ok(BufReader::new(tls))
-    }
-
-    fn take_idle(&self) -> Option<Conn> {
-        self.inner.idle.lock().ok().and_then(|mut v| v.pop())
-    }
-
-    fn put_idle(inner: &Inner, conn: Conn) {
-        if let Ok(mut v) = inner.idle.lock() {
-            if v.len() < POOL_SIZE {
-                v.push(conn);
-            }
-        }
-    }
-
-    /// Sends the request and reads the status line and headers. A pooled connection that
-    /// turns out to be closed is replaced by a new one once.
+    /// Sends the request; the answer's body is unread.
     async fn send(
         &self,
         method: &str,
         path_and_query: &str,
         body: Option<(&str, &[u8])>,
         accept: &str,
-    ) -> Result<(Conn, Head), ClientError> {
-        let mut head = format!(
-            "{method} {path_and_query} HTTP/1.1\r\nHost: {}\r\nUser-Agent: skiff/{}\r\nAccept: {accept}\r\n",
-            self.inner.host_header,
-            env!("CARGO_PKG_VERSION"),
-        );
+    ) -> Result<transport::Response, ClientError> {
+        let url =
+            self.inner.base.join(path_and_query).map_err(|e| {
+                ClientError::Config(format!("request path {path_and_query:?}: {e}"))
+            })?;
+        let mut headers = vec![("Accept", accept)];
         if let Some(a) = &self.inner.authorization {
-            head.push_str("Authorization: ");
-            head.push_str(a);
-            head.push_str("\r\n");
+            headers.push(("Authorization", a));
         }
-        match body {
-            Some((ct, b)) => {
-                head.push_str(&format!(
-                    "Content-Type: {ct}\r\nContent-Length: {}\r\n",
-                    b.len()
-                ));
-            }
-            None if matches!(method, "POST" | "PUT" | "PATCH") => {
-                head.push_str("Content-Length: 0\r\n");
-            }
-            None => {}
+        let mut bytes: &[u8] = &[];
+        if let Some((ct, b)) = body {
+            headers.push(("Content-Type", ct));
+            bytes = b;
         }
-        head.push_str("\r\n");
-        let mut request = head.into_bytes();
-        if let Some((_, b)) = body {
-            request.extend_from_slice(b);
-        }
+        self.inner
+            .transport
+            .send(method, &url, &headers, bytes)
+            .await
+            .map_err(|e| self.error(e))
+    }
 
-        if let Some(mut conn) = self.take_idle() {
-            if let Ok(h) = exchange(&mut conn, &request).await {
-                return Ok((conn, h));
+    /// A transport error as the client reports it.
+    fn error(&self, e: TransportError) -> ClientError {
+        match e {
+            TransportError::Connect { error, .. } | TransportError::Tls { error, .. } => {
+                ClientError::Connect {
+                    server: self.inner.server.clone(),
+                    error,
+                }
             }
-            // The server closed the idle connection; nothing was answered, so send again.
+            TransportError::Io(e) => ClientError::Io(e),
+            TransportError::Timeout => ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                e.to_string(),
+            )),
+            TransportError::Protocol(m) => ClientError::Protocol(m),
+            TransportError::Url(u) => ClientError::Config(format!("bad URL {u:?}")),
         }
-        let mut conn = self.connect().await?;
-        let h = exchange(&mut conn, &request).await?;
-        Ok((conn, h))
     }
 
     /// One request; the whole body is read. Non-2xx answers are returned, not turned into
@@ -465,18 +415,12 @@ impl Client {
         accept: &str,
     ) -> Result<Response, ClientError> {
         let b = body.as_ref().map(|(ct, b)| (*ct, b.as_slice()));
-        let (conn, head) = self.send(method, path_and_query, b, accept).await?;
-        let no_body = method == "HEAD" || head.status == 204 || head.status == 304;
-        let mut reader = BodyReader::new(conn, &head, no_body);
-        let mut out = Vec::new();
-        while let Some(chunk) = reader.next_chunk().await? {
-            out.extend_from_slice(&chunk);
-        }
-        reader.finish(&self.inner);
+        let mut resp = self.send(method, path_and_query, b, accept).await?;
+        let body = resp.bytes(usize::MAX).await.map_err(|e| self.error(e))?;
         Ok(Response {
-            status: head.status,
-            headers: head.headers,
-            body: out,
+            status: resp.status,
+            headers: std::mem::take(&mut resp.headers),
+            body,
         })
     }
 
@@ -516,27 +460,31 @@ impl Client {
         })))
     }
 
+    /// A streaming GET whose answer must be 2xx (else the error its body describes).
+    async fn stream_get(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<transport::Response, ClientError> {
+        let mut resp = self.send("GET", path_and_query, None, accept).await?;
+        if !resp.is_success() {
+            let body = resp.bytes(usize::MAX).await.map_err(|e| self.error(e))?;
+            return Err(error_from_body(resp.status, &body));
+        }
+        Ok(resp)
+    }
+
     /// Like [`Client::stream_lines`], each line as its bytes.
     pub async fn stream_raw_lines(
         &self,
         path_and_query: &str,
         accept: &str,
     ) -> Result<LineStream, ClientError> {
-        let (conn, head) = self.send("GET", path_and_query, None, accept).await?;
-        let mut reader = BodyReader::new(conn, &head, false);
-        if !(200..300).contains(&head.status) {
-            let mut body = Vec::new();
-            while let Some(chunk) = reader.next_chunk().await? {
-                body.extend_from_slice(&chunk);
-            }
-            reader.finish(&self.inner);
-            return Err(error_from_body(head.status, &body));
-        }
         let state = LineState {
-            reader: Some(reader),
+            reader: Some(self.stream_get(path_and_query, accept).await?),
             pending: Vec::new(),
             start: 0,
-            inner: self.inner.clone(),
+            client: self.clone(),
         };
         Ok(Box::pin(futures_lite::stream::unfold(
             state,
@@ -560,30 +508,18 @@ impl Client {
         path_and_query: &str,
         accept: &str,
     ) -> Result<LineStream, ClientError> {
-        let (conn, head) = self.send("GET", path_and_query, None, accept).await?;
-        let mut reader = BodyReader::new(conn, &head, false);
-        if !(200..300).contains(&head.status) {
-            let mut body = Vec::new();
-            while let Some(chunk) = reader.next_chunk().await? {
-                body.extend_from_slice(&chunk);
-            }
-            reader.finish(&self.inner);
-            return Err(error_from_body(head.status, &body));
-        }
-        let inner = self.inner.clone();
+        let reader = self.stream_get(path_and_query, accept).await?;
+        let client = self.clone();
         Ok(Box::pin(futures_lite::stream::unfold(
             Some(reader),
             move |state| {
-                let inner = inner.clone();
+                let client = client.clone();
                 async move {
                     let mut reader = state?;
-                    match reader.next_chunk().await {
+                    match reader.chunk().await {
                         Ok(Some(chunk)) => Some((Ok(chunk), Some(reader))),
-                        Ok(None) => {
-                            reader.finish(&inner);
-                            None
-                        }
-                        Err(e) => Some((Err(e), None)),
+                        Ok(None) => None,
+                        Err(e) => Some((Err(client.error(e)), None)),
                     }
                 }
             },
@@ -1032,237 +968,13 @@ impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
     }
 }
 
-/// Status line and headers of a response.
-struct Head {
-    status: u16,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Writes a request and reads the response head. 1xx answers are skipped.
-async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<Head, ClientError> {
-    conn.get_mut().write_all(request).await?;
-    conn.get_mut().flush().await?;
-    loop {
-        let line = read_line(conn).await?;
-        let line = line.ok_or_else(|| {
-            ClientError::Io(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the server closed the connection",
-            ))
-        })?;
-        let mut parts = line.splitn(3, ' ');
-        let version = parts.next().unwrap_or("");
-        let code = parts.next().unwrap_or("");
-        if !version.starts_with("HTTP/1.") {
-            return Err(ClientError::Protocol(format!("bad status line {line:?}")));
-        }
-        let status: u16 = code
-            .parse()
-            .map_err(|_| ClientError::Protocol(format!("bad status line {line:?}")))?;
-        let mut headers = Vec::new();
-        loop {
-            let h = read_line(conn)
-                .await?
-                .ok_or_else(|| ClientError::Protocol("the headers end early".into()))?;
-            if h.is_empty() {
-                break;
-            }
-            if headers.len() >= MAX_HEADERS {
-                return Err(ClientError::Protocol("too many headers".into()));
-            }
-            let (n, v) = h
-                .split_once(':')
-                .ok_or_else(|| ClientError::Protocol(format!("bad header line {h:?}")))?;
-            headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-        if (100..200).contains(&status) {
-            continue;
-        }
-        let mut head = Head { status, headers };
-        if version == "HTTP/1.0" && head.header("connection").is_none() {
-            head.headers.push(("connection".into(), "close".into()));
-        }
-        return Ok(head);
-    }
-}
-
-/// Reads a CRLF- (or LF-) terminated line without its terminator; None at a clean EOF.
-async fn read_line(conn: &mut Conn) -> Result<Option<String>, ClientError> {
-    let mut buf = Vec::new();
-    let n = (&mut *conn)
-        .take(MAX_LINE as u64)
-        .read_until(b'\n', &mut buf)
-        .await?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if buf.last() != Some(&b'\n') {
-        return Err(ClientError::Protocol(
-            "a line is too long or the connection ended in it".into(),
-        ));
-    }
-    buf.pop();
-    if buf.last() == Some(&b'\r') {
-        buf.pop();
-    }
-    String::from_utf8(buf)
-        .map(Some)
-        .map_err(|_| ClientError::Protocol("a line is not UTF-8".into()))
-}
-
-enum Framing {
-    Length(u64),
-    /// Bytes left in the current chunk; None when a chunk-size line comes next.
-    Chunked(Option<u64>),
-    UntilClose,
-    Done,
-}
-
-/// Reads a response body in pieces as they arrive.
-struct BodyReader {
-    conn: Option<Conn>,
-    framing: Framing,
-    reusable: bool,
-}
-
-impl BodyReader {
-    fn new(conn: Conn, head: &Head, no_body: bool) -> BodyReader {
-        let close = head
-            .header("connection")
-            .is_some_and(|c| c.eq_ignore_ascii_case("close"));
-        let chunked = head
-            .header("transfer-encoding")
-            .is_some_and(|t| t.to_ascii_lowercase().contains("chunked"));
-        let length = head
-            .header("content-length")
-            .and_then(|l| l.parse::<u64>().ok());
-        let framing = if no_body {
-            Framing::Done
-        } else if chunked {
-            Framing::Chunked(None)
-        } else if let Some(l) = length {
-            if l == 0 {
-                Framing::Done
-            } else {
-                Framing::Length(l)
-            }
-        } else {
-            Framing::UntilClose
-        };
-        let reusable = !close && !matches!(framing, Framing::UntilClose);
-        BodyReader {
-            conn: Some(conn),
-            framing,
-            reusable,
-        }
-    }
-
-    /// The next piece of the body; None at its end.
-    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Ok(None);
-        };
-        loop {
-            match &mut self.framing {
-                Framing::Done => return Ok(None),
-                Framing::Length(left) => {
-                    let data = read_some(conn, *left).await?;
-                    if data.is_empty() {
-                        return Err(ClientError::Protocol("the body ends early".into()));
-                    }
-                    *left -= data.len() as u64;
-                    if *left == 0 {
-                        self.framing = Framing::Done;
-                    }
-                    return Ok(Some(data));
-                }
-                Framing::UntilClose => {
-                    let data = read_some(conn, 64 * 1024).await?;
-                    if data.is_empty() {
-                        self.framing = Framing::Done;
-                        return Ok(None);
-                    }
-                    return Ok(Some(data));
-                }
-                Framing::Chunked(Some(left)) => {
-                    if *left == 0 {
-                        // End of a chunk's data: its CRLF follows.
-                        let crlf = read_line(conn).await?;
-                        if crlf.as_deref() != Some("") {
-                            return Err(ClientError::Protocol("bad chunk terminator".into()));
-                        }
-                        self.framing = Framing::Chunked(None);
-                        continue;
-                    }
-                    let data = read_some(conn, *left).await?;
-                    if data.is_empty() {
-                        return Err(ClientError::Protocol("the body ends in a chunk".into()));
-                    }
-                    *left -= data.len() as u64;
-                    return Ok(Some(data));
-                }
-                Framing::Chunked(None) => {
-                    let line = read_line(conn)
-                        .await?
-                        .ok_or_else(|| ClientError::Protocol("the body ends early".into()))?;
-                    let size_hex = line.split(';').next().unwrap_or("").trim();
-                    let size = u64::from_str_radix(size_hex, 16).map_err(|_| {
-                        ClientError::Protocol(format!("bad chunk size line {line:?}"))
-                    })?;
-                    if size == 0 {
-                        // Trailers, then an empty line.
-                        loop {
-                            let t = read_line(conn).await?.ok_or_else(|| {
-                                ClientError::Protocol("the body ends in its trailers".into())
-                            })?;
-                            if t.is_empty() {
-                                break;
-                            }
-                        }
-                        self.framing = Framing::Done;
-                        return Ok(None);
-                    }
-                    self.framing = Framing::Chunked(Some(size));
-                }
-            }
-        }
-    }
-
-    /// Gives the connection back to the pool if the body was read to its end.
-    fn finish(&mut self, inner: &Inner) {
-        if let Some(conn) = self.conn.take() {
-            if self.reusable && matches!(self.framing, Framing::Done) {
-                Client::put_idle(inner, conn);
-            }
-        }
-    }
-}
-
-/// Reads what is buffered or arrives next, at most `max` bytes.
-async fn read_some(conn: &mut Conn, max: u64) -> Result<Vec<u8>, ClientError> {
-    let buf = conn.fill_buf().await?;
-    let n = buf.len().min(usize::try_from(max).unwrap_or(usize::MAX));
-    let data = buf[..n].to_vec();
-    conn.consume(n);
-    Ok(data)
-}
-
 /// Splits a streamed body into lines.
 struct LineState {
-    reader: Option<BodyReader>,
+    reader: Option<transport::Response>,
     /// Bytes received and not yet returned, from `start` on.
     pending: Vec<u8>,
     start: usize,
-    inner: Arc<Inner>,
+    client: Client,
 }
 
 impl LineState {
@@ -1282,10 +994,9 @@ impl LineState {
             let Some(reader) = self.reader.as_mut() else {
                 return Ok(None);
             };
-            match reader.next_chunk().await? {
+            match reader.chunk().await.map_err(|e| self.client.error(e))? {
                 Some(data) => self.pending.extend_from_slice(&data),
                 None => {
-                    reader.finish(&self.inner);
                     self.reader = None;
                     let rest = std::mem::take(&mut self.pending);
                     if rest.iter().all(u8::is_ascii_whitespace) {

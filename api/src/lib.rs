@@ -19,6 +19,7 @@ pub mod schema;
 pub mod selector;
 pub mod stats;
 pub mod table;
+pub mod transport;
 pub mod validation;
 
 pub use object::{AnyObject, Kind, KindInfo, Resource};

@@ -20,10 +20,11 @@ use ring::digest;
 use serde::{Deserialize, Serialize};
 
 use super::error::ImageError;
-use super::http::{self, HttpClient, HttpError, Response, Url};
+use super::http::{self, HttpError, Response, Url};
 use super::layer::digest_string;
 use super::oci::{self, Platform};
 use super::{parse_config, sha256_bytes, ImageInfo, ImageStore, Reference};
+use api::transport::Transport;
 
 const MAX_REDIRECTS: usize = 5;
 
@@ -142,7 +143,7 @@ pub struct PullOptions {
 
 /// A session with one repository of one registry.
 struct Session<'a> {
-    http: HttpClient,
+    http: Transport,
     base: Url,
     reference: &'a Reference,
     registry: String,
@@ -150,6 +151,14 @@ struct Session<'a> {
     /// `Authorization` value once a challenge was answered (or a token was given).
     authorization: Option<String>,
     challenged: bool,
+}
+
+/// A `Location` or path that does not make a URL.
+fn url_err(registry: &str, e: impl std::fmt::Display) -> ImageError {
+    ImageError::Network {
+        registry: registry.to_string(),
+        detail: format!("bad URL: {e}"),
+    }
 }
 
 fn net_err(registry: &str, e: HttpError) -> ImageError {
@@ -182,18 +191,6 @@ pub(crate) fn parse_challenge(h: &str) -> (String, BTreeMap<String, String>) {
         rest = next.trim_start().trim_start_matches(',').trim_start();
     }
     (scheme.to_ascii_lowercase(), params)
-}
-
-fn encode_query(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The `message`s of a registry error body (`{"errors":[{"code","message"}]}`).
@@ -255,7 +252,7 @@ impl<'a> Session<'a> {
             RegistryAuth::Anonymous => (host.username.clone().zip(host.password.clone()), None),
         };
         Ok(Session {
-            http: HttpClient::new(tls),
+            http: http::client(tls),
             base,
             reference,
             registry: reference.registry.clone(),
@@ -300,10 +297,10 @@ impl<'a> Session<'a> {
         let mut url = self
             .base
             .join(&format!("/v2/{}/{path}", self.reference.repository))
-            .map_err(|e| net_err(&self.registry, e))?;
+            .map_err(|e| url_err(&self.registry, e))?;
         let mut redirects = 0;
         loop {
-            let same_host = url.host == self.base.host && url.port == self.base.port;
+            let same_host = url.origin() == self.base.origin();
             let mut headers: Vec<(&str, &str)> = Vec::new();
             if let Some(a) = accept {
                 headers.push(("Accept", a));
@@ -330,7 +327,7 @@ impl<'a> Session<'a> {
                             detail: "too many redirects or a redirect without Location".into(),
                         });
                     }
-                    url = url.join(&loc).map_err(|e| net_err(&self.registry, e))?;
+                    url = url.join(&loc).map_err(|e| url_err(&self.registry, e))?;
                 }
                 401 if same_host && !self.challenged => {
                     self.challenged = true;
@@ -384,13 +381,14 @@ impl<'a> Session<'a> {
                     .get("scope")
                     .cloned()
                     .unwrap_or_else(|| format!("repository:{}:pull", self.reference.repository));
-                let mut query = Vec::new();
-                if let Some(s) = params.get("service") {
-                    query.push(format!("service={}", encode_query(s)));
+                {
+                    let mut query = url.query_pairs_mut();
+                    if let Some(s) = params.get("service") {
+                        query.append_pair("service", s);
+                    }
+                    query.append_pair("scope", &scope);
                 }
-                query.push(format!("scope={}", encode_query(&scope)));
-                let sep = if url.path.contains('?') { '&' } else { '?' };
-                url.path = format!("{}{sep}{}", url.path, query.join("&"));
+                let token_host = url.host_str().unwrap_or_default().to_string();
                 let basic = self.basic();
                 let mut headers: Vec<(&str, &str)> = Vec::new();
                 if let Some(b) = basic.as_deref() {
@@ -400,11 +398,11 @@ impl<'a> Session<'a> {
                     .http
                     .send("GET", &url, &headers, b"")
                     .await
-                    .map_err(|e| net_err(&url.host, e))?;
+                    .map_err(|e| net_err(&token_host, e))?;
                 let body = resp
                     .bytes(1024 * 1024)
                     .await
-                    .map_err(|e| net_err(&url.host, e))?;
+                    .map_err(|e| net_err(&token_host, e))?;
                 if resp.status == 401 || resp.status == 403 {
                     return Err(self.unauthorized(format!(
                         "the token service refused the credentials: {}",
@@ -413,7 +411,7 @@ impl<'a> Session<'a> {
                 }
                 if !(200..300).contains(&resp.status) {
                     return Err(ImageError::Registry {
-                        registry: url.host.clone(),
+                        registry: token_host.clone(),
                         status: resp.status,
                         what: "a token".into(),
                         detail: error_detail(&body),
@@ -709,9 +707,5 @@ mod tests {
             "manifest unknown (MANIFEST_UNKNOWN)"
         );
         assert_eq!(error_detail(b"nope"), "nope");
-        assert_eq!(
-            encode_query("repository:a/b:pull"),
-            "repository%3Aa%2Fb%3Apull"
-        );
     }
 }

@@ -277,7 +277,8 @@ pub fn is_mount_point(p: &Path) -> bool {
 // ---------------------------------------------------------------------------------------
 // A real registry (apt `docker-registry`) on 127.0.0.1 over TLS, and a small push client.
 
-use agent::image::http::{tls_config, HttpClient, Url};
+use agent::image::http::{self as http, tls_config, Url};
+use api::transport::Transport;
 use base64::Engine;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -425,8 +426,8 @@ impl Registry {
             .join("data")
     }
 
-    fn client(&self) -> HttpClient {
-        HttpClient::new(tls_config(Some(&self.ca_pem)).unwrap())
+    fn client(&self) -> Transport {
+        http::client(tls_config(Some(&self.ca_pem)).unwrap())
     }
 
     fn auth_header(&self) -> Option<String> {
@@ -441,7 +442,7 @@ impl Registry {
         })
     }
 
-    async fn put_blob(&self, http: &HttpClient, repo: &str, blob: &[u8]) {
+    async fn put_blob(&self, http: &Transport, repo: &str, blob: &[u8]) {
         let digest = sha256_bytes(blob);
         let auth = self.auth_header();
         let mut headers: Vec<(&str, &str)> = Vec::new();
@@ -455,8 +456,7 @@ impl Registry {
         let location = resp.header("location").unwrap().to_string();
         let _ = resp.bytes(1 << 20).await;
         let mut put = base.join(&location).unwrap();
-        let sep = if put.path.contains('?') { '&' } else { '?' };
-        put.path = format!("{}{sep}digest={}", put.path, digest.replace(':', "%3A"));
+        put.query_pairs_mut().append_pair("digest", &digest);
         let mut h = headers.clone();
         h.push(("Content-Type", "application/octet-stream"));
         let mut resp = http.send("PUT", &put, &h, blob).await.unwrap();
@@ -471,7 +471,7 @@ impl Registry {
 
     async fn put_manifest(
         &self,
-        http: &HttpClient,
+        http: &Transport,
         repo: &str,
         reference: &str,
         media_type: &str,
