@@ -147,8 +147,11 @@ async fn serve(listener: TcpListener, pki: &Pki) {
             if line.is_empty() {
                 break;
             }
-            if let Some(v) = line.strip_prefix("Authorization: ") {
-                authorization = Some(v.to_string());
+            // Header names are case-insensitive (the client sends them in lower case).
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("authorization") {
+                    authorization = Some(value.trim().to_string());
+                }
             }
         }
         let who = match auth.authenticate(authorization.as_deref(), certs.as_deref()) {
