@@ -257,38 +257,58 @@ async fn watch_fanout(
     Ok(())
 }
 
-async fn fill(kubeconfig: &Option<PathBuf>, pods: usize, concurrency: usize) -> anyhow::Result<()> {
+/// Runs `each(client, i)` for every `i` below `total`, from `concurrency` clients at once;
+/// returns the seconds it took.
+async fn run_concurrently<F, Fut>(
+    kubeconfig: &Option<PathBuf>,
+    total: usize,
+    concurrency: usize,
+    each: F,
+) -> anyhow::Result<f64>
+where
+    F: Fn(Client, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
         let c = client(kubeconfig)?;
         let next = next.clone();
+        let each = each.clone();
         tasks.push(smol::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                if i >= pods {
+                if i >= total {
                     return anyhow::Ok(());
                 }
-                let body = serde_json::to_vec(&pod(&format!("fill-{i}")))?;
-                let r = c
-                    .request(
-                        "POST",
-                        PODS,
-                        Some(("application/json", body)),
-                        "application/json",
-                    )
-                    .await?;
-                if r.status != 201 && r.status != 409 {
-                    bail!("create answered {}", r.status);
-                }
+                each(c.clone(), i).await?;
             }
         }));
     }
     for t in tasks {
         t.await?;
     }
-    let secs = started.elapsed().as_secs_f64();
+    Ok(started.elapsed().as_secs_f64())
+}
+
+async fn fill(kubeconfig: &Option<PathBuf>, pods: usize, concurrency: usize) -> anyhow::Result<()> {
+    let secs = run_concurrently(kubeconfig, pods, concurrency, |c, i| async move {
+        let body = serde_json::to_vec(&pod(&format!("fill-{i}")))?;
+        let r = c
+            .request(
+                "POST",
+                PODS,
+                Some(("application/json", body)),
+                "application/json",
+            )
+            .await?;
+        if r.status != 201 && r.status != 409 {
+            bail!("create answered {}", r.status);
+        }
+        Ok(())
+    })
+    .await?;
     println!(
         "created {pods} pods in {secs:.1} s ({:.0}/s)",
         pods as f64 / secs
@@ -302,41 +322,26 @@ async fn status_writes(
     writes: usize,
     concurrency: usize,
 ) -> anyhow::Result<()> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let c = client(kubeconfig)?;
-        let next = next.clone();
-        tasks.push(smol::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                if i >= writes {
-                    return anyhow::Ok(());
-                }
-                // Every write changes the status: a condition's message names the write.
-                let body = serde_json::to_vec(&json!({"status": {"conditions": [
-                    {"type": "Ready", "status": "False", "message": format!("write {i}")}
-                ]}}))?;
-                let path = format!("{PODS}/fill-{}/status", i % pods);
-                let r = c
-                    .request(
-                        "PATCH",
-                        &path,
-                        Some(("application/strategic-merge-patch+json", body)),
-                        "application/json",
-                    )
-                    .await?;
-                if r.status != 200 {
-                    bail!("status patch answered {}", r.status);
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await?;
-    }
-    let secs = started.elapsed().as_secs_f64();
+    let secs = run_concurrently(kubeconfig, writes, concurrency, move |c, i| async move {
+        // Every write changes the status: a condition's message names the write.
+        let body = serde_json::to_vec(&json!({"status": {"conditions": [
+            {"type": "Ready", "status": "False", "message": format!("write {i}")}
+        ]}}))?;
+        let path = format!("{PODS}/fill-{}/status", i % pods);
+        let r = c
+            .request(
+                "PATCH",
+                &path,
+                Some(("application/strategic-merge-patch+json", body)),
+                "application/json",
+            )
+            .await?;
+        if r.status != 200 {
+            bail!("status patch answered {}", r.status);
+        }
+        Ok(())
+    })
+    .await?;
     println!(
         "{writes} status writes in {secs:.1} s ({:.0}/s)",
         writes as f64 / secs
