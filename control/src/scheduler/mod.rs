@@ -9,12 +9,15 @@
 //!
 //! A pod that fits nowhere gets PodScheduled=False (reason Unschedulable, kube-scheduler's
 //! message) and a FailedScheduling event, and waits in an unschedulable set that is queued
-//! again when a node is added or changes in a way a filter looks at, when a bound pod is
-//! deleted or finishes, or at the latest every [`FLUSH_UNSCHEDULABLE`] — never in a loop, and
-//! at most once per [`FLUSH_MIN_INTERVAL`], each pod no sooner than its own back-off (1 s
-//! doubling to 10 s, as kube-scheduler's). A pod that keeps failing renews its event and
-//! condition at most every [`REPORT_FAILURE_EVERY`], so a backlog of thousands of pods does not
-//! turn each retry into thousands of writes.
+//! again when a node is added or changes in a way a filter looks at, or when a bound pod is
+//! deleted or finishes — never in a loop, at most once per [`FLUSH_MIN_INTERVAL`], each pod no
+//! sooner than its own back-off (1 s doubling to 10 s, as kube-scheduler's). Every input of
+//! the filters arrives through the informer, so a retry against an unchanged cluster would
+//! give the same answer: unlike kube-scheduler (whose out-of-tree plugins can miss events, so
+//! it retries every pod every 5 minutes anyway), nothing is retried while nothing changes, and
+//! a site whose pods fit nowhere writes nothing to its SD card while it idles. A pod that keeps
+//! failing renews its event and condition at most every [`REPORT_FAILURE_EVERY`], so a backlog
+//! of thousands of pods does not turn each retry into thousands of writes.
 //!
 //! ```text
 //! scheduler::start(&machinery::Context)          // spawns the scheduler thread
@@ -50,8 +53,6 @@ pub const SCHEDULER_NAME: &str = "default-scheduler";
 pub const MAX_IN_FLIGHT: usize = 4096;
 /// Pods decided between two looks at the informer's changes.
 pub const BATCH: usize = 1024;
-/// Unschedulable pods are retried at least this often even if nothing seems to change.
-pub const FLUSH_UNSCHEDULABLE: Duration = Duration::from_secs(60);
 /// The first back-off of a pod that fit nowhere, doubled with each further failure.
 pub const RETRY_BACKOFF_START: Duration = Duration::from_secs(1);
 /// The longest back-off of a pod that fits nowhere.
@@ -320,12 +321,10 @@ impl Scheduler {
         );
         loop {
             if self.active.is_empty() || self.binding.len() >= MAX_IN_FLIGHT {
-                let due = if self.flush_wanted {
-                    FLUSH_MIN_INTERVAL
-                } else {
-                    FLUSH_UNSCHEDULABLE
-                };
-                let wait = due.saturating_sub(self.last_flush.elapsed());
+                // Without a flush wanted nothing is due: the loop waits for a change.
+                let wait = self
+                    .flush_wanted
+                    .then(|| FLUSH_MIN_INTERVAL.saturating_sub(self.last_flush.elapsed()));
                 let wake = futures_lite::future::or(
                     async {
                         match changes.recv().await {
@@ -341,7 +340,10 @@ impl Scheduler {
                             }
                         },
                         async {
-                            smol::Timer::after(wait).await;
+                            match wait {
+                                Some(wait) => smol::Timer::after(wait).await,
+                                None => smol::Timer::never().await,
+                            };
                             Wake::Timer
                         },
                     ),
@@ -360,9 +362,7 @@ impl Scheduler {
             while let Ok(m) = self.rx.try_recv() {
                 self.on_msg(m);
             }
-            if self.last_flush.elapsed() >= FLUSH_UNSCHEDULABLE
-                || (self.flush_wanted && self.last_flush.elapsed() >= FLUSH_MIN_INTERVAL)
-            {
+            if self.flush_wanted && self.last_flush.elapsed() >= FLUSH_MIN_INTERVAL {
                 self.flush_unschedulable();
             }
             self.schedule_batch();
