@@ -224,6 +224,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             upstreams: cli.dns_upstreams.clone(),
             ..Default::default()
         },
+        local_connections: None,
     };
     node::run(cfg).context("skiff-agent stopped")
 }

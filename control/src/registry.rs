@@ -60,6 +60,8 @@ pub struct Registry {
     manager: std::sync::Arc<str>,
     /// Whether main-resource writes come through the scale subresource.
     via_scale: bool,
+    /// Writes are dry runs (`dryRun=All`): checked and answered, never stored.
+    dry_run: bool,
 }
 
 /// The manager of the server's own control loops, as Kubernetes names them.
@@ -545,6 +547,28 @@ impl Registry {
             service_ranges: Default::default(),
             manager: CONTROLLER_MANAGER.into(),
             via_scale: false,
+            dry_run: false,
+        }
+    }
+
+    /// This registry with its writes as dry runs (`dryRun=All`) if `dry_run`.
+    pub fn dry_run(&self, dry_run: bool) -> Registry {
+        Registry {
+            dry_run,
+            ..self.clone()
+        }
+    }
+
+    /// Runs a write closure in the store: stored, or only checked in a dry run.
+    async fn write<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Txn<'_, '_>) -> Result<T, ApiError> + Send + 'static,
+    {
+        if self.dry_run {
+            self.store.write_dry_run(f).await
+        } else {
+            self.store.write(f).await
         }
     }
 
@@ -603,8 +627,7 @@ impl Registry {
     pub async fn create<K: Resource>(&self, obj: K, path_ns: Option<&str>) -> Result<K, ApiError> {
         let (obj, generate) = self.prepare_create(obj, path_ns)?;
         let ranges = self.service_ranges();
-        self.store
-            .write(move |txn| create_in(txn, &ranges, obj, generate))
+        self.write(move |txn| create_in(txn, &ranges, obj, generate))
             .await
     }
 
@@ -693,8 +716,7 @@ impl Registry {
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let who = Ownership::Update(self.manager(part));
-        self.store
-            .write(move |txn| {
+        self.write(move |txn| {
                 let ns = obj.meta().namespace().to_string();
                 let old: K = get_existing(txn, &ns, &name)?;
                 apply_update(txn, &beats, &ranges, old, obj, part, who)
@@ -721,8 +743,7 @@ impl Registry {
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let who = Ownership::Update(self.manager(part));
-        self.store
-            .write(move |txn| {
+        self.write(move |txn| {
                 let old: K = get_existing(txn, &ns, &name)?;
                 let current = codec::to_json(&old);
                 let patched = apply_patch(current, patch_type, &patch)?;
@@ -809,17 +830,14 @@ impl Registry {
                 .map_err(|c| conflict_error(&c))?;
             obj.meta_mut().managed_fields = managers.encode();
             let ranges = self.service_ranges();
-            let created = self
-                .store
-                .write(move |txn| create_in(txn, &ranges, obj, false))
+            let created = self.write(move |txn| create_in(txn, &ranges, obj, false))
                 .await?;
             return Ok((created, true));
         }
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
-        self.store
-            .write(move |txn| {
+        self.write(move |txn| {
                 let old: K = get_existing(txn, &ns, &name)?;
                 let live = codec::to_json(&old);
                 let mut merged = live.clone();
@@ -880,8 +898,7 @@ impl Registry {
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let who = Ownership::Update(self.manager(part));
-        self.store
-            .write(move |txn| {
+        self.write(move |txn| {
                 let old: K = get_existing(txn, &ns, &name)?;
                 let mut new = old.clone();
                 f(&mut new)?;
@@ -913,8 +930,7 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
-        self.store
-            .write(move |txn| {
+        self.write(move |txn| {
                 let old: Pod = get_existing(txn, &ns, &name)?;
                 if old.metadata.deletion_timestamp.is_some() {
                     return Err(ApiError::conflict(
@@ -982,8 +998,7 @@ impl Registry {
             )
         })?;
         let (ns, name) = (ns.to_string(), name.to_string());
-        self.store
-            .write(move |txn| {
+        self.write(move |txn| {
                 let mut obj: K = get_existing(txn, &ns, &name)?;
                 if let Some(pre) = &opts.preconditions {
                     if let Some(uid) = pre.uid.as_deref().filter(|u| *u != obj.meta().uid) {

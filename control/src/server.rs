@@ -172,6 +172,7 @@ impl EmbeddedAgentArgs {
                 disabled: self.disable_dns,
                 ..Default::default()
             },
+            local_connections: None,
         })
     }
 }
@@ -246,6 +247,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         auth,
         metrics: Default::default(),
         resource_metrics: Default::default(),
+        local_agent: Default::default(),
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
@@ -268,7 +270,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listening on {}", args.listen))?;
         if !args.agent.disable_agent {
             #[cfg(feature = "embedded-agent")]
-            start_local_agent(&args, &registry, &state.pki).await?;
+            start_local_agent(&args, &registry, &state).await?;
             #[cfg(not(feature = "embedded-agent"))]
             tracing::warn!("this skiff is built without the embedded agent: this machine runs no pods (use --disable-agent to silence this)");
         }
@@ -296,8 +298,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 async fn start_local_agent(
     args: &ServerArgs,
     registry: &Registry,
-    pki: &Pki,
+    state: &AppState,
 ) -> anyhow::Result<()> {
+    let pki = &state.pki;
     let agent_dir = args.agent.data_dir(&args.data_dir);
     let joined = agent::node::Credentials::load(&agent_dir)
         .ok()
@@ -311,7 +314,7 @@ async fn start_local_agent(
             .map_err(|e| anyhow::anyhow!("creating the local agent's join token: {e}"))?;
         Some(t.token)
     };
-    let cfg = args
+    let mut cfg = args
         .agent
         .config(
             &args.data_dir,
@@ -320,6 +323,13 @@ async fn start_local_agent(
             args.cluster_cidr,
         )
         .context("the local agent's settings")?;
+    // Requests for this node's agent (exec, logs, port-forward, stats) reach it in-process.
+    let (connections, accepted) = async_channel::bounded(64);
+    cfg.local_connections = Some(accepted);
+    let _ = state.local_agent.set(http::LocalAgent {
+        node_name: cfg.node_name.clone(),
+        connections,
+    });
     std::thread::Builder::new()
         .name("agent".into())
         .spawn(move || {

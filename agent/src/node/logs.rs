@@ -412,20 +412,54 @@ async fn connection(
     source: Arc<LogSource>,
 ) -> io::Result<()> {
     let _ = tcp.set_nodelay(true);
-    let mut tls = timeout(acceptor.accept(tcp), "TLS handshake timed out").await?;
-    let head = timeout(read_head(&mut tls), "request timed out").await?;
+    let tls = timeout(acceptor.accept(tcp), "TLS handshake timed out").await?;
+    handle(tls, source).await
+}
+
+/// Connections handed over by the server this agent runs inside (`skiff server`'s own node):
+/// one end of a socket pair made in the same process, so already trusted and not encrypted.
+/// Exec, logs and port-forward to the server's own node then skip a TLS hop over loopback
+/// (two encryptions of every byte and a handshake per request).
+pub type LocalConnections = async_channel::Receiver<std::os::unix::net::UnixStream>;
+
+/// Serves the connections of [`LocalConnections`] until the sending side is dropped.
+pub async fn serve_local(connections: LocalConnections, source: Arc<LogSource>) {
+    while let Ok(conn) = connections.recv().await {
+        let stream = match smol::Async::new(conn) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("log endpoint: in-process connection: {e}");
+                continue;
+            }
+        };
+        let source = source.clone();
+        smol::spawn(async move {
+            if let Err(e) = handle(stream, source).await {
+                tracing::debug!("log endpoint (in-process): {e}");
+            }
+        })
+        .detach();
+    }
+}
+
+/// Reads a request's head and serves it.
+async fn handle<S>(mut stream: S, source: Arc<LogSource>) -> io::Result<()>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + Send + 'static,
+{
+    let head = timeout(read_head(&mut stream), "request timed out").await?;
     match dispatch(&head) {
-        Ok(Endpoint::Logs) => logs(tls, &head, source).await,
-        Ok(Endpoint::Stats) => super::stats::answer(&mut tls, &source).await,
+        Ok(Endpoint::Logs) => logs(stream, &head, source).await,
+        Ok(Endpoint::Stats) => super::stats::answer(&mut stream, &source).await,
         Ok(Endpoint::Stream(req)) => {
-            super::exec::serve(tls, &head, req, source).await;
+            super::exec::serve(stream, &head, req, source).await;
             Ok(())
         }
         Ok(Endpoint::PortForward(req)) => {
-            super::portforward::serve(tls, &head, req, source).await;
+            super::portforward::serve(stream, &head, req, source).await;
             Ok(())
         }
-        Err(refusal) => refuse(&mut tls, refusal).await,
+        Err(refusal) => refuse(&mut stream, refusal).await,
     }
 }
 
@@ -481,11 +515,10 @@ pub(super) async fn refuse<S: futures_lite::AsyncWrite + Unpin>(
 }
 
 /// Serves a log request.
-async fn logs(
-    mut tls: futures_rustls::server::TlsStream<smol::net::TcpStream>,
-    head: &str,
-    source: Arc<LogSource>,
-) -> io::Result<()> {
+async fn logs<S>(mut tls: S, head: &str, source: Arc<LogSource>) -> io::Result<()>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
     let planned = match parse_request(head, now_nanos()) {
         Ok(req) => {
             let src = source.clone();

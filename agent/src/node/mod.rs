@@ -71,6 +71,8 @@ pub struct AgentConfig {
     pub pod_network: crate::net::PodNetworkSettings,
     /// The node's cluster DNS server and what pods' resolv.conf say.
     pub dns: crate::dns::DnsSettings,
+    /// In `skiff server`: the server's in-process connections to this agent's endpoint.
+    pub local_connections: Option<logs::LocalConnections>,
 }
 
 /// Why the agent could not run.
@@ -169,17 +171,16 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let cache = Arc::new(cache);
         let pods_dir = cfg.data_dir.join("pods");
         start_log_keeper(pods_dir.clone(), cfg.log_limits);
-        let log_port = start_log_endpoint(
-            &creds,
-            cfg.log_port,
-            Arc::new(logs::LogSource {
-                node_name: cfg.node_name.clone(),
-                pods_dir: pods_dir.clone(),
-                cache: cache.clone(),
-                runtime: runtime.clone(),
-            }),
-        )
-        .await;
+        let log_source = Arc::new(logs::LogSource {
+            node_name: cfg.node_name.clone(),
+            pods_dir: pods_dir.clone(),
+            cache: cache.clone(),
+            runtime: runtime.clone(),
+        });
+        if let Some(local) = cfg.local_connections.clone() {
+            smol::spawn(logs::serve_local(local, log_source.clone())).detach();
+        }
+        let log_port = start_log_endpoint(&creds, cfg.log_port, log_source).await;
 
         let settings = NodeSettings {
             name: cfg.node_name.clone(),

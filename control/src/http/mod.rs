@@ -5,6 +5,7 @@
 mod backup;
 mod conn;
 pub use backup::PATH as BACKUP_PATH;
+pub use logs::LocalAgent;
 pub mod discovery;
 mod exec;
 mod logs;
@@ -46,6 +47,8 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     /// Nodes' CPU and memory for `metrics.k8s.io`, in memory only.
     pub resource_metrics: resource_metrics::Scraper,
+    /// The agent running inside this process, once started.
+    pub local_agent: std::sync::OnceLock<LocalAgent>,
 }
 
 /// The client certificate chain of a connection, put on each of its requests.
@@ -800,7 +803,10 @@ async fn resource<K: Resource>(
                     ));
                 };
                 let force = force.is_some_and(|f| f == "true" || f == "1");
-                let registry = state.registry.with_manager(&manager);
+                let registry = state
+                    .registry
+                    .with_manager(&manager)
+                    .dry_run(dry_run(req, &[])?);
                 let (obj, created) = registry
                     .apply::<K>(&ns_str, name, &body, force, part)
                     .await?;
@@ -827,11 +833,13 @@ async fn resource<K: Resource>(
         }
         (Method::Delete, Some(name), None) => {
             let opts = delete_options(req, &body)?;
-            let (obj, _gone) = state.registry.delete::<K>(&ns_str, name, opts).await?;
+            let registry = state.registry.dry_run(dry_run(req, &opts.dry_run)?);
+            let (obj, _gone) = registry.delete::<K>(&ns_str, name, opts).await?;
             Ok(json_response(StatusCode::Ok, &api::codec::json(&obj)))
         }
         (Method::Delete, None, None) => {
             let opts = delete_options(req, &body)?;
+            let registry = state.registry.dry_run(dry_run(req, &opts.dry_run)?);
             let (labels, fields) = selectors(req, kind)?;
             let (items, _) = state.store.list(kind, ns.as_deref()).await?;
             let mut deleted = Vec::new();
@@ -839,8 +847,7 @@ async fn resource<K: Resource>(
                 .iter()
                 .filter(|o| object_matches(o, ns.as_deref(), &labels, &fields))
             {
-                match state
-                    .registry
+                match registry
                     .delete::<K>(o.meta().namespace(), &o.meta().name, opts.clone())
                     .await
                 {
@@ -877,7 +884,39 @@ fn writer(state: &State, req: &tide::Request<State>) -> Result<Registry, ApiErro
             &header(req, "User-Agent").unwrap_or_default(),
         ),
     };
-    Ok(state.registry.with_manager(&manager))
+    Ok(state
+        .registry
+        .with_manager(&manager)
+        .dry_run(dry_run(req, &[])?))
+}
+
+/// Whether the request is a dry run: `dryRun` in the query (or in a DeleteOptions body) is
+/// `All`, the one value Kubernetes accepts; any other is refused as kube-apiserver does.
+fn dry_run(req: &tide::Request<State>, in_body: &[String]) -> Result<bool, ApiError> {
+    let mut values: Vec<String> = req
+        .url()
+        .query_pairs()
+        .filter(|(k, _)| k == "dryRun")
+        .map(|(_, v)| v.into_owned())
+        .collect();
+    values.extend(in_body.iter().cloned());
+    if let Some(bad) = values.iter().find(|v| v.as_str() != "All") {
+        let options = match req.method() {
+            tide::http::Method::Post => "CreateOptions",
+            tide::http::Method::Put => "UpdateOptions",
+            tide::http::Method::Delete => "DeleteOptions",
+            _ => "PatchOptions",
+        };
+        return Err(ApiError::from_status(api::meta::Status::failure(
+            422,
+            "Invalid",
+            format!(
+                "{options}.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: {bad:?}: \
+                 supported values: \"All\""
+            ),
+        )));
+    }
+    Ok(!values.is_empty())
 }
 
 /// A PatchOptions that kube-apiserver refuses (422 Invalid).

@@ -235,7 +235,7 @@ async fn scrape(state: &State, node: &Node) -> Result<Reading, String> {
             rest: mut body,
             mut stream,
             ..
-        } = super::logs::fetch(tls, name, &host, &request).await?;
+        } = super::logs::fetch(state, tls, name, &host, &request).await?;
         (&mut stream)
             .take((MAX_SUMMARY_BYTES + 1) as u64)
             .read_to_end(&mut body)

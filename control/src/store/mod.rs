@@ -369,8 +369,32 @@ impl Store {
         E: From<StoreError> + Send + 'static,
         F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
+        self.submit(f, false).await
+    }
+
+    /// Runs `f` as [`Store::write`] does, with every check, but stores nothing (`dryRun=All`):
+    /// its puts and deletes answer the objects as they would be, keeping their current
+    /// resourceVersion, and no watcher hears of them.
+    pub async fn write_dry_run<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
+    {
+        self.submit(f, true).await
+    }
+
+    async fn submit<T, E, F>(&self, f: F, dry_run: bool) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
+    {
         let (tx, rx) = async_channel::bounded(1);
         let job: Job = Box::new(move |txn: &mut Txn<'_, '_>| {
+            if dry_run {
+                txn.set_dry_run();
+            }
             let result = f(txn);
             JobOutcome {
                 ok: result.is_ok(),

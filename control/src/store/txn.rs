@@ -84,6 +84,8 @@ pub struct Txn<'a, 't> {
     /// `None` once deleted.
     overlay: BTreeMap<(Kind, String), Option<usize>>,
     events: Vec<PendingEvent>,
+    /// A dry run (`dryRun=All`): the writes are checked and answered but never stored.
+    dry_run: bool,
 }
 
 impl<'a, 't> Txn<'a, 't> {
@@ -93,7 +95,18 @@ impl<'a, 't> Txn<'a, 't> {
             next_revision: last_revision + 1,
             overlay: BTreeMap::new(),
             events: Vec::new(),
+            dry_run: false,
         }
+    }
+
+    /// Makes this a dry run: the writer drops its writes, and objects keep the
+    /// resourceVersion they had (none for a new one), as kube-apiserver answers a dry run.
+    pub(crate) fn set_dry_run(&mut self) {
+        self.dry_run = true;
+    }
+
+    pub(crate) fn is_dry_run(&self) -> bool {
+        self.dry_run
     }
 
     /// The revision the next put or delete will take.
@@ -194,7 +207,15 @@ impl<'a, 't> Txn<'a, 't> {
             EventType::Added
         };
         let revision = self.take_revision();
-        obj.meta_mut().resource_version = revision.to_string();
+        obj.meta_mut().resource_version = if !self.dry_run {
+            revision.to_string()
+        } else if event_type == EventType::Added {
+            String::new()
+        } else {
+            self.get(kind, &namespace, &name)?
+                .map(|o| o.meta().resource_version.clone())
+                .unwrap_or_default()
+        };
         self.overlay.insert((kind, key), Some(self.events.len()));
         self.events.push(PendingEvent {
             event_type,
@@ -220,7 +241,9 @@ impl<'a, 't> Txn<'a, 't> {
             });
         };
         let revision = self.take_revision();
-        obj.meta_mut().resource_version = revision.to_string();
+        if !self.dry_run {
+            obj.meta_mut().resource_version = revision.to_string();
+        }
         self.overlay
             .insert((kind, object_key(namespace, name)), None);
         self.events.push(PendingEvent {

@@ -108,6 +108,11 @@ impl Writer {
                     replies.push((outcome.reply, None));
                     continue;
                 }
+                if txn.is_dry_run() {
+                    // Checked and answered; nothing reaches the transaction.
+                    replies.push((outcome.reply, None));
+                    continue;
+                }
                 match txn.encode() {
                     Err(e) => {
                         failed += 1;
