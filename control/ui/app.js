@@ -1,0 +1,88 @@
+// The dashboard's shell: log-in, the hash router (#/pods, #/pod/NS/NAME ...), the error
+// banner. Views live in views.js.
+
+import { get, session, onUnauthorized } from './api.js';
+import { h, refreshAges } from './table.js';
+import { nodesView, workloadsView, podsView, podView, servicesView, eventsView, applyView } from './views.js';
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+const banner = document.getElementById('error');
+const bannerText = document.getElementById('error-text');
+
+const ui = {
+  error(e) {
+    bannerText.textContent = e && e.message ? e.message : String(e);
+    banner.hidden = false;
+  },
+  clearError() { banner.hidden = true; bannerText.textContent = ''; },
+};
+
+document.getElementById('error-close').addEventListener('click', () => ui.clearError());
+
+const ROUTES = {
+  nodes: nodesView,
+  workloads: workloadsView,
+  pods: podsView,
+  services: servicesView,
+  events: eventsView,
+  apply: applyView,
+};
+
+let stop = () => {};
+let loginNote = '';
+
+function loginView() {
+  nav.hidden = true;
+  const token = h('input', { type: 'password', id: 'token', autocomplete: 'off', placeholder: 'Bearer token', 'aria-label': 'Bearer token' });
+  const note = h('p', { class: 'note', id: 'login-note' }, loginNote);
+  const tryLogIn = async (value) => {
+    session.logIn(value);
+    try {
+      await get('/api');
+      loginNote = '';
+      if (!location.hash || location.hash === '#/login') location.hash = '#/nodes'; else route();
+    } catch (e) {
+      session.logOut();
+      note.textContent = e.code === 401 ? 'The server did not accept these credentials.' : e.message;
+    }
+  };
+  const form = h('form', { class: 'login', id: 'login' },
+    h('h1', {}, 'Log in to skiff'),
+    h('label', {}, 'Token', token),
+    h('button', { class: 'primary', type: 'submit' }, 'Log in'),
+    h('p', { class: 'hint' }, 'The admin token, or any token the server accepts. It stays in this tab only.'),
+    h('button', { type: 'button', id: 'cert-login', onclick: () => tryLogIn('') }, 'Use my client certificate'),
+    note);
+  form.addEventListener('submit', (ev) => { ev.preventDefault(); tryLogIn(token.value.trim()); });
+  main.replaceChildren(form);
+  token.focus();
+  return () => {};
+}
+
+function route() {
+  stop();
+  ui.clearError();
+  main.replaceChildren();
+  if (!session.loggedIn) { stop = loginView(); return; }
+  nav.hidden = false;
+  const [name, ...args] = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  for (const a of nav.querySelectorAll('a')) a.classList.toggle('current', a.getAttribute('href') === `#/${name === 'pod' ? 'pods' : name}`);
+  if (name === 'pod' && args.length === 2) { stop = podView(main, ui, args[0], args[1]); return; }
+  const view = ROUTES[name];
+  if (!view) { location.replace('#/nodes'); return; }
+  stop = view(main, ui);
+}
+
+onUnauthorized(() => {
+  if (!session.loggedIn) return;
+  session.logOut();
+  loginNote = 'Your session has expired or the token was refused: log in again.';
+  route();
+});
+
+document.getElementById('logout').addEventListener('click', () => { session.logOut(); loginNote = ''; route(); });
+window.addEventListener('hashchange', route);
+// Ages on screen stay current (a repaint of text, not a request).
+setInterval(() => refreshAges(main), 10000);
+route();
