@@ -31,6 +31,8 @@ const ROUTES = {
 
 let stop = () => {};
 let loginNote = '';
+// While credentials are being tried, a 401 is the answer to show, not an expired session.
+let loggingIn = false;
 
 function loginView() {
   nav.hidden = true;
@@ -38,11 +40,14 @@ function loginView() {
   const note = h('p', { class: 'note', id: 'login-note' }, loginNote);
   const tryLogIn = async (value) => {
     session.logIn(value);
+    loggingIn = true;
     try {
       await get('/api');
+      loggingIn = false;
       loginNote = '';
       if (!location.hash || location.hash === '#/login') location.hash = '#/nodes'; else route();
     } catch (e) {
+      loggingIn = false;
       session.logOut();
       note.textContent = e.code === 401 ? 'The server did not accept these credentials.' : e.message;
     }
@@ -75,7 +80,7 @@ function route() {
 }
 
 onUnauthorized(() => {
-  if (!session.loggedIn) return;
+  if (!session.loggedIn || loggingIn) return;
   session.logOut();
   loginNote = 'Your session has expired or the token was refused: log in again.';
   route();
