@@ -607,6 +607,29 @@ fn dashboard_in_a_real_browser() {
     );
     let token_kept = b.eval("sessionStorage.getItem('skiff.token') !== null");
     assert_eq!(token_kept, true);
+    b.click("button.cordon");
+    b.wait(
+        "the node cordoned",
+        Duration::from_secs(10),
+        &format!("{ROWS}.some(t => t.includes('SchedulingDisabled') && t.includes('Uncordon'))"),
+    );
+    let n = smol::block_on(client.get::<Node>("", &node)).expect("node");
+    assert_eq!(n.spec.unschedulable, Some(true));
+    b.click("button.cordon");
+    b.wait(
+        "the node uncordoned",
+        Duration::from_secs(10),
+        &format!("{ROWS}.some(t => !t.includes('SchedulingDisabled') && t.includes('Cordon'))"),
+    );
+    let n = smol::block_on(client.get::<Node>("", &node)).expect("node");
+    assert_ne!(n.spec.unschedulable, Some(true));
+    // Use from metrics.k8s.io, once the agent has a sample.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.eval("!!document.querySelector('main tbody meter')") != true {
+        assert!(Instant::now() < deadline, "no node usage shown");
+        b.click("main .bar button");
+        std::thread::sleep(Duration::from_secs(1));
+    }
     b.screenshot("nodes");
 
     // Pods: the running pod.
@@ -680,10 +703,13 @@ fn dashboard_in_a_real_browser() {
          document.querySelector('.log-state').innerText === 'following'",
     );
     b.wait(
-        "the containers and conditions",
+        "the summary, containers and conditions",
         Duration::from_secs(10),
-        "document.body.innerText.includes('main') && document.body.innerText.includes('Ready') && \
-         document.body.innerText.includes('Conditions')",
+        &format!(
+            "document.querySelector('dl.kv').innerText.includes('{node}') && \
+         document.body.innerText.includes('skiff.test/dashboard:v1') && \
+         document.body.innerText.includes('ContainersReady')"
+        ),
     );
     let marker = format!("written-after-opening-{}", std::process::id());
     server.kubectl(
@@ -718,8 +744,21 @@ fn dashboard_in_a_real_browser() {
     );
     b.screenshot("services");
 
-    // Events, newest first.
+    // Events, newest first, warnings highlighted.
+    server.kubectl(
+        &["create", "-f", "-"],
+        Some(
+            "apiVersion: v1\nkind: Event\nmetadata:\n  name: web.warning\n  namespace: default\n\
+             involvedObject:\n  kind: Deployment\n  name: web\n  namespace: default\n\
+             reason: TestWarning\nmessage: something to look at\ntype: Warning\n",
+        ),
+    );
     b.go("#/events");
+    b.wait(
+        "the warning, highlighted",
+        Duration::from_secs(20),
+        "[...document.querySelectorAll('main tbody tr.warning')].some(r => r.innerText.includes('TestWarning'))",
+    );
     b.wait(
         "the events",
         Duration::from_secs(20),
@@ -785,14 +824,60 @@ fn dashboard_in_a_real_browser() {
     assert!(message.contains("Bad_Name"), "{message}");
     assert_eq!(shown.trim(), format!("ConfigMap/Bad_Name: {message}"));
 
-    // An action the API refuses shows its Status message in the banner: scaling to a
-    // negative count (the dialog's own check is bypassed by setting its min away).
+    // Rollout restart (the annotation kubectl sets), then undo back to the first template.
     b.go("#/workloads");
     b.wait(
         "the web deployment",
         Duration::from_secs(20),
-        "document.querySelector('section[data-kind=Deployment] tbody tr .scale')",
+        "document.querySelector('section[data-kind=Deployment] tbody tr .restart')",
     );
+    b.click("section[data-kind=Deployment] tbody tr .restart");
+    b.wait(
+        "the restart confirmation",
+        Duration::from_secs(5),
+        "document.querySelector('dialog[open] button.primary')",
+    );
+    b.click("dialog[open] button.primary");
+    let deployment = |server: &Server| -> Value {
+        let out = server.kubectl(&["get", "deployment", "web", "-o", "json"], None);
+        serde_json::from_slice(&out.stdout).expect("deployment json")
+    };
+    wait_for("revision 2", Duration::from_secs(30), || {
+        let d = deployment(&server);
+        (d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+            && d["spec"]["template"]["metadata"]["annotations"]
+                ["kubectl.kubernetes.io/restartedAt"]
+                .is_string())
+        .then_some(())
+    });
+    b.click("section[data-kind=Deployment] tbody tr .undo");
+    b.wait(
+        "the undo confirmation",
+        Duration::from_secs(5),
+        "document.querySelector('dialog[open] button.primary')",
+    );
+    b.click("dialog[open] button.primary");
+    wait_for(
+        "revision 3, the first template",
+        Duration::from_secs(30),
+        || {
+            let d = deployment(&server);
+            (d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
+                && d["spec"]["template"]["metadata"]
+                    .get("annotations")
+                    .and_then(|a| a.get("kubectl.kubernetes.io/restartedAt"))
+                    .is_none())
+            .then_some(())
+        },
+    );
+    assert!(
+        b.eval("document.querySelector('#error').hidden") == true,
+        "{}",
+        b.eval("document.querySelector('#error').innerText")
+    );
+
+    // An action the API refuses shows its Status message in the banner: scaling to a
+    // negative count (the dialog's own check is bypassed by setting its min away).
     b.click("section[data-kind=Deployment] tbody tr .scale");
     b.wait(
         "the scale dialog",

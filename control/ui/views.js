@@ -475,6 +475,10 @@ const newestFirst = (a, b) => {
   const ta = eventTime(a);
   const tb = eventTime(b);
   if (ta !== tb) return ta < tb ? 1 : -1;
+  // Times are to the second: the later write (higher resourceVersion) first.
+  const ra = Number(a.metadata.resourceVersion);
+  const rb = Number(b.metadata.resourceVersion);
+  if (ra !== rb && !Number.isNaN(ra) && !Number.isNaN(rb)) return rb - ra;
   return keyOf(a) < keyOf(b) ? -1 : keyOf(a) > keyOf(b) ? 1 : 0;
 };
 
