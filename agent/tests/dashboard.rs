@@ -1135,7 +1135,23 @@ fn dashboard_thousand_pods() {
         );
     }
     std::thread::sleep(Duration::from_secs(3));
+    let watchers = || -> u64 {
+        let r = smol::block_on(client.request("GET", "/metrics", None, "*/*")).expect("metrics");
+        String::from_utf8_lossy(&r.body)
+            .lines()
+            .find_map(|l| l.strip_prefix("apiserver_registered_watchers "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("the watcher gauge")
+    };
+    let before = watchers();
     let idle = cpu_share(pid, Duration::from_secs(30));
+    let after = watchers();
+    // Each open pods view holds one watch (besides the server's own informers'): all ten
+    // dashboards were really open throughout.
+    assert!(
+        before >= 10 && after >= before,
+        "watchers: {before} then {after}"
+    );
     eprintln!(
         "dashboard bench: server CPU idle {:.3}% of a core alone, {:.3}% with 10 dashboards open on the pods view (999 pods)",
         baseline * 100.0,

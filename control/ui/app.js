@@ -88,6 +88,21 @@ onUnauthorized(() => {
 
 document.getElementById('logout').addEventListener('click', () => { session.logOut(); loginNote = ''; route(); });
 window.addEventListener('hashchange', route);
+// A tab in the background holds no watches: the server keeps nothing open for it, and a
+// browser's few connections per server stay free for the tab in front. Coming back lists
+// again (the watches resume from the fresh lists).
+// (The apply view holds none, and keeps what is typed in it.)
+let suspended = false;
+document.addEventListener('visibilitychange', () => {
+  if (document.hidden && session.loggedIn && !location.hash.startsWith('#/apply')) {
+    stop();
+    stop = () => {};
+    suspended = true;
+  } else if (!document.hidden && suspended) {
+    suspended = false;
+    route();
+  }
+});
 // Ages on screen stay current (a repaint of text, not a request).
 setInterval(() => refreshAges(main), 10000);
 route();
