@@ -19,6 +19,9 @@ export const session = {
 let unauthorized = () => {};
 export function onUnauthorized(f) { unauthorized = f; }
 
+// The message of a watch that lost its connection and is trying again.
+export const RECONNECTING = 'The connection to the server was lost: reconnecting…';
+
 export class ApiError extends Error {
   constructor(code, message, reason) {
     super(message);
@@ -77,9 +80,9 @@ const sleep = (ms, signal) => new Promise((resolve) => {
 
 // Lists `path` then watches it from the list's resourceVersion: `reset(items)` after each
 // (re-)list, `event(type, object)` per change. A watch that ends is resumed from the last
-// resourceVersion seen; 410 Gone (too old) lists again. Only a failure waits (with back-off)
+// resourceVersion seen; 410 Gone (too old) lists again. `recovered()` after each list. Only a failure waits (with back-off)
 // before it tries again: there is no polling. Returns a function that stops it.
-export function watch(path, { reset, event, error }) {
+export function watch(path, { reset, event, error, recovered }) {
   const ctl = new AbortController();
   const { signal } = ctl;
   const sep = path.includes('?') ? '&' : '?';
@@ -93,6 +96,7 @@ export function watch(path, { reset, event, error }) {
           if (signal.aborted) return;
           rv = list.metadata.resourceVersion;
           reset(list.items || []);
+          if (recovered) recovered();
         }
         let buf = '';
         let expired = false;
@@ -122,7 +126,10 @@ export function watch(path, { reset, event, error }) {
           if (e.code === 404 && rv === null) { error && error(e); return; }
           if (e.code === 401) return;
         }
-        if (error) error(e);
+        if (error) error(e instanceof ApiError ? e : new ApiError(0, RECONNECTING));
+        // After a failure the next attempt lists again: what was missed is then shown
+        // whatever the server still remembers, and the notice is cleared by `recovered`.
+        rv = null;
         await sleep(backoff, signal);
         backoff = Math.min(backoff * 2, 30000);
       }

@@ -1,7 +1,7 @@
 // The dashboard's shell: log-in, the hash router (#/pods, #/pod/NS/NAME ...), the error
 // banner. Views live in views.js.
 
-import { get, session, onUnauthorized } from './api.js';
+import { get, session, onUnauthorized, RECONNECTING } from './api.js';
 import { h, refreshAges } from './table.js';
 import { nodesView, workloadsView, podsView, podView, servicesView, eventsView, applyView } from './views.js';
 
@@ -16,6 +16,8 @@ const ui = {
     banner.hidden = false;
   },
   clearError() { banner.hidden = true; bannerText.textContent = ''; },
+  // A watch is back: a lost-connection notice no longer holds.
+  recovered() { if (bannerText.textContent === RECONNECTING) ui.clearError(); },
 };
 
 document.getElementById('error-close').addEventListener('click', () => ui.clearError());

@@ -54,6 +54,7 @@ function watchInto(ui, table, path, extra = {}) {
     reset: (items) => { table.reset(items); extra.reset && extra.reset(items); },
     event: (type, o) => { table.apply(type, o); extra.event && extra.event(type, o); },
     error: extra.error || ((e) => ui.error(e)),
+    recovered: () => ui.recovered(),
   });
 }
 
