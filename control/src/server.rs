@@ -55,6 +55,9 @@ pub struct ServerArgs {
     /// The pod range: each node gets a /24 of it (its podCIDR).
     #[arg(long, env = "SKIFF_CLUSTER_CIDR", default_value = api::cidr::DEFAULT_CLUSTER_CIDR)]
     pub cluster_cidr: api::cidr::Ipv4Cidr,
+    /// Do not serve the web dashboard at `/ui/`.
+    #[arg(long, env = "SKIFF_DISABLE_UI")]
+    pub disable_ui: bool,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -248,6 +251,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         metrics: Default::default(),
         resource_metrics: Default::default(),
         local_agent: Default::default(),
+        ui: !args.disable_ui,
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;

@@ -15,6 +15,7 @@ pub mod protobuf;
 mod resource_metrics;
 pub mod route;
 mod stream;
+mod ui;
 mod watch;
 
 use std::sync::Arc;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub resource_metrics: resource_metrics::Scraper,
     /// The agent running inside this process, once started.
     pub local_agent: std::sync::OnceLock<LocalAgent>,
+    /// Whether `/ui/` serves the dashboard (`--disable-ui`).
+    pub ui: bool,
 }
 
 /// The client certificate chain of a connection, put on each of its requests.
@@ -135,6 +138,7 @@ fn metric_labels(
             Some(s) => format!("{}/{s}", p.kind.info().plural),
             None => p.kind.info().plural.to_string(),
         },
+        Ok(Route::Ui) => "ui".to_string(),
         Ok(_) => "discovery".to_string(),
         Err(_) => "unknown".to_string(),
     };
@@ -214,8 +218,10 @@ async fn handle(
     route: Result<Route, route::NoRoute>,
 ) -> Result<tide::Response, ApiError> {
     let state = req.state().clone();
-    // The two steps of joining come before a node has credentials.
+    // The two steps of joining come before a node has credentials, and the dashboard's
+    // files hold no data (the page calls the API with the user's own credentials).
     match &route {
+        Ok(Route::Ui) => return ui::serve(&req, state.ui),
         Ok(Route::JoinCa) => {
             let mut r = tide::Response::new(StatusCode::Ok);
             r.set_body(state.pki.ca_pem().to_string());
@@ -286,7 +292,7 @@ async fn handle(
                 header(&req, "If-None-Match").as_deref(),
             ))
         }
-        Route::JoinCa | Route::Join => Err(ApiError::path_not_found()),
+        Route::JoinCa | Route::Join | Route::Ui => Err(ApiError::path_not_found()),
         Route::Tokens => {
             if user != User::Admin {
                 return Err(ApiError::forbidden("only an admin may create join tokens"));

@@ -31,6 +31,8 @@ pub enum Route {
     Join,
     /// Join token creation (admin).
     Tokens,
+    /// The web dashboard's files (`/ui`, `/ui/...`; no authentication).
+    Ui,
 }
 
 /// A path to a collection, an object or one of its subresources.
@@ -74,6 +76,7 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["skiff", "v1", "ca.crt"] => Ok(Route::JoinCa),
         ["skiff", "v1", "join"] => Ok(Route::Join),
         ["skiff", "v1", "tokens"] => Ok(Route::Tokens),
+        ["ui", ..] => Ok(Route::Ui),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
         ["apis", group] if *group == "apps" || *group == METRICS_GROUP => {

@@ -1,0 +1,1179 @@
+//! The web dashboard (`/ui/`) in a real browser: Debian's chromium, headless, driven over the
+//! Chrome DevTools Protocol (a WebSocket, through soketto) against `skiff server` with its
+//! own node and real busybox containers. It logs in, sees the node and a running pod, scales
+//! a deployment and sees the new pods appear live, follows a log line written after the page
+//! opened, applies a manifest, shows API errors as their Status message, and sends an
+//! expired session back to log-in. Screenshots of the main views are written to
+//! `$CARGO_TARGET_TMPDIR/dashboard-screenshots/`.
+//!
+//! Needs root, /bin/busybox, kubectl and /usr/bin/chromium (the tests say so and pass
+//! without a browser only when `SKIFF_SKIP_BROWSER=1`, never silently).
+
+mod common;
+#[path = "image_util/mod.rs"]
+mod image_util;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use api::client::Client;
+use api::core::{ConfigMap, Node, Pod};
+use api::kubeconfig::Kubeconfig;
+use base64::Engine;
+use common::{agent_bin, free_port, skiff_bin, wait_for};
+use serde_json::{json, Value};
+
+const IMAGE: &str = "skiff.test/dashboard:v1";
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+// ---- the browser ----
+
+/// A headless chromium and one page of it, spoken to over the DevTools Protocol.
+struct Browser {
+    /// The browser process (None for a second tab of it).
+    child: Option<Child>,
+    _profile: Option<tempfile::TempDir>,
+    port: u16,
+    /// The browser's own DevTools address.
+    browser_url: String,
+    sender: soketto::connection::Sender<smol::net::TcpStream>,
+    receiver: soketto::connection::Receiver<smol::net::TcpStream>,
+    next_id: u64,
+    /// Exceptions and console errors the page reported, for failure messages.
+    problems: Vec<String>,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn browser_available() -> bool {
+    if Path::new(CHROMIUM).exists() {
+        return true;
+    }
+    assert!(
+        std::env::var("SKIFF_SKIP_BROWSER").as_deref() == Ok("1"),
+        "{CHROMIUM} is missing: apt-get install chromium (or set SKIFF_SKIP_BROWSER=1 to skip)"
+    );
+    eprintln!("skipping: no {CHROMIUM} and SKIFF_SKIP_BROWSER=1");
+    false
+}
+
+/// A plain HTTP request to the DevTools endpoint (local, unencrypted).
+fn devtools_get(port: u16, path: &str) -> Value {
+    devtools_http(port, "GET", path)
+}
+
+fn devtools_http(port: u16, method: &str, path: &str) -> Value {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("devtools connect");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("devtools request");
+    // The answer has a Content-Length; chromium may keep the connection open after it.
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 8192];
+    let body = loop {
+        let n = s.read(&mut buf).expect("devtools answer");
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(usize::MAX);
+            if body.len() >= len || n == 0 {
+                break body.to_string();
+            }
+        }
+        assert!(n > 0, "devtools closed early: {text}");
+    };
+    let answer = String::from_utf8_lossy(&answer);
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("devtools {path}: {e}: {answer}"))
+}
+
+impl Browser {
+    fn start(width: u32, height: u32) -> Browser {
+        let profile = tempfile::tempdir().expect("profile dir");
+        let mut child = Command::new(CHROMIUM)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--no-default-browser-check",
+                // The test server's certificate is from its own CA.
+                "--ignore-certificate-errors",
+                "--remote-debugging-port=0",
+                "--remote-allow-origins=*",
+                &format!("--window-size={width},{height}"),
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start chromium");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("DevTools listening on ") {
+                    let _ = tx.send(url.to_string());
+                }
+            }
+        });
+        let url = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("chromium's DevTools address");
+        let port: u16 = url
+            .trim_start_matches("ws://127.0.0.1:")
+            .split('/')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("odd DevTools address {url}"));
+        let page = wait_for("chromium's page target", Duration::from_secs(10), || {
+            devtools_get(port, "/json/list")
+                .as_array()?
+                .iter()
+                .find(|t| t["type"] == "page")
+                .and_then(|t| t["webSocketDebuggerUrl"].as_str().map(str::to_string))
+        });
+        let mut b = Browser::connect(port, &page, true);
+        b.browser_url = url;
+        b.child = Some(child);
+        b._profile = Some(profile);
+        b
+    }
+
+    /// Another tab of the same browser, at `url`.
+    /// A page of its own browser context (as another user's browser would be: its own
+    /// storage and its own connections; a browser opens at most six HTTP/1.1 connections to
+    /// one server per context, and each dashboard holds its watches open).
+    fn new_user(&self) -> Browser {
+        let mut browser = Browser::connect(self.port, &self.browser_url, false);
+        let ctx = browser.call("Target.createBrowserContext", json!({}));
+        let target = browser.call(
+            "Target.createTarget",
+            json!({"url": "about:blank", "browserContextId": ctx["browserContextId"]}),
+        );
+        let id = target["targetId"].as_str().expect("target id");
+        Browser::connect(
+            self.port,
+            &format!("ws://127.0.0.1:{}/devtools/page/{id}", self.port),
+            true,
+        )
+    }
+
+    fn connect(port: u16, ws_url: &str, page: bool) -> Browser {
+        let path = format!(
+            "/{}",
+            ws_url
+                .split_once("://")
+                .and_then(|(_, rest)| rest.split_once('/'))
+                .map(|x| x.1)
+                .expect("page path")
+        );
+        let (sender, receiver) = smol::block_on(async {
+            let tcp = smol::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .expect("connect devtools");
+            let host = format!("127.0.0.1:{port}");
+            let mut client = soketto::handshake::Client::new(tcp, &host, &path);
+            match client.handshake().await.expect("devtools handshake") {
+                soketto::handshake::ServerResponse::Accepted { .. } => {}
+                other => panic!("devtools refused the WebSocket: {other:?}"),
+            }
+            client.into_builder().finish()
+        });
+        let mut b = Browser {
+            child: None,
+            _profile: None,
+            port,
+            browser_url: String::new(),
+            sender,
+            receiver,
+            next_id: 0,
+            problems: Vec::new(),
+        };
+        if page {
+            b.call("Page.enable", json!({}));
+            b.call("Runtime.enable", json!({}));
+        }
+        b
+    }
+
+    /// One DevTools command and its result (events in between are kept as problems when
+    /// they report one).
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = json!({"id": id, "method": method, "params": params}).to_string();
+        smol::block_on(async {
+            self.sender.send_text(msg).await.expect("devtools send");
+            self.sender.flush().await.expect("devtools flush");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                assert!(Instant::now() < deadline, "{method}: no answer");
+                let mut data = Vec::new();
+                let left = deadline.saturating_duration_since(Instant::now());
+                let received = smol::future::or(
+                    async { Some(self.receiver.receive_data(&mut data).await) },
+                    async {
+                        smol::Timer::after(left).await;
+                        None
+                    },
+                )
+                .await;
+                received
+                    .unwrap_or_else(|| panic!("{method}: no answer"))
+                    .expect("devtools receive");
+                let v: Value = serde_json::from_slice(&data).expect("devtools JSON");
+                if v["id"] == id {
+                    if let Some(e) = v.get("error") {
+                        panic!("{method}: {e}");
+                    }
+                    return v["result"].clone();
+                }
+                match v["method"].as_str() {
+                    Some("Runtime.exceptionThrown") => self.problems.push(format!(
+                        "exception: {}",
+                        v["params"]["exceptionDetails"]["exception"]["description"]
+                    )),
+                    Some("Runtime.consoleAPICalled")
+                        if v["params"]["type"] == "error" || v["params"]["type"] == "warning" =>
+                    {
+                        self.problems
+                            .push(format!("console: {}", v["params"]["args"]))
+                    }
+                    _ => {}
+                }
+            }
+        })
+    }
+
+    /// Evaluates `expr` in the page (promises awaited) and returns its value.
+    fn eval(&mut self, expr: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expr, "awaitPromise": true, "returnByValue": true}),
+        );
+        if let Some(e) = r.get("exceptionDetails") {
+            panic!("{expr}: {e}; page problems: {:?}", self.problems);
+        }
+        r["result"]["value"].clone()
+    }
+
+    /// Waits until `expr` is truthy, then returns its value.
+    fn wait(&mut self, what: &str, timeout: Duration, expr: &str) -> Value {
+        eprintln!("dashboard test: waiting for {what}");
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.eval(expr);
+            if !(v.is_null() || v == false || v == "" || v == 0) {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let text = self.eval("document.body.innerText");
+                panic!(
+                    "timed out waiting for {what}; page problems: {:?}; page text:\n{text}",
+                    self.problems
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Loads `url`, again if the load failed because the machine's network changed (other
+    /// tests add and remove interfaces; chromium aborts loads when it notices).
+    fn navigate(&mut self, url: &str) {
+        for _ in 0..5 {
+            let r = self.call("Page.navigate", json!({"url": url}));
+            match r["errorText"].as_str() {
+                None | Some("") => return,
+                Some(e) => {
+                    eprintln!("dashboard test: loading {url} failed ({e}); again");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        }
+        panic!("could not load {url}");
+    }
+
+    fn go(&mut self, hash: &str) {
+        self.eval(&format!("location.hash = {}", json!(hash)));
+    }
+
+    fn click(&mut self, selector: &str) {
+        let ok = self.eval(&format!(
+            "(() => {{ const el = document.querySelector({}); if (!el) return false; el.click(); return true; }})()",
+            json!(selector)
+        ));
+        assert_eq!(ok, true, "nothing to click at {selector}");
+    }
+
+    fn set_value(&mut self, selector: &str, value: &str) {
+        let ok = self.eval(&format!(
+            "(() => {{ const el = document.querySelector({}); if (!el) return false; el.value = {}; \
+             el.dispatchEvent(new Event('input', {{bubbles: true}})); return true; }})()",
+            json!(selector),
+            json!(value)
+        ));
+        assert_eq!(ok, true, "no input at {selector}");
+    }
+
+    fn screenshot(&mut self, name: &str) -> PathBuf {
+        let r = self.call(
+            "Page.captureScreenshot",
+            json!({"format": "png", "captureBeyondViewport": false}),
+        );
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().expect("screenshot data"))
+            .expect("screenshot base64");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
+        std::fs::create_dir_all(&dir).expect("screenshot dir");
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).expect("write screenshot");
+        path
+    }
+}
+
+/// Moves this test's thread (and so every process and thread it starts: the server, the
+/// browser, kubectl) into a network namespace of its own with only a loopback. Other tests
+/// on the machine add and remove interfaces, and chromium aborts its loads when it notices
+/// a network change; here it sees none, and the pods' bridge collides with nobody.
+fn private_network() {
+    // SAFETY: unshare only changes this thread's namespaces; nothing here depends on the old
+    // network namespace afterwards.
+    let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+    if r != 0 {
+        eprintln!(
+            "dashboard test: no private network namespace ({}): sharing the host's",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    let out = Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .output()
+        .expect("ip");
+    assert!(out.status.success(), "ip link set lo up: {out:?}");
+}
+
+// ---- the server ----
+
+struct Server {
+    child: Child,
+    dir: tempfile::TempDir,
+    run: Option<tempfile::TempDir>,
+    cgroup_parent: String,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let Some(run) = &self.run else { return };
+        let cfg = agent::runtime::RuntimeConfig::new(run.path(), self.cgroup_parent.clone());
+        if let Ok(rt) = agent::runtime::Runtime::new(cfg) {
+            for uid in rt.list_sandboxes().unwrap_or_default() {
+                let _ = rt.remove_sandbox(&uid);
+            }
+            for id in rt.list().unwrap_or_default() {
+                let _ = rt.remove(&id);
+            }
+            let _ = rt.remove_cgroup_parent();
+        }
+        if let Ok(rd) = std::fs::read_dir(self.dir.path().join("agent/pods")) {
+            for e in rd.flatten() {
+                agent::pods::worker::cleanup_pod_dir(&e.path());
+            }
+        }
+    }
+}
+
+impl Server {
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}/ui/", self.port)
+    }
+
+    fn token(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("admin-token"))
+            .expect("admin token")
+            .trim()
+            .to_string()
+    }
+
+    fn client(&self) -> Client {
+        let kubeconfig = self.dir.path().join("admin.kubeconfig");
+        wait_for("the admin kubeconfig", Duration::from_secs(20), || {
+            let kc = Kubeconfig::load(&kubeconfig).ok()?;
+            Client::from_kubeconfig(&kc).ok()
+        })
+    }
+
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.dir.path().join("admin.kubeconfig"))
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("kubectl output");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
+
+fn header(kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_size(size);
+    h.set_mode(mode);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h
+}
+
+/// busybox applets the pods run, as links in /bin, and a /tmp.
+fn tools_layer() -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for applet in ["cat", "echo", "rm", "sleep", "mv"] {
+        let mut h = header(tar::EntryType::Symlink, 0, 0o777);
+        b.append_link(&mut h, format!("bin/{applet}"), "busybox")
+            .expect("link");
+    }
+    let mut h = header(tar::EntryType::Directory, 0, 0o1777);
+    b.append_data(&mut h, "tmp/", std::io::empty())
+        .expect("dir");
+    b.into_inner().expect("tar")
+}
+
+/// `skiff server` with its own node and the test image imported.
+fn start_server_with_node() -> Server {
+    image_util::require_root_and_busybox();
+    let dir = tempfile::tempdir().expect("data dir");
+    let run = tempfile::tempdir().expect("run dir");
+    let archive = dir.path().join("image.tar");
+    let image = image_util::build_image(
+        vec![
+            image_util::lower_layer_tar(),
+            image_util::upper_layer_tar("dashboard"),
+            tools_layer(),
+        ],
+        image_util::host_arch(),
+        &["sh"],
+    );
+    image_util::write_oci_archive(&archive, &image, IMAGE);
+    let out = Command::new(agent_bin())
+        .args(["image", "import"])
+        .arg(&archive)
+        .arg("--data-dir")
+        .arg(dir.path().join("agent"))
+        .output()
+        .expect("import");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let node = format!("dash-{}", std::process::id());
+    let cgroup_parent = format!("skiff-dash-{}", std::process::id());
+    let port = free_port();
+    let child = Command::new(skiff_bin())
+        .arg("server")
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--node-name", &node, "--node-ip", "127.0.0.1"])
+        .args([
+            "--cgroup-parent",
+            &cgroup_parent,
+            "--agent-port",
+            "0",
+            "--disable-proxy",
+            "--disable-dns",
+        ])
+        .arg("--agent-run-dir")
+        .arg(run.path())
+        .env("SKIFF_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start skiff server");
+    let server = Server {
+        child,
+        dir,
+        run: Some(run),
+        cgroup_parent,
+        port,
+    };
+    let client = server.client();
+    wait_for("the server's own Node", Duration::from_secs(30), || {
+        smol::block_on(client.get::<Node>("", &node)).ok()
+    });
+    server
+}
+
+/// The deployment the test drives: each pod prints what is dropped into /tmp/say, so a log
+/// line can be written after the page opened (with `kubectl exec`).
+fn deployment_yaml(replicas: u32) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: {IMAGE}
+        args: ["sh", "-c", "echo started; while true; do if [ -f /tmp/say ]; then cat /tmp/say; rm -f /tmp/say; fi; sleep 0.2; done"]
+        ports:
+        - containerPort: 8080
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  selector: {{app: web}}
+  ports:
+  - port: 80
+    targetPort: 8080
+"#
+    )
+}
+
+fn running_web_pods(client: &Client) -> Vec<Pod> {
+    let (pods, _) = smol::block_on(client.list::<Pod>(Some("default"), Some("app=web"), None))
+        .expect("list pods");
+    pods.into_iter()
+        .filter(|p| {
+            p.metadata.name.starts_with("web-")
+                && p.status.phase.as_deref() == Some("Running")
+                && p.metadata.deletion_timestamp.is_none()
+        })
+        .collect()
+}
+
+/// The JavaScript for "the table rows of the current view", as `[text of each row]`.
+const ROWS: &str =
+    "[...document.querySelectorAll('main tbody tr')].filter(r => !r.hidden).map(r => r.innerText)";
+
+#[test]
+fn dashboard_in_a_real_browser() {
+    if !browser_available() {
+        return;
+    }
+    private_network();
+    let server = start_server_with_node();
+    let client = server.client();
+    server.kubectl(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&deployment_yaml(1)),
+    );
+    wait_for("a running web pod", Duration::from_secs(90), || {
+        running_web_pods(&client).into_iter().next()
+    });
+
+    let mut b = Browser::start(1280, 900);
+    b.navigate(&server.url());
+    b.wait(
+        "the log-in form",
+        Duration::from_secs(20),
+        "!!document.querySelector('#token')",
+    );
+
+    // The files come with their caching and security headers, and revalidate to 304.
+    let headers = b.eval(
+        "fetch('app.js').then(r => ({status: r.status, csp: r.headers.get('content-security-policy'), \
+         etag: r.headers.get('etag'), cache: r.headers.get('cache-control'), type: r.headers.get('content-type')}))",
+    );
+    assert_eq!(headers["status"], 200, "{headers}");
+    let csp = headers["csp"].as_str().expect("a CSP header");
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("default-src 'none'"),
+        "{csp}"
+    );
+    assert_eq!(headers["cache"], "no-cache");
+    assert!(headers["type"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("text/javascript"));
+    let etag = headers["etag"].as_str().expect("an ETag").to_string();
+    let revalidated = b.eval(&format!(
+        "fetch('app.js', {{cache: 'no-store', headers: {{'If-None-Match': {}}}}}).then(r => r.status)",
+        json!(etag)
+    ));
+    assert_eq!(revalidated, 304);
+    // Inline script is refused by the policy (it would set the flag if it ran).
+    let inline_ran = b.eval(
+        "new Promise(r => { const s = document.createElement('script'); s.textContent = 'window.__inline = 1'; \
+         document.body.append(s); setTimeout(() => r(window.__inline === 1), 100); })",
+    );
+    assert_eq!(inline_ran, false, "the CSP let an inline script run");
+
+    // A wrong token is refused, the admin token logs in.
+    b.set_value("#token", "not-a-token");
+    b.eval("document.querySelector('#login').requestSubmit()");
+    b.wait(
+        "the refusal",
+        Duration::from_secs(10),
+        "document.querySelector('#login-note').innerText.includes('did not accept')",
+    );
+    b.set_value("#token", &server.token());
+    b.eval("document.querySelector('#login').requestSubmit()");
+
+    // Nodes: the server's own node, Ready, with its pod count.
+    let node = format!("dash-{}", std::process::id());
+    b.wait(
+        "the node, Ready",
+        Duration::from_secs(20),
+        &format!("{ROWS}.some(t => t.includes('{node}') && t.includes('Ready') && !t.includes('NotReady'))"),
+    );
+    b.wait(
+        "the node's pod count",
+        Duration::from_secs(10),
+        &format!("{ROWS}.some(t => t.includes('{node}') && /\\b1 \\/ \\d+/.test(t))"),
+    );
+    let token_kept = b.eval("sessionStorage.getItem('skiff.token') !== null");
+    assert_eq!(token_kept, true);
+    b.click("button.cordon");
+    b.wait(
+        "the node cordoned",
+        Duration::from_secs(10),
+        &format!("{ROWS}.some(t => t.includes('SchedulingDisabled') && t.includes('Uncordon'))"),
+    );
+    let n = smol::block_on(client.get::<Node>("", &node)).expect("node");
+    assert_eq!(n.spec.unschedulable, Some(true));
+    b.click("button.cordon");
+    b.wait(
+        "the node uncordoned",
+        Duration::from_secs(10),
+        &format!("{ROWS}.some(t => !t.includes('SchedulingDisabled') && t.includes('Cordon'))"),
+    );
+    let n = smol::block_on(client.get::<Node>("", &node)).expect("node");
+    assert_ne!(n.spec.unschedulable, Some(true));
+    // Use from metrics.k8s.io, once the agent has a sample.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.eval("!!document.querySelector('main tbody meter')") != true {
+        assert!(Instant::now() < deadline, "no node usage shown");
+        b.click("main .bar button");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    b.screenshot("nodes");
+
+    // Pods: the running pod.
+    b.go("#/pods");
+    b.wait(
+        "the running web pod",
+        Duration::from_secs(20),
+        &format!("{ROWS}.some(t => t.startsWith('default') && t.includes('web-') && t.includes('Running') && t.includes('{node}'))"),
+    );
+    b.screenshot("pods");
+
+    // Workloads: scale web to 2 in the page; its row follows live (the section is the same
+    // element throughout: no reload).
+    b.go("#/workloads");
+    b.wait(
+        "the web deployment",
+        Duration::from_secs(20),
+        "document.querySelector('section[data-kind=Deployment] tbody tr .scale')",
+    );
+    b.eval("document.querySelector('section[data-kind=Deployment]').dataset.mark = 'same'");
+    b.click("section[data-kind=Deployment] tbody tr .scale");
+    b.wait(
+        "the scale dialog",
+        Duration::from_secs(5),
+        "document.querySelector('dialog[open] input[name=replicas]')",
+    );
+    b.set_value("dialog[open] input[name=replicas]", "2");
+    b.click("dialog[open] button.primary");
+    b.wait(
+        "2 ready replicas, live",
+        Duration::from_secs(90),
+        "(() => { const s = document.querySelector('section[data-kind=Deployment]'); \
+         const cells = [...s.querySelectorAll('tbody tr td')].map(td => td.innerText.trim()); \
+         return s.dataset.mark === 'same' && cells[1] === 'web' && cells[2] === '2' && cells[3] === '2'; })()",
+    );
+    b.screenshot("workloads");
+    let d = server.kubectl(&["get", "deployment", "web", "-o", "json"], None);
+    let d: Value = serde_json::from_slice(&d.stdout).expect("deployment json");
+    assert_eq!(d["spec"]["replicas"], 2);
+
+    // Pods again, open while kubectl scales to 3: the third pod appears without a reload.
+    b.go("#/pods");
+    b.wait(
+        "two running web pods",
+        Duration::from_secs(30),
+        &format!("{ROWS}.filter(t => t.includes('web-') && t.includes('Running')).length === 2"),
+    );
+    b.eval("document.querySelector('main section').dataset.mark = 'same'");
+    server.kubectl(&["scale", "deployment/web", "--replicas=3"], None);
+    b.wait(
+        "the third pod, live",
+        Duration::from_secs(90),
+        &format!(
+            "document.querySelector('main section').dataset.mark === 'same' && \
+                  {ROWS}.filter(t => t.includes('web-') && t.includes('Running')).length === 3"
+        ),
+    );
+
+    // A pod's page: containers, conditions, and its log followed live.
+    let pod = running_web_pods(&client)
+        .into_iter()
+        .next()
+        .expect("a web pod")
+        .metadata
+        .name;
+    b.go(&format!("#/pod/default/{pod}"));
+    b.wait(
+        "the pod's log, followed",
+        Duration::from_secs(30),
+        "document.querySelector('pre.log').innerText.includes('started') && \
+         document.querySelector('.log-state').innerText === 'following'",
+    );
+    b.wait(
+        "the summary, containers and conditions",
+        Duration::from_secs(10),
+        &format!(
+            "document.querySelector('dl.kv').innerText.includes('{node}') && \
+         document.body.innerText.includes('skiff.test/dashboard:v1') && \
+         document.body.innerText.includes('ContainersReady')"
+        ),
+    );
+    let marker = format!("written-after-opening-{}", std::process::id());
+    server.kubectl(
+        &[
+            "exec",
+            &pod,
+            "--",
+            "sh",
+            "-c",
+            &format!("echo {marker} > /tmp/say.new && mv /tmp/say.new /tmp/say"),
+        ],
+        None,
+    );
+    b.wait(
+        "the line written after the page opened",
+        Duration::from_secs(20),
+        &format!("document.querySelector('pre.log').innerText.includes('{marker}')"),
+    );
+    b.wait(
+        "the pod's events",
+        Duration::from_secs(20),
+        "document.querySelector('main section:last-of-type tbody tr')",
+    );
+    b.screenshot("pod");
+
+    // Services with their endpoints (three pods, port 8080).
+    b.go("#/services");
+    b.wait(
+        "the web service's endpoints",
+        Duration::from_secs(30),
+        &format!("{ROWS}.some(t => t.includes('web') && (t.match(/:8080/g) || []).length === 3)"),
+    );
+    b.screenshot("services");
+
+    // Events, newest first, warnings highlighted.
+    server.kubectl(
+        &["create", "-f", "-"],
+        Some(
+            "apiVersion: v1\nkind: Event\nmetadata:\n  name: web.warning\n  namespace: default\n\
+             involvedObject:\n  kind: Deployment\n  name: web\n  namespace: default\n\
+             reason: TestWarning\nmessage: something to look at\ntype: Warning\n",
+        ),
+    );
+    b.go("#/events");
+    b.wait(
+        "the warning, highlighted",
+        Duration::from_secs(20),
+        "[...document.querySelectorAll('main tbody tr.warning')].some(r => r.innerText.includes('TestWarning'))",
+    );
+    b.wait(
+        "the events",
+        Duration::from_secs(20),
+        &format!("{ROWS}.some(t => t.includes('ScalingReplicaSet'))"),
+    );
+    let times = b.eval(
+        "[...document.querySelectorAll('main tbody tr .age')].map(e => Date.parse(e.dataset.t))",
+    );
+    let times: Vec<f64> = times
+        .as_array()
+        .expect("times")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    assert!(times.len() > 2, "{times:?}");
+    assert!(
+        times.windows(2).all(|w| w[0] >= w[1]),
+        "events not newest first: {times:?}"
+    );
+    b.screenshot("events");
+
+    // Apply: a ConfigMap lands; a bad one shows the server's Status message.
+    b.go("#/apply");
+    b.wait(
+        "the apply form",
+        Duration::from_secs(10),
+        "document.querySelector('textarea.manifest')",
+    );
+    b.set_value(
+        "textarea.manifest",
+        "# from the dashboard test\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-dashboard\n  labels:\n    name: not-this-one\ndata:\n  greeting: hello\n",
+    );
+    b.click("button.apply");
+    b.wait(
+        "the applied result",
+        Duration::from_secs(20),
+        "document.querySelector('.results').innerText.includes('configmap/from-dashboard serverside-applied')",
+    );
+    let cm = smol::block_on(client.get::<ConfigMap>("default", "from-dashboard"))
+        .expect("the applied ConfigMap");
+    assert_eq!(cm.data.get("greeting").map(String::as_str), Some("hello"));
+    b.screenshot("apply");
+    b.set_value(
+        "textarea.manifest",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Bad_Name\ndata:\n  a: b\n",
+    );
+    b.click("button.apply");
+    let shown = b.wait(
+        "the Status message",
+        Duration::from_secs(20),
+        "document.querySelector('.results li.bad') && document.querySelector('.results').innerText",
+    );
+    let shown = shown.as_str().unwrap_or_default().to_string();
+    // Exactly the message of the API's Status for the same request, made here directly.
+    let status = b.eval(&format!(
+        "fetch('/api/v1/namespaces/default/configmaps/Bad_Name?fieldManager=skiff-dashboard', {{method: 'PATCH', \
+         headers: {{Authorization: 'Bearer ' + {}, 'Content-Type': 'application/apply-patch+yaml'}}, \
+         body: 'apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: Bad_Name\\ndata:\\n  a: b\\n'}}).then(r => r.json())",
+        json!(server.token())
+    ));
+    assert_eq!(status["code"], 422, "{status}");
+    let message = status["message"].as_str().expect("a Status message");
+    assert!(message.contains("Bad_Name"), "{message}");
+    assert_eq!(shown.trim(), format!("ConfigMap/Bad_Name: {message}"));
+
+    // Rollout restart (the annotation kubectl sets), then undo back to the first template.
+    b.go("#/workloads");
+    b.wait(
+        "the web deployment",
+        Duration::from_secs(20),
+        "document.querySelector('section[data-kind=Deployment] tbody tr .restart')",
+    );
+    b.click("section[data-kind=Deployment] tbody tr .restart");
+    b.wait(
+        "the restart confirmation",
+        Duration::from_secs(5),
+        "document.querySelector('dialog[open] button.primary')",
+    );
+    b.click("dialog[open] button.primary");
+    let deployment = |server: &Server| -> Value {
+        let out = server.kubectl(&["get", "deployment", "web", "-o", "json"], None);
+        serde_json::from_slice(&out.stdout).expect("deployment json")
+    };
+    wait_for("revision 2", Duration::from_secs(30), || {
+        let d = deployment(&server);
+        (d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+            && d["spec"]["template"]["metadata"]["annotations"]
+                ["kubectl.kubernetes.io/restartedAt"]
+                .is_string())
+        .then_some(())
+    });
+    b.click("section[data-kind=Deployment] tbody tr .undo");
+    b.wait(
+        "the undo confirmation",
+        Duration::from_secs(5),
+        "document.querySelector('dialog[open] button.primary')",
+    );
+    b.click("dialog[open] button.primary");
+    wait_for(
+        "revision 3, the first template",
+        Duration::from_secs(30),
+        || {
+            let d = deployment(&server);
+            (d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
+                && d["spec"]["template"]["metadata"]
+                    .get("annotations")
+                    .and_then(|a| a.get("kubectl.kubernetes.io/restartedAt"))
+                    .is_none())
+            .then_some(())
+        },
+    );
+    assert!(
+        b.eval("document.querySelector('#error').hidden") == true,
+        "{}",
+        b.eval("document.querySelector('#error').innerText")
+    );
+
+    // An action the API refuses shows its Status message in the banner: scaling to a
+    // negative count (the dialog's own check is bypassed by setting its min away).
+    b.click("section[data-kind=Deployment] tbody tr .scale");
+    b.wait(
+        "the scale dialog",
+        Duration::from_secs(5),
+        "document.querySelector('dialog[open] input[name=replicas]')",
+    );
+    b.eval("document.querySelector('dialog[open] input[name=replicas]').removeAttribute('min')");
+    b.set_value("dialog[open] input[name=replicas]", "-1");
+    b.click("dialog[open] button.primary");
+    let banner = b.wait(
+        "the error banner",
+        Duration::from_secs(10),
+        "!document.querySelector('#error').hidden && document.querySelector('#error-text').innerText",
+    );
+    assert!(
+        banner.as_str().is_some_and(
+            |t| t.contains("is invalid: spec.replicas: Invalid value") && t.contains("-1")
+        ),
+        "banner: {banner}"
+    );
+
+    // A phone-sized screen: tables become cards, every view still reachable.
+    b.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": true}),
+    );
+    b.go("#/pods");
+    b.wait(
+        "the pods as cards",
+        Duration::from_secs(20),
+        &format!("{ROWS}.length >= 3 && getComputedStyle(document.querySelector('main thead')).display === 'none'"),
+    );
+    b.screenshot("pods-phone");
+    b.call("Emulation.clearDeviceMetricsOverride", json!({}));
+
+    // An expired or revoked token: the next answer is 401 and the page goes back to log-in.
+    b.eval("sessionStorage.setItem('skiff.token', 'revoked')");
+    b.go("#/nodes");
+    b.wait(
+        "the log-in form again",
+        Duration::from_secs(20),
+        "document.querySelector('#login-note') && document.querySelector('#login-note').innerText.includes('log in again')",
+    );
+    let token_gone = b.eval("sessionStorage.getItem('skiff.token') === null");
+    assert_eq!(token_gone, true);
+    assert!(
+        b.problems.iter().all(|p| !p.starts_with("exception")),
+        "the page threw: {:?}",
+        b.problems
+    );
+}
+
+/// CPU seconds (user and system) `pid` has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').expect("stat format").1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().expect("utime") + f[12].parse::<f64>().expect("stime");
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
+/// Share of one core `pid` uses over `d`.
+fn cpu_share(pid: u32, d: Duration) -> f64 {
+    let before = cpu_seconds(pid);
+    std::thread::sleep(d);
+    (cpu_seconds(pid) - before) / d.as_secs_f64()
+}
+
+/// Logs a fresh page in (sessionStorage is per tab) and loads `hash` in it.
+fn log_in_and_load(b: &mut Browser, server_url: &str, token: &str, hash: &str) {
+    b.navigate(&format!("{server_url}/ui/"));
+    b.wait(
+        "the log-in form",
+        Duration::from_secs(20),
+        "!!document.querySelector('#token')",
+    );
+    b.eval(&format!(
+        "sessionStorage.setItem('skiff.mode', 'token'); sessionStorage.setItem('skiff.token', {})",
+        json!(token)
+    ));
+    // A different query makes it a full load, not a same-document hash change.
+    b.navigate(&format!("{server_url}/ui/?load{hash}"));
+}
+
+/// The issue's benchmark: the pods view's first render with 1,000 pods, a change to one of
+/// them touching only its row, and the server's CPU while 10 dashboards are open and idle.
+/// Also: `--disable-ui` leaves nothing at /ui/. No containers: the pods are bound to a node
+/// that does not exist.
+#[test]
+fn dashboard_thousand_pods() {
+    if !browser_available() {
+        return;
+    }
+    private_network();
+    let off = common::TestServer::start_with(&["--disable-ui"]);
+    let r = smol::block_on(off.client().request("GET", "/ui/", None, "*/*")).expect("GET /ui/");
+    assert_eq!(r.status, 404);
+    drop(off);
+
+    let server = common::TestServer::start();
+    let client = server.client();
+    let token = std::fs::read_to_string(server.dir.path().join("admin-token"))
+        .expect("admin token")
+        .trim()
+        .to_string();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let client = &client;
+            s.spawn(move || {
+                for i in (t..1000).step_by(8) {
+                    let pod =
+                        common::pod(&format!("p-{i:04}"), "ghost-node", &["sleep", "1"], None);
+                    smol::block_on(client.create(&pod)).expect("create pod");
+                }
+            });
+        }
+    });
+    eprintln!(
+        "dashboard bench: 1,000 pods created in {:?}",
+        started.elapsed()
+    );
+    let server_url = server.url();
+
+    let mut b = Browser::start(1280, 900);
+    // Marks when the 1,000th row is in the document and when the frame after it is painted.
+    b.call(
+        "Page.addScriptToEvaluateOnNewDocument",
+        json!({"source": "new MutationObserver((_, obs) => { \
+            if (document.querySelectorAll('main tbody tr').length >= 1000) { \
+              window.__rendered = performance.now(); obs.disconnect(); \
+              requestAnimationFrame(() => setTimeout(() => { window.__painted = performance.now(); })); } \
+          }).observe(document, {childList: true, subtree: true});"}),
+    );
+    log_in_and_load(&mut b, &server_url, &token, "#/pods");
+    b.wait(
+        "1,000 rows painted",
+        Duration::from_secs(30),
+        "window.__painted",
+    );
+    let rendered = b.eval("window.__rendered").as_f64().expect("rendered");
+    let painted = b.eval("window.__painted").as_f64().expect("painted");
+    eprintln!(
+        "dashboard bench: pods view with 1,000 pods: rows in the document {rendered:.0} ms, painted {painted:.0} ms after navigation"
+    );
+    b.screenshot("pods-1000");
+    assert!(painted < 3000.0, "first render took {painted} ms");
+
+    // One pod changes: its row is replaced, the others stay the same elements.
+    b.eval("document.querySelector('tr[data-key=\"default/p-0500\"]').dataset.mark = 'same'");
+    server_kubectl(&server, &["label", "pod", "p-0999", "touched=yes"]);
+    server_kubectl(
+        &server,
+        &["delete", "pod", "p-0001", "--grace-period=0", "--force"],
+    );
+    b.wait(
+        "the deletion, live",
+        Duration::from_secs(20),
+        "document.querySelector('.count').innerText === '999 pods' && \
+         !document.querySelector('tr[data-key=\"default/p-0001\"]') && \
+         document.querySelector('tr[data-key=\"default/p-0500\"]').dataset.mark === 'same'",
+    );
+
+    // Ten dashboards open and idle: the server's CPU against its own idle baseline.
+    let pid = server.child.id();
+    let baseline = cpu_share(pid, Duration::from_secs(10));
+    let mut tabs: Vec<Browser> = (0..9).map(|_| b.new_user()).collect();
+    for (i, t) in tabs.iter_mut().enumerate() {
+        eprintln!("dashboard bench: dashboard {}", i + 2);
+        log_in_and_load(t, &server_url, &token, "#/pods");
+        t.wait(
+            "the pods",
+            Duration::from_secs(30),
+            "document.querySelector('.count') && document.querySelector('.count').innerText === '999 pods'",
+        );
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let watchers = || -> u64 {
+        let r = smol::block_on(client.request("GET", "/metrics", None, "*/*")).expect("metrics");
+        String::from_utf8_lossy(&r.body)
+            .lines()
+            .find_map(|l| l.strip_prefix("apiserver_registered_watchers "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("the watcher gauge")
+    };
+    let before = watchers();
+    let idle = cpu_share(pid, Duration::from_secs(30));
+    let after = watchers();
+    // Each open pods view holds one watch (besides the server's own informers'): all ten
+    // dashboards were really open throughout.
+    assert!(
+        before >= 10 && after >= before,
+        "watchers: {before} then {after}"
+    );
+    eprintln!(
+        "dashboard bench: server CPU idle {:.3}% of a core alone, {:.3}% with 10 dashboards open on the pods view (999 pods)",
+        baseline * 100.0,
+        idle * 100.0
+    );
+    assert!(
+        idle < 0.02,
+        "the server used {:.2}% of a core",
+        idle * 100.0
+    );
+}
+
+fn server_kubectl(server: &common::TestServer, args: &[&str]) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig())
+        .args(args)
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,139 @@
+// The Kubernetes API from the browser, with the user's own credentials: a bearer token kept
+// in sessionStorage (gone when the tab closes), or none, when the browser presents a client
+// certificate in the TLS handshake. The page never holds more rights than its user.
+
+const TOKEN = 'skiff.token';
+const MODE = 'skiff.mode';
+
+export const session = {
+  get token() { return sessionStorage.getItem(TOKEN) || ''; },
+  get loggedIn() { return sessionStorage.getItem(MODE) !== null; },
+  logIn(token) {
+    sessionStorage.setItem(MODE, token ? 'token' : 'cert');
+    if (token) sessionStorage.setItem(TOKEN, token); else sessionStorage.removeItem(TOKEN);
+  },
+  logOut() { sessionStorage.removeItem(TOKEN); sessionStorage.removeItem(MODE); },
+};
+
+// Called on any 401: the token expired or was revoked.
+let unauthorized = () => {};
+export function onUnauthorized(f) { unauthorized = f; }
+
+// The message of a watch that lost its connection and is trying again.
+export const RECONNECTING = 'The connection to the server was lost: reconnecting…';
+
+export class ApiError extends Error {
+  constructor(code, message, reason) {
+    super(message);
+    this.code = code;
+    this.reason = reason || '';
+  }
+}
+
+function headers(extra) {
+  const h = { Accept: 'application/json', ...extra };
+  const t = session.token;
+  if (t) h.Authorization = 'Bearer ' + t;
+  return h;
+}
+
+// The error of a failed answer: the Status object's message when there is one.
+async function failure(r) {
+  const text = await r.text();
+  let status = null;
+  try { status = JSON.parse(text); } catch { /* not JSON */ }
+  if (r.status === 401) unauthorized();
+  const message = (status && status.message) || text.trim() || `${r.status} ${r.statusText}`;
+  return new ApiError(r.status, message, status && status.reason);
+}
+
+// One request; resolves to the decoded answer, rejects with an ApiError.
+export async function request(method, path, body, contentType) {
+  const init = { method, headers: headers(body === undefined ? {} : { 'Content-Type': contentType || 'application/json' }) };
+  if (body !== undefined) init.body = typeof body === 'string' ? body : JSON.stringify(body);
+  const r = await fetch(path, init);
+  if (!r.ok) throw await failure(r);
+  const text = await r.text();
+  return text ? JSON.parse(text) : null;
+}
+
+export const get = (path) => request('GET', path);
+export const patch = (path, body, type = 'application/merge-patch+json') => request('PATCH', path, body, type);
+
+// A streamed GET: calls onChunk with each piece of text as it arrives, until the answer ends
+// or `signal` aborts it.
+export async function stream(path, signal, onChunk) {
+  const r = await fetch(path, { headers: headers({}), signal });
+  if (!r.ok) throw await failure(r);
+  const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    onChunk(value);
+  }
+}
+
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const t = setTimeout(resolve, ms);
+  signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+});
+
+// Lists `path` then watches it from the list's resourceVersion: `reset(items)` after each
+// (re-)list, `event(type, object)` per change. A watch that ends is resumed from the last
+// resourceVersion seen; 410 Gone (too old) lists again. `recovered()` after each list. Only a failure waits (with back-off)
+// before it tries again: there is no polling. Returns a function that stops it.
+export function watch(path, { reset, event, error, recovered }) {
+  const ctl = new AbortController();
+  const { signal } = ctl;
+  const sep = path.includes('?') ? '&' : '?';
+  (async () => {
+    let rv = null;
+    let backoff = 500;
+    while (!signal.aborted) {
+      try {
+        if (rv === null) {
+          const list = await get(path);
+          if (signal.aborted) return;
+          rv = list.metadata.resourceVersion;
+          reset(list.items || []);
+          if (recovered) recovered();
+        }
+        let buf = '';
+        let expired = false;
+        await stream(`${path}${sep}watch=1&allowWatchBookmarks=true&resourceVersion=${encodeURIComponent(rv)}`, signal, (chunk) => {
+          buf += chunk;
+          let nl;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, nl).trim();
+            buf = buf.slice(nl + 1);
+            if (!line) continue;
+            const ev = JSON.parse(line);
+            if (ev.type === 'ERROR') {
+              if (ev.object && ev.object.code === 410) expired = true;
+              else throw new ApiError(ev.object.code, ev.object.message, ev.object.reason);
+              continue;
+            }
+            if (ev.object && ev.object.metadata) rv = ev.object.metadata.resourceVersion;
+            if (ev.type !== 'BOOKMARK') event(ev.type, ev.object);
+          }
+        });
+        if (expired) rv = null;
+        backoff = 500;
+      } catch (e) {
+        if (signal.aborted) return;
+        if (e instanceof ApiError) {
+          if (e.code === 410) { rv = null; continue; }
+          if (e.code === 404 && rv === null) { error && error(e); return; }
+          if (e.code === 401) return;
+        }
+        if (error) error(e instanceof ApiError ? e : new ApiError(0, RECONNECTING));
+        // After a failure the next attempt lists again: what was missed is then shown
+        // whatever the server still remembers, and the notice is cleared by `recovered`.
+        rv = null;
+        await sleep(backoff, signal);
+        backoff = Math.min(backoff * 2, 30000);
+      }
+    }
+  })();
+  return () => ctl.abort();
+}
