@@ -249,6 +249,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
+        ensure_default_ingress_class(&registry).await?;
         let informers = crate::machinery::informer::Informers::start(store.clone(), CACHED_KINDS)
             .await
             .context("loading the controllers' cache")?;
@@ -329,6 +330,20 @@ async fn start_local_agent(
             }
         })
         .context("starting the local agent's thread")?;
+    Ok(())
+}
+
+/// The `skiff` IngressClass, the default, served by every agent's built-in ingress proxy.
+/// Left alone once it exists, so an administrator may change or delete its default mark.
+async fn ensure_default_ingress_class(registry: &Registry) -> anyhow::Result<()> {
+    match registry
+        .create(api::networking::skiff_default_class(), None)
+        .await
+    {
+        Ok(_) => tracing::info!(ingressclass = api::networking::SKIFF_CLASS, "created"),
+        Err(e) if e.code() == 409 => {}
+        Err(e) => return Err(anyhow::anyhow!("creating the default IngressClass: {e}")),
+    }
     Ok(())
 }
 
