@@ -16,6 +16,8 @@ pub const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-defaul
 pub const CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
 /// The controller name of skiff's built-in ingress proxy.
 pub const SKIFF_CONTROLLER: &str = "skiff.io/ingress";
+/// The label an agent puts on its Node when its ingress proxy runs.
+pub const PROXY_NODE_LABEL: &str = "ingress.skiff.io/proxy";
 /// The name of the IngressClass the server creates at start.
 pub const SKIFF_CLASS: &str = "skiff";
 

@@ -108,6 +108,19 @@ pub struct EmbeddedAgentArgs {
     /// Do not run the cluster DNS server on this machine.
     #[arg(long, env = "SKIFF_DISABLE_DNS")]
     pub disable_dns: bool,
+    /// Do not run the built-in ingress proxy on this machine (as k3s' --disable traefik).
+    #[arg(long, env = "SKIFF_DISABLE_INGRESS")]
+    pub disable_ingress: bool,
+    /// Where this machine's ingress proxy serves HTTP.
+    #[arg(long, env = "SKIFF_INGRESS_HTTP_ADDRESS", default_value = "0.0.0.0:80")]
+    pub ingress_http_address: SocketAddr,
+    /// Where this machine's ingress proxy serves HTTPS.
+    #[arg(
+        long,
+        env = "SKIFF_INGRESS_HTTPS_ADDRESS",
+        default_value = "0.0.0.0:443"
+    )]
+    pub ingress_https_address: SocketAddr,
 }
 
 /// The local agent's log port (the kubelet's).
@@ -162,6 +175,10 @@ impl EmbeddedAgentArgs {
             log_port: self.agent_port,
             log_limits: Default::default(),
             disable_proxy: self.disable_proxy,
+            ingress: (!self.disable_ingress).then(|| agent::ingress::IngressConfig {
+                http: self.ingress_http_address,
+                https: self.ingress_https_address,
+            }),
             pod_network: agent::net::PodNetworkSettings {
                 cluster_cidr,
                 bridge: self.bridge_name.clone(),

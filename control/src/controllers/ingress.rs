@@ -1,6 +1,6 @@
 //! Ingress status: every Ingress of a class that skiff's built-in proxy serves (controller
 //! `skiff.io/ingress`) gets, as `status.loadBalancer.ingress`, the addresses of the Ready
-//! nodes whose agent runs the proxy (they carry the [`PROXY_LABEL`] label), the way k3s'
+//! nodes whose agent runs the proxy (they carry the `ingress.skiff.io/proxy` label), the way k3s'
 //! ServiceLB reports the nodes that serve a LoadBalancer Service.
 
 use std::collections::BTreeMap;
@@ -14,8 +14,7 @@ use api::Kind;
 use crate::machinery::Context;
 use crate::registry::Part;
 
-/// The label an agent puts on its Node when its ingress proxy runs.
-pub const PROXY_LABEL: &str = "ingress.skiff.io/proxy";
+use api::networking::PROXY_NODE_LABEL as PROXY_LABEL;
 
 pub fn start(ctx: &Context) {
     smol::spawn(run(ctx.clone())).detach();
