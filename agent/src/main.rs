@@ -230,7 +230,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             max_files: usize::from(cli.container_log_max_files),
         },
         disable_proxy: cli.disable_proxy,
-        ingress: (!cli.disable_ingress).then(|| agent::ingress::IngressConfig {
+        ingress: (!cli.disable_ingress).then_some(agent::ingress::IngressConfig {
             http: cli.ingress_http_address,
             https: cli.ingress_https_address,
         }),

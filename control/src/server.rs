@@ -175,7 +175,7 @@ impl EmbeddedAgentArgs {
             log_port: self.agent_port,
             log_limits: Default::default(),
             disable_proxy: self.disable_proxy,
-            ingress: (!self.disable_ingress).then(|| agent::ingress::IngressConfig {
+            ingress: (!self.disable_ingress).then_some(agent::ingress::IngressConfig {
                 http: self.ingress_http_address,
                 https: self.ingress_https_address,
             }),

@@ -335,19 +335,21 @@ mod tests {
                 ..Default::default()
             }];
             o.services.insert(("default".into(), svc.to_string()), s);
-            let mut e = Endpoints::default();
-            e.subsets = vec![EndpointSubset {
-                addresses: vec![EndpointAddress {
-                    ip: format!("10.0.0.{}", i + 1),
-                    ..Default::default()
+            let e = Endpoints {
+                subsets: vec![EndpointSubset {
+                    addresses: vec![EndpointAddress {
+                        ip: format!("10.0.0.{}", i + 1),
+                        ..Default::default()
+                    }],
+                    not_ready_addresses: vec![],
+                    ports: vec![EndpointPort {
+                        name: Some("http".into()),
+                        port: 8080,
+                        ..Default::default()
+                    }],
                 }],
-                not_ready_addresses: vec![],
-                ports: vec![EndpointPort {
-                    name: Some("http".into()),
-                    port: 8080,
-                    ..Default::default()
-                }],
-            }];
+                ..Default::default()
+            };
             o.endpoints.insert(("default".into(), svc.to_string()), e);
         }
         o
