@@ -235,6 +235,39 @@ fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
     parse_answer(&out)
 }
 
+/// Two requests on one client connection (keep-alive): both bodies.
+fn two_on_one_connection(addr: SocketAddr, host: &str, paths: [&str; 2]) -> (String, String) {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    let mut bodies = Vec::new();
+    for p in paths {
+        write!(w, "GET {p} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+        let mut len = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                r.read_line(&mut line).unwrap() > 0,
+                "closed after {bodies:?}"
+            );
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((n, v)) = line.split_once(':') {
+                if n.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+        }
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).unwrap();
+        bodies.push(String::from_utf8_lossy(&body).trim().to_string());
+    }
+    (bodies[0].clone(), bodies[1].clone())
+}
+
 fn parse_answer(out: &[u8]) -> Option<(u16, String)> {
     let text = String::from_utf8_lossy(out);
     let (head, body) = text.split_once("\r\n\r\n")?;
@@ -300,7 +333,8 @@ fn tls_get(addr: SocketAddr, host: &str, root: &[u8]) -> Option<(Vec<u8>, u16, S
     Some((served, status, body))
 }
 
-/// An upgrade echo server on the host: answers 101 and then sends back what it reads.
+/// An upgrade echo server on the host: answers an upgrade with 101 and then sends back what
+/// it reads; answers any other request with `ok` (keep-alive).
 fn upgrade_echo_server() -> u16 {
     let l = TcpListener::bind("0.0.0.0:0").expect("bind echo");
     let port = l.local_addr().unwrap().port();
@@ -308,14 +342,25 @@ fn upgrade_echo_server() -> u16 {
         for s in l.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut r = BufReader::new(s.try_clone().expect("clone"));
-                let mut line = String::new();
+                let mut w = s;
                 loop {
-                    line.clear();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    let mut head = String::new();
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push_str(&line.to_ascii_lowercase());
+                    }
+                    if head.contains("upgrade: websocket") {
                         break;
                     }
+                    let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
                 }
-                let mut w = s;
                 let _ = w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: test\r\n\r\n");
                 let mut buf = [0u8; 1024];
                 loop {
@@ -411,6 +456,10 @@ fn ingress_routes_hosts_paths_tls_upgrades_and_empty_services() {
     wait_body(http, "alpha.example.com", "/", (200, "alpha"));
     wait_body(http, "alpha.example.com:8080", "/api/", (200, "alpha-api"));
     wait_body(http, "beta.example.com", "/api/", (200, "beta-api"));
+    assert_eq!(
+        two_on_one_connection(http, "beta.example.com", ["/api/", "/api/"]),
+        ("beta-api".to_string(), "beta-api".to_string())
+    );
     // Prefix by path elements: /apiary is not under /api; Exact only matches itself.
     wait_body(
         http,
@@ -552,6 +601,8 @@ fn ingress_routes_hosts_paths_tls_upgrades_and_empty_services() {
     // An upgrade passes through both ways: the echo server runs on the host, behind a
     // Service without selector whose Endpoints point at the bridge address.
     let echo_port = upgrade_echo_server();
+    // An endpoint nothing listens on: its connects fail and the other endpoint is tried.
+    let dead_port = free_port();
     let pod_ip = smol::block_on(client.list::<Pod>(Some("default"), Some("app=alpha"), None))
         .unwrap()
         .0
@@ -566,7 +617,7 @@ fn ingress_routes_hosts_paths_tls_upgrades_and_empty_services() {
     server.ok(
         &["apply", "-f", "-"],
         Some(&format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: ws}}\nspec:\n  ports: [{{port: 80}}]\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {{name: ws}}\nsubsets:\n- addresses: [{{ip: \"{host_ip}\"}}]\n  ports: [{{port: {echo_port}}}]\n"
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: ws}}\nspec:\n  ports: [{{port: 80}}]\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {{name: ws}}\nsubsets:\n- addresses: [{{ip: \"{host_ip}\"}}]\n  ports: [{{port: {dead_port}}}]\n- addresses: [{{ip: \"{host_ip}\"}}]\n  ports: [{{port: {echo_port}}}]\n"
         )),
     );
     server.ok(
@@ -588,6 +639,13 @@ fn ingress_routes_hosts_paths_tls_upgrades_and_empty_services() {
         let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
         (head.starts_with("http/1.1 101") && head.contains("upgrade: websocket")).then_some(s)
     });
+    // Round-robin puts the dead endpoint first for every other request: all succeed.
+    for _ in 0..4 {
+        assert_eq!(
+            get(http, "ws.example.com", "/").map(|(s, b)| (s, b.trim().to_string())),
+            Some((200, "ok".to_string()))
+        );
+    }
     for msg in ["ping", "pong and more"] {
         s.write_all(msg.as_bytes()).unwrap();
         let mut buf = vec![0u8; msg.len()];

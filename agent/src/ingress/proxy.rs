@@ -173,8 +173,10 @@ async fn connect(
     let order: Vec<SocketAddr> = upstream.order().collect();
     if pooled {
         for &addr in &order {
-            if let Some(c) = shared.pool.take(addr) {
-                return Some((addr, c, false));
+            while let Some(c) = shared.pool.take(addr) {
+                if still_open(&c).await {
+                    return Some((addr, c, false));
+                }
             }
         }
     }
@@ -197,6 +199,16 @@ async fn connect(
         }
     }
     None
+}
+
+/// Whether an idle connection is still usable: a read that would wait means the endpoint
+/// has neither closed it nor sent anything unasked (either makes it unusable).
+async fn still_open(conn: &Conn) -> bool {
+    let mut probe = [0u8; 1];
+    let mut c = conn.clone();
+    futures_lite::future::poll_once(c.read(&mut probe))
+        .await
+        .is_none()
 }
 
 fn bad_gateway(upstream: &Upstream) -> Response {
