@@ -721,5 +721,14 @@ mod tests {
         assert!(is_default_class(&c));
         c.spec.controller = Some("nodomain".into());
         assert_eq!(c.validate()[0].field, "spec.controller");
+
+        let old = skiff_default_class().into_any();
+        let mut moved = skiff_default_class();
+        moved.spec.controller = Some("example.com/other".into());
+        let errs = validation::validate_update(&moved.into_any(), &old);
+        assert_eq!(
+            errs[0].message,
+            "Invalid value: \"example.com/other\": field is immutable"
+        );
     }
 }
