@@ -19,7 +19,103 @@ use super::routes::{Route, Upstream};
 use super::Shared;
 
 /// A backend connection: async-h1 takes it by value, the pool keeps another handle.
-type Conn = async_dup::Arc<async_dup::Mutex<TcpStream>>;
+type Conn = async_dup::Arc<async_dup::Mutex<Backend>>;
+
+/// The end of an HTTP head.
+const HEAD_END: &[u8] = b"\r\n\r\n";
+
+/// A TCP connection to an endpoint that, while an answer's head is awaited, hands out bytes
+/// only up to the end of that head. async-h1's client reads the head through a buffer of its
+/// own, which would otherwise swallow what follows it: the body of an answer delimited by
+/// the end of the connection (which async-h1 does not read, so the proxy streams it), or
+/// the first bytes after a 101. The head itself is parsed by async-h1 (httparse); this only
+/// finds where it ends.
+pub struct Backend {
+    stream: TcpStream,
+    buf: Box<[u8]>,
+    /// Bytes read from `stream` and not handed out: `buf[start..end]`.
+    start: usize,
+    end: usize,
+    /// An answer's head is being read; how many bytes of [`HEAD_END`] were seen last.
+    in_head: bool,
+    matched: usize,
+}
+
+impl Backend {
+    fn new(stream: TcpStream) -> Backend {
+        Backend {
+            stream,
+            buf: vec![0u8; 16 * 1024].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            in_head: false,
+            matched: 0,
+        }
+    }
+
+    /// The next bytes read are the head of an answer.
+    fn expect_head(&mut self) {
+        self.in_head = true;
+        self.matched = 0;
+    }
+}
+
+impl AsyncRead for Backend {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if this.start == this.end {
+            if !this.in_head {
+                return Pin::new(&mut this.stream).poll_read(cx, out);
+            }
+            let n = std::task::ready!(Pin::new(&mut this.stream).poll_read(cx, &mut this.buf))?;
+            this.start = 0;
+            this.end = n;
+            if n == 0 {
+                return Poll::Ready(Ok(0));
+            }
+        }
+        let mut take = (this.end - this.start).min(out.len());
+        if this.in_head {
+            for (i, &b) in this.buf[this.start..this.start + take].iter().enumerate() {
+                this.matched = if b == HEAD_END[this.matched] {
+                    this.matched + 1
+                } else if b == HEAD_END[0] {
+                    1
+                } else {
+                    0
+                };
+                if this.matched == HEAD_END.len() {
+                    this.in_head = false;
+                    take = i + 1;
+                    break;
+                }
+            }
+        }
+        out[..take].copy_from_slice(&this.buf[this.start..this.start + take]);
+        this.start += take;
+        Poll::Ready(Ok(take))
+    }
+}
+
+impl AsyncWrite for Backend {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_close(cx)
+    }
+}
 
 /// How long a connect to an endpoint may take before the next one is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -188,7 +284,8 @@ async fn connect(
         match attempt.await {
             Ok(Some(s)) => {
                 let _ = s.set_nodelay(true);
-                return Some((addr, async_dup::Arc::new(async_dup::Mutex::new(s)), true));
+                let conn = async_dup::Arc::new(async_dup::Mutex::new(Backend::new(s)));
+                return Some((addr, conn, true));
             }
             Ok(None) => {
                 tracing::debug!(%addr, upstream = %upstream.name, "connect timed out; trying the next endpoint")
@@ -230,6 +327,7 @@ async fn forward(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
         };
         let b = body.take().unwrap_or_else(Body::empty);
         let out = outgoing(&req, b, &[]);
+        conn.lock().expect_head();
         match async_h1::connect(conn.clone(), out).await {
             Ok(res) => return relay(shared, addr, conn, req.method(), res),
             Err(e) if !fresh && replayable => {
@@ -281,9 +379,18 @@ fn relay(
         }
     }
     if no_body {
-        if framed && !close {
+        if !close {
             shared.pool.put(addr, conn);
         }
+        return out;
+    }
+    if !framed {
+        // Delimited by the end of the connection (HTTP/1.0 style, busybox httpd's error
+        // pages): async-h1 leaves it unread, and the connection holds it from its start.
+        out.set_body(Body::from_reader(
+            futures_lite::io::BufReader::new(conn),
+            None,
+        ));
         return out;
     }
     let body = res.take_body();
@@ -294,7 +401,7 @@ fn relay(
     };
     let reader = ReturnOnEnd {
         body,
-        back: (framed && !close).then(|| (shared.pool_handle(), addr, conn)),
+        back: (!close).then(|| (shared.pool_handle(), addr, conn)),
     };
     out.set_body(Body::from_reader(
         futures_lite::io::BufReader::new(reader),
@@ -325,21 +432,6 @@ impl AsyncRead for ReturnOnEnd {
     }
 }
 
-/// Reads one byte at a time, so that async-h1's buffered head parser takes nothing of what
-/// follows an upgrade answer's head.
-struct OneByte<R>(R);
-
-impl<R: AsyncRead + Unpin> AsyncRead for OneByte<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let n = buf.len().min(1);
-        Pin::new(&mut self.0).poll_read(cx, &mut buf[..n])
-    }
-}
-
 /// A `Connection: upgrade` request (WebSocket): sent on a new connection with its upgrade
 /// headers; a 101 answer hands both connections to a splice.
 async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Response {
@@ -355,7 +447,8 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
         tracing::debug!(%addr, error = %e, "sending the upgrade request failed");
         return bad_gateway(upstream);
     }
-    let res = match async_h1::client::decode(OneByte(conn.clone())).await {
+    conn.lock().expect_head();
+    let res = match async_h1::client::decode(conn.clone()).await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(%addr, error = %e, "reading the upgrade answer failed");
