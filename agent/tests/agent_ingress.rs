@@ -359,7 +359,18 @@ fn upgrade_echo_server() -> u16 {
                     if head.contains("upgrade: websocket") {
                         break;
                     }
-                    let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
+                    // `ok` and the X-Forwarded-* headers it was sent, sorted.
+                    let mut forwarded: Vec<&str> = head
+                        .lines()
+                        .filter(|l| l.starts_with("x-forwarded-"))
+                        .collect();
+                    forwarded.sort();
+                    let body = format!("ok {}", forwarded.join(";"));
+                    let _ = write!(
+                        w,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
                 }
                 let _ = w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: test\r\n\r\n");
                 let mut buf = [0u8; 1024];
@@ -647,8 +658,12 @@ fn ingress_routes_hosts_paths_tls_upgrades_and_empty_services() {
     // Round-robin puts the dead endpoint first for every other request: all succeed.
     for _ in 0..4 {
         assert_eq!(
-            get(http, "ws.example.com", "/").map(|(s, b)| (s, b.trim().to_string())),
-            Some((200, "ok".to_string()))
+            get(http, "ws.example.com:8080", "/").map(|(s, b)| (s, b.trim().to_string())),
+            Some((
+                200,
+                "ok x-forwarded-for: 127.0.0.1;x-forwarded-host: ws.example.com:8080;x-forwarded-proto: http"
+                    .to_string()
+            ))
         );
     }
     for msg in ["ping", "pong and more"] {
