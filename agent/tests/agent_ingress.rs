@@ -365,7 +365,20 @@ fn upgrade_echo_server() -> u16 {
                         .filter(|l| l.starts_with("x-forwarded-"))
                         .collect();
                     forwarded.sort();
-                    let body = format!("ok {}", forwarded.join(";"));
+                    let mut body = format!("ok {}", forwarded.join(";"));
+                    // A request body (Content-Length) is echoed after the headers.
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if len > 0 {
+                        let mut got = vec![0u8; len];
+                        if r.read_exact(&mut got).is_err() {
+                            return;
+                        }
+                        body.push_str(&format!(" body={}", String::from_utf8_lossy(&got)));
+                    }
                     let _ = write!(
                         w,
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
@@ -666,6 +679,26 @@ fn ingress_routes_hosts_paths_tls_upgrades_and_empty_services() {
             ))
         );
     }
+    // A request body is streamed to the endpoint.
+    let mut p = TcpStream::connect(http).unwrap();
+    p.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let payload = "x".repeat(100_000);
+    write!(
+        p,
+        "POST /upload HTTP/1.1\r\nHost: ws.example.com\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    p.read_to_end(&mut answer).unwrap();
+    let (status, body) = parse_answer(&answer).expect("an answer to the POST");
+    assert_eq!(status, 200);
+    assert!(
+        body.ends_with(&format!(" body={payload}")),
+        "{}",
+        &body[..body.len().min(200)]
+    );
+
     for msg in ["ping", "pong and more"] {
         s.write_all(msg.as_bytes()).unwrap();
         let mut buf = vec![0u8; msg.len()];

@@ -251,6 +251,11 @@ fn outgoing(req: &Request, body: Body, keep: &[&str]) -> Request {
         if HOP_BY_HOP.contains(&n.as_str()) && !keep.contains(&n.as_str()) {
             continue;
         }
+        // async-h1 answers the client's `Expect: 100-continue` itself; an endpoint's interim
+        // 100 would be taken for its answer.
+        if n == "expect" {
+            continue;
+        }
         for v in values.iter() {
             out.append_header(name.as_str(), v.as_str());
         }
