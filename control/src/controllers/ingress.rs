@@ -64,10 +64,14 @@ async fn run(ctx: Context) {
         .subscribe(&[Kind::Node, Kind::Ingress, Kind::IngressClass]);
     loop {
         let nodes: Vec<Node> = ctx.informers.cache().list(None);
-        let ours: BTreeMap<String, bool> = ctx
-            .informers
-            .cache()
-            .list::<IngressClass>(None)
+        let classes = ctx.informers.cache().list::<IngressClass>(None);
+        // An Ingress without a class (made before any default class existed) belongs to the
+        // default class, as the proxy sees it.
+        let default_is_ours = classes.iter().any(|c| {
+            api::networking::is_default_class(c)
+                && c.spec.controller.as_deref() == Some(SKIFF_CONTROLLER)
+        });
+        let ours: BTreeMap<String, bool> = classes
             .into_iter()
             .map(|c| {
                 let skiff = c.spec.controller.as_deref() == Some(SKIFF_CONTROLLER);
@@ -76,8 +80,10 @@ async fn run(ctx: Context) {
             .collect();
         let want = desired(&serving_addresses(&nodes));
         for ing in ctx.informers.cache().list::<Ingress>(None) {
-            let served = api::networking::class_of(&ing)
-                .is_some_and(|c| ours.get(c).copied().unwrap_or(false));
+            let served = match api::networking::class_of(&ing) {
+                Some(c) => ours.get(c).copied().unwrap_or(false),
+                None => default_is_ours,
+            };
             if !served {
                 continue;
             }
