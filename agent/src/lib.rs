@@ -1,8 +1,9 @@
 //! The skiff node agent: images, container runtime (libcontainer), pod lifecycle, network,
-//! service proxy, probes and logs.
+//! service proxy, ingress proxy, probes and logs.
 
 pub mod dns;
 pub mod image;
+pub mod ingress;
 pub mod net;
 pub mod node;
 pub mod pods;

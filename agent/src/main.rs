@@ -115,6 +115,23 @@ struct Cli {
     /// Do not program iptables for Services (no service proxy on this node).
     #[arg(long, env = "SKIFF_AGENT_DISABLE_PROXY")]
     disable_proxy: bool,
+    /// Do not run the built-in ingress proxy on this node (as k3s' --disable traefik).
+    #[arg(long, env = "SKIFF_AGENT_DISABLE_INGRESS")]
+    disable_ingress: bool,
+    /// Where the ingress proxy serves HTTP.
+    #[arg(
+        long,
+        env = "SKIFF_AGENT_INGRESS_HTTP_ADDRESS",
+        default_value = "0.0.0.0:80"
+    )]
+    ingress_http_address: std::net::SocketAddr,
+    /// Where the ingress proxy serves HTTPS.
+    #[arg(
+        long,
+        env = "SKIFF_AGENT_INGRESS_HTTPS_ADDRESS",
+        default_value = "0.0.0.0:443"
+    )]
+    ingress_https_address: std::net::SocketAddr,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -213,6 +230,10 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             max_files: usize::from(cli.container_log_max_files),
         },
         disable_proxy: cli.disable_proxy,
+        ingress: (!cli.disable_ingress).then_some(agent::ingress::IngressConfig {
+            http: cli.ingress_http_address,
+            https: cli.ingress_https_address,
+        }),
         pod_network: agent::net::PodNetworkSettings {
             cluster_cidr: cli.cluster_cidr,
             bridge: cli.bridge_name.clone(),

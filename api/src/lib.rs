@@ -11,6 +11,7 @@ pub mod core;
 pub mod join;
 pub mod kubeconfig;
 pub mod meta;
+pub mod networking;
 pub mod notify;
 pub mod object;
 mod omit;

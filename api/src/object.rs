@@ -190,6 +190,8 @@ kinds! {
     Deployment => apps::Deployment,
     ReplicaSet => apps::ReplicaSet,
     DaemonSet => apps::DaemonSet,
+    Ingress => networking::Ingress,
+    IngressClass => networking::IngressClass,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -278,6 +280,28 @@ impl Kind {
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
         static DAEMON_SET: KindInfo = apps("DaemonSet", "daemonsets", "daemonset", &["ds"]);
+        static INGRESS: KindInfo = KindInfo {
+            kind: "Ingress",
+            group: "networking.k8s.io",
+            version: "v1",
+            plural: "ingresses",
+            singular: "ingress",
+            short_names: &["ing"],
+            namespaced: true,
+            has_status: true,
+            categories: &[],
+        };
+        static INGRESS_CLASS: KindInfo = KindInfo {
+            kind: "IngressClass",
+            group: "networking.k8s.io",
+            version: "v1",
+            plural: "ingressclasses",
+            singular: "ingressclass",
+            short_names: &[],
+            namespaced: false,
+            has_status: false,
+            categories: &[],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -290,6 +314,8 @@ impl Kind {
             Kind::Deployment => &DEPLOYMENT,
             Kind::ReplicaSet => &REPLICA_SET,
             Kind::DaemonSet => &DAEMON_SET,
+            Kind::Ingress => &INGRESS,
+            Kind::IngressClass => &INGRESS_CLASS,
         }
     }
 

@@ -896,6 +896,8 @@ mod tests {
             Kind::Deployment => apps::Deployment::default().into_any(),
             Kind::ReplicaSet => apps::ReplicaSet::default().into_any(),
             Kind::DaemonSet => apps::DaemonSet::default().into_any(),
+            Kind::Ingress => crate::networking::Ingress::default().into_any(),
+            Kind::IngressClass => crate::networking::IngressClass::default().into_any(),
         }
     }
 

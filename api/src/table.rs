@@ -13,6 +13,7 @@ use crate::core::{
     Service,
 };
 use crate::meta::{LabelSelector, Time};
+use crate::networking::{Ingress, IngressClass};
 use crate::object::{AnyObject, Kind};
 use crate::selector::Selector;
 
@@ -159,6 +160,20 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             v.extend(workload_extra());
             v
         }
+        Kind::Ingress => vec![
+            name(),
+            col("Class", "string", "The name of the IngressClass resource.", 0),
+            col("Hosts", "string", "Hosts that incoming requests are matched against before the ingress rule", 0),
+            col("Address", "string", "Address is a list containing ingress points for the load-balancer", 0),
+            col("Ports", "string", "Ports of TLS configurations that open", 0),
+            age(),
+        ],
+        Kind::IngressClass => vec![
+            name(),
+            col("Controller", "string", "Controller that is responsible for handling this class", 0),
+            col("Parameters", "string", "A reference to a resource with additional parameters", 0),
+            age(),
+        ],
     }
 }
 
@@ -280,7 +295,79 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Deployment(d) => deployment_cells(d, name, age),
         AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),
         AnyObject::DaemonSet(d) => daemon_set_cells(d, name, age),
+        AnyObject::Ingress(i) => ingress_cells(i, name, age),
+        AnyObject::IngressClass(c) => ingress_class_cells(c, name, age),
     }
+}
+
+/// kube-apiserver's printIngress: at most three hosts (`*` for none), the load-balancer
+/// addresses (clipped to 16 bytes as outside `-o wide`), `80` or `80, 443` with TLS.
+fn ingress_cells(i: &Ingress, name: String, age: String) -> Vec<Value> {
+    let class = i
+        .spec
+        .ingress_class_name
+        .clone()
+        .unwrap_or_else(|| "<none>".into());
+    let hosts: Vec<&str> = i
+        .spec
+        .rules
+        .iter()
+        .filter_map(|r| r.host.as_deref())
+        .filter(|h| !h.is_empty())
+        .collect();
+    let hosts = match hosts.len() {
+        0 => "*".to_string(),
+        // Kubernetes counts the rules (not the hosts) beyond the first three.
+        n if n > 3 => format!(
+            "{} + {} more...",
+            hosts[..3].join(","),
+            i.spec.rules.len() - 3
+        ),
+        _ => hosts.join(","),
+    };
+    let mut addrs: Vec<&str> = i
+        .status
+        .load_balancer
+        .iter()
+        .flat_map(|lb| &lb.ingress)
+        .filter_map(|a| a.ip.as_deref().or(a.hostname.as_deref()))
+        .filter(|a| !a.is_empty())
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    let mut address = addrs.join(",");
+    if address.len() > 16 {
+        address = format!("{}...", &address[..13]);
+    }
+    let ports = if i.spec.tls.is_empty() {
+        "80"
+    } else {
+        "80, 443"
+    };
+    vec![
+        json!(name),
+        json!(class),
+        json!(hosts),
+        json!(address),
+        json!(ports),
+        json!(age),
+    ]
+}
+
+fn ingress_class_cells(c: &IngressClass, name: String, age: String) -> Vec<Value> {
+    let parameters = match &c.spec.parameters {
+        None => "<none>".to_string(),
+        Some(p) => match &p.api_group {
+            Some(g) => format!("{}.{g}/{}", p.kind, p.name),
+            None => format!("{}/{}", p.kind, p.name),
+        },
+    };
+    vec![
+        json!(name),
+        json!(c.spec.controller.clone().unwrap_or_default()),
+        json!(parameters),
+        json!(age),
+    ]
 }
 
 /// What a Table row carries besides its cells (the `includeObject` query parameter).
@@ -849,6 +936,8 @@ mod tests {
             Deployment::default().into_any(),
             ReplicaSet::default().into_any(),
             DaemonSet::default().into_any(),
+            Ingress::default().into_any(),
+            IngressClass::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

@@ -1679,8 +1679,8 @@ fn immutable(field: &str, value: impl std::fmt::Display) -> FieldError {
 const POD_UPDATE_MSG: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 /// The rules of an update from `old` to `new` (both defaulted), beyond [`Resource::validate`]
-/// of `new`: names, selectors, pod specs, immutable ConfigMaps and Secrets, cluster IPs and
-/// pod CIDRs do not change. Objects of different kinds are refused outright.
+/// of `new`: names, selectors, pod specs, immutable ConfigMaps and Secrets, cluster IPs,
+/// pod CIDRs and IngressClass controllers do not change. Objects of different kinds are refused outright.
 ///
 /// A pod's `spec.nodeName` changes only through the binding subresource, which must not go
 /// through this check (as in Kubernetes).
@@ -1713,6 +1713,14 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
             if n.spec.selector != o.spec.selector =>
         {
             errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
+        }
+        (AnyObject::IngressClass(n), AnyObject::IngressClass(o))
+            if n.spec.controller != o.spec.controller =>
+        {
+            errs.push(immutable(
+                "spec.controller",
+                n.spec.controller.as_deref().unwrap_or(""),
+            ));
         }
         (AnyObject::Service(n), AnyObject::Service(o)) => {
             let old_ip = o.spec.cluster_ip.as_deref().unwrap_or("");

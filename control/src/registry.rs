@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use api::codec::{self, DecodeError};
 use api::core::{Namespace, Node, Pod, Service};
 use api::meta::{DeleteOptions, Time};
+use api::networking::Ingress;
 use api::object::Resource;
 use api::{AnyObject, Kind};
 use serde_json::Value;
@@ -194,6 +195,31 @@ fn as_service_mut<K: Resource>(obj: &mut K) -> Option<&mut Service> {
     (obj as &mut dyn Any).downcast_mut::<Service>()
 }
 
+fn as_ingress_mut<K: Resource>(obj: &mut K) -> Option<&mut Ingress> {
+    (obj as &mut dyn Any).downcast_mut::<Ingress>()
+}
+
+/// Kubernetes' DefaultIngressClass admission: an Ingress created without a class (neither
+/// `spec.ingressClassName` nor the deprecated annotation) gets the default IngressClass, the
+/// newest one if several carry the default annotation.
+fn default_ingress_class(txn: &Txn, ing: &mut Ingress) -> Result<(), ApiError> {
+    if api::networking::class_of(ing).is_some() {
+        return Ok(());
+    }
+    let default = txn
+        .list(Kind::IngressClass, None)?
+        .into_iter()
+        .filter_map(|o| match o {
+            AnyObject::IngressClass(c) if api::networking::is_default_class(&c) => Some(c),
+            _ => None,
+        })
+        .max_by_key(|c| (c.metadata.creation_timestamp, c.metadata.name.clone()));
+    if let Some(c) = default {
+        ing.spec.ingress_class_name = Some(c.metadata.name);
+    }
+    Ok(())
+}
+
 fn as_node<K: Resource>(obj: &K) -> Option<&Node> {
     (obj as &dyn Any).downcast_ref::<Node>()
 }
@@ -343,6 +369,9 @@ fn create_in<K: Resource>(
     }
     if let Some(svc) = as_service_mut(&mut obj) {
         crate::ipalloc::assign_in_txn(txn, ranges, svc, None)?;
+    }
+    if let Some(ing) = as_ingress_mut(&mut obj) {
+        default_ingress_class(txn, ing)?;
     }
     for attempt in 0..8 {
         let name = obj.meta().name.clone();

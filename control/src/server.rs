@@ -111,6 +111,19 @@ pub struct EmbeddedAgentArgs {
     /// Do not run the cluster DNS server on this machine.
     #[arg(long, env = "SKIFF_DISABLE_DNS")]
     pub disable_dns: bool,
+    /// Do not run the built-in ingress proxy on this machine (as k3s' --disable traefik).
+    #[arg(long, env = "SKIFF_DISABLE_INGRESS")]
+    pub disable_ingress: bool,
+    /// Where this machine's ingress proxy serves HTTP.
+    #[arg(long, env = "SKIFF_INGRESS_HTTP_ADDRESS", default_value = "0.0.0.0:80")]
+    pub ingress_http_address: SocketAddr,
+    /// Where this machine's ingress proxy serves HTTPS.
+    #[arg(
+        long,
+        env = "SKIFF_INGRESS_HTTPS_ADDRESS",
+        default_value = "0.0.0.0:443"
+    )]
+    pub ingress_https_address: SocketAddr,
 }
 
 /// The local agent's log port (the kubelet's).
@@ -165,6 +178,10 @@ impl EmbeddedAgentArgs {
             log_port: self.agent_port,
             log_limits: Default::default(),
             disable_proxy: self.disable_proxy,
+            ingress: (!self.disable_ingress).then_some(agent::ingress::IngressConfig {
+                http: self.ingress_http_address,
+                https: self.ingress_https_address,
+            }),
             pod_network: agent::net::PodNetworkSettings {
                 cluster_cidr,
                 bridge: self.bridge_name.clone(),
@@ -255,6 +272,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
+        ensure_default_ingress_class(&registry).await?;
         let informers = crate::machinery::informer::Informers::start(store.clone(), CACHED_KINDS)
             .await
             .context("loading the controllers' cache")?;
@@ -343,6 +361,20 @@ async fn start_local_agent(
             }
         })
         .context("starting the local agent's thread")?;
+    Ok(())
+}
+
+/// The `skiff` IngressClass, the default, served by every agent's built-in ingress proxy.
+/// Left alone once it exists, so an administrator may change or delete its default mark.
+async fn ensure_default_ingress_class(registry: &Registry) -> anyhow::Result<()> {
+    match registry
+        .create(api::networking::skiff_default_class(), None)
+        .await
+    {
+        Ok(_) => tracing::info!(ingressclass = api::networking::SKIFF_CLASS, "created"),
+        Err(e) if e.code() == 409 => {}
+        Err(e) => return Err(anyhow::anyhow!("creating the default IngressClass: {e}")),
+    }
     Ok(())
 }
 

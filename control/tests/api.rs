@@ -588,6 +588,36 @@ fn discovery_version_health_metrics_and_tables() {
         .unwrap()
         .iter()
         .any(|r| r["name"] == "deployments/scale" && r["group"] == "autoscaling"));
+    let names: Vec<&str> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert!(names.contains(&"networking.k8s.io"), "{names:?}");
+    let (code, net) = s.http("GET", "/apis/networking.k8s.io/v1", None);
+    assert_eq!(code, 200);
+    let resources = net["resources"].as_array().unwrap();
+    let ing = resources.iter().find(|r| r["name"] == "ingresses").unwrap();
+    assert_eq!(
+        (&ing["shortNames"], &ing["namespaced"], &ing["kind"]),
+        (&json!(["ing"]), &json!(true), &json!("Ingress"))
+    );
+    assert!(resources.iter().any(|r| r["name"] == "ingresses/status"));
+    assert!(resources
+        .iter()
+        .any(|r| r["name"] == "ingressclasses" && r["namespaced"] == json!(false)));
+    let (code, class) = s.http(
+        "GET",
+        "/apis/networking.k8s.io/v1/ingressclasses/skiff",
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(class["spec"]["controller"], "skiff.io/ingress");
+    assert_eq!(
+        class["metadata"]["annotations"]["ingressclass.kubernetes.io/is-default-class"],
+        "true"
+    );
     let (code, version) = s.http("GET", "/version", None);
     assert_eq!((code, version["major"].as_str()), (200, Some("1")));
     assert_eq!(s.http("GET", "/healthz", None).0, 200);

@@ -59,6 +59,7 @@ fn kubectl_bodies_decode_to_kubectls_own_json() {
             "configmap-literal",
             "deployment",
             "deployment-zero",
+            "ingress",
             "job",
             "namespace",
             "secret-docker-registry",

@@ -67,6 +67,8 @@ pub struct AgentConfig {
     pub log_limits: LogLimits,
     /// Do not run the service proxy (no iptables rules for Services on this node).
     pub disable_proxy: bool,
+    /// Where the built-in ingress proxy listens; None: it does not run (`--disable-ingress`).
+    pub ingress: Option<crate::ingress::IngressConfig>,
     /// The cluster's pod range and the bridge name.
     pub pod_network: crate::net::PodNetworkSettings,
     /// The node's cluster DNS server and what pods' resolv.conf say.
@@ -182,10 +184,28 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         }
         let log_port = start_log_endpoint(&creds, cfg.log_port, log_source).await;
 
+        let mut labels: std::collections::BTreeMap<String, String> =
+            cfg.labels.iter().cloned().collect();
+        if let Some(ingress) = &cfg.ingress {
+            match crate::ingress::start(client.clone(), ingress.clone()).await {
+                // The label tells the server this node serves Ingresses (their status lists
+                // the addresses of such nodes).
+                Ok(()) => {
+                    labels.insert(
+                        api::networking::PROXY_NODE_LABEL.to_string(),
+                        "true".to_string(),
+                    );
+                }
+                Err(e) => tracing::error!(
+                    http = %ingress.http, https = %ingress.https,
+                    "ingress proxy not started: Ingresses are not served on this node: {e}"
+                ),
+            }
+        }
         let settings = NodeSettings {
             name: cfg.node_name.clone(),
             internal_ip: node_ip.clone(),
-            labels: cfg.labels.iter().cloned().collect(),
+            labels,
             taints: cfg.taints.clone(),
             max_pods: cfg.max_pods,
             kubelet_port: log_port,

@@ -9,6 +9,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
+pub mod ingress;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -26,6 +27,7 @@ pub fn start_all(ctx: &Context) {
     endpoints::start(ctx);
     nodelifecycle::start(ctx);
     nodeipam::start(ctx);
+    ingress::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
         ctx.registry.clone(),

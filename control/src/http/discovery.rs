@@ -32,7 +32,11 @@ fn group_entry(group: &str) -> Value {
 }
 
 pub fn group_list() -> Value {
-    let groups = [group_entry("apps"), super::resource_metrics::group_entry()];
+    let groups: Vec<Value> = super::route::served_groups()
+        .into_iter()
+        .map(group_entry)
+        .chain([super::resource_metrics::group_entry()])
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 

@@ -361,7 +361,7 @@ async fn handle(
 }
 
 /// What a node may do (Kubernetes' node authorizer and NodeRestriction, simplified): read
-/// what a kubelet reads; write only its own Node, the status of pods bound to it, deletions of
+/// what a kubelet and the node's ingress proxy read; write only its own Node, the status of pods bound to it, deletions of
 /// pods bound to it, and events.
 async fn authorize_node(
     state: &State,
@@ -387,6 +387,9 @@ async fn authorize_node(
         | Kind::ConfigMap
         | Kind::Secret
         | Kind::Event
+        // The node's built-in ingress proxy reads these (with Services, Endpoints, Secrets).
+        | Kind::Ingress
+        | Kind::IngressClass
             if reading =>
         {
             Ok(())

@@ -507,7 +507,10 @@ impl PathItem {
         let gv = if info.group.is_empty() {
             format!("Core{}", capitalize(info.version))
         } else {
-            format!("{}{}", capitalize(info.group), capitalize(info.version))
+            // Kubernetes names the group by its first label: `networking.k8s.io` is
+            // `NetworkingV1`.
+            let label = info.group.split('.').next().unwrap_or(info.group);
+            format!("{}{}", capitalize(label), capitalize(info.version))
         };
         let suffix = match (self.subresource, o.returns) {
             (Some(s), _) => capitalize(s),

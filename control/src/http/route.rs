@@ -79,7 +79,7 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["ui", ..] => Ok(Route::Ui),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
-        ["apis", group] if *group == "apps" || *group == METRICS_GROUP => {
+        ["apis", group] if is_served_group(group) || *group == METRICS_GROUP => {
             Ok(Route::Group(group.to_string()))
         }
         ["apis", METRICS_GROUP, METRICS_VERSION] => Ok(Route::ResourceList {
@@ -91,14 +91,31 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
             group: String::new(),
             version: "v1".into(),
         }),
-        ["apis", "apps", "v1"] => Ok(Route::ResourceList {
-            group: "apps".into(),
+        ["apis", group, "v1"] if is_served_group(group) => Ok(Route::ResourceList {
+            group: group.to_string(),
             version: "v1".into(),
         }),
         ["api", "v1", rest @ ..] => resource("", rest),
-        ["apis", "apps", "v1", rest @ ..] => resource("apps", rest),
+        ["apis", group, "v1", rest @ ..] if is_served_group(group) => resource(group, rest),
         _ => Err(NoRoute),
     }
+}
+
+/// A named API group some stored kind belongs to (`apps`, `networking.k8s.io`).
+pub fn is_served_group(group: &str) -> bool {
+    !group.is_empty() && Kind::ALL.iter().any(|k| k.info().group == group)
+}
+
+/// The named API groups of the stored kinds, in the order they first appear.
+pub fn served_groups() -> Vec<&'static str> {
+    let mut groups: Vec<&'static str> = Vec::new();
+    for k in Kind::ALL {
+        let g = k.info().group;
+        if !g.is_empty() && !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    groups
 }
 
 fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {

@@ -29,6 +29,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::ReplicaSet,
     Kind::Deployment,
     Kind::DaemonSet,
+    Kind::Ingress,
+    Kind::IngressClass,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).

@@ -1,0 +1,523 @@
+//! One client connection: async-h1 reads its requests (keep-alive) and each is forwarded to
+//! an endpoint of its route's Service over a pooled keep-alive connection, with the bodies
+//! streamed both ways. A WebSocket (any `Connection: upgrade`) request is sent on a fresh
+//! connection; on a 101 both connections are spliced.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::{AsyncReadExt, FutureExt};
+use http_types::{Body, Method, Request, Response, StatusCode};
+use smol::net::TcpStream;
+
+use super::routes::{Route, Upstream};
+use super::Shared;
+
+/// A backend connection: async-h1 takes it by value, the pool keeps another handle.
+type Conn = async_dup::Arc<async_dup::Mutex<Backend>>;
+
+/// The end of an HTTP head.
+const HEAD_END: &[u8] = b"\r\n\r\n";
+
+/// A TCP connection to an endpoint that, while an answer's head is awaited, hands out bytes
+/// only up to the end of that head. async-h1's client reads the head through a buffer of its
+/// own, which would otherwise swallow what follows it: the body of an answer delimited by
+/// the end of the connection (which async-h1 does not read, so the proxy streams it), or
+/// the first bytes after a 101. The head itself is parsed by async-h1 (httparse); this only
+/// finds where it ends.
+pub struct Backend {
+    stream: TcpStream,
+    buf: Box<[u8]>,
+    /// Bytes read from `stream` and not handed out: `buf[start..end]`.
+    start: usize,
+    end: usize,
+    /// An answer's head is being read; how many bytes of [`HEAD_END`] were seen last.
+    in_head: bool,
+    matched: usize,
+}
+
+impl Backend {
+    fn new(stream: TcpStream) -> Backend {
+        Backend {
+            stream,
+            buf: vec![0u8; 16 * 1024].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            in_head: false,
+            matched: 0,
+        }
+    }
+
+    /// The next bytes read are the head of an answer.
+    fn expect_head(&mut self) {
+        self.in_head = true;
+        self.matched = 0;
+    }
+}
+
+impl AsyncRead for Backend {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if this.start == this.end {
+            if !this.in_head {
+                return Pin::new(&mut this.stream).poll_read(cx, out);
+            }
+            let n = std::task::ready!(Pin::new(&mut this.stream).poll_read(cx, &mut this.buf))?;
+            this.start = 0;
+            this.end = n;
+            if n == 0 {
+                return Poll::Ready(Ok(0));
+            }
+        }
+        let mut take = (this.end - this.start).min(out.len());
+        if this.in_head {
+            for (i, &b) in this.buf[this.start..this.start + take].iter().enumerate() {
+                this.matched = if b == HEAD_END[this.matched] {
+                    this.matched + 1
+                } else if b == HEAD_END[0] {
+                    1
+                } else {
+                    0
+                };
+                if this.matched == HEAD_END.len() {
+                    this.in_head = false;
+                    take = i + 1;
+                    break;
+                }
+            }
+        }
+        out[..take].copy_from_slice(&this.buf[this.start..this.start + take]);
+        this.start += take;
+        Poll::Ready(Ok(take))
+    }
+}
+
+impl AsyncWrite for Backend {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_close(cx)
+    }
+}
+
+/// How long a connect to an endpoint may take before the next one is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Idle connections kept per endpoint.
+const POOL_PER_ENDPOINT: usize = 16;
+
+/// Idle keep-alive connections to endpoints.
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<HashMap<SocketAddr, Vec<Conn>>>,
+}
+
+impl Pool {
+    fn take(&self, addr: SocketAddr) -> Option<Conn> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&addr)?
+            .pop()
+    }
+
+    fn put(&self, addr: SocketAddr, conn: Conn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.entry(addr).or_default();
+        if list.len() < POOL_PER_ENDPOINT {
+            list.push(conn);
+        }
+    }
+}
+
+/// The headers that describe one hop, not the message: never forwarded.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+];
+
+fn is_upgrade(req: &Request) -> bool {
+    req.header("upgrade").is_some()
+        && req.header("connection").is_some_and(|c| {
+            c.iter()
+                .flat_map(|v| v.as_str().split(','))
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
+}
+
+/// A short plain-text answer of the proxy itself.
+fn answer(status: StatusCode, text: &str) -> Response {
+    let mut r = Response::new(status);
+    r.insert_header("content-type", "text/plain; charset=utf-8");
+    r.set_body(format!(
+        "{} {}: {text}\n",
+        u16::from(status),
+        status.canonical_reason()
+    ));
+    r
+}
+
+/// Serves one client connection until it closes.
+pub async fn serve<IO>(io: IO, shared: Arc<Shared>, peer: SocketAddr, https: bool)
+where
+    IO: AsyncRead + AsyncWrite + Clone + Send + Sync + Unpin + 'static,
+{
+    let result = async_h1::accept(io, |req| {
+        let shared = shared.clone();
+        async move { Ok(handle(&shared, req, peer, https).await) }
+    })
+    .await;
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "ingress connection ended with an error");
+    }
+}
+
+async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool) -> Response {
+    let host_header = req
+        .header("host")
+        .map(|h| h.last().as_str().to_string())
+        .or_else(|| req.url().host_str().map(str::to_string))
+        .unwrap_or_default();
+    // `host:port` or `[v6]:port` -> the host alone.
+    let host = match host_header.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':') => h,
+        _ => host_header.as_str(),
+    }
+    .trim_start_matches('[')
+    .trim_end_matches(']')
+    .to_string();
+    let path = req.url().path().to_string();
+    let table = shared.table();
+    let upstream = match table.route(&host, &path) {
+        Route::Upstream(u) => u.clone(),
+        Route::NotFound => {
+            return answer(
+                StatusCode::NotFound,
+                "no Ingress rule for this host and path",
+            )
+        }
+    };
+    drop(table);
+    if upstream.endpoints.is_empty() {
+        return answer(
+            StatusCode::ServiceUnavailable,
+            &format!("no ready endpoint for {}", upstream.name),
+        );
+    }
+
+    // X-Forwarded-*: the client is added to the chain; proto and host are this hop's.
+    let xff = match req.header("x-forwarded-for") {
+        Some(v) => format!("{}, {}", v.last().as_str(), peer.ip()),
+        None => peer.ip().to_string(),
+    };
+    req.insert_header("x-forwarded-for", xff);
+    req.insert_header("x-forwarded-proto", if https { "https" } else { "http" });
+    req.insert_header("x-forwarded-host", host_header.as_str());
+
+    if is_upgrade(&req) {
+        return upgrade(shared, &upstream, req).await;
+    }
+    forward(shared, &upstream, req).await
+}
+
+/// The request to send to an endpoint: the client's, less its hop-by-hop headers, with
+/// `body`.
+fn outgoing(req: &Request, body: Body, keep: &[&str]) -> Request {
+    let mut out = Request::new(req.method(), req.url().clone());
+    for (name, values) in req.iter() {
+        let n = name.as_str().to_ascii_lowercase();
+        if HOP_BY_HOP.contains(&n.as_str()) && !keep.contains(&n.as_str()) {
+            continue;
+        }
+        // async-h1 answers the client's `Expect: 100-continue` itself; an endpoint's interim
+        // 100 would be taken for its answer.
+        if n == "expect" {
+            continue;
+        }
+        for v in values.iter() {
+            out.append_header(name.as_str(), v.as_str());
+        }
+    }
+    out.set_body(body);
+    out
+}
+
+/// Opens a connection to one of the upstream's endpoints, trying them in round-robin
+/// order; a pooled one is preferred. Answers the endpoint and whether the connection is new.
+async fn connect(
+    shared: &Shared,
+    upstream: &Upstream,
+    pooled: bool,
+) -> Option<(SocketAddr, Conn, bool)> {
+    let order: Vec<SocketAddr> = upstream.order().collect();
+    if pooled {
+        for &addr in &order {
+            while let Some(c) = shared.pool.take(addr) {
+                if still_open(&c).await {
+                    return Some((addr, c, false));
+                }
+            }
+        }
+    }
+    for addr in order {
+        let attempt = async { TcpStream::connect(addr).await.map(Some) }.or(async {
+            smol::Timer::after(CONNECT_TIMEOUT).await;
+            Ok(None)
+        });
+        match attempt.await {
+            Ok(Some(s)) => {
+                let _ = s.set_nodelay(true);
+                let conn = async_dup::Arc::new(async_dup::Mutex::new(Backend::new(s)));
+                return Some((addr, conn, true));
+            }
+            Ok(None) => {
+                tracing::debug!(%addr, upstream = %upstream.name, "connect timed out; trying the next endpoint")
+            }
+            Err(e) => {
+                tracing::debug!(%addr, upstream = %upstream.name, error = %e, "connect failed; trying the next endpoint")
+            }
+        }
+    }
+    None
+}
+
+/// Whether an idle connection is still usable: a read that would wait means the endpoint
+/// has neither closed it nor sent anything unasked (either makes it unusable).
+async fn still_open(conn: &Conn) -> bool {
+    let mut probe = [0u8; 1];
+    let mut c = conn.clone();
+    futures_lite::future::poll_once(c.read(&mut probe))
+        .await
+        .is_none()
+}
+
+fn bad_gateway(upstream: &Upstream) -> Response {
+    answer(
+        StatusCode::BadGateway,
+        &format!("no endpoint of {} answered", upstream.name),
+    )
+}
+
+async fn forward(shared: &Shared, upstream: &Upstream, mut req: Request) -> Response {
+    let body = req.take_body();
+    // A request without a body can be sent again if a pooled connection turns out closed.
+    let replayable = body.len() == Some(0) || matches!(req.method(), Method::Get | Method::Head);
+    let mut body = Some(body);
+    let mut pooled = true;
+    loop {
+        let Some((addr, conn, fresh)) = connect(shared, upstream, pooled).await else {
+            return bad_gateway(upstream);
+        };
+        let b = body.take().unwrap_or_else(Body::empty);
+        let out = outgoing(&req, b, &[]);
+        conn.lock().expect_head();
+        match async_h1::connect(conn.clone(), out).await {
+            Ok(res) => return relay(shared, addr, conn, req.method(), res),
+            Err(e) if !fresh && replayable => {
+                // The endpoint closed the idle connection; nothing was answered.
+                tracing::debug!(%addr, error = %e, "pooled connection closed; reconnecting");
+                pooled = false;
+                body = Some(Body::empty());
+            }
+            Err(e) => {
+                tracing::debug!(%addr, upstream = %upstream.name, error = %e, "forwarding failed");
+                return bad_gateway(upstream);
+            }
+        }
+    }
+}
+
+/// The endpoint's answer as the client's: hop-by-hop headers dropped, the body streamed,
+/// and the connection pooled again once the body was read to its end.
+fn relay(
+    shared: &Shared,
+    addr: SocketAddr,
+    conn: Conn,
+    method: Method,
+    mut res: Response,
+) -> Response {
+    let status = u16::from(res.status());
+    let header = |n: &str| {
+        res.header(n)
+            .map(|v| v.last().as_str().to_ascii_lowercase())
+    };
+    let close = header("connection").is_some_and(|c| c.contains("close"));
+    let chunked = header("transfer-encoding").is_some_and(|t| t.contains("chunked"));
+    let length = header("content-length").and_then(|l| l.trim().parse::<u64>().ok());
+    let no_body = method == Method::Head || status == 204 || status == 304 || status < 200;
+    let framed = no_body || chunked || length.is_some();
+    let mut out = Response::new(res.status());
+    for (name, values) in res.iter() {
+        let n = name.as_str().to_ascii_lowercase();
+        if HOP_BY_HOP.contains(&n.as_str()) {
+            continue;
+        }
+        for v in values.iter() {
+            // async-h1's client adds a Date of its own when there is none, malformed
+            // (`date: ...\r\n` as the value); the server writes a proper one.
+            if n == "date" && v.as_str().contains('\r') {
+                continue;
+            }
+            out.append_header(name.as_str(), v.as_str());
+        }
+    }
+    if no_body {
+        if !close {
+            shared.pool.put(addr, conn);
+        }
+        return out;
+    }
+    if !framed {
+        // Delimited by the end of the connection (HTTP/1.0 style, busybox httpd's error
+        // pages): async-h1 leaves it unread, and the connection holds it from its start.
+        out.set_body(Body::from_reader(
+            futures_lite::io::BufReader::new(conn),
+            None,
+        ));
+        return out;
+    }
+    let body = res.take_body();
+    let len = if chunked {
+        None
+    } else {
+        length.map(|l| l as usize)
+    };
+    let reader = ReturnOnEnd {
+        body,
+        back: (!close).then(|| (shared.pool_handle(), addr, conn)),
+    };
+    out.set_body(Body::from_reader(
+        futures_lite::io::BufReader::new(reader),
+        len,
+    ));
+    out
+}
+
+/// A response body that gives its connection back to the pool when read to its end.
+struct ReturnOnEnd {
+    body: Body,
+    back: Option<(Arc<Pool>, SocketAddr, Conn)>,
+}
+
+impl AsyncRead for ReturnOnEnd {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let n = std::task::ready!(Pin::new(&mut self.body).poll_read(cx, buf))?;
+        if n == 0 && !buf.is_empty() {
+            if let Some((pool, addr, conn)) = self.back.take() {
+                pool.put(addr, conn);
+            }
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// A `Connection: upgrade` request (WebSocket): sent on a new connection with its upgrade
+/// headers; a 101 answer hands both connections to a splice.
+async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Response {
+    let Some((addr, conn, _)) = connect(shared, upstream, false).await else {
+        return bad_gateway(upstream);
+    };
+    let body = req.take_body();
+    let mut out = outgoing(&req, body, &["connection", "upgrade"]);
+    out.insert_header("connection", "upgrade");
+    let mut encoded = async_h1::client::Encoder::new(out);
+    let mut w = conn.clone();
+    if let Err(e) = futures_lite::io::copy(&mut encoded, &mut w).await {
+        tracing::debug!(%addr, error = %e, "sending the upgrade request failed");
+        return bad_gateway(upstream);
+    }
+    conn.lock().expect_head();
+    let res = match async_h1::client::decode(conn.clone()).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(%addr, error = %e, "reading the upgrade answer failed");
+            return bad_gateway(upstream);
+        }
+    };
+    if res.status() != StatusCode::SwitchingProtocols {
+        return relay(shared, addr, conn, req.method(), res);
+    }
+    let mut answer = Response::new(StatusCode::SwitchingProtocols);
+    for (name, values) in res.iter() {
+        let n = name.as_str().to_ascii_lowercase();
+        if n == "date" || n == "content-length" || n == "transfer-encoding" {
+            continue;
+        }
+        for v in values.iter() {
+            answer.append_header(name.as_str(), v.as_str());
+        }
+    }
+    // async-h1 hands over the client's connection once the 101 is written.
+    let upgraded = answer.recv_upgrade().await;
+    smol::spawn(async move {
+        if let Some(client) = upgraded.await {
+            splice(client, conn).await;
+        }
+    })
+    .detach();
+    answer
+}
+
+/// Copies bytes both ways until either side ends.
+async fn splice<C, B>(client: C, backend: B)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut client_r, mut client_w) = futures_lite::io::split(client);
+    let (mut backend_r, mut backend_w) = futures_lite::io::split(backend);
+    let down = async {
+        let _ = copy_flushing(&mut backend_r, &mut client_w).await;
+        let _ = client_w.close().await;
+    };
+    let up = async {
+        let _ = copy_flushing(&mut client_r, &mut backend_w).await;
+        let _ = backend_w.close().await;
+        // The backend finishes its side on its own (its last frames, its close).
+        futures_lite::future::pending::<()>().await;
+    };
+    down.or(up).await;
+}
+
+/// Copies until end of file, flushing after each read (frames must not wait in a buffer).
+async fn copy_flushing<R, W>(r: &mut R, w: &mut W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        w.write_all(&buf[..n]).await?;
+        w.flush().await?;
+    }
+}
