@@ -15,6 +15,7 @@ pub mod notify;
 pub mod object;
 mod omit;
 pub mod quantity;
+pub mod rbac;
 pub mod schema;
 pub mod selector;
 pub mod stats;

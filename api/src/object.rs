@@ -190,6 +190,10 @@ kinds! {
     Deployment => apps::Deployment,
     ReplicaSet => apps::ReplicaSet,
     DaemonSet => apps::DaemonSet,
+    Role => rbac::Role,
+    ClusterRole => rbac::ClusterRole,
+    RoleBinding => rbac::RoleBinding,
+    ClusterRoleBinding => rbac::ClusterRoleBinding,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -235,6 +239,24 @@ impl Kind {
                 categories: ALL_CATEGORY,
             }
         }
+        const fn rbac(
+            kind: &'static str,
+            plural: &'static str,
+            singular: &'static str,
+            namespaced: bool,
+        ) -> KindInfo {
+            KindInfo {
+                kind,
+                group: crate::rbac::GROUP,
+                version: "v1",
+                plural,
+                singular,
+                short_names: &[],
+                namespaced,
+                has_status: false,
+                categories: &[],
+            }
+        }
         static NAMESPACE: KindInfo = core(
             "Namespace",
             "namespaces",
@@ -278,6 +300,15 @@ impl Kind {
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
         static DAEMON_SET: KindInfo = apps("DaemonSet", "daemonsets", "daemonset", &["ds"]);
+        static ROLE: KindInfo = rbac("Role", "roles", "role", true);
+        static CLUSTER_ROLE: KindInfo = rbac("ClusterRole", "clusterroles", "clusterrole", false);
+        static ROLE_BINDING: KindInfo = rbac("RoleBinding", "rolebindings", "rolebinding", true);
+        static CLUSTER_ROLE_BINDING: KindInfo = rbac(
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            false,
+        );
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -290,6 +321,10 @@ impl Kind {
             Kind::Deployment => &DEPLOYMENT,
             Kind::ReplicaSet => &REPLICA_SET,
             Kind::DaemonSet => &DAEMON_SET,
+            Kind::Role => &ROLE,
+            Kind::ClusterRole => &CLUSTER_ROLE,
+            Kind::RoleBinding => &ROLE_BINDING,
+            Kind::ClusterRoleBinding => &CLUSTER_ROLE_BINDING,
         }
     }
 

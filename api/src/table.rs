@@ -159,6 +159,25 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             v.extend(workload_extra());
             v
         }
+        Kind::Role | Kind::ClusterRole => vec![
+            name(),
+            col("Created At", "date", AGE_DESC, 0),
+        ],
+        Kind::RoleBinding | Kind::ClusterRoleBinding => {
+            let role_ref = if kind == Kind::RoleBinding {
+                "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable."
+            } else {
+                "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable."
+            };
+            vec![
+                name(),
+                col("Role", "string", role_ref, 0),
+                age(),
+                col("Users", "string", "Users in the roleBinding", 1),
+                col("Groups", "string", "Groups in the roleBinding", 1),
+                col("ServiceAccounts", "string", "ServiceAccounts in the roleBinding", 1),
+            ]
+        }
     }
 }
 
@@ -280,7 +299,46 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Deployment(d) => deployment_cells(d, name, age),
         AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),
         AnyObject::DaemonSet(d) => daemon_set_cells(d, name, age),
+        AnyObject::Role(_) | AnyObject::ClusterRole(_) => {
+            let created = obj
+                .meta()
+                .creation_timestamp
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            vec![json!(name), json!(created)]
+        }
+        AnyObject::RoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
+        AnyObject::ClusterRoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
     }
+}
+
+/// kube-apiserver's printRoleBinding: the role as `Kind/name`, then (wide) the subjects by
+/// kind, service accounts as `namespace/name`.
+fn binding_cells(
+    role_ref: &crate::rbac::RoleRef,
+    subjects: &[crate::rbac::Subject],
+    name: String,
+    age: String,
+) -> Vec<Value> {
+    let of = |kind: &str| {
+        subjects
+            .iter()
+            .filter(|s| s.kind == kind)
+            .map(|s| match (kind, s.namespace.as_deref()) {
+                ("ServiceAccount", Some(ns)) => format!("{ns}/{}", s.name),
+                _ => s.name.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        json!(name),
+        json!(format!("{}/{}", role_ref.kind, role_ref.name)),
+        json!(age),
+        json!(of("User")),
+        json!(of("Group")),
+        json!(of("ServiceAccount")),
+    ]
 }
 
 /// What a Table row carries besides its cells (the `includeObject` query parameter).

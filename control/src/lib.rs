@@ -13,6 +13,7 @@ pub mod ipalloc;
 pub mod join;
 pub mod machinery;
 pub mod pki;
+pub mod rbac;
 pub mod registry;
 pub mod scheduler;
 pub mod server;

@@ -32,7 +32,13 @@ fn group_entry(group: &str) -> Value {
 }
 
 pub fn group_list() -> Value {
-    let groups = [group_entry("apps"), super::resource_metrics::group_entry()];
+    let groups = [
+        group_entry("apps"),
+        group_entry(api::rbac::GROUP),
+        group_entry(super::route::AUTHENTICATION_GROUP),
+        group_entry(super::route::AUTHORIZATION_GROUP),
+        super::resource_metrics::group_entry(),
+    ];
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -56,7 +62,7 @@ pub fn resource_list(group: &str, version: &str) -> Value {
     if group == super::route::METRICS_GROUP {
         return super::resource_metrics::resource_list();
     }
-    let mut resources = Vec::new();
+    let mut resources = super::review::resources(group);
     for kind in Kind::ALL
         .iter()
         .filter(|k| k.info().group == group && k.info().version == version)

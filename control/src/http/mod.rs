@@ -12,6 +12,7 @@ pub mod metrics;
 mod openapi;
 pub mod protobuf;
 mod resource_metrics;
+pub mod review;
 pub mod route;
 mod stream;
 mod watch;
@@ -43,6 +44,7 @@ pub struct AppState {
     pub pki: Arc<crate::pki::Pki>,
     pub store: Store,
     pub auth: Authenticator,
+    pub authorizer: Arc<crate::rbac::Authorizer>,
     pub metrics: metrics::Metrics,
     /// Nodes' CPU and memory for `metrics.k8s.io`, in memory only.
     pub resource_metrics: resource_metrics::Scraper,
@@ -243,6 +245,7 @@ async fn handle(
         return backup::serve(&state, &user, &req.method()).await;
     }
     let route = route.map_err(|_| ApiError::path_not_found())?;
+    authorize(&state, &req, &route, &user)?;
     let get_only = |req: &tide::Request<State>| {
         if req.method() == tide::http::Method::Get || req.method() == tide::http::Method::Head {
             Ok(())
@@ -284,8 +287,50 @@ async fn handle(
             ))
         }
         Route::JoinCa | Route::Join => Err(ApiError::path_not_found()),
+        Route::Review(path) => {
+            let body = read_body(&mut req).await?;
+            review::serve(&state, &req, &user, &path, &body)
+        }
+        Route::Users => {
+            if !user.is_master() {
+                return Err(ApiError::forbidden(
+                    "only an admin may sign user certificates",
+                ));
+            }
+            let body = read_body(&mut req).await?;
+            let r: api::join::UserCertRequest = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid user request: {e}")))?;
+            if r.name.is_empty() || r.name.starts_with(crate::auth::NODE_PREFIX) {
+                return Err(ApiError::bad_request(format!(
+                    "invalid user name {:?}: it must not be empty or a node's name",
+                    r.name
+                )));
+            }
+            if r.groups.iter().any(|g| g == crate::auth::NODES_GROUP) {
+                return Err(ApiError::bad_request(
+                    "users cannot be put in system:nodes: nodes get certificates by joining",
+                ));
+            }
+            let certificate = state
+                .pki
+                .sign_user_csr(
+                    &r.csr,
+                    &r.name,
+                    &r.groups,
+                    std::time::Duration::from_secs(r.ttl_seconds),
+                )
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let answer = api::join::UserCertResponse {
+                certificate,
+                ca: state.pki.ca_pem().to_string(),
+            };
+            Ok(json_response(
+                StatusCode::Created,
+                &serde_json::to_value(answer).unwrap_or_default(),
+            ))
+        }
         Route::Tokens => {
-            if user != User::Admin {
+            if !user.is_master() {
                 return Err(ApiError::forbidden("only an admin may create join tokens"));
             }
             let body = read_body(&mut req).await?;
@@ -338,8 +383,10 @@ async fn handle(
         }
         Route::Resource(path) => {
             let mut body = read_body(&mut req).await?;
-            if let User::Node(node) = &user {
+            if let Some(node) = user.node_name() {
                 authorize_node(&state, node, &req.method(), &path, &body).await?;
+            } else if !user.is_master() && crate::rbac::KINDS.contains(&path.kind) {
+                check_escalation(&state, &req, &user, &path, &body)?;
             }
             let warnings = openapi::check_request(&req, &path, &mut body)?;
             let mut response = with_kind!(path.kind, K, {
@@ -349,6 +396,205 @@ async fn handle(
             Ok(response)
         }
     }
+}
+
+/// What the request asks to do, as the authorizer sees it (Kubernetes' RequestInfo).
+fn attributes(req: &tide::Request<State>, route: &Route) -> Option<crate::rbac::Attributes> {
+    use crate::rbac::Attributes;
+    use tide::http::Method;
+    let method = req.method();
+    let non_resource = || {
+        let verb = match method {
+            Method::Head => "get".to_string(),
+            m => m.to_string().to_ascii_lowercase(),
+        };
+        Some(Attributes::non_resource(&verb, req.url().path()))
+    };
+    match route {
+        Route::Resource(p) => {
+            let sub = p.subresource.as_deref().unwrap_or("");
+            let verb = match (&method, p.name.is_some(), sub) {
+                // Running a command in a pod is a create, whichever method opens the stream.
+                (_, _, "exec" | "attach" | "portforward") => "create",
+                (Method::Get | Method::Head, false, _)
+                    if query(req, "watch").is_some_and(|w| w == "true" || w == "1") =>
+                {
+                    "watch"
+                }
+                (Method::Get | Method::Head, false, _) => "list",
+                (Method::Get | Method::Head, true, _) => "get",
+                (Method::Post, _, _) => "create",
+                (Method::Put, _, _) => "update",
+                (Method::Patch, _, _) => "patch",
+                (Method::Delete, false, _) => "deletecollection",
+                (Method::Delete, true, _) => "delete",
+                _ => "unknown",
+            };
+            let info = p.kind.info();
+            // A namespace object's own namespace is itself (Kubernetes authorizes `get
+            // namespace x` in namespace x, so a namespaced view binding can read it).
+            let ns = match (p.kind, &p.namespace, &p.name) {
+                (Kind::Namespace, _, Some(name)) => name.clone(),
+                (_, ns, _) => ns.clone().unwrap_or_default(),
+            };
+            Some(Attributes::resource(
+                verb,
+                info.group,
+                info.plural,
+                sub,
+                &ns,
+                p.name.as_deref().unwrap_or(""),
+            ))
+        }
+        Route::ResourceMetrics(p) => Some(Attributes::resource(
+            if p.name.is_some() { "get" } else { "list" },
+            route::METRICS_GROUP,
+            if p.pods { "pods" } else { "nodes" },
+            "",
+            p.namespace.as_deref().unwrap_or(""),
+            p.name.as_deref().unwrap_or(""),
+        )),
+        Route::Review(p) => Some(Attributes::resource(
+            "create",
+            p.group,
+            &p.plural,
+            "",
+            p.namespace.as_deref().unwrap_or(""),
+            "",
+        )),
+        Route::JoinCa | Route::Join => None,
+        _ => non_resource(),
+    }
+}
+
+/// Runs the authorizer. A node's resource requests are decided by the node rules instead
+/// (Kubernetes' Node authorizer and NodeRestriction, [`authorize_node`] and the checks of
+/// the log, exec and metrics handlers), which apply on top for nodes.
+fn authorize(
+    state: &State,
+    req: &tide::Request<State>,
+    route: &Route,
+    user: &User,
+) -> Result<(), ApiError> {
+    if user.node_name().is_some() && matches!(route, Route::Resource(_) | Route::ResourceMetrics(_))
+    {
+        return Ok(());
+    }
+    match attributes(req, route) {
+        Some(a) => state.authorizer.check(user, &a),
+        None => Ok(()),
+    }
+}
+
+/// RBAC's escalation rule: a Role or ClusterRole may only grant what its author holds, and
+/// a binding may only bind a role whose rules its author holds, unless the author may
+/// `escalate` roles or `bind` the role. A patch cannot be checked before it is applied, so
+/// it needs `escalate` (roles) or `bind` (bindings).
+fn check_escalation(
+    state: &State,
+    req: &tide::Request<State>,
+    user: &User,
+    path: &ResourcePath,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    use crate::rbac::Attributes;
+    use tide::http::Method;
+    let method = req.method();
+    if !matches!(method, Method::Post | Method::Put | Method::Patch) || path.subresource.is_some() {
+        return Ok(());
+    }
+    let ns = path.namespace.clone().unwrap_or_default();
+    let info = path.kind.info();
+    let is_role = matches!(path.kind, Kind::Role | Kind::ClusterRole);
+    let may = |verb: &str, resource: &str, name: &str| {
+        state
+            .authorizer
+            .authorize(
+                user,
+                &Attributes::resource(verb, api::rbac::GROUP, resource, "", &ns, name),
+            )
+            .allowed
+    };
+    let name = path.name.clone().unwrap_or_default();
+    if is_role && may("escalate", info.plural, &name) {
+        return Ok(());
+    }
+    let (wanted, target, bind_on) = if is_role {
+        let rules = match path.kind {
+            Kind::Role => decode_body::<api::rbac::Role>(req, body).map(|r| r.rules),
+            _ => decode_body::<api::rbac::ClusterRole>(req, body).map(|r| r.rules),
+        };
+        let target = format!("{} {name:?}", info.kind);
+        (rules, target, None)
+    } else {
+        let role_ref = match path.kind {
+            Kind::RoleBinding => {
+                decode_body::<api::rbac::RoleBinding>(req, body).map(|b| b.role_ref)
+            }
+            _ => decode_body::<api::rbac::ClusterRoleBinding>(req, body).map(|b| b.role_ref),
+        };
+        let role_ref = match role_ref {
+            Ok(r) => r,
+            // A patch, or a body the ordinary path will refuse with the right error.
+            Err(_) if method == Method::Patch => api::rbac::RoleRef::default(),
+            Err(_) => return Ok(()),
+        };
+        let resource = if role_ref.kind == "Role" {
+            "roles"
+        } else {
+            "clusterroles"
+        };
+        let rules = state
+            .authorizer
+            .role_rules(&role_ref.kind, &ns, &role_ref.name)
+            .ok_or_else(|| {
+                ApiError::not_found(
+                    if role_ref.kind == "Role" {
+                        Kind::Role
+                    } else {
+                        Kind::ClusterRole
+                    },
+                    &role_ref.name,
+                )
+            });
+        let target = format!("{} {:?}", role_ref.kind, role_ref.name);
+        (rules, target, Some((resource, role_ref.name)))
+    };
+    if let Some((resource, role)) = &bind_on {
+        if !role.is_empty() && may("bind", resource, role) {
+            return Ok(());
+        }
+    }
+    if method == Method::Patch {
+        return Err(ApiError::forbidden(format!(
+            "{} {name:?} is forbidden: patching {} needs the {} permission",
+            info.qualified_plural(),
+            info.plural,
+            if is_role { "escalate" } else { "bind" }
+        )));
+    }
+    let wanted = match wanted {
+        Ok(w) => w,
+        Err(e) if e.code() == 404 => return Err(e),
+        // A body the ordinary path will refuse with the right error.
+        Err(_) => return Ok(()),
+    };
+    let held = state.authorizer.rules_for(user, &ns);
+    let missing = crate::rbac::covers(&held, &wanted);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = missing
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap_or_default())
+        .collect();
+    Err(ApiError::forbidden(format!(
+        "{} {name:?} is forbidden: user {:?} (groups={:?}) is attempting to grant RBAC permissions not currently held (by {target}):\n{}",
+        info.qualified_plural(),
+        user.name,
+        user.groups,
+        shown.join("\n")
+    )))
 }
 
 /// What a node may do (Kubernetes' node authorizer and NodeRestriction, simplified): read

@@ -31,6 +31,35 @@ pub enum Route {
     Join,
     /// Join token creation (admin).
     Tokens,
+    /// User client certificate signing (admin, `skiff user create`).
+    Users,
+    /// The review kinds of authorization.k8s.io and authentication.k8s.io (create only,
+    /// never stored): SelfSubjectAccessReview, TokenReview, ...
+    Review(ReviewPath),
+}
+
+/// A review: its group, plural and, for LocalSubjectAccessReview, namespace.
+#[derive(Debug, PartialEq, Eq, Clone)]
+pub struct ReviewPath {
+    pub group: &'static str,
+    pub plural: String,
+    pub namespace: Option<String>,
+}
+
+/// The group of the access reviews.
+pub const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
+/// The group of TokenReview and SelfSubjectReview.
+pub const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
+
+/// Whether a non-core group has stored kinds (apps, rbac.authorization.k8s.io).
+fn stored_group(group: &str) -> bool {
+    !group.is_empty() && Kind::ALL.iter().any(|k| k.info().group == group)
+}
+
+fn review_group(group: &str) -> Option<&'static str> {
+    [AUTHORIZATION_GROUP, AUTHENTICATION_GROUP]
+        .into_iter()
+        .find(|g| *g == group)
 }
 
 /// A path to a collection, an object or one of its subresources.
@@ -74,9 +103,12 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["skiff", "v1", "ca.crt"] => Ok(Route::JoinCa),
         ["skiff", "v1", "join"] => Ok(Route::Join),
         ["skiff", "v1", "tokens"] => Ok(Route::Tokens),
+        ["skiff", "v1", "users"] => Ok(Route::Users),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
-        ["apis", group] if *group == "apps" || *group == METRICS_GROUP => {
+        ["apis", group]
+            if stored_group(group) || *group == METRICS_GROUP || review_group(group).is_some() =>
+        {
             Ok(Route::Group(group.to_string()))
         }
         ["apis", METRICS_GROUP, METRICS_VERSION] => Ok(Route::ResourceList {
@@ -88,12 +120,35 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
             group: String::new(),
             version: "v1".into(),
         }),
-        ["apis", "apps", "v1"] => Ok(Route::ResourceList {
-            group: "apps".into(),
-            version: "v1".into(),
-        }),
+        ["apis", group, "v1"] if stored_group(group) || review_group(group).is_some() => {
+            Ok(Route::ResourceList {
+                group: group.to_string(),
+                version: "v1".into(),
+            })
+        }
         ["api", "v1", rest @ ..] => resource("", rest),
-        ["apis", "apps", "v1", rest @ ..] => resource("apps", rest),
+        ["apis", group, "v1", rest @ ..] if stored_group(group) => resource(group, rest),
+        ["apis", group, "v1", rest @ ..] => {
+            let group = review_group(group).ok_or(NoRoute)?;
+            let (namespace, plural) = match rest {
+                [plural] => (None, plural),
+                ["namespaces", ns, plural] => (Some(ns.to_string()), plural),
+                _ => return Err(NoRoute),
+            };
+            if !crate::http::review::PLURALS
+                .iter()
+                .any(|(g, p, namespaced)| {
+                    *g == group && p == plural && *namespaced == namespace.is_some()
+                })
+            {
+                return Err(NoRoute);
+            }
+            Ok(Route::Review(ReviewPath {
+                group,
+                plural: plural.to_string(),
+                namespace,
+            }))
+        }
         _ => Err(NoRoute),
     }
 }

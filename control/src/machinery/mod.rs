@@ -29,6 +29,11 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::ReplicaSet,
     Kind::Deployment,
     Kind::DaemonSet,
+    // For the RBAC authorizer's index and the aggregation controller.
+    Kind::Role,
+    Kind::ClusterRole,
+    Kind::RoleBinding,
+    Kind::ClusterRoleBinding,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
