@@ -896,6 +896,10 @@ mod tests {
             Kind::Deployment => apps::Deployment::default().into_any(),
             Kind::ReplicaSet => apps::ReplicaSet::default().into_any(),
             Kind::DaemonSet => apps::DaemonSet::default().into_any(),
+            Kind::Role => crate::rbac::Role::default().into_any(),
+            Kind::ClusterRole => crate::rbac::ClusterRole::default().into_any(),
+            Kind::RoleBinding => crate::rbac::RoleBinding::default().into_any(),
+            Kind::ClusterRoleBinding => crate::rbac::ClusterRoleBinding::default().into_any(),
         }
     }
 
