@@ -273,7 +273,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 "skiff",
                 &server,
                 &answer.ca,
-                &name,
+                name,
                 &answer.certificate,
                 &key.serialize_pem(),
             )
