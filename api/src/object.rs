@@ -194,6 +194,7 @@ kinds! {
     ClusterRole => rbac::ClusterRole,
     RoleBinding => rbac::RoleBinding,
     ClusterRoleBinding => rbac::ClusterRoleBinding,
+    CertificateSigningRequest => certificates::CertificateSigningRequest,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -309,6 +310,17 @@ impl Kind {
             "clusterrolebinding",
             false,
         );
+        static CSR: KindInfo = KindInfo {
+            kind: "CertificateSigningRequest",
+            group: crate::certificates::GROUP,
+            version: "v1",
+            plural: "certificatesigningrequests",
+            singular: "certificatesigningrequest",
+            short_names: &["csr"],
+            namespaced: false,
+            has_status: true,
+            categories: &[],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -325,6 +337,7 @@ impl Kind {
             Kind::ClusterRole => &CLUSTER_ROLE,
             Kind::RoleBinding => &ROLE_BINDING,
             Kind::ClusterRoleBinding => &CLUSTER_ROLE_BINDING,
+            Kind::CertificateSigningRequest => &CSR,
         }
     }
 

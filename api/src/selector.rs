@@ -900,6 +900,9 @@ mod tests {
             Kind::ClusterRole => crate::rbac::ClusterRole::default().into_any(),
             Kind::RoleBinding => crate::rbac::RoleBinding::default().into_any(),
             Kind::ClusterRoleBinding => crate::rbac::ClusterRoleBinding::default().into_any(),
+            Kind::CertificateSigningRequest => {
+                crate::certificates::CertificateSigningRequest::default().into_any()
+            }
         }
     }
 

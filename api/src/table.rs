@@ -159,6 +159,14 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             v.extend(workload_extra());
             v
         }
+        Kind::CertificateSigningRequest => vec![
+            name(),
+            age(),
+            col("SignerName", "string", "Only one signer is supported: kubernetes.io/kube-apiserver-client.", 0),
+            col("Requestor", "string", "Name of the user who created the request.", 0),
+            col("RequestedDuration", "string", "Requested validity of the issued certificate.", 0),
+            col("Condition", "string", "Approved, Denied or Pending, then Failed and Issued.", 0),
+        ],
         Kind::Role | Kind::ClusterRole => vec![
             name(),
             col("Created At", "date", AGE_DESC, 0),
@@ -307,6 +315,18 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
                 .unwrap_or_default();
             vec![json!(name), json!(created)]
         }
+        AnyObject::CertificateSigningRequest(c) => vec![
+            json!(name),
+            json!(age),
+            json!(c.spec.signer_name),
+            json!(c.spec.username.clone().unwrap_or_default()),
+            json!(c
+                .spec
+                .expiration_seconds
+                .map(|s| human_duration(Duration::from_secs(s.max(0) as u64)))
+                .unwrap_or_else(|| "<none>".into())),
+            json!(crate::certificates::condition_summary(c)),
+        ],
         AnyObject::RoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
         AnyObject::ClusterRoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
     }

@@ -1717,6 +1717,11 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
         {
             errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
         }
+        (AnyObject::CertificateSigningRequest(n), AnyObject::CertificateSigningRequest(o))
+            if n.spec != o.spec =>
+        {
+            errs.push(immutable("spec", "{...}"));
+        }
         (AnyObject::RoleBinding(n), AnyObject::RoleBinding(o)) if n.role_ref != o.role_ref => {
             errs.push(FieldError::invalid(
                 "roleRef",

@@ -3,6 +3,7 @@
 //! and the CLI.
 
 pub mod auth;
+pub mod certificates;
 pub mod cli;
 pub mod controllers;
 pub mod error;

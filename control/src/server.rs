@@ -277,6 +277,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         };
         authorizer.start(&loops.informers);
         crate::rbac::aggregation::start(&loops);
+        crate::certificates::start(&loops, state.pki.clone());
         crate::controllers::start_all(&loops);
         crate::scheduler::start(&loops);
         let listener = async_net::TcpListener::bind(args.listen)

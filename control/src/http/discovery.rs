@@ -35,6 +35,7 @@ pub fn group_list() -> Value {
     let groups = [
         group_entry("apps"),
         group_entry(api::rbac::GROUP),
+        group_entry(api::certificates::GROUP),
         group_entry(super::route::AUTHENTICATION_GROUP),
         group_entry(super::route::AUTHORIZATION_GROUP),
         super::resource_metrics::group_entry(),
@@ -112,6 +113,14 @@ pub fn resource_list(group: &str, version: &str) -> Value {
                     ));
                 }
                 resources.push(subresource("pods/log".into(), "Pod", true, &["get"]));
+            }
+            Kind::CertificateSigningRequest => {
+                resources.push(subresource(
+                    "certificatesigningrequests/approval".into(),
+                    "CertificateSigningRequest",
+                    false,
+                    &["get", "patch", "update"],
+                ));
             }
             Kind::Namespace => {
                 resources.push(subresource(

@@ -388,6 +388,24 @@ async fn handle(
             } else if !user.is_master() && crate::rbac::KINDS.contains(&path.kind) {
                 check_escalation(&state, &req, &user, &path, &body)?;
             }
+            if path.kind == Kind::CertificateSigningRequest
+                && req.method() == tide::http::Method::Post
+                && path.name.is_none()
+            {
+                // The requestor is whoever sends the request, never what the body says.
+                let mut csr: api::certificates::CertificateSigningRequest =
+                    decode_body(&req, &body)?;
+                csr.spec.username = Some(user.name.clone());
+                csr.spec.uid = (!user.uid.is_empty()).then(|| user.uid.clone());
+                csr.spec.groups = user.groups.clone();
+                csr.status = Default::default();
+                let created = writer(&state, &req)?.create(csr, None).await?;
+                return Ok(object_response(
+                    &req,
+                    StatusCode::Created,
+                    &api::codec::json(&created),
+                ));
+            }
             let warnings = openapi::check_request(&req, &path, &mut body)?;
             let mut response = with_kind!(path.kind, K, {
                 resource::<K>(&state, &req, path, body).await
@@ -869,6 +887,7 @@ async fn resource<K: Resource>(
         Some("finalize") if kind == Kind::Namespace => Part::Main,
         Some("binding") if kind == Kind::Pod => Part::Main,
         Some("scale") if matches!(kind, Kind::Deployment | Kind::ReplicaSet) => Part::Main,
+        Some("approval") if kind == Kind::CertificateSigningRequest => Part::Status,
         Some(other) => {
             return Err(ApiError::path_not_found().with_message(format!(
                 "the server could not find the requested resource ({} {other})",
@@ -943,7 +962,7 @@ async fn resource<K: Resource>(
             release_memory_after(items.len());
             Ok(response)
         }
-        (Method::Get, Some(name), None | Some("status")) => {
+        (Method::Get, Some(name), None | Some("status") | Some("approval")) => {
             let obj: K = state.registry.get(&ns_str, name).await?;
             let mut any = obj.into_any();
             if let AnyObject::Node(n) = &mut any {
@@ -990,8 +1009,13 @@ async fn resource<K: Resource>(
             api::codec::strip_nulls(&mut ok);
             Ok(json_response(StatusCode::Created, &ok))
         }
-        (Method::Put, Some(name), None | Some("status") | Some("finalize")) => {
-            let obj: K = decode_body(req, &body)?;
+        (Method::Put, Some(name), None | Some("status") | Some("finalize") | Some("approval")) => {
+            let mut obj: K = decode_body(req, &body)?;
+            if sub == Some("approval") {
+                // Approval changes the conditions; the certificate is the signer's.
+                let current: K = state.registry.get(&ns_str, name).await?;
+                obj = keep_certificate(obj, current);
+            }
             let updated = writer(state, req)?
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
@@ -1035,7 +1059,7 @@ async fn resource<K: Resource>(
             let obj = set_replicas::<K>(state, req, &ns_str, name, replicas, None).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
-        (Method::Patch, Some(name), None | Some("status")) => {
+        (Method::Patch, Some(name), None | Some("status") | Some("approval")) => {
             let pt = patch_type(req)?;
             let force = query(req, "force");
             if pt == PatchType::Apply {
@@ -1106,6 +1130,17 @@ async fn resource<K: Resource>(
             kind.info().plural,
             sub.map(|s| format!("/{s}")).unwrap_or_default()
         ))),
+    }
+}
+
+/// `new` with the issued certificate of `current` (for CertificateSigningRequest approvals).
+fn keep_certificate<K: Resource>(new: K, current: K) -> K {
+    match (new.into_any(), current.into_any()) {
+        (AnyObject::CertificateSigningRequest(mut n), AnyObject::CertificateSigningRequest(c)) => {
+            n.status.certificate = c.status.certificate;
+            K::from_any(n.into_any()).expect("same kind")
+        }
+        (n, _) => K::from_any(n).expect("same kind"),
     }
 }
 

@@ -34,6 +34,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::ClusterRole,
     Kind::RoleBinding,
     Kind::ClusterRoleBinding,
+    // For the certificate signer.
+    Kind::CertificateSigningRequest,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
