@@ -535,3 +535,138 @@ fn reviews_token_file_users_and_node_identities() {
     let (success, _, err) = kubectl_as(&s, &node_kc, &["get", "clusterroles"]);
     assert!(!success && err.contains("forbidden"), "{err}");
 }
+
+#[test]
+fn certificate_signing_requests_are_approved_or_denied_with_kubectl() {
+    use base64::Engine as _;
+    let s = TestServer::start();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let request = |cn: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "qa");
+        let csr = params.serialize_request(&key).unwrap().pem().unwrap();
+        (key, csr)
+    };
+    let manifest = |name: &str, csr: &str| {
+        let path = s.data_dir().join(format!("{name}.csr.json"));
+        let doc = json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"request": b64(csr.as_bytes()), "signerName": "kubernetes.io/kube-apiserver-client",
+                     "expirationSeconds": 86400, "usages": ["client auth"],
+                     "username": "someone-else", "groups": ["system:masters"]},
+        });
+        std::fs::write(&path, doc.to_string()).unwrap();
+        path
+    };
+    let (eve_key, eve_csr) = request("eve");
+    ok(
+        &s,
+        &["create", "-f", manifest("eve", &eve_csr).to_str().unwrap()],
+    );
+    let (_, mallory_csr) = request("mallory");
+    ok(
+        &s,
+        &[
+            "create",
+            "-f",
+            manifest("mallory", &mallory_csr).to_str().unwrap(),
+        ],
+    );
+    let table = ok(&s, &["get", "csr"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "AGE",
+            "SIGNERNAME",
+            "REQUESTOR",
+            "REQUESTEDDURATION",
+            "CONDITION"
+        ],
+        "{table}"
+    );
+    // The requestor is who sent it, not what the body claimed.
+    assert!(
+        table.contains("system:admin") && !table.contains("someone-else"),
+        "{table}"
+    );
+    assert!(table.contains("Pending"), "{table}");
+
+    let out = ok(&s, &["certificate", "approve", "eve"]);
+    assert!(out.contains("approved"), "{out}");
+    let out = ok(&s, &["certificate", "deny", "mallory"]);
+    assert!(out.contains("denied"), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let cert = loop {
+        let out = ok(
+            &s,
+            &["get", "csr", "eve", "-o", "jsonpath={.status.certificate}"],
+        );
+        if !out.is_empty() {
+            break base64::engine::general_purpose::STANDARD
+                .decode(out.trim())
+                .unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "eve's certificate was not issued"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let table = ok(&s, &["get", "csr"]);
+    assert!(
+        table.contains("Approved,Issued") && table.contains("Denied"),
+        "{table}"
+    );
+    let denied = ok(
+        &s,
+        &[
+            "get",
+            "csr",
+            "mallory",
+            "-o",
+            "jsonpath={.status.certificate}",
+        ],
+    );
+    assert!(denied.is_empty(), "{denied}");
+
+    // The issued certificate is eve's identity.
+    let admin = std::fs::read_to_string(s.kubeconfig()).unwrap();
+    let admin = api::kubeconfig::Kubeconfig::parse(&admin).unwrap();
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(
+            admin.clusters[0]
+                .cluster
+                .certificate_authority_data
+                .as_ref()
+                .unwrap(),
+        )
+        .unwrap();
+    let kc = api::kubeconfig::Kubeconfig::with_client_cert(
+        "skiff",
+        &admin.clusters[0].cluster.server,
+        std::str::from_utf8(&ca).unwrap(),
+        "eve",
+        std::str::from_utf8(&cert).unwrap(),
+        &eve_key.serialize_pem(),
+    );
+    let eve = s.data_dir().join("eve.kubeconfig");
+    std::fs::write(&eve, kc.to_yaml()).unwrap();
+    let (success, out, err) = kubectl_as(&s, &eve, &["auth", "whoami"]);
+    assert!(
+        success && out.contains("eve") && out.contains("[qa system:authenticated]"),
+        "{out}{err}"
+    );
+    // eve may not approve requests.
+    let (success, _, err) = kubectl_as(&s, &eve, &["certificate", "approve", "mallory"]);
+    assert!(!success && err.contains("forbidden"), "{err}");
+}
