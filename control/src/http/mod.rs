@@ -533,17 +533,26 @@ fn check_escalation(
             )
             .allowed
     };
-    let name = path.name.clone().unwrap_or_default();
+    // The object's name: from the path, else (a create) from the body.
+    let name = path.name.clone().unwrap_or_else(|| {
+        parse_object_body(req, body)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            })
+            .unwrap_or_default()
+    });
     if is_role && may("escalate", info.plural, &name) {
         return Ok(());
     }
-    let (wanted, target, bind_on) = if is_role {
+    let (wanted, bind_on) = if is_role {
         let rules = match path.kind {
             Kind::Role => decode_body::<api::rbac::Role>(req, body).map(|r| r.rules),
             _ => decode_body::<api::rbac::ClusterRole>(req, body).map(|r| r.rules),
         };
-        let target = format!("{} {name:?}", info.kind);
-        (rules, target, None)
+        (rules, None)
     } else {
         let role_ref = match path.kind {
             Kind::RoleBinding => {
@@ -575,8 +584,7 @@ fn check_escalation(
                     &role_ref.name,
                 )
             });
-        let target = format!("{} {:?}", role_ref.kind, role_ref.name);
-        (rules, target, Some((resource, role_ref.name)))
+        (rules, Some((resource, role_ref.name)))
     };
     if let Some((resource, role)) = &bind_on {
         if !role.is_empty() && may("bind", resource, role) {
@@ -602,17 +610,38 @@ fn check_escalation(
     if missing.is_empty() {
         return Ok(());
     }
-    let shown: Vec<String> = missing
-        .iter()
-        .map(|r| serde_json::to_string(r).unwrap_or_default())
-        .collect();
+    let shown: Vec<String> = missing.iter().map(compact_rule).collect();
     Err(ApiError::forbidden(format!(
-        "{} {name:?} is forbidden: user {:?} (groups={:?}) is attempting to grant RBAC permissions not currently held (by {target}):\n{}",
+        "{} {name:?} is forbidden: user {:?} (groups={:?}) is attempting to grant RBAC permissions not currently held:\n{}",
         info.qualified_plural(),
         user.name,
         user.groups,
         shown.join("\n")
     )))
+}
+
+/// A rule as Kubernetes' CompactString prints it in escalation errors:
+/// `{APIGroups:[""], Resources:["pods"], Verbs:["get"]}`.
+fn compact_rule(r: &api::rbac::PolicyRule) -> String {
+    let list = |v: &[String]| {
+        v.iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut parts = Vec::new();
+    for (label, values) in [
+        ("APIGroups", &r.api_groups),
+        ("Resources", &r.resources),
+        ("ResourceNames", &r.resource_names),
+        ("NonResourceURLs", &r.non_resource_urls),
+        ("Verbs", &r.verbs),
+    ] {
+        if !values.is_empty() {
+            parts.push(format!("{label}:[{}]", list(values)));
+        }
+    }
+    format!("{{{}}}", parts.join(", "))
 }
 
 /// What a node may do (Kubernetes' node authorizer and NodeRestriction, simplified): read
