@@ -14,14 +14,22 @@ use crate::registry::Part;
 
 /// The rules `role` should have, or None when it is not aggregated.
 pub fn aggregated_rules(role: &ClusterRole, objects: &Objects) -> Option<Vec<PolicyRule>> {
+    aggregate(role, objects.iter::<ClusterRole>(None))
+}
+
+/// [`aggregated_rules`] over the ClusterRoles `all`.
+pub fn aggregate(
+    role: &ClusterRole,
+    all: impl IntoIterator<Item = ClusterRole>,
+) -> Option<Vec<PolicyRule>> {
     let rule = role.aggregation_rule.as_ref()?;
     let selectors: Vec<Selector> = rule
         .cluster_role_selectors
         .iter()
         .filter_map(|s| Selector::from_label_selector(s).ok())
         .collect();
-    let mut sources: Vec<ClusterRole> = objects
-        .iter::<ClusterRole>(None)
+    let mut sources: Vec<ClusterRole> = all
+        .into_iter()
         .filter(|other| other.metadata.name != role.metadata.name)
         .filter(|other| selectors.iter().any(|s| s.matches(&other.metadata.labels)))
         .collect();

@@ -64,8 +64,22 @@ fn res(verbs: &[&str], group: &str, resources: &[&str]) -> PolicyRule {
     PolicyRule::resources(verbs, &[group], resources)
 }
 
-/// The default ClusterRoles.
+/// The default ClusterRoles, the aggregated ones (admin, edit, view) with their rules
+/// already aggregated, so a fresh server does not rewrite them right after starting.
 pub fn cluster_roles() -> Vec<ClusterRole> {
+    let mut roles = unaggregated_roles();
+    // view feeds edit, which feeds admin: three rounds settle the chain.
+    for _ in 0..3 {
+        for i in 0..roles.len() {
+            if let Some(rules) = super::aggregation::aggregate(&roles[i], roles.clone()) {
+                roles[i].rules = rules;
+            }
+        }
+    }
+    roles
+}
+
+fn unaggregated_roles() -> Vec<ClusterRole> {
     let t = "true";
     vec![
         role(
@@ -397,6 +411,29 @@ pub async fn ensure(registry: &Registry) -> Result<(), ApiError> {
 mod tests {
     use super::*;
     use api::object::Resource;
+
+    #[test]
+    fn admin_edit_and_view_come_aggregated() {
+        let roles = cluster_roles();
+        let rules = |name: &str| {
+            roles
+                .iter()
+                .find(|r| r.metadata.name == name)
+                .unwrap()
+                .rules
+                .clone()
+        };
+        let view = rules("view");
+        assert_eq!(view, rules("system:aggregate-to-view"));
+        let edit = rules("edit");
+        assert!(view.iter().all(|r| edit.contains(r)));
+        assert!(rules("system:aggregate-to-edit")
+            .iter()
+            .all(|r| edit.contains(r)));
+        let admin = rules("admin");
+        assert!(edit.iter().all(|r| admin.contains(r)));
+        assert!(admin.len() > edit.len() && edit.len() > view.len());
+    }
 
     #[test]
     fn the_defaults_are_valid() {
