@@ -381,6 +381,72 @@ fn generators_tables_escalation_and_aggregation() {
         "{err}"
     );
 
+    // A user who may create ClusterRoles still cannot grant more than they hold, nor gather
+    // other roles' rules by aggregation.
+    ok(
+        &s,
+        &[
+            "create",
+            "clusterrole",
+            "role-maker",
+            "--verb=create,get",
+            "--resource=clusterroles.rbac.authorization.k8s.io,pods",
+        ],
+    );
+    ok(
+        &s,
+        &[
+            "create",
+            "clusterrolebinding",
+            "frank-maker",
+            "--clusterrole=role-maker",
+            "--user=frank",
+        ],
+    );
+    let frank = create_user(&s, "frank", &[]);
+    can_i(&s, &frank, &["create", "clusterroles"], "yes");
+    let (success, out, err) = kubectl_as(
+        &s,
+        &frank,
+        &[
+            "create",
+            "clusterrole",
+            "pod-get",
+            "--verb=get",
+            "--resource=pods",
+        ],
+    );
+    assert!(success, "{out}{err}");
+    let (success, _, err) = kubectl_as(
+        &s,
+        &frank,
+        &[
+            "create",
+            "clusterrole",
+            "node-del",
+            "--verb=delete",
+            "--resource=nodes",
+        ],
+    );
+    assert!(
+        !success && err.contains("clusterroles.rbac.authorization.k8s.io \"node-del\" is forbidden: user \"frank\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"nodes\"], Verbs:[\"delete\"]}"),
+        "{err}"
+    );
+    let (success, _, err) = kubectl_as(
+        &s,
+        &frank,
+        &[
+            "create",
+            "clusterrole",
+            "gather",
+            "--aggregation-rule=rbac.authorization.k8s.io/aggregate-to-admin=true",
+        ],
+    );
+    assert!(
+        !success && err.contains("must have cluster-admin privileges to use the aggregationRule"),
+        "{err}"
+    );
+
     // Validation: roleRef cannot change, rules need verbs.
     let (code, body) = s.json(
         "POST",

@@ -550,7 +550,17 @@ fn check_escalation(
     let (wanted, bind_on) = if is_role {
         let rules = match path.kind {
             Kind::Role => decode_body::<api::rbac::Role>(req, body).map(|r| r.rules),
-            _ => decode_body::<api::rbac::ClusterRole>(req, body).map(|r| r.rules),
+            _ => match decode_body::<api::rbac::ClusterRole>(req, body) {
+                // Aggregated rules are written by the controller, with its privileges: only
+                // who may escalate may say what they gather (Kubernetes' rule).
+                Ok(r) if r.aggregation_rule.is_some() => {
+                    return Err(ApiError::forbidden(format!(
+                        "{} {name:?} is forbidden: must have cluster-admin privileges to use the aggregationRule",
+                        info.qualified_plural()
+                    )));
+                }
+                r => r.map(|r| r.rules),
+            },
         };
         (rules, None)
     } else {

@@ -277,6 +277,53 @@ mod tests {
     }
 
     #[test]
+    fn parses_rbac_paths_and_reviews() {
+        assert_eq!(
+            parse("/apis/rbac.authorization.k8s.io/v1/namespaces/d/rolebindings/b"),
+            Ok(res(Kind::RoleBinding, Some("d"), Some("b"), None))
+        );
+        assert_eq!(
+            parse("/apis/rbac.authorization.k8s.io/v1/clusterroles/system:node"),
+            Ok(res(Kind::ClusterRole, None, Some("system:node"), None))
+        );
+        assert_eq!(
+            parse("/apis/rbac.authorization.k8s.io"),
+            Ok(Route::Group("rbac.authorization.k8s.io".into()))
+        );
+        assert_eq!(
+            parse("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"),
+            Ok(Route::Review(ReviewPath {
+                group: AUTHORIZATION_GROUP,
+                plural: "selfsubjectaccessreviews".into(),
+                namespace: None,
+            }))
+        );
+        assert_eq!(
+            parse("/apis/authorization.k8s.io/v1/namespaces/d/localsubjectaccessreviews"),
+            Ok(Route::Review(ReviewPath {
+                group: AUTHORIZATION_GROUP,
+                plural: "localsubjectaccessreviews".into(),
+                namespace: Some("d".into()),
+            }))
+        );
+        assert_eq!(
+            parse("/apis/authorization.k8s.io/v1/namespaces/d/selfsubjectaccessreviews"),
+            Err(NoRoute)
+        );
+        assert_eq!(
+            parse("/apis/authentication.k8s.io/v1"),
+            Ok(Route::ResourceList {
+                group: "authentication.k8s.io".into(),
+                version: "v1".into()
+            })
+        );
+        assert_eq!(
+            parse("/apis/authentication.k8s.io/v1/widgets"),
+            Err(NoRoute)
+        );
+    }
+
+    #[test]
     fn refuses_what_is_not_served() {
         assert_eq!(parse("/api/v1/namespaces/a/nodes"), Err(NoRoute));
         assert_eq!(parse("/api/v1/widgets"), Err(NoRoute));
