@@ -10,8 +10,13 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
 need wrk wrk
 need kubectl kubectl
-(cd "$ROOT" && cargo build --release -q -p skiff-control)
-SKIFF="${CARGO_TARGET_DIR:-$ROOT/target}/release/skiff"
+# SKIFF_BIN: an already built release binary (skips the build).
+if [ -n "${SKIFF_BIN:-}" ]; then
+    SKIFF=$SKIFF_BIN
+else
+    (cd "$ROOT" && cargo build --release -q -p skiff-control)
+    SKIFF="${CARGO_TARGET_DIR:-$ROOT/target}/release/skiff"
+fi
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null; rm -rf "$work"' EXIT
 
@@ -57,4 +62,9 @@ run admin ""
 run rbac-user bench-token-of-bob
 off=$(awk '/Requests\/sec/{print $2}' "$work/admin.out")
 on=$(awk '/Requests\/sec/{print $2}' "$work/rbac-user.out")
-awk -v off="$off" -v on="$on" 'BEGIN { printf "creates/s: admin (RBAC skipped) %.0f, RBAC user %.0f: %.1f%% %s\n", off, on, (off-on)/off*100 >= 0 ? (off-on)/off*100 : (on-off)/off*100, on <= off ? "loss" : "gain" }'
+awk -v off="$off" -v on="$on" 'BEGIN {
+    d = (off - on) / off * 100
+    word = "loss"
+    if (d < 0) { d = -d; word = "gain" }
+    printf "creates/s: admin (RBAC skipped) %.0f, RBAC user %.0f: %.1f%% %s\n", off, on, d, word
+}'
