@@ -18,6 +18,28 @@ pub const CA_PATH: &str = "/skiff/v1/ca.crt";
 pub const JOIN_PATH: &str = "/skiff/v1/join";
 /// Where an admin creates join tokens.
 pub const TOKENS_PATH: &str = "/skiff/v1/tokens";
+/// Where an admin has a user's client certificate signed (`skiff user create`).
+pub const USERS_PATH: &str = "/skiff/v1/users";
+
+/// A request to sign a user's client certificate: CN `name`, one O per group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserCertRequest {
+    pub name: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    pub ttl_seconds: u64,
+    /// PEM certificate signing request for the user's key (the key never leaves the client).
+    pub csr: String,
+}
+
+/// The signed certificate and the CA that verifies the server (PEM).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserCertResponse {
+    pub certificate: String,
+    pub ca: String,
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokenError {

@@ -236,6 +236,25 @@ impl Kubeconfig {
         }
     }
 
+    /// A kubeconfig that authenticates with a client certificate (embedded, PEM).
+    pub fn with_client_cert(
+        name: &str,
+        server: &str,
+        ca_pem: &str,
+        user: &str,
+        cert_pem: &str,
+        key_pem: &str,
+    ) -> Self {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let mut kc = Kubeconfig::with_token(name, server, ca_pem, user, "");
+        kc.users[0].user = AuthInfo {
+            client_certificate_data: Some(b64(cert_pem)),
+            client_key_data: Some(b64(key_pem)),
+            ..Default::default()
+        };
+        kc
+    }
+
     /// The file as YAML.
     pub fn to_yaml(&self) -> String {
         serde_yaml_ng::to_string(self).unwrap_or_default()

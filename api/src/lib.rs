@@ -2,6 +2,7 @@
 //! field selectors, and the HTTPS client. No server code lives here.
 
 pub mod apps;
+pub mod certificates;
 pub mod cidr;
 pub mod client;
 pub mod codec;
@@ -16,6 +17,7 @@ pub mod notify;
 pub mod object;
 mod omit;
 pub mod quantity;
+pub mod rbac;
 pub mod schema;
 pub mod selector;
 pub mod stats;

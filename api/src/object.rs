@@ -192,6 +192,11 @@ kinds! {
     DaemonSet => apps::DaemonSet,
     Ingress => networking::Ingress,
     IngressClass => networking::IngressClass,
+    Role => rbac::Role,
+    ClusterRole => rbac::ClusterRole,
+    RoleBinding => rbac::RoleBinding,
+    ClusterRoleBinding => rbac::ClusterRoleBinding,
+    CertificateSigningRequest => certificates::CertificateSigningRequest,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -235,6 +240,24 @@ impl Kind {
                 namespaced: true,
                 has_status: true,
                 categories: ALL_CATEGORY,
+            }
+        }
+        const fn rbac(
+            kind: &'static str,
+            plural: &'static str,
+            singular: &'static str,
+            namespaced: bool,
+        ) -> KindInfo {
+            KindInfo {
+                kind,
+                group: crate::rbac::GROUP,
+                version: "v1",
+                plural,
+                singular,
+                short_names: &[],
+                namespaced,
+                has_status: false,
+                categories: &[],
             }
         }
         static NAMESPACE: KindInfo = core(
@@ -302,6 +325,26 @@ impl Kind {
             has_status: false,
             categories: &[],
         };
+        static ROLE: KindInfo = rbac("Role", "roles", "role", true);
+        static CLUSTER_ROLE: KindInfo = rbac("ClusterRole", "clusterroles", "clusterrole", false);
+        static ROLE_BINDING: KindInfo = rbac("RoleBinding", "rolebindings", "rolebinding", true);
+        static CLUSTER_ROLE_BINDING: KindInfo = rbac(
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            false,
+        );
+        static CSR: KindInfo = KindInfo {
+            kind: "CertificateSigningRequest",
+            group: crate::certificates::GROUP,
+            version: "v1",
+            plural: "certificatesigningrequests",
+            singular: "certificatesigningrequest",
+            short_names: &["csr"],
+            namespaced: false,
+            has_status: true,
+            categories: &[],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -316,6 +359,11 @@ impl Kind {
             Kind::DaemonSet => &DAEMON_SET,
             Kind::Ingress => &INGRESS,
             Kind::IngressClass => &INGRESS_CLASS,
+            Kind::Role => &ROLE,
+            Kind::ClusterRole => &CLUSTER_ROLE,
+            Kind::RoleBinding => &ROLE_BINDING,
+            Kind::ClusterRoleBinding => &CLUSTER_ROLE_BINDING,
+            Kind::CertificateSigningRequest => &CSR,
         }
     }
 

@@ -898,6 +898,13 @@ mod tests {
             Kind::DaemonSet => apps::DaemonSet::default().into_any(),
             Kind::Ingress => crate::networking::Ingress::default().into_any(),
             Kind::IngressClass => crate::networking::IngressClass::default().into_any(),
+            Kind::Role => crate::rbac::Role::default().into_any(),
+            Kind::ClusterRole => crate::rbac::ClusterRole::default().into_any(),
+            Kind::RoleBinding => crate::rbac::RoleBinding::default().into_any(),
+            Kind::ClusterRoleBinding => crate::rbac::ClusterRoleBinding::default().into_any(),
+            Kind::CertificateSigningRequest => {
+                crate::certificates::CertificateSigningRequest::default().into_any()
+            }
         }
     }
 

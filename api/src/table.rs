@@ -174,6 +174,33 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Parameters", "string", "A reference to a resource with additional parameters", 0),
             age(),
         ],
+        Kind::CertificateSigningRequest => vec![
+            name(),
+            age(),
+            col("SignerName", "string", "Only one signer is supported: kubernetes.io/kube-apiserver-client.", 0),
+            col("Requestor", "string", "Name of the user who created the request.", 0),
+            col("RequestedDuration", "string", "Requested validity of the issued certificate.", 0),
+            col("Condition", "string", "Approved, Denied or Pending, then Failed and Issued.", 0),
+        ],
+        Kind::Role | Kind::ClusterRole => vec![
+            name(),
+            col("Created At", "date", AGE_DESC, 0),
+        ],
+        Kind::RoleBinding | Kind::ClusterRoleBinding => {
+            let role_ref = if kind == Kind::RoleBinding {
+                "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable."
+            } else {
+                "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This field is immutable."
+            };
+            vec![
+                name(),
+                col("Role", "string", role_ref, 0),
+                age(),
+                col("Users", "string", "Users in the roleBinding", 1),
+                col("Groups", "string", "Groups in the roleBinding", 1),
+                col("ServiceAccounts", "string", "ServiceAccounts in the roleBinding", 1),
+            ]
+        }
     }
 }
 
@@ -297,7 +324,58 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::DaemonSet(d) => daemon_set_cells(d, name, age),
         AnyObject::Ingress(i) => ingress_cells(i, name, age),
         AnyObject::IngressClass(c) => ingress_class_cells(c, name, age),
+        AnyObject::Role(_) | AnyObject::ClusterRole(_) => {
+            let created = obj
+                .meta()
+                .creation_timestamp
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            vec![json!(name), json!(created)]
+        }
+        AnyObject::CertificateSigningRequest(c) => vec![
+            json!(name),
+            json!(age),
+            json!(c.spec.signer_name),
+            json!(c.spec.username.clone().unwrap_or_default()),
+            json!(c
+                .spec
+                .expiration_seconds
+                .map(|s| human_duration(Duration::from_secs(s.max(0) as u64)))
+                .unwrap_or_else(|| "<none>".into())),
+            json!(crate::certificates::condition_summary(c)),
+        ],
+        AnyObject::RoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
+        AnyObject::ClusterRoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
     }
+}
+
+/// kube-apiserver's printRoleBinding: the role as `Kind/name`, then (wide) the subjects by
+/// kind, service accounts as `namespace/name`.
+fn binding_cells(
+    role_ref: &crate::rbac::RoleRef,
+    subjects: &[crate::rbac::Subject],
+    name: String,
+    age: String,
+) -> Vec<Value> {
+    let of = |kind: &str| {
+        subjects
+            .iter()
+            .filter(|s| s.kind == kind)
+            .map(|s| match (kind, s.namespace.as_deref()) {
+                ("ServiceAccount", Some(ns)) => format!("{ns}/{}", s.name),
+                _ => s.name.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        json!(name),
+        json!(format!("{}/{}", role_ref.kind, role_ref.name)),
+        json!(age),
+        json!(of("User")),
+        json!(of("Group")),
+        json!(of("ServiceAccount")),
+    ]
 }
 
 /// kube-apiserver's printIngress: at most three hosts (`*` for none), the load-balancer

@@ -312,6 +312,9 @@ pub fn validate_meta(meta: &ObjectMeta, kind: Kind) -> Vec<FieldError> {
     let name_rule: fn(&str) -> Result<(), String> = match kind {
         Kind::Namespace => dns1123_label,
         Kind::Service => dns1035_label,
+        Kind::Role | Kind::ClusterRole | Kind::RoleBinding | Kind::ClusterRoleBinding => {
+            crate::rbac::path_segment_name
+        }
         _ => dns1123_subdomain,
     };
     let generate = meta.generate_name.as_deref().unwrap_or("");
@@ -1720,6 +1723,27 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
             errs.push(immutable(
                 "spec.controller",
                 n.spec.controller.as_deref().unwrap_or(""),
+            ));
+        }
+        (AnyObject::CertificateSigningRequest(n), AnyObject::CertificateSigningRequest(o))
+            if n.spec != o.spec =>
+        {
+            errs.push(immutable("spec", "{...}"));
+        }
+        (AnyObject::RoleBinding(n), AnyObject::RoleBinding(o)) if n.role_ref != o.role_ref => {
+            errs.push(FieldError::invalid(
+                "roleRef",
+                format!("{:?}", n.role_ref),
+                "cannot change roleRef",
+            ));
+        }
+        (AnyObject::ClusterRoleBinding(n), AnyObject::ClusterRoleBinding(o))
+            if n.role_ref != o.role_ref =>
+        {
+            errs.push(FieldError::invalid(
+                "roleRef",
+                format!("{:?}", n.role_ref),
+                "cannot change roleRef",
             ));
         }
         (AnyObject::Service(n), AnyObject::Service(o)) => {

@@ -1,6 +1,18 @@
-//! Who is calling: the admin (bearer token) or a node (client certificate signed by the CA
-//! with O=system:nodes, CN=system:node:<name>).
+//! Who is calling, as Kubernetes' authenticators say it: a user name, a uid and groups.
+//!
+//! * A client certificate signed by the cluster CA: CN is the user, each O a group. Node
+//!   certificates are CN=system:node:<name>, O=system:nodes; user certificates come from
+//!   `skiff user create`.
+//! * A bearer token: the admin token (user `system:admin`, group `system:masters`), or a token
+//!   of the static token file (`--token-auth-file`, kube-apiserver's CSV format
+//!   `token,user,uid,"group1,group2"`), which is what Kubernetes and k3s users already write
+//!   for long-lived tokens. Further token authenticators (ServiceAccount JWTs) plug in as
+//!   [`TokenAuthenticator`]s.
+//!
+//! Every authenticated user is also in `system:authenticated`, as in Kubernetes.
 
+use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::pki_types::{CertificateDer, UnixTime};
@@ -13,12 +25,113 @@ pub const NODES_GROUP: &str = "system:nodes";
 /// The common-name prefix of node client certificates.
 pub const NODE_PREFIX: &str = "system:node:";
 
-/// An authenticated caller.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum User {
-    Admin,
-    /// A node, by its name.
-    Node(String),
+/// The group every authenticated user is in.
+pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+/// The group whose members every authorizer allows everything.
+pub const MASTERS_GROUP: &str = "system:masters";
+/// The user the admin token authenticates as.
+pub const ADMIN_USER: &str = "system:admin";
+
+/// An authenticated caller: Kubernetes' user.Info.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct User {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+}
+
+impl User {
+    /// A user with `groups` and [`AUTHENTICATED_GROUP`].
+    pub fn new(name: impl Into<String>, uid: impl Into<String>, groups: Vec<String>) -> User {
+        let mut groups = groups;
+        if !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+            groups.push(AUTHENTICATED_GROUP.to_string());
+        }
+        User {
+            name: name.into(),
+            uid: uid.into(),
+            groups,
+        }
+    }
+
+    /// The admin token's user.
+    pub fn admin() -> User {
+        User::new(ADMIN_USER, "", vec![MASTERS_GROUP.to_string()])
+    }
+
+    /// The user of node `name`'s certificate.
+    pub fn node(name: &str) -> User {
+        User::new(format!("{NODE_PREFIX}{name}"), "", vec![NODES_GROUP.into()])
+    }
+
+    /// The node's name, when this is a node's identity (system:node:<name> in system:nodes).
+    pub fn node_name(&self) -> Option<&str> {
+        let name = self.name.strip_prefix(NODE_PREFIX)?;
+        (!name.is_empty() && self.in_group(NODES_GROUP)).then_some(name)
+    }
+
+    /// Whether the user is in system:masters (allowed everything).
+    pub fn is_master(&self) -> bool {
+        self.in_group(MASTERS_GROUP)
+    }
+
+    pub fn in_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
+}
+
+/// A source of bearer-token identities beyond the admin token and the token file (the
+/// ServiceAccount token verifier plugs in here).
+pub trait TokenAuthenticator: Send + Sync {
+    /// The user of `token`, or None when this authenticator does not know it.
+    fn authenticate_token(&self, token: &str) -> Option<User>;
+}
+
+/// kube-apiserver's static token file: `token,user,uid[,"group1,group2"]` per line, `#`
+/// comments and blank lines ignored.
+pub fn parse_token_file(text: &str) -> Result<HashMap<String, User>, String> {
+    let mut tokens = HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fields = split_csv(line);
+        if fields.len() < 3 || fields[0].is_empty() || fields[1].is_empty() {
+            return Err(format!(
+                "line {}: want token,user,uid[,\"groups\"], got {} fields",
+                n + 1,
+                fields.len()
+            ));
+        }
+        let groups = fields
+            .get(3)
+            .map(|g| {
+                g.split(',')
+                    .map(str::trim)
+                    .filter(|g| !g.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let user = User::new(fields[1].clone(), fields[2].clone(), groups);
+        tokens.insert(fields[0].clone(), user);
+    }
+    Ok(tokens)
+}
+
+/// One CSV record: fields split at commas outside double quotes, quotes removed.
+fn split_csv(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(String::new()),
+            c => fields.last_mut().expect("never empty").push(c),
+        }
+    }
+    fields.into_iter().map(|f| f.trim().to_string()).collect()
 }
 
 /// Why a request was not authenticated. Every variant shows as `Unauthorized` (what the
@@ -47,6 +160,9 @@ impl AuthError {
 pub struct Authenticator {
     admin_token: Vec<u8>,
     verifier: Arc<dyn ClientCertVerifier>,
+    /// The static token file's tokens.
+    tokens: HashMap<String, User>,
+    others: Vec<Arc<dyn TokenAuthenticator>>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -75,19 +191,53 @@ impl Authenticator {
         Ok(Authenticator {
             admin_token: admin_token.as_bytes().to_vec(),
             verifier,
+            tokens: HashMap::new(),
+            others: Vec::new(),
         })
     }
 
+    /// Also accepts the tokens of a static token file.
+    pub fn with_token_file(mut self, path: &Path) -> Result<Authenticator, PkiError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PkiError::Invalid {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        self.tokens = parse_token_file(&text).map_err(|message| PkiError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        Ok(self)
+    }
+
+    /// Also asks `other` about bearer tokens that are neither the admin's nor the file's.
+    pub fn with_token_authenticator(mut self, other: Arc<dyn TokenAuthenticator>) -> Self {
+        self.others.push(other);
+        self
+    }
+
+    /// The user of a bearer token (what TokenReview answers).
+    pub fn authenticate_token(&self, token: &str) -> Option<User> {
+        if constant_time_eq(token.as_bytes(), &self.admin_token) {
+            return Some(User::admin());
+        }
+        // A hash lookup is not constant-time, but what it could leak is only whether a
+        // guess shares a hash bucket, not a prefix of a real token.
+        if let Some(user) = self.tokens.get(token) {
+            return Some(user.clone());
+        }
+        self.others.iter().find_map(|a| a.authenticate_token(token))
+    }
+
     /// Authenticates a request from its `Authorization` header and the client certificate
-    /// chain the TLS layer received (leaf first). A valid node certificate wins; otherwise
-    /// a bearer token must be the admin token.
+    /// chain the TLS layer received (leaf first). A valid certificate wins; otherwise a
+    /// bearer token must be known.
     pub fn authenticate(
         &self,
         authorization_header: Option<&str>,
         peer_certs: Option<&[CertificateDer<'_>]>,
     ) -> Result<User, AuthError> {
         let cert_result = match peer_certs {
-            Some([leaf, intermediates @ ..]) => Some(self.node_from_cert(leaf, intermediates)),
+            Some([leaf, intermediates @ ..]) => Some(self.user_from_cert(leaf, intermediates)),
             _ => None,
         };
         if let Some(Ok(user)) = cert_result {
@@ -95,11 +245,7 @@ impl Authenticator {
         }
         if let Some(header) = authorization_header {
             let token = bearer_token(header).ok_or(AuthError::BadToken)?;
-            return if constant_time_eq(token.as_bytes(), &self.admin_token) {
-                Ok(User::Admin)
-            } else {
-                Err(AuthError::BadToken)
-            };
+            return self.authenticate_token(token).ok_or(AuthError::BadToken);
         }
         match cert_result {
             Some(Err(e)) => Err(e),
@@ -107,7 +253,9 @@ impl Authenticator {
         }
     }
 
-    fn node_from_cert(
+    /// The user of a CA-signed client certificate: CN the name, each O a group. A
+    /// certificate in system:nodes must name a node (CN system:node:<name>).
+    fn user_from_cert(
         &self,
         leaf: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
@@ -118,25 +266,26 @@ impl Authenticator {
         let (_, cert) = x509_parser::parse_x509_certificate(leaf)
             .map_err(|e| AuthError::BadCertificate(e.to_string()))?;
         let subject = cert.subject();
-        let in_nodes_group = subject
+        let groups: Vec<String> = subject
             .iter_organization()
-            .any(|o| o.as_str() == Ok(NODES_GROUP));
-        if !in_nodes_group {
-            return Err(AuthError::BadCertificate(format!(
-                "organization is not {NODES_GROUP}"
-            )));
-        }
+            .filter_map(|o| o.as_str().ok())
+            .map(String::from)
+            .collect();
         let cn = subject
             .iter_common_name()
             .next()
             .and_then(|c| c.as_str().ok())
             .unwrap_or("");
-        match cn.strip_prefix(NODE_PREFIX) {
-            Some(name) if !name.is_empty() => Ok(User::Node(name.to_string())),
-            _ => Err(AuthError::BadCertificate(format!(
-                "common name {cn:?} is not {NODE_PREFIX}<name>"
-            ))),
+        if cn.is_empty() {
+            return Err(AuthError::BadCertificate("no common name".into()));
         }
+        let user = User::new(cn, "", groups);
+        if user.in_group(NODES_GROUP) && user.node_name().is_none() {
+            return Err(AuthError::BadCertificate(format!(
+                "common name {cn:?} is not {NODE_PREFIX}<name>"
+            )));
+        }
+        Ok(user)
     }
 }
 
@@ -187,9 +336,12 @@ mod tests {
         let (_d, pki) = pki();
         let auth = Authenticator::new(&pki).unwrap();
         let header = format!("Bearer {}", pki.admin_token());
-        assert_eq!(auth.authenticate(Some(&header), None), Ok(User::Admin));
+        let admin = auth.authenticate(Some(&header), None).unwrap();
+        assert_eq!(admin, User::admin());
+        assert!(admin.is_master());
+        assert_eq!(admin.groups, ["system:masters", "system:authenticated"]);
         let header = format!("bearer  {}", pki.admin_token());
-        assert_eq!(auth.authenticate(Some(&header), None), Ok(User::Admin));
+        assert_eq!(auth.authenticate(Some(&header), None), Ok(User::admin()));
     }
 
     #[test]
@@ -225,26 +377,66 @@ mod tests {
         let chain = [der(&cert)];
         assert_eq!(
             auth.authenticate(None, Some(&chain)),
-            Ok(User::Node("pi-1".into()))
+            Ok(User::node("pi-1"))
         );
+        assert_eq!(User::node("pi-1").name, "system:node:pi-1");
+        assert_eq!(User::node("pi-1").node_name(), Some("pi-1"));
     }
 
     #[test]
-    fn certificates_of_the_wrong_group_name_or_ca_are_refused() {
+    fn a_user_certificate_names_the_user_and_its_groups() {
         let (_d, pki) = pki();
         let auth = Authenticator::new(&pki).unwrap();
-        let wrong_group = pki
+        let cert = pki
+            .sign_client_csr(&csr("x"), "alice", "devs", Duration::from_secs(3600))
+            .unwrap();
+        let user = auth.authenticate(None, Some(&[der(&cert)])).unwrap();
+        assert_eq!(user.name, "alice");
+        assert_eq!(user.groups, ["devs", "system:authenticated"]);
+        assert_eq!(user.node_name(), None);
+        // A node's name alone, outside system:nodes, is not a node.
+        let cert = pki
             .sign_client_csr(
                 &csr("x"),
                 "system:node:pi-1",
-                "system:masters",
+                "devs",
                 Duration::from_secs(3600),
             )
             .unwrap();
-        let e = auth
-            .authenticate(None, Some(&[der(&wrong_group)]))
-            .unwrap_err();
-        assert!(matches!(e, AuthError::BadCertificate(_)), "{e:?}");
+        let user = auth.authenticate(None, Some(&[der(&cert)])).unwrap();
+        assert_eq!(user.node_name(), None);
+    }
+
+    #[test]
+    fn the_token_file_maps_tokens_to_users() {
+        let tokens =
+            parse_token_file("# comment\n\nt0ken,bob,1001,\"devs,ops\"\nsecond,carol,1002\n")
+                .unwrap();
+        assert_eq!(
+            tokens["t0ken"],
+            User::new("bob", "1001", vec!["devs".into(), "ops".into()])
+        );
+        assert_eq!(tokens["second"].groups, ["system:authenticated"]);
+        assert!(parse_token_file("only,two").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens.csv");
+        std::fs::write(&file, "t0ken,bob,1001,devs\n").unwrap();
+        let (_d, pki) = pki();
+        let auth = Authenticator::new(&pki)
+            .unwrap()
+            .with_token_file(&file)
+            .unwrap();
+        assert_eq!(
+            auth.authenticate(Some("Bearer t0ken"), None).unwrap().name,
+            "bob"
+        );
+        assert!(auth.authenticate(Some("Bearer t0ke"), None).is_err());
+    }
+
+    #[test]
+    fn certificates_of_the_wrong_name_or_ca_are_refused() {
+        let (_d, pki) = pki();
+        let auth = Authenticator::new(&pki).unwrap();
 
         let wrong_cn = pki
             .sign_client_csr(&csr("x"), "pi-1", NODES_GROUP, Duration::from_secs(3600))
@@ -267,7 +459,7 @@ mod tests {
         let header = format!("Bearer {}", pki.admin_token());
         assert_eq!(
             auth.authenticate(Some(&header), Some(&[der(&foreign)])),
-            Ok(User::Admin)
+            Ok(User::admin())
         );
     }
 

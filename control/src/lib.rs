@@ -3,6 +3,7 @@
 //! and the CLI.
 
 pub mod auth;
+pub mod certificates;
 pub mod cli;
 pub mod controllers;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod ipalloc;
 pub mod join;
 pub mod machinery;
 pub mod pki;
+pub mod rbac;
 pub mod registry;
 pub mod scheduler;
 pub mod server;

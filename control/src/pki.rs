@@ -57,6 +57,9 @@ pub enum PkiError {
     Csr(String),
 }
 
+/// The most groups (O attributes) a signed client certificate carries.
+pub const MAX_ORGANIZATIONS: usize = 2;
+
 /// The CA, serving certificate and admin credentials of one server.
 pub struct Pki {
     dir: PathBuf,
@@ -279,7 +282,27 @@ impl Pki {
         self.sign_csr(
             csr_pem,
             common_name,
-            organization,
+            &[organization],
+            validity,
+            Vec::new(),
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+        )
+    }
+
+    /// Signs a user's client certificate: CN `user`, one O per group (how Kubernetes reads
+    /// groups from a certificate). The CSR's own subject is ignored.
+    pub fn sign_user_csr(
+        &self,
+        csr_pem: &str,
+        user: &str,
+        groups: &[String],
+        validity: Duration,
+    ) -> Result<String, PkiError> {
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+        self.sign_csr(
+            csr_pem,
+            user,
+            &groups,
             validity,
             Vec::new(),
             vec![ExtendedKeyUsagePurpose::ClientAuth],
@@ -349,7 +372,7 @@ impl Pki {
         self.sign_csr(
             csr_pem,
             &format!("system:node:{node_name}"),
-            "system:nodes",
+            &["system:nodes"],
             validity,
             sans,
             vec![
@@ -363,7 +386,7 @@ impl Pki {
         &self,
         csr_pem: &str,
         common_name: &str,
-        organization: &str,
+        organizations: &[&str],
         validity: Duration,
         sans: Vec<SanType>,
         usages: Vec<ExtendedKeyUsagePurpose>,
@@ -372,9 +395,22 @@ impl Pki {
             .map_err(|e| PkiError::Csr(e.to_string()))?;
         let mut params = CertificateParams::default();
         params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, organization);
+        // rcgen keeps one value per attribute type, so a second organization goes in under
+        // the same OID spelled as a custom type (see [`MAX_ORGANIZATIONS`]).
+        if organizations.len() > MAX_ORGANIZATIONS {
+            return Err(PkiError::Csr(format!(
+                "at most {MAX_ORGANIZATIONS} groups fit in a certificate, got {}",
+                organizations.len()
+            )));
+        }
+        for (i, organization) in organizations.iter().enumerate() {
+            let ty = if i == 0 {
+                DnType::OrganizationName
+            } else {
+                DnType::CustomDnType(vec![2, 5, 4, 10])
+            };
+            params.distinguished_name.push(ty, *organization);
+        }
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);

@@ -37,6 +37,10 @@ pub struct ServerArgs {
     /// Extra names or addresses for the serving certificate (repeatable).
     #[arg(long = "tls-san", env = "SKIFF_TLS_SAN", value_delimiter = ',')]
     pub tls_san: Vec<String>,
+    /// Bearer tokens for users, in kube-apiserver's static token file format: one
+    /// `token,user,uid,"group1,group2"` per line.
+    #[arg(long, env = "SKIFF_TOKEN_AUTH_FILE", value_name = "FILE")]
+    pub token_auth_file: Option<std::path::PathBuf>,
     /// A node without a heartbeat for this long is marked unreachable.
     #[arg(long, env = "SKIFF_NODE_MONITOR_GRACE_PERIOD", default_value = "40s", value_parser = humantime::parse_duration)]
     pub node_monitor_grace_period: std::time::Duration,
@@ -240,7 +244,13 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let tls = pki
         .server_config()
         .context("building the TLS configuration")?;
-    let auth = Authenticator::new(&pki).context("loading the authenticator")?;
+    let mut auth = Authenticator::new(&pki).context("loading the authenticator")?;
+    if let Some(file) = &args.token_auth_file {
+        auth = auth
+            .with_token_file(file)
+            .context("loading the token file")?;
+    }
+    let authorizer = crate::rbac::Authorizer::new();
     let registry = Registry::new(store.clone());
     registry.set_service_ranges(crate::ipalloc::ServiceRanges::new(
         args.service_cidr,
@@ -265,6 +275,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         pki: Arc::new(pki),
         store: store.clone(),
         auth,
+        authorizer: authorizer.clone(),
         metrics: Default::default(),
         resource_metrics: Default::default(),
         local_agent: Default::default(),
@@ -273,6 +284,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
         ensure_default_ingress_class(&registry).await?;
+        crate::rbac::bootstrap::ensure(&registry)
+            .await
+            .map_err(|e| anyhow::anyhow!("making the default RBAC roles: {e}"))?;
         let informers = crate::machinery::informer::Informers::start(store.clone(), CACHED_KINDS)
             .await
             .context("loading the controllers' cache")?;
@@ -285,6 +299,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
                 cluster_cidr: args.cluster_cidr,
             },
         };
+        authorizer.start(&loops.informers);
+        crate::rbac::aggregation::start(&loops);
+        crate::certificates::start(&loops, state.pki.clone());
         crate::controllers::start_all(&loops);
         crate::scheduler::start(&loops);
         let listener = async_net::TcpListener::bind(args.listen)

@@ -9,7 +9,7 @@ use api::client::{Client, ClientConfig, ACCEPT_JSON};
 use api::kubeconfig::Kubeconfig;
 use futures_lite::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use rcgen::{CertificateParams, DnType, Issuer, KeyPair};
-use skiff_control::auth::{Authenticator, User};
+use skiff_control::auth::Authenticator;
 use skiff_control::pki::Pki;
 use smol::net::TcpListener;
 
@@ -155,8 +155,11 @@ async fn serve(listener: TcpListener, pki: &Pki) {
             }
         }
         let who = match auth.authenticate(authorization.as_deref(), certs.as_deref()) {
-            Ok(User::Admin) => "admin".to_string(),
-            Ok(User::Node(n)) => format!("node {n}"),
+            Ok(u) if u.is_master() => "admin".to_string(),
+            Ok(u) => match u.node_name() {
+                Some(n) => format!("node {n}"),
+                None => format!("user {}", u.name),
+            },
             Err(e) => e.to_string(),
         };
         let resp = format!(

@@ -12,6 +12,7 @@ pub mod table;
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use api::client::{Client, ClientConfig};
 use api::kubeconfig::Kubeconfig;
 use api::Kind;
@@ -88,6 +89,27 @@ pub enum Command {
     /// Manage node join tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Manage users (client certificates signed by the cluster CA).
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Write a kubeconfig for user NAME: a new key and a client certificate with CN NAME and
+    /// one O per group, which RBAC bindings then grant permissions to.
+    Create {
+        name: String,
+        /// A group of the user (repeatable; at most two).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// How long the certificate is valid, e.g. `720h`, `365d`.
+        #[arg(long, default_value = "8760h", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+        /// Where to write the kubeconfig (default: NAME.kubeconfig; `-` for stdout).
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -213,6 +235,69 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             smol::block_on(backup::run_backup(&session, args))
         }
         Command::Restore(args) => backup::run_restore(args),
+        Command::User(UserCommand::Create {
+            name,
+            groups,
+            ttl,
+            output,
+        }) => {
+            let session = Session::open(&cli)?;
+            let kc = Kubeconfig::discover(cli.kubeconfig.as_deref())?;
+            let server = kc.resolve(cli.context.as_deref())?.server;
+            let key = rcgen::KeyPair::generate()?;
+            let mut params = rcgen::CertificateParams::default();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name.as_str());
+            let csr = params.serialize_request(&key)?.pem()?;
+            let body = serde_json::to_value(api::join::UserCertRequest {
+                name: name.clone(),
+                groups: groups.clone(),
+                ttl_seconds: ttl.as_secs(),
+                csr,
+            })?;
+            let answer: api::join::UserCertResponse = smol::block_on(async {
+                let v = session
+                    .client
+                    .request_json(
+                        "POST",
+                        api::join::USERS_PATH,
+                        Some(&body),
+                        api::client::ACCEPT_JSON,
+                    )
+                    .await?;
+                anyhow::Ok(serde_json::from_value(v)?)
+            })?;
+            let config = Kubeconfig::with_client_cert(
+                "skiff",
+                &server,
+                &answer.ca,
+                name,
+                &answer.certificate,
+                &key.serialize_pem(),
+            )
+            .to_yaml();
+            let path = output
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{name}.kubeconfig")));
+            if path.as_os_str() == "-" {
+                print!("{config}");
+            } else {
+                use std::io::Write as _;
+                use std::os::unix::fs::OpenOptionsExt as _;
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&path)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                f.write_all(config.as_bytes())?;
+                eprintln!("wrote {} for user {name:?}", path.display());
+            }
+            Ok(())
+        }
         Command::Token(TokenCommand::Create { ttl }) => {
             let session = Session::open(&cli)?;
             let body = serde_json::to_value(api::join::TokenRequest {

@@ -23,7 +23,7 @@ pub async fn serve(
     user: &User,
     method: &tide::http::Method,
 ) -> Result<tide::Response, ApiError> {
-    if *user != User::Admin {
+    if !user.is_master() {
         return Err(ApiError::forbidden("only an admin may take backups"));
     }
     if *method != tide::http::Method::Get {

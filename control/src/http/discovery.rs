@@ -34,6 +34,10 @@ fn group_entry(group: &str) -> Value {
 pub fn group_list() -> Value {
     let groups: Vec<Value> = super::route::served_groups()
         .into_iter()
+        .chain([
+            super::route::AUTHENTICATION_GROUP,
+            super::route::AUTHORIZATION_GROUP,
+        ])
         .map(group_entry)
         .chain([super::resource_metrics::group_entry()])
         .collect();
@@ -60,7 +64,7 @@ pub fn resource_list(group: &str, version: &str) -> Value {
     if group == super::route::METRICS_GROUP {
         return super::resource_metrics::resource_list();
     }
-    let mut resources = Vec::new();
+    let mut resources = super::review::resources(group);
     for kind in Kind::ALL
         .iter()
         .filter(|k| k.info().group == group && k.info().version == version)
@@ -110,6 +114,14 @@ pub fn resource_list(group: &str, version: &str) -> Value {
                     ));
                 }
                 resources.push(subresource("pods/log".into(), "Pod", true, &["get"]));
+            }
+            Kind::CertificateSigningRequest => {
+                resources.push(subresource(
+                    "certificatesigningrequests/approval".into(),
+                    "CertificateSigningRequest",
+                    false,
+                    &["get", "patch", "update"],
+                ));
             }
             Kind::Namespace => {
                 resources.push(subresource(

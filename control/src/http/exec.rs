@@ -58,7 +58,7 @@ pub(super) async fn serve(
     path: &ResourcePath,
 ) -> Result<tide::Response, ApiError> {
     let sub = path.subresource.as_deref().unwrap_or_default();
-    if let User::Node(node) = user {
+    if let Some(node) = user.node_name() {
         return Err(ApiError::forbidden(format!(
             "pods \"{sub}\" is forbidden: User \"system:node:{node}\" cannot create resource \"pods/{sub}\""
         )));

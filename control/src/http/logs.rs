@@ -134,7 +134,7 @@ pub(super) async fn pod_log(
     user: &User,
     path: &ResourcePath,
 ) -> Result<tide::Response, ApiError> {
-    if let User::Node(node) = user {
+    if let Some(node) = user.node_name() {
         return Err(ApiError::forbidden(format!(
             "pods \"log\" is forbidden: User \"system:node:{node}\" cannot read pod logs"
         )));

@@ -13,6 +13,7 @@ pub mod metrics;
 mod openapi;
 pub mod protobuf;
 mod resource_metrics;
+pub mod review;
 pub mod route;
 mod stream;
 mod ui;
@@ -45,6 +46,7 @@ pub struct AppState {
     pub pki: Arc<crate::pki::Pki>,
     pub store: Store,
     pub auth: Authenticator,
+    pub authorizer: Arc<crate::rbac::Authorizer>,
     pub metrics: metrics::Metrics,
     /// Nodes' CPU and memory for `metrics.k8s.io`, in memory only.
     pub resource_metrics: resource_metrics::Scraper,
@@ -252,6 +254,7 @@ async fn handle(
         return backup::serve(&state, &user, &req.method()).await;
     }
     let route = route.map_err(|_| ApiError::path_not_found())?;
+    authorize(&state, &req, &route, &user)?;
     let get_only = |req: &tide::Request<State>| {
         if req.method() == tide::http::Method::Get || req.method() == tide::http::Method::Head {
             Ok(())
@@ -293,8 +296,50 @@ async fn handle(
             ))
         }
         Route::JoinCa | Route::Join | Route::Ui => Err(ApiError::path_not_found()),
+        Route::Review(path) => {
+            let body = read_body(&mut req).await?;
+            review::serve(&state, &req, &user, &path, &body)
+        }
+        Route::Users => {
+            if !user.is_master() {
+                return Err(ApiError::forbidden(
+                    "only an admin may sign user certificates",
+                ));
+            }
+            let body = read_body(&mut req).await?;
+            let r: api::join::UserCertRequest = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid user request: {e}")))?;
+            if r.name.is_empty() || r.name.starts_with(crate::auth::NODE_PREFIX) {
+                return Err(ApiError::bad_request(format!(
+                    "invalid user name {:?}: it must not be empty or a node's name",
+                    r.name
+                )));
+            }
+            if r.groups.iter().any(|g| g == crate::auth::NODES_GROUP) {
+                return Err(ApiError::bad_request(
+                    "users cannot be put in system:nodes: nodes get certificates by joining",
+                ));
+            }
+            let certificate = state
+                .pki
+                .sign_user_csr(
+                    &r.csr,
+                    &r.name,
+                    &r.groups,
+                    std::time::Duration::from_secs(r.ttl_seconds),
+                )
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let answer = api::join::UserCertResponse {
+                certificate,
+                ca: state.pki.ca_pem().to_string(),
+            };
+            Ok(json_response(
+                StatusCode::Created,
+                &serde_json::to_value(answer).unwrap_or_default(),
+            ))
+        }
         Route::Tokens => {
-            if user != User::Admin {
+            if !user.is_master() {
                 return Err(ApiError::forbidden("only an admin may create join tokens"));
             }
             let body = read_body(&mut req).await?;
@@ -347,8 +392,28 @@ async fn handle(
         }
         Route::Resource(path) => {
             let mut body = read_body(&mut req).await?;
-            if let User::Node(node) = &user {
+            if let Some(node) = user.node_name() {
                 authorize_node(&state, node, &req.method(), &path, &body).await?;
+            } else if !user.is_master() && crate::rbac::KINDS.contains(&path.kind) {
+                check_escalation(&state, &req, &user, &path, &body)?;
+            }
+            if path.kind == Kind::CertificateSigningRequest
+                && req.method() == tide::http::Method::Post
+                && path.name.is_none()
+            {
+                // The requestor is whoever sends the request, never what the body says.
+                let mut csr: api::certificates::CertificateSigningRequest =
+                    decode_body(&req, &body)?;
+                csr.spec.username = Some(user.name.clone());
+                csr.spec.uid = (!user.uid.is_empty()).then(|| user.uid.clone());
+                csr.spec.groups = user.groups.clone();
+                csr.status = Default::default();
+                let created = writer(&state, &req)?.create(csr, None).await?;
+                return Ok(object_response(
+                    &req,
+                    StatusCode::Created,
+                    &api::codec::json(&created),
+                ));
             }
             let warnings = openapi::check_request(&req, &path, &mut body)?;
             let mut response = with_kind!(path.kind, K, {
@@ -358,6 +423,244 @@ async fn handle(
             Ok(response)
         }
     }
+}
+
+/// What the request asks to do, as the authorizer sees it (Kubernetes' RequestInfo).
+fn attributes(req: &tide::Request<State>, route: &Route) -> Option<crate::rbac::Attributes> {
+    use crate::rbac::Attributes;
+    use tide::http::Method;
+    let method = req.method();
+    let non_resource = || {
+        let verb = match method {
+            Method::Head => "get".to_string(),
+            m => m.to_string().to_ascii_lowercase(),
+        };
+        Some(Attributes::non_resource(&verb, req.url().path()))
+    };
+    match route {
+        Route::Resource(p) => {
+            let sub = p.subresource.as_deref().unwrap_or("");
+            let verb = match (&method, p.name.is_some(), sub) {
+                // Running a command in a pod is a create, whichever method opens the stream.
+                (_, _, "exec" | "attach" | "portforward") => "create",
+                (Method::Get | Method::Head, false, _)
+                    if query(req, "watch").is_some_and(|w| w == "true" || w == "1") =>
+                {
+                    "watch"
+                }
+                (Method::Get | Method::Head, false, _) => "list",
+                (Method::Get | Method::Head, true, _) => "get",
+                (Method::Post, _, _) => "create",
+                (Method::Put, _, _) => "update",
+                (Method::Patch, _, _) => "patch",
+                (Method::Delete, false, _) => "deletecollection",
+                (Method::Delete, true, _) => "delete",
+                _ => "unknown",
+            };
+            let info = p.kind.info();
+            // A namespace object's own namespace is itself (Kubernetes authorizes `get
+            // namespace x` in namespace x, so a namespaced view binding can read it).
+            let ns = match (p.kind, &p.namespace, &p.name) {
+                (Kind::Namespace, _, Some(name)) => name.clone(),
+                (_, ns, _) => ns.clone().unwrap_or_default(),
+            };
+            Some(Attributes::resource(
+                verb,
+                info.group,
+                info.plural,
+                sub,
+                &ns,
+                p.name.as_deref().unwrap_or(""),
+            ))
+        }
+        Route::ResourceMetrics(p) => Some(Attributes::resource(
+            if p.name.is_some() { "get" } else { "list" },
+            route::METRICS_GROUP,
+            if p.pods { "pods" } else { "nodes" },
+            "",
+            p.namespace.as_deref().unwrap_or(""),
+            p.name.as_deref().unwrap_or(""),
+        )),
+        Route::Review(p) => Some(Attributes::resource(
+            "create",
+            p.group,
+            &p.plural,
+            "",
+            p.namespace.as_deref().unwrap_or(""),
+            "",
+        )),
+        Route::JoinCa | Route::Join => None,
+        _ => non_resource(),
+    }
+}
+
+/// Runs the authorizer. A node's resource requests are decided by the node rules instead
+/// (Kubernetes' Node authorizer and NodeRestriction, [`authorize_node`] and the checks of
+/// the log, exec and metrics handlers), which apply on top for nodes.
+fn authorize(
+    state: &State,
+    req: &tide::Request<State>,
+    route: &Route,
+    user: &User,
+) -> Result<(), ApiError> {
+    if user.node_name().is_some() && matches!(route, Route::Resource(_) | Route::ResourceMetrics(_))
+    {
+        return Ok(());
+    }
+    match attributes(req, route) {
+        Some(a) => state.authorizer.check(user, &a),
+        None => Ok(()),
+    }
+}
+
+/// RBAC's escalation rule: a Role or ClusterRole may only grant what its author holds, and
+/// a binding may only bind a role whose rules its author holds, unless the author may
+/// `escalate` roles or `bind` the role. A patch cannot be checked before it is applied, so
+/// it needs `escalate` (roles) or `bind` (bindings).
+fn check_escalation(
+    state: &State,
+    req: &tide::Request<State>,
+    user: &User,
+    path: &ResourcePath,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    use crate::rbac::Attributes;
+    use tide::http::Method;
+    let method = req.method();
+    if !matches!(method, Method::Post | Method::Put | Method::Patch) || path.subresource.is_some() {
+        return Ok(());
+    }
+    let ns = path.namespace.clone().unwrap_or_default();
+    let info = path.kind.info();
+    let is_role = matches!(path.kind, Kind::Role | Kind::ClusterRole);
+    let may = |verb: &str, resource: &str, name: &str| {
+        state
+            .authorizer
+            .authorize(
+                user,
+                &Attributes::resource(verb, api::rbac::GROUP, resource, "", &ns, name),
+            )
+            .allowed
+    };
+    // The object's name: from the path, else (a create) from the body.
+    let name = path.name.clone().unwrap_or_else(|| {
+        parse_object_body(req, body)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            })
+            .unwrap_or_default()
+    });
+    if is_role && may("escalate", info.plural, &name) {
+        return Ok(());
+    }
+    let (wanted, bind_on) = if is_role {
+        let rules = match path.kind {
+            Kind::Role => decode_body::<api::rbac::Role>(req, body).map(|r| r.rules),
+            _ => match decode_body::<api::rbac::ClusterRole>(req, body) {
+                // Aggregated rules are written by the controller, with its privileges: only
+                // who may escalate may say what they gather (Kubernetes' rule).
+                Ok(r) if r.aggregation_rule.is_some() => {
+                    return Err(ApiError::forbidden(format!(
+                        "{} {name:?} is forbidden: must have cluster-admin privileges to use the aggregationRule",
+                        info.qualified_plural()
+                    )));
+                }
+                r => r.map(|r| r.rules),
+            },
+        };
+        (rules, None)
+    } else {
+        let role_ref = match path.kind {
+            Kind::RoleBinding => {
+                decode_body::<api::rbac::RoleBinding>(req, body).map(|b| b.role_ref)
+            }
+            _ => decode_body::<api::rbac::ClusterRoleBinding>(req, body).map(|b| b.role_ref),
+        };
+        let role_ref = match role_ref {
+            Ok(r) => r,
+            // A patch, or a body the ordinary path will refuse with the right error.
+            Err(_) if method == Method::Patch => api::rbac::RoleRef::default(),
+            Err(_) => return Ok(()),
+        };
+        let resource = if role_ref.kind == "Role" {
+            "roles"
+        } else {
+            "clusterroles"
+        };
+        let rules = state
+            .authorizer
+            .role_rules(&role_ref.kind, &ns, &role_ref.name)
+            .ok_or_else(|| {
+                ApiError::not_found(
+                    if role_ref.kind == "Role" {
+                        Kind::Role
+                    } else {
+                        Kind::ClusterRole
+                    },
+                    &role_ref.name,
+                )
+            });
+        (rules, Some((resource, role_ref.name)))
+    };
+    if let Some((resource, role)) = &bind_on {
+        if !role.is_empty() && may("bind", resource, role) {
+            return Ok(());
+        }
+    }
+    if method == Method::Patch {
+        return Err(ApiError::forbidden(format!(
+            "{} {name:?} is forbidden: patching {} needs the {} permission",
+            info.qualified_plural(),
+            info.plural,
+            if is_role { "escalate" } else { "bind" }
+        )));
+    }
+    let wanted = match wanted {
+        Ok(w) => w,
+        Err(e) if e.code() == 404 => return Err(e),
+        // A body the ordinary path will refuse with the right error.
+        Err(_) => return Ok(()),
+    };
+    let held = state.authorizer.rules_for(user, &ns);
+    let missing = crate::rbac::covers(&held, &wanted);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = missing.iter().map(compact_rule).collect();
+    Err(ApiError::forbidden(format!(
+        "{} {name:?} is forbidden: user {:?} (groups={:?}) is attempting to grant RBAC permissions not currently held:\n{}",
+        info.qualified_plural(),
+        user.name,
+        user.groups,
+        shown.join("\n")
+    )))
+}
+
+/// A rule as Kubernetes' CompactString prints it in escalation errors:
+/// `{APIGroups:[""], Resources:["pods"], Verbs:["get"]}`.
+fn compact_rule(r: &api::rbac::PolicyRule) -> String {
+    let list = |v: &[String]| {
+        v.iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut parts = Vec::new();
+    for (label, values) in [
+        ("APIGroups", &r.api_groups),
+        ("Resources", &r.resources),
+        ("ResourceNames", &r.resource_names),
+        ("NonResourceURLs", &r.non_resource_urls),
+        ("Verbs", &r.verbs),
+    ] {
+        if !values.is_empty() {
+            parts.push(format!("{label}:[{}]", list(values)));
+        }
+    }
+    format!("{{{}}}", parts.join(", "))
 }
 
 /// What a node may do (Kubernetes' node authorizer and NodeRestriction, simplified): read
@@ -635,6 +938,7 @@ async fn resource<K: Resource>(
         Some("finalize") if kind == Kind::Namespace => Part::Main,
         Some("binding") if kind == Kind::Pod => Part::Main,
         Some("scale") if matches!(kind, Kind::Deployment | Kind::ReplicaSet) => Part::Main,
+        Some("approval") if kind == Kind::CertificateSigningRequest => Part::Status,
         Some(other) => {
             return Err(ApiError::path_not_found().with_message(format!(
                 "the server could not find the requested resource ({} {other})",
@@ -709,7 +1013,7 @@ async fn resource<K: Resource>(
             release_memory_after(items.len());
             Ok(response)
         }
-        (Method::Get, Some(name), None | Some("status")) => {
+        (Method::Get, Some(name), None | Some("status") | Some("approval")) => {
             let obj: K = state.registry.get(&ns_str, name).await?;
             let mut any = obj.into_any();
             if let AnyObject::Node(n) = &mut any {
@@ -756,8 +1060,13 @@ async fn resource<K: Resource>(
             api::codec::strip_nulls(&mut ok);
             Ok(json_response(StatusCode::Created, &ok))
         }
-        (Method::Put, Some(name), None | Some("status") | Some("finalize")) => {
-            let obj: K = decode_body(req, &body)?;
+        (Method::Put, Some(name), None | Some("status") | Some("finalize") | Some("approval")) => {
+            let mut obj: K = decode_body(req, &body)?;
+            if sub == Some("approval") {
+                // Approval changes the conditions; the certificate is the signer's.
+                let current: K = state.registry.get(&ns_str, name).await?;
+                obj = keep_certificate(obj, current);
+            }
             let updated = writer(state, req)?
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
@@ -801,7 +1110,7 @@ async fn resource<K: Resource>(
             let obj = set_replicas::<K>(state, req, &ns_str, name, replicas, None).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
-        (Method::Patch, Some(name), None | Some("status")) => {
+        (Method::Patch, Some(name), None | Some("status") | Some("approval")) => {
             let pt = patch_type(req)?;
             let force = query(req, "force");
             if pt == PatchType::Apply {
@@ -876,6 +1185,17 @@ async fn resource<K: Resource>(
             kind.info().plural,
             sub.map(|s| format!("/{s}")).unwrap_or_default()
         ))),
+    }
+}
+
+/// `new` with the issued certificate of `current` (for CertificateSigningRequest approvals).
+fn keep_certificate<K: Resource>(new: K, current: K) -> K {
+    match (new.into_any(), current.into_any()) {
+        (AnyObject::CertificateSigningRequest(mut n), AnyObject::CertificateSigningRequest(c)) => {
+            n.status.certificate = c.status.certificate;
+            K::from_any(n.into_any()).expect("same kind")
+        }
+        (n, _) => K::from_any(n).expect("same kind"),
     }
 }
 

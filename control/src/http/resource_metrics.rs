@@ -401,7 +401,7 @@ pub(super) async fn serve(
     user: &User,
     path: &MetricsPath,
 ) -> Result<tide::Response, ApiError> {
-    if let User::Node(node) = user {
+    if let Some(node) = user.node_name() {
         return Err(ApiError::forbidden(format!(
             "{}.{GROUP} is forbidden: User \"system:node:{node}\" cannot read resource metrics",
             if path.pods { "pods" } else { "nodes" }

@@ -33,6 +33,30 @@ pub enum Route {
     Tokens,
     /// The web dashboard's files (`/ui`, `/ui/...`; no authentication).
     Ui,
+    /// User client certificate signing (admin, `skiff user create`).
+    Users,
+    /// The review kinds of authorization.k8s.io and authentication.k8s.io (create only,
+    /// never stored): SelfSubjectAccessReview, TokenReview, ...
+    Review(ReviewPath),
+}
+
+/// A review: its group, plural and, for LocalSubjectAccessReview, namespace.
+#[derive(Debug, PartialEq, Eq, Clone)]
+pub struct ReviewPath {
+    pub group: &'static str,
+    pub plural: String,
+    pub namespace: Option<String>,
+}
+
+/// The group of the access reviews.
+pub const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
+/// The group of TokenReview and SelfSubjectReview.
+pub const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
+
+fn review_group(group: &str) -> Option<&'static str> {
+    [AUTHORIZATION_GROUP, AUTHENTICATION_GROUP]
+        .into_iter()
+        .find(|g| *g == group)
 }
 
 /// A path to a collection, an object or one of its subresources.
@@ -77,9 +101,12 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["skiff", "v1", "join"] => Ok(Route::Join),
         ["skiff", "v1", "tokens"] => Ok(Route::Tokens),
         ["ui", ..] => Ok(Route::Ui),
+        ["skiff", "v1", "users"] => Ok(Route::Users),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
-        ["apis", group] if is_served_group(group) || *group == METRICS_GROUP => {
+        ["apis", group]
+            if is_served_group(group) || *group == METRICS_GROUP || review_group(group).is_some() =>
+        {
             Ok(Route::Group(group.to_string()))
         }
         ["apis", METRICS_GROUP, METRICS_VERSION] => Ok(Route::ResourceList {
@@ -91,12 +118,35 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
             group: String::new(),
             version: "v1".into(),
         }),
-        ["apis", group, "v1"] if is_served_group(group) => Ok(Route::ResourceList {
-            group: group.to_string(),
-            version: "v1".into(),
-        }),
+        ["apis", group, "v1"] if is_served_group(group) || review_group(group).is_some() => {
+            Ok(Route::ResourceList {
+                group: group.to_string(),
+                version: "v1".into(),
+            })
+        }
         ["api", "v1", rest @ ..] => resource("", rest),
         ["apis", group, "v1", rest @ ..] if is_served_group(group) => resource(group, rest),
+        ["apis", group, "v1", rest @ ..] => {
+            let group = review_group(group).ok_or(NoRoute)?;
+            let (namespace, plural) = match rest {
+                [plural] => (None, plural),
+                ["namespaces", ns, plural] => (Some(ns.to_string()), plural),
+                _ => return Err(NoRoute),
+            };
+            if !crate::http::review::PLURALS
+                .iter()
+                .any(|(g, p, namespaced)| {
+                    *g == group && p == plural && *namespaced == namespace.is_some()
+                })
+            {
+                return Err(NoRoute);
+            }
+            Ok(Route::Review(ReviewPath {
+                group,
+                plural: plural.to_string(),
+                namespace,
+            }))
+        }
         _ => Err(NoRoute),
     }
 }
@@ -238,6 +288,53 @@ mod tests {
         assert_eq!(
             parse("/apis/apps/v1/deployments"),
             Ok(res(Kind::Deployment, None, None, None))
+        );
+    }
+
+    #[test]
+    fn parses_rbac_paths_and_reviews() {
+        assert_eq!(
+            parse("/apis/rbac.authorization.k8s.io/v1/namespaces/d/rolebindings/b"),
+            Ok(res(Kind::RoleBinding, Some("d"), Some("b"), None))
+        );
+        assert_eq!(
+            parse("/apis/rbac.authorization.k8s.io/v1/clusterroles/system:node"),
+            Ok(res(Kind::ClusterRole, None, Some("system:node"), None))
+        );
+        assert_eq!(
+            parse("/apis/rbac.authorization.k8s.io"),
+            Ok(Route::Group("rbac.authorization.k8s.io".into()))
+        );
+        assert_eq!(
+            parse("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"),
+            Ok(Route::Review(ReviewPath {
+                group: AUTHORIZATION_GROUP,
+                plural: "selfsubjectaccessreviews".into(),
+                namespace: None,
+            }))
+        );
+        assert_eq!(
+            parse("/apis/authorization.k8s.io/v1/namespaces/d/localsubjectaccessreviews"),
+            Ok(Route::Review(ReviewPath {
+                group: AUTHORIZATION_GROUP,
+                plural: "localsubjectaccessreviews".into(),
+                namespace: Some("d".into()),
+            }))
+        );
+        assert_eq!(
+            parse("/apis/authorization.k8s.io/v1/namespaces/d/selfsubjectaccessreviews"),
+            Err(NoRoute)
+        );
+        assert_eq!(
+            parse("/apis/authentication.k8s.io/v1"),
+            Ok(Route::ResourceList {
+                group: "authentication.k8s.io".into(),
+                version: "v1".into()
+            })
+        );
+        assert_eq!(
+            parse("/apis/authentication.k8s.io/v1/widgets"),
+            Err(NoRoute)
         );
     }
 

@@ -350,6 +350,14 @@ impl Objects {
         self.by_kind.get(&kind).map_or(0, BTreeMap::len)
     }
 
+    /// Adds or replaces `obj`, as a watch event would (for other modules' tests).
+    #[cfg(test)]
+    pub(crate) fn insert_for_test(&mut self, obj: AnyObject) {
+        let packed = postcard::to_allocvec(&obj).expect("model types always serialize");
+        let event = WatchEvent::new(EventType::Added, 1, obj, packed.into());
+        self.apply(&event, false);
+    }
+
     fn key_of(o: &AnyObject) -> (String, String) {
         let m = o.meta();
         (m.namespace.clone().unwrap_or_default(), m.name.clone())

@@ -31,6 +31,13 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::DaemonSet,
     Kind::Ingress,
     Kind::IngressClass,
+    // For the RBAC authorizer's index and the aggregation controller.
+    Kind::Role,
+    Kind::ClusterRole,
+    Kind::RoleBinding,
+    Kind::ClusterRoleBinding,
+    // For the certificate signer.
+    Kind::CertificateSigningRequest,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
