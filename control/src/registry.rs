@@ -746,11 +746,11 @@ impl Registry {
         let ranges = self.service_ranges();
         let who = Ownership::Update(self.manager(part));
         self.write(move |txn| {
-                let ns = obj.meta().namespace().to_string();
-                let old: K = get_existing(txn, &ns, &name)?;
-                apply_update(txn, &beats, &ranges, old, obj, part, who)
-            })
-            .await
+            let ns = obj.meta().namespace().to_string();
+            let old: K = get_existing(txn, &ns, &name)?;
+            apply_update(txn, &beats, &ranges, old, obj, part, who)
+        })
+        .await
     }
 
     /// PATCH: applies the patch to the current object inside the transaction.
@@ -773,28 +773,28 @@ impl Registry {
         let ranges = self.service_ranges();
         let who = Ownership::Update(self.manager(part));
         self.write(move |txn| {
-                let old: K = get_existing(txn, &ns, &name)?;
-                let current = codec::to_json(&old);
-                let patched = apply_patch(current, patch_type, &patch)?;
-                let mut new: K = decode(patched)?;
-                if new.meta().name != name {
-                    return Err(ApiError::bad_request(
-                        "metadata.name may not be changed by a patch",
-                    ));
-                }
-                if K::KIND.info().namespaced && new.meta().namespace() != ns {
-                    return Err(ApiError::bad_request(
-                        "metadata.namespace may not be changed by a patch",
-                    ));
-                }
-                // A patch that names a resourceVersion makes it a precondition; otherwise the
-                // read above is the base.
-                if new.meta().resource_version.is_empty() {
-                    new.meta_mut().resource_version = old.meta().resource_version.clone();
-                }
-                apply_update(txn, &beats, &ranges, old, new, part, who)
-            })
-            .await
+            let old: K = get_existing(txn, &ns, &name)?;
+            let current = codec::to_json(&old);
+            let patched = apply_patch(current, patch_type, &patch)?;
+            let mut new: K = decode(patched)?;
+            if new.meta().name != name {
+                return Err(ApiError::bad_request(
+                    "metadata.name may not be changed by a patch",
+                ));
+            }
+            if K::KIND.info().namespaced && new.meta().namespace() != ns {
+                return Err(ApiError::bad_request(
+                    "metadata.namespace may not be changed by a patch",
+                ));
+            }
+            // A patch that names a resourceVersion makes it a precondition; otherwise the
+            // read above is the base.
+            if new.meta().resource_version.is_empty() {
+                new.meta_mut().resource_version = old.meta().resource_version.clone();
+            }
+            apply_update(txn, &beats, &ranges, old, new, part, who)
+        })
+        .await
     }
 
     /// Server-side apply of `body` (YAML or JSON) by this registry's manager: creates the
@@ -859,7 +859,8 @@ impl Registry {
                 .map_err(|c| conflict_error(&c))?;
             obj.meta_mut().managed_fields = managers.encode();
             let ranges = self.service_ranges();
-            let created = self.write(move |txn| create_in(txn, &ranges, obj, false))
+            let created = self
+                .write(move |txn| create_in(txn, &ranges, obj, false))
                 .await?;
             return Ok((created, true));
         }
@@ -867,52 +868,52 @@ impl Registry {
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         self.write(move |txn| {
-                let old: K = get_existing(txn, &ns, &name)?;
-                let live = codec::to_json(&old);
-                let mut merged = live.clone();
-                crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
-                let before = managers_of(&old);
-                let mut managers = before.clone();
-                let now = Time::now();
-                let mut merged = match managers.apply(
-                    &live,
-                    &config,
-                    merged.clone(),
-                    &who,
-                    &api_version,
-                    force,
-                    now,
-                ) {
-                    Ok(m) => m,
-                    // kubectl's server-side apply takes over what it applied client-side.
-                    Err(c)
-                        if who.name == fieldmanager::KUBECTL_APPLY
-                            && fieldmanager::last_applied_fields(&live, who.scope)
-                                .is_some_and(|allowed| c.within(&allowed)) =>
-                    {
-                        managers = before;
-                        managers
-                            .apply(&live, &config, merged, &who, &api_version, true, now)
-                            .map_err(|c| conflict_error(&c))?
-                    }
-                    Err(c) => return Err(conflict_error(&c)),
-                };
-                if who.name == fieldmanager::KUBECTL_APPLY {
-                    fieldmanager::sync_last_applied(&mut merged, &config);
+            let old: K = get_existing(txn, &ns, &name)?;
+            let live = codec::to_json(&old);
+            let mut merged = live.clone();
+            crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
+            let before = managers_of(&old);
+            let mut managers = before.clone();
+            let now = Time::now();
+            let mut merged = match managers.apply(
+                &live,
+                &config,
+                merged.clone(),
+                &who,
+                &api_version,
+                force,
+                now,
+            ) {
+                Ok(m) => m,
+                // kubectl's server-side apply takes over what it applied client-side.
+                Err(c)
+                    if who.name == fieldmanager::KUBECTL_APPLY
+                        && fieldmanager::last_applied_fields(&live, who.scope)
+                            .is_some_and(|allowed| c.within(&allowed)) =>
+                {
+                    managers = before;
+                    managers
+                        .apply(&live, &config, merged, &who, &api_version, true, now)
+                        .map_err(|c| conflict_error(&c))?
                 }
-                let mut new: K = decode(merged)?;
-                if K::KIND.info().namespaced && new.meta().namespace() != ns {
-                    return Err(ApiError::bad_request(
-                        "metadata.namespace may not be changed by a patch",
-                    ));
-                }
-                if new.meta().resource_version.is_empty() {
-                    new.meta_mut().resource_version = old.meta().resource_version.clone();
-                }
-                let ownership = Ownership::Applied(managers);
-                apply_update(txn, &beats, &ranges, old, new, part, ownership).map(|o| (o, false))
-            })
-            .await
+                Err(c) => return Err(conflict_error(&c)),
+            };
+            if who.name == fieldmanager::KUBECTL_APPLY {
+                fieldmanager::sync_last_applied(&mut merged, &config);
+            }
+            let mut new: K = decode(merged)?;
+            if K::KIND.info().namespaced && new.meta().namespace() != ns {
+                return Err(ApiError::bad_request(
+                    "metadata.namespace may not be changed by a patch",
+                ));
+            }
+            if new.meta().resource_version.is_empty() {
+                new.meta_mut().resource_version = old.meta().resource_version.clone();
+            }
+            let ownership = Ownership::Applied(managers);
+            apply_update(txn, &beats, &ranges, old, new, part, ownership).map(|o| (o, false))
+        })
+        .await
     }
 
     /// A read-modify-write by the server's own controllers.
@@ -928,12 +929,12 @@ impl Registry {
         let ranges = self.service_ranges();
         let who = Ownership::Update(self.manager(part));
         self.write(move |txn| {
-                let old: K = get_existing(txn, &ns, &name)?;
-                let mut new = old.clone();
-                f(&mut new)?;
-                apply_update(txn, &beats, &ranges, old, new, part, who)
-            })
-            .await
+            let old: K = get_existing(txn, &ns, &name)?;
+            let mut new = old.clone();
+            f(&mut new)?;
+            apply_update(txn, &beats, &ranges, old, new, part, who)
+        })
+        .await
     }
 
     /// Binds a pending pod to a node (the `binding` subresource).
@@ -960,46 +961,46 @@ impl Registry {
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         self.write(move |txn| {
-                let old: Pod = get_existing(txn, &ns, &name)?;
-                if old.metadata.deletion_timestamp.is_some() {
-                    return Err(ApiError::conflict(
-                        Kind::Pod,
-                        &name,
-                        "the pod is being deleted",
-                    ));
+            let old: Pod = get_existing(txn, &ns, &name)?;
+            if old.metadata.deletion_timestamp.is_some() {
+                return Err(ApiError::conflict(
+                    Kind::Pod,
+                    &name,
+                    "the pod is being deleted",
+                ));
+            }
+            if let Some(current) = old.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+                return Err(ApiError::conflict(
+                    Kind::Pod,
+                    &name,
+                    &format!("pod {name} is already assigned to node \"{current}\""),
+                ));
+            }
+            // As kube-apiserver's binding does, the same write says PodScheduled=True
+            // (the status is carried over from `base` by the main-part update).
+            let mut base = old;
+            crate::scheduler::set_scheduled_condition(&mut base.status, "True", None, None);
+            let mut new = base.clone();
+            new.spec.node_name = Some(node);
+            apply_update_checked(
+                txn,
+                &beats,
+                &ranges,
+                base,
+                new,
+                Part::Main,
+                false,
+                Ownership::Keep,
+            )?;
+            if let Some((event, generate)) = event {
+                // Nothing of a failed create reaches the transaction.
+                if let Err(e) = create_in(txn, &ranges, event, generate) {
+                    tracing::debug!(error = %e, "recording a binding's event failed");
                 }
-                if let Some(current) = old.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
-                    return Err(ApiError::conflict(
-                        Kind::Pod,
-                        &name,
-                        &format!("pod {name} is already assigned to node \"{current}\""),
-                    ));
-                }
-                // As kube-apiserver's binding does, the same write says PodScheduled=True
-                // (the status is carried over from `base` by the main-part update).
-                let mut base = old;
-                crate::scheduler::set_scheduled_condition(&mut base.status, "True", None, None);
-                let mut new = base.clone();
-                new.spec.node_name = Some(node);
-                apply_update_checked(
-                    txn,
-                    &beats,
-                    &ranges,
-                    base,
-                    new,
-                    Part::Main,
-                    false,
-                    Ownership::Keep,
-                )?;
-                if let Some((event, generate)) = event {
-                    // Nothing of a failed create reaches the transaction.
-                    if let Err(e) = create_in(txn, &ranges, event, generate) {
-                        tracing::debug!(error = %e, "recording a binding's event failed");
-                    }
-                }
-                Ok(())
-            })
-            .await
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// DELETE. Returns the object as it stands after the call: gone (with its final

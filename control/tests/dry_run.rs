@@ -34,7 +34,13 @@ fn kubectl_dry_run_server_and_diff_store_nothing() {
     let out = ok(
         &s,
         &[
-            "create", "configmap", "dry", "--from-literal=a=b", "--dry-run=server", "-o", "json",
+            "create",
+            "configmap",
+            "dry",
+            "--from-literal=a=b",
+            "--dry-run=server",
+            "-o",
+            "json",
         ],
     );
     let answered: Value = serde_json::from_str(&out).expect("json");
@@ -55,15 +61,18 @@ fn kubectl_dry_run_server_and_diff_store_nothing() {
     assert_eq!(revision(&s), before, "a dry-run create moved the revision");
 
     // Checks still run: a bad name is refused, and so is a name already taken.
-    let (success, _, err) = kubectl(
-        &s,
-        &["create", "configmap", "Bad_Name", "--dry-run=server"],
-    );
+    let (success, _, err) = kubectl(&s, &["create", "configmap", "Bad_Name", "--dry-run=server"]);
     assert!(!success && err.contains("Invalid value"), "{err}");
     ok(&s, &["create", "configmap", "real", "--from-literal=a=1"]);
     let (success, _, err) = kubectl(
         &s,
-        &["create", "configmap", "real", "--from-literal=a=2", "--dry-run=server"],
+        &[
+            "create",
+            "configmap",
+            "real",
+            "--from-literal=a=2",
+            "--dry-run=server",
+        ],
     );
     assert!(!success && err.contains("already exists"), "{err}");
 
@@ -71,7 +80,10 @@ fn kubectl_dry_run_server_and_diff_store_nothing() {
     let stored_rv = |s: &TestServer| {
         let (code, cm) = s.http("GET", "/api/v1/namespaces/default/configmaps/real", None);
         assert_eq!(code, 200, "{cm}");
-        (cm["data"].clone(), cm["metadata"]["resourceVersion"].clone())
+        (
+            cm["data"].clone(),
+            cm["metadata"]["resourceVersion"].clone(),
+        )
     };
     let (data, rv) = stored_rv(&s);
     let manifest = s.data_dir().join("real.yaml");
@@ -84,7 +96,13 @@ fn kubectl_dry_run_server_and_diff_store_nothing() {
     let out = ok(
         &s,
         &[
-            "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", file, "-o",
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--dry-run=server",
+            "-f",
+            file,
+            "-o",
             "json",
         ],
     );
@@ -98,7 +116,11 @@ fn kubectl_dry_run_server_and_diff_store_nothing() {
     assert!(!success && out.contains("changed"), "{out}");
     let (success, out, err) = kubectl(&s, &["delete", "configmap", "real", "--dry-run=server"]);
     assert!(success, "{out}{err}");
-    assert_eq!(stored_rv(&s), (data, rv), "a dry run changed the stored object");
+    assert_eq!(
+        stored_rv(&s),
+        (data, rv),
+        "a dry run changed the stored object"
+    );
 
     // A value other than All is refused, as kube-apiserver refuses it.
     let (code, status) = s.json(

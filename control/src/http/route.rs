@@ -105,7 +105,9 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
         ["apis", group]
-            if is_served_group(group) || *group == METRICS_GROUP || review_group(group).is_some() =>
+            if is_served_group(group)
+                || *group == METRICS_GROUP
+                || review_group(group).is_some() =>
         {
             Ok(Route::Group(group.to_string()))
         }
