@@ -5,7 +5,8 @@
 #   scripts/setup.sh            Debian packages, and a check of the Rust toolchain
 #   scripts/setup.sh --python   also the Python kubernetes client and pytest, in a virtual
 #                               environment of skiff's own (Debian's python3 refuses a global
-#                               pip install: PEP 668); prints its python's path last
+#                               pip install: PEP 668), and chromium for the dashboard tests;
+#                               prints its python's path last
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,6 +59,8 @@ have qemu-aarch64-static || need_apt+=(qemu-user-static)
 have setpriv || need_apt+=(util-linux)
 if [ -n "$with_python" ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+    # The dashboard's tests drive a real headless browser.
+    [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 fi
 if [ "${#need_apt[@]}" -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}" >&2
