@@ -190,6 +190,8 @@ kinds! {
     Deployment => apps::Deployment,
     ReplicaSet => apps::ReplicaSet,
     DaemonSet => apps::DaemonSet,
+    Job => batch::Job,
+    CronJob => batch::CronJob,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -226,6 +228,24 @@ impl Kind {
             KindInfo {
                 kind,
                 group: "apps",
+                version: "v1",
+                plural,
+                singular,
+                short_names,
+                namespaced: true,
+                has_status: true,
+                categories: ALL_CATEGORY,
+            }
+        }
+        const fn batch(
+            kind: &'static str,
+            plural: &'static str,
+            singular: &'static str,
+            short_names: &'static [&'static str],
+        ) -> KindInfo {
+            KindInfo {
+                kind,
+                group: "batch",
                 version: "v1",
                 plural,
                 singular,
@@ -278,6 +298,8 @@ impl Kind {
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
         static DAEMON_SET: KindInfo = apps("DaemonSet", "daemonsets", "daemonset", &["ds"]);
+        static JOB: KindInfo = batch("Job", "jobs", "job", &[]);
+        static CRON_JOB: KindInfo = batch("CronJob", "cronjobs", "cronjob", &["cj"]);
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -290,6 +312,8 @@ impl Kind {
             Kind::Deployment => &DEPLOYMENT,
             Kind::ReplicaSet => &REPLICA_SET,
             Kind::DaemonSet => &DAEMON_SET,
+            Kind::Job => &JOB,
+            Kind::CronJob => &CRON_JOB,
         }
     }
 

@@ -392,6 +392,7 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
             "type",
         ],
         Kind::ReplicaSet => &["metadata.name", "metadata.namespace", "status.replicas"],
+        Kind::Job => &["metadata.name", "metadata.namespace", "status.successful"],
         _ => &["metadata.name", "metadata.namespace"],
     }
 }
@@ -896,6 +897,8 @@ mod tests {
             Kind::Deployment => apps::Deployment::default().into_any(),
             Kind::ReplicaSet => apps::ReplicaSet::default().into_any(),
             Kind::DaemonSet => apps::DaemonSet::default().into_any(),
+            Kind::Job => crate::batch::Job::default().into_any(),
+            Kind::CronJob => crate::batch::CronJob::default().into_any(),
         }
     }
 

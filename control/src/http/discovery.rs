@@ -32,7 +32,11 @@ fn group_entry(group: &str) -> Value {
 }
 
 pub fn group_list() -> Value {
-    let groups = [group_entry("apps"), super::resource_metrics::group_entry()];
+    let groups = [
+        group_entry("apps"),
+        group_entry("batch"),
+        super::resource_metrics::group_entry(),
+    ];
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 

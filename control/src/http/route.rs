@@ -76,7 +76,7 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["skiff", "v1", "tokens"] => Ok(Route::Tokens),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
-        ["apis", group] if *group == "apps" || *group == METRICS_GROUP => {
+        ["apis", group] if ["apps", "batch", METRICS_GROUP].contains(group) => {
             Ok(Route::Group(group.to_string()))
         }
         ["apis", METRICS_GROUP, METRICS_VERSION] => Ok(Route::ResourceList {
@@ -88,12 +88,12 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
             group: String::new(),
             version: "v1".into(),
         }),
-        ["apis", "apps", "v1"] => Ok(Route::ResourceList {
-            group: "apps".into(),
+        ["apis", group @ ("apps" | "batch"), "v1"] => Ok(Route::ResourceList {
+            group: group.to_string(),
             version: "v1".into(),
         }),
         ["api", "v1", rest @ ..] => resource("", rest),
-        ["apis", "apps", "v1", rest @ ..] => resource("apps", rest),
+        ["apis", group @ ("apps" | "batch"), "v1", rest @ ..] => resource(group, rest),
         _ => Err(NoRoute),
     }
 }

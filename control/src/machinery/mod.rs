@@ -29,6 +29,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::ReplicaSet,
     Kind::Deployment,
     Kind::DaemonSet,
+    Kind::Job,
+    Kind::CronJob,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
