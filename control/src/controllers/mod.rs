@@ -9,6 +9,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -23,6 +24,7 @@ pub fn start_all(ctx: &Context) {
     replicaset::start(ctx);
     deployment::start(ctx);
     daemonset::start(ctx);
+    job::start(ctx);
     endpoints::start(ctx);
     nodelifecycle::start(ctx);
     nodeipam::start(ctx);
