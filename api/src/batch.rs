@@ -693,17 +693,69 @@ impl Schedule {
             .map_err(|e| e.to_string())
     }
 
-    /// The first scheduled time strictly after `after`, in time zone `tz`.
-    pub fn next_after<Z: chrono::TimeZone>(
-        &self,
-        after: &chrono::DateTime<Z>,
-    ) -> Option<chrono::DateTime<Z>>
-    where
-        Z::Offset: Copy,
-    {
-        self.0.find_next_occurrence(after, false).ok()
+    /// The first scheduled time strictly after `after` (Unix seconds), reading the schedule
+    /// in `tz` (the local time zone when None).
+    pub fn next_after(&self, after: i64, tz: Option<chrono_tz::Tz>) -> Option<i64> {
+        use chrono::TimeZone as _;
+        match tz {
+            Some(tz) => {
+                let t = tz.timestamp_opt(after, 0).single()?;
+                self.0.find_next_occurrence(&t, false).ok().map(|t| t.timestamp())
+            }
+            None => {
+                let t = chrono::Local.timestamp_opt(after, 0).single()?;
+                self.0.find_next_occurrence(&t, false).ok().map(|t| t.timestamp())
+            }
+        }
+    }
+
+    /// The last scheduled time at or before `at` (Unix seconds), in `tz` as
+    /// [`Schedule::next_after`].
+    pub fn last_at_or_before(&self, at: i64, tz: Option<chrono_tz::Tz>) -> Option<i64> {
+        use chrono::TimeZone as _;
+        match tz {
+            Some(tz) => {
+                let t = tz.timestamp_opt(at, 0).single()?;
+                self.0.find_previous_occurrence(&t, true).ok().map(|t| t.timestamp())
+            }
+            None => {
+                let t = chrono::Local.timestamp_opt(at, 0).single()?;
+                self.0.find_previous_occurrence(&t, true).ok().map(|t| t.timestamp())
+            }
+        }
+    }
+
+    /// Go's RFC1123Z layout in UTC (`Mon, 02 Jan 2006 15:04:05 +0000`), as Kubernetes'
+    /// events print scheduled times.
+    pub fn rfc1123z(at: i64) -> String {
+        use chrono::TimeZone as _;
+        chrono::Utc
+            .timestamp_opt(at, 0)
+            .single()
+            .map(|d| d.format("%a, %d %b %Y %H:%M:%S +0000").to_string())
+            .unwrap_or_default()
+    }
+
+    /// `at` (Unix seconds) in RFC 3339 in `tz`, as the scheduled-timestamp annotation has it.
+    pub fn rfc3339(at: i64, tz: Option<chrono_tz::Tz>) -> String {
+        use chrono::TimeZone as _;
+        match tz {
+            Some(tz) => tz
+                .timestamp_opt(at, 0)
+                .single()
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                .unwrap_or_default(),
+            None => chrono::Local
+                .timestamp_opt(at, 0)
+                .single()
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                .unwrap_or_default(),
+        }
     }
 }
+
+/// A CronJob's time zone.
+pub type TimeZone = chrono_tz::Tz;
 
 /// A time zone name Kubernetes accepts: an IANA name (not `Local`), known to the bundled
 /// database.

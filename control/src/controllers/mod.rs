@@ -5,6 +5,7 @@
 
 use crate::machinery::{events, Context};
 
+pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
@@ -25,6 +26,7 @@ pub fn start_all(ctx: &Context) {
     deployment::start(ctx);
     daemonset::start(ctx);
     job::start(ctx);
+    cronjob::start(ctx);
     endpoints::start(ctx);
     nodelifecycle::start(ctx);
     nodeipam::start(ctx);

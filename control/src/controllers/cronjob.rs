@@ -1,0 +1,410 @@
+//! CronJob controller: creates a Job at each scheduled time (in the CronJob's time zone),
+//! as Kubernetes' cronjob controller v2 does: only the most recent missed time runs, a time
+//! later than `startingDeadlineSeconds` is missed, more than 100 missed times is a warning,
+//! the concurrency policy decides about runs that overlap, and finished Jobs beyond the
+//! history limits are deleted.
+//!
+//! What to do is decided by [`plan`], a pure function of the CronJob, its Jobs and the time;
+//! the controller's clock is injectable ([`start_with_clock`]) so tests need not wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::batch::{
+    parse_time_zone, CronJob, Job, Schedule, TimeZone, CRONJOB_SCHEDULED_TIMESTAMP,
+};
+use api::core::ObjectReference;
+use api::meta::{DeleteOptions, Time};
+use api::object::Resource;
+use api::Kind;
+
+use super::job::finished_condition;
+use super::workload;
+use crate::error::ApiError;
+use crate::machinery::events::Recorder;
+use crate::machinery::informer::Change;
+use crate::machinery::runner::{fed_queue, ignore_not_found, key_of, spawn_workers, Key, Synced};
+use crate::machinery::Context;
+use crate::registry::Part;
+
+/// More missed start times than this is a warning (Kubernetes' limit).
+pub const MAX_MISSED: u64 = 100;
+
+/// The controller's clock: Unix seconds.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+pub fn start(ctx: &Context) {
+    start_with_clock(ctx, Arc::new(|| Time::now().0));
+}
+
+/// [`start`] with the clock `now`.
+pub fn start_with_clock(ctx: &Context, now: Clock) {
+    let recorder = Recorder::start(ctx.registry.clone(), "cronjob-controller");
+    let queue = fed_queue::<CronJob, _>(ctx, &[Kind::CronJob, Kind::Job], keys_for);
+    let ctx = ctx.clone();
+    spawn_workers("cronjob", ctx.informers.clone(), queue, 1, move |key, mut s| {
+        let (ctx, recorder, now) = (ctx.clone(), recorder.clone(), now.clone());
+        async move {
+            let r = sync(&ctx, &recorder, &key, now(), &mut s).await;
+            (s, r)
+        }
+    });
+}
+
+fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
+    let Some(obj) = change.object() else {
+        return ctx
+            .informers
+            .cache()
+            .list::<CronJob>(None)
+            .iter()
+            .map(key_of)
+            .collect();
+    };
+    if let Some(cj) = CronJob::from_any_ref(obj) {
+        return vec![key_of(cj)];
+    }
+    let mut keys = Vec::new();
+    if let Some(job) = Job::from_any_ref(obj) {
+        if let Some(r) = job.metadata.controller_ref().filter(|r| r.kind == "CronJob") {
+            keys.push((job.metadata.namespace().to_string(), r.name.clone()));
+        }
+    }
+    keys
+}
+
+/// What one pass does for a CronJob.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    /// The status to write.
+    pub status: api::batch::CronJobStatus,
+    /// Create the Job of this scheduled time (Unix seconds).
+    pub create: Option<i64>,
+    /// Names of Jobs to delete: replaced runs and history beyond the limits.
+    pub delete: Vec<String>,
+    /// Look again after this long (the next scheduled time).
+    pub requeue: Option<Duration>,
+    /// Events: (warning, reason, message).
+    pub events: Vec<(bool, &'static str, String)>,
+}
+
+/// The name of the Job of `cj` scheduled at `t`: the minutes since the epoch, so a Job is
+/// never created twice for one time.
+pub fn job_name(cj: &CronJob, t: i64) -> String {
+    format!("{}-{}", cj.metadata.name, t / 60)
+}
+
+/// The most recent scheduled time in `(earliest, now]` and how many there are.
+fn most_recent(sched: &Schedule, tz: Option<TimeZone>, earliest: i64, now: i64) -> (Option<i64>, u64) {
+    let Some(first) = sched.next_after(earliest, tz) else {
+        return (None, 0);
+    };
+    if first > now {
+        return (None, 0);
+    }
+    let last = sched.last_at_or_before(now, tz).unwrap_or(first);
+    // Count exactly up to a bound, then estimate from the interval (as Kubernetes does for
+    // clocks off by years).
+    let mut n = 1u64;
+    let mut t = first;
+    while t < last && n <= 10_000 {
+        match sched.next_after(t, tz) {
+            Some(next) if next <= last => {
+                n += 1;
+                t = next;
+            }
+            _ => break,
+        }
+    }
+    if t < last {
+        let step = sched.next_after(first, tz).map_or(60, |s| (s - first).max(1));
+        n = ((last - first) / step) as u64 + 1;
+    }
+    (Some(last), n)
+}
+
+/// One pass of the CronJob controller over `cj` and the Jobs it owns, at `now` (Unix
+/// seconds).
+pub fn plan(cj: &CronJob, jobs: &[Job], now: i64) -> Plan {
+    let mut plan = Plan {
+        status: cj.status.clone(),
+        ..Default::default()
+    };
+    let st = &mut plan.status;
+
+    // The active list follows the Jobs: finished ones leave it, missing ones too.
+    for j in jobs {
+        let listed = st.active.iter().any(|r| r.uid.as_deref() == Some(&j.metadata.uid));
+        match finished_condition(j) {
+            Some(cond) => {
+                if listed {
+                    st.active.retain(|r| r.uid.as_deref() != Some(&j.metadata.uid));
+                    plan.events.push((
+                        false,
+                        "SawCompletedJob",
+                        format!("Saw completed job: {}, condition: {cond}", j.metadata.name),
+                    ));
+                }
+                if cond == "Complete" {
+                    if let Some(t) = j.status.completion_time {
+                        if st.last_successful_time.is_none_or(|l| l < t) {
+                            st.last_successful_time = Some(t);
+                        }
+                    }
+                }
+            }
+            None if !listed && j.metadata.deletion_timestamp.is_none() => {
+                st.active.push(reference(j));
+            }
+            None => {}
+        }
+    }
+    let missing: Vec<ObjectReference> = st
+        .active
+        .iter()
+        .filter(|r| !jobs.iter().any(|j| r.uid.as_deref() == Some(&j.metadata.uid)))
+        .cloned()
+        .collect();
+    for r in missing {
+        st.active.retain(|a| a.uid != r.uid);
+        plan.events.push((
+            false,
+            "MissingJob",
+            format!("Active job went missing: {}", r.name.clone().unwrap_or_default()),
+        ));
+    }
+    st.active.sort_by(|a, b| a.name.cmp(&b.name));
+
+    plan.delete = history_to_delete(cj, jobs);
+    if cj.metadata.deletion_timestamp.is_some() {
+        return plan;
+    }
+    let tz = match cj.spec.time_zone.as_deref().map(parse_time_zone) {
+        None => None,
+        Some(Ok(tz)) => Some(tz),
+        Some(Err(_)) => {
+            plan.events.push((
+                true,
+                "UnknownTimeZone",
+                format!(
+                    "invalid timeZone: {:?}: unknown time zone",
+                    cj.spec.time_zone.as_deref().unwrap_or("")
+                ),
+            ));
+            return plan;
+        }
+    };
+    if cj.spec.suspend == Some(true) {
+        return plan;
+    }
+    let sched = match Schedule::parse(&cj.spec.schedule) {
+        Ok(s) => s,
+        Err(e) => {
+            plan.events.push((
+                true,
+                "UnparseableSchedule",
+                format!("unparseable schedule: {:?} : {e}", cj.spec.schedule),
+            ));
+            return plan;
+        }
+    };
+    let requeue_from = |t: i64| {
+        sched
+            .next_after(t, tz)
+            .map(|next| Duration::from_secs((next - now).max(0) as u64) + Duration::from_millis(100))
+    };
+    let mut earliest = st
+        .last_schedule_time
+        .or(cj.metadata.creation_timestamp)
+        .map_or(now, |t| t.0);
+    if let Some(d) = cj.spec.starting_deadline_seconds {
+        earliest = earliest.max(now - d);
+    }
+    let (scheduled, missed) = most_recent(&sched, tz, earliest, now);
+    plan.requeue = requeue_from(now);
+    let Some(scheduled) = scheduled else {
+        return plan;
+    };
+    if missed > MAX_MISSED {
+        plan.events.push((
+            true,
+            "TooManyMissedTimes",
+            format!("too many missed start times: {missed}. Set or decrease .spec.startingDeadlineSeconds or check clock skew"),
+        ));
+    }
+    if let Some(d) = cj.spec.starting_deadline_seconds {
+        if scheduled + d < now {
+            plan.events.push((
+                true,
+                "MissSchedule",
+                format!(
+                    "Missed scheduled time to start a job: {}",
+                    Schedule::rfc1123z(scheduled)
+                ),
+            ));
+            return plan;
+        }
+    }
+    let name = job_name(cj, scheduled);
+    if st.active.iter().any(|r| r.name.as_deref() == Some(&name))
+        || st.last_schedule_time == Some(Time(scheduled))
+    {
+        return plan;
+    }
+    match cj.spec.concurrency_policy.as_deref() {
+        Some("Forbid") if !st.active.is_empty() => {
+            plan.events.push((
+                false,
+                "JobAlreadyActive",
+                "Not starting job because prior execution is running and concurrency policy is Forbid".into(),
+            ));
+            return plan;
+        }
+        Some("Replace") => {
+            for r in std::mem::take(&mut st.active) {
+                if let Some(n) = r.name {
+                    plan.delete.push(n);
+                }
+            }
+        }
+        _ => {}
+    }
+    plan.create = Some(scheduled);
+    st.last_schedule_time = Some(Time(scheduled));
+    plan
+}
+
+/// Finished Jobs beyond the history limits, oldest first.
+fn history_to_delete(cj: &CronJob, jobs: &[Job]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (cond, limit) in [
+        ("Complete", cj.spec.successful_jobs_history_limit),
+        ("Failed", cj.spec.failed_jobs_history_limit),
+    ] {
+        let Some(limit) = limit else { continue };
+        let mut done: Vec<&Job> = jobs
+            .iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none() && finished_condition(j) == Some(cond))
+            .collect();
+        let limit = limit.max(0) as usize;
+        if done.len() <= limit {
+            continue;
+        }
+        done.sort_by_key(|j| (j.status.start_time, j.metadata.creation_timestamp, j.metadata.name.clone()));
+        let surplus = done.len() - limit;
+        out.extend(done.into_iter().take(surplus).map(|j| j.metadata.name.clone()));
+    }
+    out
+}
+
+fn reference(j: &Job) -> ObjectReference {
+    ObjectReference {
+        kind: Some("Job".into()),
+        namespace: Some(j.metadata.namespace().to_string()),
+        name: Some(j.metadata.name.clone()),
+        uid: Some(j.metadata.uid.clone()),
+        api_version: Some("batch/v1".into()),
+        resource_version: Some(j.metadata.resource_version.clone()),
+        ..Default::default()
+    }
+}
+
+/// The Job of `cj` for scheduled time `t` (Kubernetes' getJobFromTemplate2).
+pub fn new_job(cj: &CronJob, t: i64) -> Job {
+    let tmpl = &cj.spec.job_template;
+    let tz = cj.spec.time_zone.as_deref().and_then(|z| parse_time_zone(z).ok());
+    let mut job = Job {
+        spec: tmpl.spec.clone(),
+        ..Default::default()
+    };
+    let m = &mut job.metadata;
+    m.name = job_name(cj, t);
+    m.namespace = Some(cj.metadata.namespace().to_string());
+    m.labels = tmpl.metadata.labels.clone();
+    m.annotations = tmpl.metadata.annotations.clone();
+    m.annotations
+        .insert(CRONJOB_SCHEDULED_TIMESTAMP.into(), Schedule::rfc3339(t, tz));
+    m.owner_references = vec![workload::controller_ref(cj)];
+    job
+}
+
+async fn sync(
+    ctx: &Context,
+    rec: &Recorder,
+    (ns, name): &Key,
+    now: i64,
+    s: &mut Synced,
+) -> Result<(), ApiError> {
+    let Some(cj) = ctx.informers.cache().get::<CronJob>(ns, name) else {
+        return Ok(());
+    };
+    let uid = cj.metadata.uid.clone();
+    let jobs: Vec<Job> = ctx
+        .informers
+        .cache()
+        .read()
+        .iter::<Job>(Some(ns))
+        .filter(|j| workload::controller_uid(&j.metadata) == Some(uid.as_str()))
+        .collect();
+    let mut plan = plan(&cj, &jobs, now);
+    if let Some(d) = plan.requeue {
+        s.requeue_after(d);
+    }
+    for (warning, reason, message) in &plan.events {
+        if *warning {
+            rec.warning(&cj, reason, message.clone());
+        } else {
+            rec.normal(&cj, reason, message.clone());
+        }
+    }
+    for doomed in &plan.delete {
+        let opts = DeleteOptions {
+            propagation_policy: Some("Background".into()),
+            ..Default::default()
+        };
+        match ignore_not_found(ctx.registry.delete::<Job>(ns, doomed, opts).await) {
+            Ok(Some((j, _))) => {
+                s.wrote(&j);
+                rec.normal(&cj, "SuccessfulDelete", format!("Deleted job {doomed}"));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                rec.warning(&cj, "FailedDelete", format!("Deleted job: {e}"));
+                return Err(e);
+            }
+        }
+    }
+    if let Some(t) = plan.create {
+        match ctx.registry.create(new_job(&cj, t), None).await {
+            Ok(j) => {
+                s.wrote(&j);
+                rec.normal(&cj, "SuccessfulCreate", format!("Created job {}", j.metadata.name));
+                plan.status.active.push(reference(&j));
+            }
+            Err(e) if e.code() == 409 => {
+                // Created by an earlier pass whose status write was lost: the name is the
+                // lock; the Job joins the active list when the cache shows it.
+            }
+            Err(e) => {
+                rec.warning(&cj, "FailedCreate", format!("Error creating job: {e}"));
+                return Err(e);
+            }
+        }
+    }
+    if plan.status != cj.status {
+        let status = plan.status;
+        let r = ctx
+            .registry
+            .mutate::<CronJob>(ns, name, Part::Status, move |c| {
+                if c.metadata.uid == uid {
+                    c.status = status;
+                }
+                Ok(())
+            })
+            .await;
+        if let Some(c) = ignore_not_found(r)? {
+            s.wrote(&c);
+        }
+    }
+    Ok(())
+}
