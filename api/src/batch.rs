@@ -355,7 +355,12 @@ fn validate_job_spec(s: &JobSpec, path: &str, generated_uid: Option<&str>) -> Ve
             ));
         }
     }
-    let restart = s.template.spec.restart_policy.as_deref().unwrap_or("Always");
+    let restart = s
+        .template
+        .spec
+        .restart_policy
+        .as_deref()
+        .unwrap_or("Always");
     if restart != "OnFailure" && restart != "Never" {
         errs.push(FieldError::not_supported(
             f("template.spec.restartPolicy"),
@@ -399,7 +404,12 @@ fn validate_job_spec(s: &JobSpec, path: &str, generated_uid: Option<&str>) -> Ve
                         format!("must be '{uid}'"),
                     ));
                 }
-                if sel.match_labels.get(CONTROLLER_UID_LABEL).map(String::as_str) != Some(uid) {
+                if sel
+                    .match_labels
+                    .get(CONTROLLER_UID_LABEL)
+                    .map(String::as_str)
+                    != Some(uid)
+                {
                     errs.push(FieldError::invalid(
                         f("selector"),
                         selector_text(sel),
@@ -423,11 +433,18 @@ fn validate_job_spec(s: &JobSpec, path: &str, generated_uid: Option<&str>) -> Ve
 fn validate_pod_failure_policy(p: &PodFailurePolicy, path: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if p.rules.len() > 20 {
-        errs.push(FieldError::too_many(format!("{path}.rules"), p.rules.len(), 20));
+        errs.push(FieldError::too_many(
+            format!("{path}.rules"),
+            p.rules.len(),
+            20,
+        ));
     }
     for (i, r) in p.rules.iter().enumerate() {
         let rp = format!("{path}.rules[{i}]");
-        if !matches!(r.action.as_str(), "FailJob" | "FailIndex" | "Ignore" | "Count") {
+        if !matches!(
+            r.action.as_str(),
+            "FailJob" | "FailIndex" | "Ignore" | "Count"
+        ) {
             errs.push(FieldError::not_supported(
                 format!("{rp}.action"),
                 &r.action,
@@ -558,9 +575,7 @@ pub fn validate_job_update(new: &Job, old: &Job) -> Vec<FieldError> {
             "field is immutable",
         ));
     }
-    if n.completions != o.completions
-        && !(new.indexed() && n.completions == n.parallelism)
-    {
+    if n.completions != o.completions && !(new.indexed() && n.completions == n.parallelism) {
         errs.push(FieldError::invalid(
             "spec.completions",
             n.completions.map(|c| c.to_string()).unwrap_or_default(),
@@ -700,11 +715,17 @@ impl Schedule {
         match tz {
             Some(tz) => {
                 let t = tz.timestamp_opt(after, 0).single()?;
-                self.0.find_next_occurrence(&t, false).ok().map(|t| t.timestamp())
+                self.0
+                    .find_next_occurrence(&t, false)
+                    .ok()
+                    .map(|t| t.timestamp())
             }
             None => {
                 let t = chrono::Local.timestamp_opt(after, 0).single()?;
-                self.0.find_next_occurrence(&t, false).ok().map(|t| t.timestamp())
+                self.0
+                    .find_next_occurrence(&t, false)
+                    .ok()
+                    .map(|t| t.timestamp())
             }
         }
     }
@@ -716,11 +737,17 @@ impl Schedule {
         match tz {
             Some(tz) => {
                 let t = tz.timestamp_opt(at, 0).single()?;
-                self.0.find_previous_occurrence(&t, true).ok().map(|t| t.timestamp())
+                self.0
+                    .find_previous_occurrence(&t, true)
+                    .ok()
+                    .map(|t| t.timestamp())
             }
             None => {
                 let t = chrono::Local.timestamp_opt(at, 0).single()?;
-                self.0.find_previous_occurrence(&t, true).ok().map(|t| t.timestamp())
+                self.0
+                    .find_previous_occurrence(&t, true)
+                    .ok()
+                    .map(|t| t.timestamp())
             }
         }
     }

@@ -10,9 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::batch::{
-    parse_time_zone, CronJob, Job, Schedule, TimeZone, CRONJOB_SCHEDULED_TIMESTAMP,
-};
+use api::batch::{parse_time_zone, CronJob, Job, Schedule, TimeZone, CRONJOB_SCHEDULED_TIMESTAMP};
 use api::core::ObjectReference;
 use api::meta::{DeleteOptions, Time};
 use api::object::Resource;
@@ -42,13 +40,19 @@ pub fn start_with_clock(ctx: &Context, now: Clock) {
     let recorder = Recorder::start(ctx.registry.clone(), "cronjob-controller");
     let queue = fed_queue::<CronJob, _>(ctx, &[Kind::CronJob, Kind::Job], keys_for);
     let ctx = ctx.clone();
-    spawn_workers("cronjob", ctx.informers.clone(), queue, 1, move |key, mut s| {
-        let (ctx, recorder, now) = (ctx.clone(), recorder.clone(), now.clone());
-        async move {
-            let r = sync(&ctx, &recorder, &key, now(), &mut s).await;
-            (s, r)
-        }
-    });
+    spawn_workers(
+        "cronjob",
+        ctx.informers.clone(),
+        queue,
+        1,
+        move |key, mut s| {
+            let (ctx, recorder, now) = (ctx.clone(), recorder.clone(), now.clone());
+            async move {
+                let r = sync(&ctx, &recorder, &key, now(), &mut s).await;
+                (s, r)
+            }
+        },
+    );
 }
 
 fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
@@ -66,7 +70,11 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
     }
     let mut keys = Vec::new();
     if let Some(job) = Job::from_any_ref(obj) {
-        if let Some(r) = job.metadata.controller_ref().filter(|r| r.kind == "CronJob") {
+        if let Some(r) = job
+            .metadata
+            .controller_ref()
+            .filter(|r| r.kind == "CronJob")
+        {
             keys.push((job.metadata.namespace().to_string(), r.name.clone()));
         }
     }
@@ -95,7 +103,12 @@ pub fn job_name(cj: &CronJob, t: i64) -> String {
 }
 
 /// The most recent scheduled time in `(earliest, now]` and how many there are.
-fn most_recent(sched: &Schedule, tz: Option<TimeZone>, earliest: i64, now: i64) -> (Option<i64>, u64) {
+fn most_recent(
+    sched: &Schedule,
+    tz: Option<TimeZone>,
+    earliest: i64,
+    now: i64,
+) -> (Option<i64>, u64) {
     let Some(first) = sched.next_after(earliest, tz) else {
         return (None, 0);
     };
@@ -117,7 +130,9 @@ fn most_recent(sched: &Schedule, tz: Option<TimeZone>, earliest: i64, now: i64) 
         }
     }
     if t < last {
-        let step = sched.next_after(first, tz).map_or(60, |s| (s - first).max(1));
+        let step = sched
+            .next_after(first, tz)
+            .map_or(60, |s| (s - first).max(1));
         n = ((last - first) / step) as u64 + 1;
     }
     (Some(last), n)
@@ -134,11 +149,15 @@ pub fn plan(cj: &CronJob, jobs: &[Job], now: i64) -> Plan {
 
     // The active list follows the Jobs: finished ones leave it, missing ones too.
     for j in jobs {
-        let listed = st.active.iter().any(|r| r.uid.as_deref() == Some(&j.metadata.uid));
+        let listed = st
+            .active
+            .iter()
+            .any(|r| r.uid.as_deref() == Some(&j.metadata.uid));
         match finished_condition(j) {
             Some(cond) => {
                 if listed {
-                    st.active.retain(|r| r.uid.as_deref() != Some(&j.metadata.uid));
+                    st.active
+                        .retain(|r| r.uid.as_deref() != Some(&j.metadata.uid));
                     plan.events.push((
                         false,
                         "SawCompletedJob",
@@ -162,7 +181,11 @@ pub fn plan(cj: &CronJob, jobs: &[Job], now: i64) -> Plan {
     let missing: Vec<ObjectReference> = st
         .active
         .iter()
-        .filter(|r| !jobs.iter().any(|j| r.uid.as_deref() == Some(&j.metadata.uid)))
+        .filter(|r| {
+            !jobs
+                .iter()
+                .any(|j| r.uid.as_deref() == Some(&j.metadata.uid))
+        })
         .cloned()
         .collect();
     for r in missing {
@@ -170,7 +193,10 @@ pub fn plan(cj: &CronJob, jobs: &[Job], now: i64) -> Plan {
         plan.events.push((
             false,
             "MissingJob",
-            format!("Active job went missing: {}", r.name.clone().unwrap_or_default()),
+            format!(
+                "Active job went missing: {}",
+                r.name.clone().unwrap_or_default()
+            ),
         ));
     }
     st.active.sort_by(|a, b| a.name.cmp(&b.name));
@@ -209,9 +235,9 @@ pub fn plan(cj: &CronJob, jobs: &[Job], now: i64) -> Plan {
         }
     };
     let requeue_from = |t: i64| {
-        sched
-            .next_after(t, tz)
-            .map(|next| Duration::from_secs((next - now).max(0) as u64) + Duration::from_millis(100))
+        sched.next_after(t, tz).map(|next| {
+            Duration::from_secs((next - now).max(0) as u64) + Duration::from_millis(100)
+        })
     };
     let mut earliest = st
         .last_schedule_time
@@ -284,15 +310,27 @@ fn history_to_delete(cj: &CronJob, jobs: &[Job]) -> Vec<String> {
         let Some(limit) = limit else { continue };
         let mut done: Vec<&Job> = jobs
             .iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none() && finished_condition(j) == Some(cond))
+            .filter(|j| {
+                j.metadata.deletion_timestamp.is_none() && finished_condition(j) == Some(cond)
+            })
             .collect();
         let limit = limit.max(0) as usize;
         if done.len() <= limit {
             continue;
         }
-        done.sort_by_key(|j| (j.status.start_time, j.metadata.creation_timestamp, j.metadata.name.clone()));
+        done.sort_by_key(|j| {
+            (
+                j.status.start_time,
+                j.metadata.creation_timestamp,
+                j.metadata.name.clone(),
+            )
+        });
         let surplus = done.len() - limit;
-        out.extend(done.into_iter().take(surplus).map(|j| j.metadata.name.clone()));
+        out.extend(
+            done.into_iter()
+                .take(surplus)
+                .map(|j| j.metadata.name.clone()),
+        );
     }
     out
 }
@@ -312,7 +350,11 @@ fn reference(j: &Job) -> ObjectReference {
 /// The Job of `cj` for scheduled time `t` (Kubernetes' getJobFromTemplate2).
 pub fn new_job(cj: &CronJob, t: i64) -> Job {
     let tmpl = &cj.spec.job_template;
-    let tz = cj.spec.time_zone.as_deref().and_then(|z| parse_time_zone(z).ok());
+    let tz = cj
+        .spec
+        .time_zone
+        .as_deref()
+        .and_then(|z| parse_time_zone(z).ok());
     let mut job = Job {
         spec: tmpl.spec.clone(),
         ..Default::default()
@@ -378,7 +420,11 @@ async fn sync(
         match ctx.registry.create(new_job(&cj, t), None).await {
             Ok(j) => {
                 s.wrote(&j);
-                rec.normal(&cj, "SuccessfulCreate", format!("Created job {}", j.metadata.name));
+                rec.normal(
+                    &cj,
+                    "SuccessfulCreate",
+                    format!("Created job {}", j.metadata.name),
+                );
                 plan.status.active.push(reference(&j));
             }
             Err(e) if e.code() == 409 => {
@@ -407,4 +453,161 @@ async fn sync(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2027-01-15 10:00:00 UTC, a Friday.
+    const T0: i64 = 1_800_000_000 - 1_800_000_000 % 3600;
+
+    fn cron(schedule: &str) -> CronJob {
+        let mut c = CronJob::default();
+        c.metadata.name = "tick".into();
+        c.metadata.namespace = Some("default".into());
+        c.metadata.uid = "cj-uid".into();
+        c.metadata.creation_timestamp = Some(Time(T0));
+        c.spec.schedule = schedule.into();
+        c.spec.time_zone = Some("Etc/UTC".into());
+        c.set_defaults();
+        c
+    }
+
+    fn child(c: &CronJob, t: i64, cond: Option<&str>) -> Job {
+        let mut j = new_job(c, t);
+        j.metadata.uid = format!("job-{t}");
+        j.metadata.creation_timestamp = Some(Time(t));
+        j.status.start_time = Some(Time(t));
+        if let Some(cond) = cond {
+            j.status.conditions.push(api::batch::JobCondition {
+                type_: cond.into(),
+                status: "True".into(),
+                ..Default::default()
+            });
+            j.status.completion_time = Some(Time(t + 5));
+        }
+        j
+    }
+
+    #[test]
+    fn creates_the_job_of_each_scheduled_time_once() {
+        let c = cron("*/5 * * * *");
+        let p = plan(&c, &[], T0 + 299);
+        assert_eq!(p.create, None);
+        assert_eq!(p.requeue, Some(Duration::from_millis(1100)));
+        let p = plan(&c, &[], T0 + 301);
+        assert_eq!(p.create, Some(T0 + 300));
+        assert_eq!(p.status.last_schedule_time, Some(Time(T0 + 300)));
+        let job = new_job(&c, T0 + 300);
+        assert_eq!(job.metadata.name, format!("tick-{}", (T0 + 300) / 60));
+        assert_eq!(
+            job.metadata.annotations[CRONJOB_SCHEDULED_TIMESTAMP],
+            Schedule::rfc3339(T0 + 300, Some(TimeZone::UTC))
+        );
+        assert_eq!(job.metadata.owner_references[0].kind, "CronJob");
+
+        // Once scheduled (status written), the same time is not run again.
+        let mut done = c.clone();
+        done.status = p.status.clone();
+        assert_eq!(plan(&done, &[], T0 + 400).create, None);
+    }
+
+    #[test]
+    fn time_zones_and_macros() {
+        let mut c = cron("0 12 * * *");
+        c.spec.time_zone = Some("Asia/Tokyo".into()); // UTC+9: noon there is 03:00 UTC
+        let day = T0 - T0 % 86_400;
+        let p = plan(&c, &[], day + 86_400 + 3 * 3600 + 1);
+        assert_eq!(p.create, Some(day + 86_400 + 3 * 3600));
+        assert!(Schedule::parse("@hourly").is_ok());
+        assert!(Schedule::parse("@every 5m").is_err());
+        assert!(Schedule::parse("* * * *").is_err());
+        assert!(Schedule::parse("61 * * * *").is_err());
+    }
+
+    #[test]
+    fn only_the_most_recent_missed_run_starts_and_many_missed_warn() {
+        // Down for three hours with an hourly schedule: one run, for the last time.
+        let c = cron("0 * * * *");
+        let p = plan(&c, &[], T0 + 3 * 3600 + 10);
+        assert_eq!(p.create, Some(T0 + 3 * 3600));
+        assert!(p.events.iter().all(|e| e.1 != "TooManyMissedTimes"));
+
+        // Every minute for three hours: 180 missed, a warning, still the last one runs.
+        let c = cron("* * * * *");
+        let p = plan(&c, &[], T0 + 3 * 3600 + 10);
+        assert_eq!(p.create, Some(T0 + 3 * 3600));
+        let warn = p
+            .events
+            .iter()
+            .find(|e| e.1 == "TooManyMissedTimes")
+            .unwrap();
+        assert!(warn.0);
+        assert!(
+            warn.2.starts_with("too many missed start times: 180."),
+            "{}",
+            warn.2
+        );
+
+        // A starting deadline bounds the look back, and a time past it is missed.
+        let mut c = cron("0 * * * *");
+        c.spec.starting_deadline_seconds = Some(60);
+        let p = plan(&c, &[], T0 + 3600 + 30);
+        assert_eq!(p.create, Some(T0 + 3600));
+        let p = plan(&c, &[], T0 + 3600 + 90);
+        assert_eq!(p.create, None, "past the deadline");
+        // Without a deadline the same late start still runs.
+        c.spec.starting_deadline_seconds = None;
+        assert_eq!(plan(&c, &[], T0 + 3600 + 90).create, Some(T0 + 3600));
+    }
+
+    #[test]
+    fn concurrency_policies() {
+        let mut c = cron("*/5 * * * *");
+        let running = child(&c, T0 + 300, None);
+        c.status.last_schedule_time = Some(Time(T0 + 300));
+        // Allow: a second run starts alongside.
+        let p = plan(&c, std::slice::from_ref(&running), T0 + 601);
+        assert_eq!(p.create, Some(T0 + 600));
+        assert_eq!(p.status.active.len(), 1);
+        // Forbid: it waits.
+        c.spec.concurrency_policy = Some("Forbid".into());
+        let p = plan(&c, std::slice::from_ref(&running), T0 + 601);
+        assert_eq!(p.create, None);
+        assert!(p.events.iter().any(|e| e.1 == "JobAlreadyActive"));
+        // Replace: the running one goes.
+        c.spec.concurrency_policy = Some("Replace".into());
+        let p = plan(&c, std::slice::from_ref(&running), T0 + 601);
+        assert_eq!(p.create, Some(T0 + 600));
+        assert_eq!(p.delete, vec![running.metadata.name.clone()]);
+    }
+
+    #[test]
+    fn finished_jobs_leave_active_and_history_is_trimmed() {
+        let mut c = cron("*/5 * * * *");
+        c.spec.suspend = Some(true);
+        c.spec.successful_jobs_history_limit = Some(2);
+        let jobs: Vec<Job> = (1..=4)
+            .map(|i| child(&c, T0 + i * 300, Some("Complete")))
+            .chain([
+                child(&c, T0 + 1500, Some("Failed")),
+                child(&c, T0 + 1800, Some("Failed")),
+            ])
+            .collect();
+        c.status.active.push(reference(&jobs[3]));
+        let p = plan(&c, &jobs, T0 + 2000);
+        assert!(p.status.active.is_empty());
+        assert_eq!(p.status.last_successful_time, Some(Time(T0 + 1205)));
+        assert_eq!(
+            p.delete,
+            vec![
+                jobs[0].metadata.name.clone(),
+                jobs[1].metadata.name.clone(),
+                jobs[4].metadata.name.clone()
+            ]
+        );
+        assert_eq!(p.create, None, "suspended");
+        assert!(p.events.iter().any(|e| e.1 == "SawCompletedJob"));
+    }
 }

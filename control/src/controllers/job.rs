@@ -320,7 +320,14 @@ pub fn plan(job: &Job, pods: &[Pod], now: Time) -> Plan {
     // Suspension stops the pods; resuming starts the clock again.
     if suspended {
         if !st.is_true("Suspended") {
-            set_condition(st, "Suspended", "True", "JobSuspended", "Job suspended", now);
+            set_condition(
+                st,
+                "Suspended",
+                "True",
+                "JobSuspended",
+                "Job suspended",
+                now,
+            );
             plan.events
                 .push((false, "Suspended", "Job suspended".into()));
             st.start_time = None;
@@ -401,7 +408,14 @@ pub fn plan(job: &Job, pods: &[Pod], now: Time) -> Plan {
     if complete || st.is_true("SuccessCriteriaMet") {
         let message = "Reached expected number of succeeded pods";
         if !st.is_true("SuccessCriteriaMet") {
-            set_condition(st, "SuccessCriteriaMet", "True", "CompletionsReached", message, now);
+            set_condition(
+                st,
+                "SuccessCriteriaMet",
+                "True",
+                "CompletionsReached",
+                message,
+                now,
+            );
         }
         plan.delete = active.iter().map(|p| p.metadata.name.clone()).collect();
         st.active = Some(0);
@@ -484,12 +498,9 @@ pub fn plan(job: &Job, pods: &[Pod], now: Time) -> Plan {
         }
     }
     if wait > 0 {
-        plan.requeue = Some(
-            plan.requeue
-                .map_or(Duration::from_secs(wait as u64), |r| {
-                    r.min(Duration::from_secs(wait as u64))
-                }),
-        );
+        plan.requeue = Some(plan.requeue.map_or(Duration::from_secs(wait as u64), |r| {
+            r.min(Duration::from_secs(wait as u64))
+        }));
     }
     st.active = Some((keep.len() + plan.create.len()) as i32);
     plan
@@ -527,7 +538,8 @@ pub fn new_pod(job: &Job, index: Option<i32>) -> Pod {
     );
     if let Some(i) = index {
         let m = &mut pod.metadata;
-        m.annotations.insert(JOB_COMPLETION_INDEX.into(), i.to_string());
+        m.annotations
+            .insert(JOB_COMPLETION_INDEX.into(), i.to_string());
         m.labels.insert(JOB_COMPLETION_INDEX.into(), i.to_string());
         let env = EnvVar {
             name: "JOB_COMPLETION_INDEX".into(),
@@ -736,4 +748,232 @@ pub fn finished_condition(job: &Job) -> Option<&str> {
         .iter()
         .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
         .map(|c| c.type_.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::batch::{
+        PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+    };
+    use api::core::{ContainerState, ContainerStateTerminated, ContainerStatus};
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn job(completions: Option<i32>, parallelism: i32) -> Job {
+        let mut j = Job::default();
+        j.metadata.name = "pi".into();
+        j.metadata.namespace = Some("default".into());
+        j.metadata.uid = "uid-1".into();
+        j.spec.completions = completions;
+        j.spec.parallelism = Some(parallelism);
+        j.spec.template.spec.restart_policy = Some("Never".into());
+        j.set_defaults();
+        j
+    }
+
+    fn pod(name: &str, phase: &str, exit: Option<i32>, finished: i64) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = name.into();
+        p.metadata.namespace = Some("default".into());
+        p.metadata.creation_timestamp = Some(Time(finished - 5));
+        p.status.phase = Some(phase.into());
+        if let Some(code) = exit {
+            p.status.container_statuses.push(ContainerStatus {
+                name: "main".into(),
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: code,
+                        finished_at: Some(Time(finished)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn runs_parallelism_pods_until_completions() {
+        let j = job(Some(3), 2);
+        let p = plan(&j, &[], Time(NOW));
+        assert_eq!(p.create, vec![None, None]);
+        assert_eq!(p.status.active, Some(2));
+        assert_eq!(p.status.start_time, Some(Time(NOW)));
+
+        // Two succeeded: one more pod, not two.
+        let pods = [
+            pod("a", "Succeeded", Some(0), NOW),
+            pod("b", "Succeeded", Some(0), NOW),
+        ];
+        let p = plan(&j, &pods, Time(NOW));
+        assert_eq!(p.create.len(), 1);
+        assert_eq!(p.status.succeeded, Some(2));
+
+        let mut pods = pods.to_vec();
+        pods.push(pod("c", "Succeeded", Some(0), NOW));
+        let p = plan(&j, &pods, Time(NOW + 7));
+        assert!(p.create.is_empty());
+        assert!(p.status.is_true("SuccessCriteriaMet"));
+        assert!(p.status.is_true("Complete"));
+        let c = p.status.condition("Complete").unwrap();
+        assert_eq!(c.reason.as_deref(), Some("CompletionsReached"));
+        assert_eq!(p.status.completion_time, Some(Time(NOW + 7)));
+    }
+
+    #[test]
+    fn complete_waits_for_surplus_pods_to_go() {
+        let j = job(Some(1), 2);
+        let mut running = pod("r", "Running", None, NOW);
+        running.status.container_statuses.clear();
+        let pods = [pod("a", "Succeeded", Some(0), NOW), running];
+        let p = plan(&j, &pods, Time(NOW));
+        assert!(p.status.is_true("SuccessCriteriaMet"));
+        assert!(!p.status.is_true("Complete"));
+        assert_eq!(p.delete, vec!["r".to_string()]);
+    }
+
+    #[test]
+    fn indexed_pods_fill_missing_indexes() {
+        let mut j = job(Some(4), 2);
+        j.spec.completion_mode = Some("Indexed".into());
+        let mut done = pod("pi-0-x", "Succeeded", Some(0), NOW);
+        done.metadata
+            .annotations
+            .insert(JOB_COMPLETION_INDEX.into(), "0".into());
+        let mut busy = pod("pi-2-x", "Running", None, NOW);
+        busy.metadata
+            .annotations
+            .insert(JOB_COMPLETION_INDEX.into(), "2".into());
+        let p = plan(&j, &[done, busy], Time(NOW));
+        assert_eq!(p.create, vec![Some(1)]);
+        assert_eq!(p.status.completed_indexes.as_deref(), Some("0"));
+
+        let pod = new_pod(&j, Some(3));
+        assert_eq!(pod.metadata.annotations[JOB_COMPLETION_INDEX], "3");
+        assert_eq!(pod.metadata.generate_name.as_deref(), Some("pi-3-"));
+        assert_eq!(pod.spec.hostname.as_deref(), Some("pi-3"));
+        assert_eq!(compress_indexes(&[0, 1, 2, 4, 6, 7].into()), "0-2,4,6-7");
+    }
+
+    #[test]
+    fn failures_back_off_then_exceed_the_limit() {
+        assert_eq!(backoff_delay(1), Duration::from_secs(10));
+        assert_eq!(backoff_delay(2), Duration::from_secs(20));
+        assert_eq!(backoff_delay(3), Duration::from_secs(40));
+        assert_eq!(backoff_delay(10), BACKOFF_MAX);
+
+        let mut j = job(Some(1), 1);
+        j.spec.backoff_limit = Some(2);
+        let one = [pod("a", "Failed", Some(1), NOW)];
+        let p = plan(&j, &one, Time(NOW + 3));
+        assert!(p.create.is_empty(), "backing off");
+        assert_eq!(p.requeue, Some(Duration::from_secs(7)));
+        let p = plan(&j, &one, Time(NOW + 10));
+        assert_eq!(p.create.len(), 1);
+
+        let three = [
+            pod("a", "Failed", Some(1), NOW),
+            pod("b", "Failed", Some(1), NOW + 10),
+            pod("c", "Failed", Some(1), NOW + 30),
+        ];
+        let p = plan(&j, &three, Time(NOW + 31));
+        assert!(p.status.is_true("Failed"));
+        assert!(p.status.is_true("FailureTarget"));
+        let c = p.status.condition("Failed").unwrap();
+        assert_eq!(c.reason.as_deref(), Some("BackoffLimitExceeded"));
+        assert_eq!(
+            c.message.as_deref(),
+            Some("Job has reached the specified backoff limit")
+        );
+        assert_eq!(p.status.failed, Some(3));
+    }
+
+    #[test]
+    fn pod_failure_policy_fails_ignores_or_counts() {
+        let mut j = job(Some(1), 1);
+        j.spec.pod_failure_policy = Some(PodFailurePolicy {
+            rules: vec![
+                PodFailurePolicyRule {
+                    action: "FailJob".into(),
+                    on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                        container_name: None,
+                        operator: "In".into(),
+                        values: vec![42],
+                    }),
+                    on_pod_conditions: vec![],
+                },
+                PodFailurePolicyRule {
+                    action: "Ignore".into(),
+                    on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                        container_name: None,
+                        operator: "In".into(),
+                        values: vec![7],
+                    }),
+                    on_pod_conditions: vec![],
+                },
+            ],
+        });
+        let p = plan(&j, &[pod("a", "Failed", Some(7), NOW)], Time(NOW + 1));
+        assert_eq!(p.status.failed, Some(0), "ignored");
+        assert_eq!(p.create.len(), 1, "ignored failures do not back off");
+
+        let p = plan(&j, &[pod("a", "Failed", Some(42), NOW)], Time(NOW + 1));
+        let c = p.status.condition("Failed").unwrap();
+        assert_eq!(c.reason.as_deref(), Some("PodFailurePolicy"));
+        assert_eq!(
+            c.message.as_deref(),
+            Some("Container main for pod default/a failed with exit code 42 matching FailJob rule at index 0")
+        );
+    }
+
+    #[test]
+    fn deadline_suspend_and_ttl() {
+        let mut j = job(Some(1), 1);
+        j.spec.active_deadline_seconds = Some(30);
+        j.status.start_time = Some(Time(NOW));
+        let running = pod("a", "Running", None, NOW);
+        let p = plan(&j, std::slice::from_ref(&running), Time(NOW + 10));
+        assert_eq!(p.requeue, Some(Duration::from_secs(20)));
+        let p = plan(&j, std::slice::from_ref(&running), Time(NOW + 30));
+        assert_eq!(p.delete, vec!["a".to_string()]);
+        assert_eq!(
+            p.status
+                .condition("FailureTarget")
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("DeadlineExceeded")
+        );
+        assert!(!p.status.is_true("Failed"), "waits for the pod to go");
+        let p = plan(&j, &[], Time(NOW + 31));
+        assert!(p.status.is_true("Failed"));
+
+        let mut s = job(Some(1), 1);
+        s.spec.suspend = Some(true);
+        let p = plan(&s, std::slice::from_ref(&running), Time(NOW));
+        assert!(p.status.is_true("Suspended"));
+        assert_eq!(p.delete, vec!["a".to_string()]);
+        assert!(p.create.is_empty());
+
+        let mut done = job(Some(1), 1);
+        done.spec.ttl_seconds_after_finished = Some(100);
+        let mut st = api::batch::JobStatus::default();
+        set_condition(
+            &mut st,
+            "Complete",
+            "True",
+            "CompletionsReached",
+            "",
+            Time(NOW),
+        );
+        done.status = st;
+        assert_eq!(
+            plan(&done, &[], Time(NOW + 40)).requeue,
+            Some(Duration::from_secs(60))
+        );
+        assert!(plan(&done, &[], Time(NOW + 100)).delete_job);
+    }
 }
