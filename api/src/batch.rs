@@ -877,3 +877,171 @@ impl Resource for CronJob {
         errs
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Container;
+
+    fn job() -> Job {
+        let mut j = Job::default();
+        j.metadata.name = "pi".into();
+        j.metadata.namespace = Some("default".into());
+        j.metadata.uid = "u-1".into();
+        j.spec.template.spec.restart_policy = Some("Never".into());
+        j.spec.template.spec.containers.push(Container {
+            name: "pi".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        });
+        j
+    }
+
+    fn messages(errs: &[FieldError]) -> Vec<String> {
+        errs.iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
+    }
+
+    #[test]
+    fn job_defaults_and_generated_selector() {
+        let mut j = job();
+        j.spec
+            .template
+            .metadata
+            .labels
+            .insert("app".into(), "pi".into());
+        j.set_defaults();
+        assert_eq!(j.spec.completions, Some(1));
+        assert_eq!(j.spec.parallelism, Some(1));
+        assert_eq!(j.spec.backoff_limit, Some(6));
+        assert_eq!(j.spec.completion_mode.as_deref(), Some("NonIndexed"));
+        assert_eq!(
+            j.spec.pod_replacement_policy.as_deref(),
+            Some("TerminatingOrFailed")
+        );
+        assert_eq!(j.metadata.labels["app"], "pi", "labels from the template");
+        generate_job_selector(&mut j);
+        let labels = &j.spec.template.metadata.labels;
+        assert_eq!(labels[CONTROLLER_UID_LABEL], "u-1");
+        assert_eq!(labels[LEGACY_CONTROLLER_UID_LABEL], "u-1");
+        assert_eq!(labels[JOB_NAME_LABEL], "pi");
+        assert_eq!(labels[LEGACY_JOB_NAME_LABEL], "pi");
+        assert_eq!(
+            j.spec.selector.as_ref().unwrap().match_labels,
+            [(CONTROLLER_UID_LABEL.to_string(), "u-1".to_string())].into()
+        );
+        assert_eq!(messages(&j.validate()), Vec::<String>::new());
+
+        // Only parallelism: completions stay unset.
+        let mut p = job();
+        p.spec.parallelism = Some(3);
+        p.set_defaults();
+        assert_eq!(p.spec.completions, None);
+    }
+
+    #[test]
+    fn job_validation_messages() {
+        let mut j = job();
+        j.spec.template.spec.restart_policy = None;
+        j.spec.completion_mode = Some("Indexed".into());
+        j.spec.parallelism = Some(1);
+        j.set_defaults();
+        generate_job_selector(&mut j);
+        let m = messages(&j.validate());
+        assert!(
+            m.contains(&"spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"".to_string()),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(
+                &"spec.completions: Required value: when completion mode is Indexed".to_string()
+            ),
+            "{m:?}"
+        );
+
+        let mut hand = job();
+        hand.set_defaults();
+        hand.spec.selector = Some(LabelSelector {
+            match_labels: [("app".to_string(), "x".to_string())].into(),
+            ..Default::default()
+        });
+        let m = messages(&hand.validate());
+        assert!(
+            m.iter()
+                .any(|e| e.contains("`selector` does not match template `labels`")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e.contains("`selector` not auto-generated")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn cron_job_defaults_and_schedules() {
+        let mut c = CronJob::default();
+        c.metadata.name = "tick".into();
+        c.spec.schedule = "*/5 * * * *".into();
+        c.spec.job_template.spec = job().spec;
+        c.set_defaults();
+        assert_eq!(c.spec.concurrency_policy.as_deref(), Some("Allow"));
+        assert_eq!(c.spec.successful_jobs_history_limit, Some(3));
+        assert_eq!(c.spec.failed_jobs_history_limit, Some(1));
+        assert_eq!(c.spec.suspend, Some(false));
+        assert_eq!(messages(&c.validate()), Vec::<String>::new());
+
+        for good in [
+            "@hourly",
+            "@daily",
+            "@weekly",
+            "@monthly",
+            "@yearly",
+            "@annually",
+            "@midnight",
+            "0 0 * * MON-FRI",
+            "*/15 9-17 * * *",
+        ] {
+            assert!(Schedule::parse(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "@every 1m",
+            "@reboot",
+            "* * * *",
+            "0 0 * * * *",
+            "60 * * * *",
+            "x * * * *",
+        ] {
+            assert!(Schedule::parse(bad).is_err(), "{bad}");
+        }
+        c.spec.schedule = "TZ=UTC * * * * *".into();
+        c.spec.time_zone = Some("Mars/Olympus".into());
+        c.spec.concurrency_policy = Some("Sometimes".into());
+        let m = messages(&c.validate());
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with("spec.schedule: Invalid value")
+                    && e.contains("cannot use TZ or CRON_TZ in schedule")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with("spec.timeZone: Invalid value: \"Mars/Olympus\"")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with("spec.concurrencyPolicy: Unsupported value")),
+            "{m:?}"
+        );
+
+        // Vixie cron: day of month and day of week are or-ed when both are restricted.
+        let s = Schedule::parse("0 0 13 * 5").unwrap();
+        let utc = Some(TimeZone::UTC);
+        // 2027-01-01 was a Friday; the 13th of January is a Wednesday.
+        let jan1 = 1_798_761_600; // 2027-01-01T00:00:00Z
+        assert_eq!(s.next_after(jan1 - 1, utc), Some(jan1));
+        assert_eq!(s.next_after(jan1, utc), Some(jan1 + 7 * 86_400));
+    }
+}
