@@ -378,6 +378,8 @@ fn validate_job_spec(s: &JobSpec, path: &str, generated_uid: Option<&str>) -> Ve
         errs.extend(validate_pod_failure_policy(pfp, &f("podFailurePolicy")));
     }
     match &s.selector {
+        // A generated selector is set on create, once the uid is known.
+        None if s.manual_selector != Some(true) => {}
         None => errs.push(FieldError::required(f("selector"))),
         Some(sel) => {
             let sel_errs = validation::validate_label_selector(sel, &f("selector"));
