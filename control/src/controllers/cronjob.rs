@@ -459,8 +459,8 @@ async fn sync(
 mod tests {
     use super::*;
 
-    /// 2027-01-15 10:00:00 UTC, a Friday.
-    const T0: i64 = 1_800_000_000 - 1_800_000_000 % 3600;
+    /// 2027-01-15 08:00:00 UTC, on the hour.
+    const T0: i64 = 1_800_000_000;
 
     fn cron(schedule: &str) -> CronJob {
         let mut c = CronJob::default();
