@@ -172,8 +172,17 @@ pub fn plan(cj: &CronJob, jobs: &[Job], now: i64) -> Plan {
                     }
                 }
             }
+            // Not ours to list (`kubectl create job --from=cronjob/...`, or a Job whose
+            // status write was lost): Kubernetes only reports it.
             None if !listed && j.metadata.deletion_timestamp.is_none() => {
-                st.active.push(reference(j));
+                plan.events.push((
+                    true,
+                    "UnexpectedJob",
+                    format!(
+                        "Saw a job that the controller did not create or forgot: {}",
+                        j.metadata.name
+                    ),
+                ));
             }
             None => {}
         }
@@ -428,8 +437,24 @@ async fn sync(
                 plan.status.active.push(reference(&j));
             }
             Err(e) if e.code() == 409 => {
-                // Created by an earlier pass whose status write was lost: the name is the
-                // lock; the Job joins the active list when the cache shows it.
+                // Created by an earlier pass whose status write was lost (the name is the
+                // lock): ours, it joins the active list.
+                let existing = ctx
+                    .informers
+                    .cache()
+                    .get::<Job>(ns, &job_name(&cj, t))
+                    .ok_or(e)?;
+                if workload::controller_uid(&existing.metadata) != Some(cj.metadata.uid.as_str()) {
+                    return Ok(());
+                }
+                if !plan
+                    .status
+                    .active
+                    .iter()
+                    .any(|r| r.uid.as_deref() == Some(&existing.metadata.uid))
+                {
+                    plan.status.active.push(reference(&existing));
+                }
             }
             Err(e) => {
                 rec.warning(&cj, "FailedCreate", format!("Error creating job: {e}"));
@@ -566,6 +591,11 @@ mod tests {
     fn concurrency_policies() {
         let mut c = cron("*/5 * * * *");
         let running = child(&c, T0 + 300, None);
+        // A Job the controller did not list is only reported.
+        let p = plan(&c, std::slice::from_ref(&running), T0 + 301);
+        assert!(p.status.active.is_empty());
+        assert!(p.events.iter().any(|e| e.0 && e.1 == "UnexpectedJob"));
+        c.status.active.push(reference(&running));
         c.status.last_schedule_time = Some(Time(T0 + 300));
         // Allow: a second run starts alongside.
         let p = plan(&c, std::slice::from_ref(&running), T0 + 601);
