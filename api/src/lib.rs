@@ -3,6 +3,7 @@
 
 pub mod apps;
 pub mod certificates;
+pub mod batch;
 pub mod cidr;
 pub mod client;
 pub mod codec;
