@@ -2,8 +2,8 @@
 //! field selectors, and the HTTPS client. No server code lives here.
 
 pub mod apps;
-pub mod certificates;
 pub mod batch;
+pub mod certificates;
 pub mod cidr;
 pub mod client;
 pub mod codec;
