@@ -197,6 +197,7 @@ kinds! {
     RoleBinding => rbac::RoleBinding,
     ClusterRoleBinding => rbac::ClusterRoleBinding,
     CertificateSigningRequest => certificates::CertificateSigningRequest,
+    PodDisruptionBudget => policy::PodDisruptionBudget,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -345,6 +346,17 @@ impl Kind {
             has_status: true,
             categories: &[],
         };
+        static PDB: KindInfo = KindInfo {
+            kind: "PodDisruptionBudget",
+            group: crate::policy::GROUP,
+            version: "v1",
+            plural: "poddisruptionbudgets",
+            singular: "poddisruptionbudget",
+            short_names: &["pdb"],
+            namespaced: true,
+            has_status: true,
+            categories: &[],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -364,6 +376,7 @@ impl Kind {
             Kind::RoleBinding => &ROLE_BINDING,
             Kind::ClusterRoleBinding => &CLUSTER_ROLE_BINDING,
             Kind::CertificateSigningRequest => &CSR,
+            Kind::PodDisruptionBudget => &PDB,
         }
     }
 

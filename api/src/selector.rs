@@ -905,6 +905,7 @@ mod tests {
             Kind::CertificateSigningRequest => {
                 crate::certificates::CertificateSigningRequest::default().into_any()
             }
+            Kind::PodDisruptionBudget => crate::policy::PodDisruptionBudget::default().into_any(),
         }
     }
 

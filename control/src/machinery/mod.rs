@@ -38,6 +38,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::ClusterRoleBinding,
     // For the certificate signer.
     Kind::CertificateSigningRequest,
+    // For the disruption controller.
+    Kind::PodDisruptionBudget,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
