@@ -197,6 +197,53 @@ fn pdb_created_by_kubectl_refuses_evictions_it_cannot_afford() {
     assert_eq!(s["conditions"][0]["status"], "False");
     assert_eq!(s["conditions"][0]["reason"], "InsufficientPods");
 
+    // Percentages and a zero survive kubectl's protobuf.
+    ok(
+        &server,
+        &[
+            "create",
+            "pdb",
+            "half",
+            "--selector=app=none",
+            "--max-unavailable=50%",
+        ],
+    );
+    ok(
+        &server,
+        &[
+            "create",
+            "pdb",
+            "zero",
+            "--selector=app=none",
+            "--min-available=0",
+        ],
+    );
+    let (_, half) = server.http(
+        "GET",
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets/half",
+        None,
+    );
+    assert_eq!(half["spec"]["maxUnavailable"], "50%", "{half}");
+    let (_, zero) = server.http(
+        "GET",
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets/zero",
+        None,
+    );
+    assert_eq!(zero["spec"]["minAvailable"], 0, "{zero}");
+    let (success, _, err) = kubectl(
+        &server,
+        &[
+            "create",
+            "pdb",
+            "both",
+            "--selector=app=web",
+            "--min-available=150%",
+        ],
+    );
+    assert!(!success);
+    assert!(err.contains("must not be greater than 100%"), "{err}");
+    ok(&server, &["delete", "pdb", "half", "zero"]);
+
     let table = ok(&server, &["get", "pdb"]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
