@@ -17,6 +17,7 @@ pub mod networking;
 pub mod notify;
 pub mod object;
 mod omit;
+pub mod policy;
 pub mod quantity;
 pub mod rbac;
 pub mod schema;

@@ -199,6 +199,7 @@ kinds! {
     CertificateSigningRequest => certificates::CertificateSigningRequest,
     Job => batch::Job,
     CronJob => batch::CronJob,
+    PodDisruptionBudget => policy::PodDisruptionBudget,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -367,6 +368,17 @@ impl Kind {
         };
         static JOB: KindInfo = batch("Job", "jobs", "job", &[]);
         static CRON_JOB: KindInfo = batch("CronJob", "cronjobs", "cronjob", &["cj"]);
+        static PDB: KindInfo = KindInfo {
+            kind: "PodDisruptionBudget",
+            group: crate::policy::GROUP,
+            version: "v1",
+            plural: "poddisruptionbudgets",
+            singular: "poddisruptionbudget",
+            short_names: &["pdb"],
+            namespaced: true,
+            has_status: true,
+            categories: &[],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -388,6 +400,7 @@ impl Kind {
             Kind::CertificateSigningRequest => &CSR,
             Kind::Job => &JOB,
             Kind::CronJob => &CRON_JOB,
+            Kind::PodDisruptionBudget => &PDB,
         }
     }
 

@@ -183,6 +183,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("RequestedDuration", "string", "Requested validity of the issued certificate.", 0),
             col("Condition", "string", "Approved, Denied or Pending, then Failed and Issued.", 0),
         ],
+        Kind::PodDisruptionBudget => vec![
+            name(),
+            col("Min Available", "string", "The minimum number or percentage of available pods this budget requires.", 0),
+            col("Max Unavailable", "string", "The maximum number or percentage of unavailable pods this budget requires.", 0),
+            col("Allowed Disruptions", "integer", "Calculated number of pods that may be disrupted at this time.", 0),
+            age(),
+        ],
         Kind::Role | Kind::ClusterRole => vec![
             name(),
             col("Created At", "date", AGE_DESC, 0),
@@ -369,6 +376,20 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
                 .unwrap_or_else(|| "<none>".into())),
             json!(crate::certificates::condition_summary(c)),
         ],
+        AnyObject::PodDisruptionBudget(p) => {
+            let or_na = |v: &Option<crate::meta::IntOrString>| {
+                v.as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "N/A".into())
+            };
+            vec![
+                json!(name),
+                json!(or_na(&p.spec.min_available)),
+                json!(or_na(&p.spec.max_unavailable)),
+                json!(p.status.disruptions_allowed),
+                json!(age),
+            ]
+        }
         AnyObject::RoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
         AnyObject::ClusterRoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
         AnyObject::Job(j) => job_cells(j, name, age, now),

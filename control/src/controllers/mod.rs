@@ -8,6 +8,7 @@ use crate::machinery::{events, Context};
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod gc;
 pub mod ingress;
@@ -32,6 +33,7 @@ pub fn start_all(ctx: &Context) {
     nodelifecycle::start(ctx);
     nodeipam::start(ctx);
     ingress::start(ctx);
+    disruption::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
         ctx.registry.clone(),

@@ -114,6 +114,13 @@ pub fn resource_list(group: &str, version: &str) -> Value {
                     ));
                 }
                 resources.push(subresource("pods/log".into(), "Pod", true, &["get"]));
+                // kubectl drain evicts only when this entry names Eviction's group and
+                // version; without them it deletes the pods.
+                let mut eviction =
+                    subresource("pods/eviction".into(), "Eviction", true, &["create"]);
+                eviction["group"] = json!(api::policy::GROUP);
+                eviction["version"] = json!("v1");
+                resources.push(eviction);
             }
             Kind::CertificateSigningRequest => {
                 resources.push(subresource(

@@ -7,6 +7,7 @@ mod conn;
 pub use backup::PATH as BACKUP_PATH;
 pub use logs::LocalAgent;
 pub mod discovery;
+mod eviction;
 mod exec;
 mod logs;
 pub mod metrics;
@@ -414,6 +415,11 @@ async fn handle(
                     StatusCode::Created,
                     &api::codec::json(&created),
                 ));
+            }
+            if path.kind == Kind::Pod && path.subresource.as_deref() == Some("eviction") {
+                let ns = path.namespace.clone().unwrap_or_default();
+                let name = path.name.clone().unwrap_or_default();
+                return eviction::serve(&state, &req, &ns, &name, &body).await;
             }
             let warnings = openapi::check_request(&req, &path, &mut body)?;
             let mut response = with_kind!(path.kind, K, {

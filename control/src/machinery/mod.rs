@@ -40,6 +40,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::CertificateSigningRequest,
     Kind::Job,
     Kind::CronJob,
+    // For the disruption controller.
+    Kind::PodDisruptionBudget,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
