@@ -197,6 +197,7 @@ kinds! {
     RoleBinding => rbac::RoleBinding,
     ClusterRoleBinding => rbac::ClusterRoleBinding,
     CertificateSigningRequest => certificates::CertificateSigningRequest,
+    ServiceAccount => core::ServiceAccount,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -299,6 +300,15 @@ impl Kind {
             &[],
         );
         static SECRET: KindInfo = core("Secret", "secrets", "secret", &[], true, false, &[]);
+        static SERVICE_ACCOUNT: KindInfo = core(
+            "ServiceAccount",
+            "serviceaccounts",
+            "serviceaccount",
+            &["sa"],
+            true,
+            false,
+            &[],
+        );
         static EVENT: KindInfo = core("Event", "events", "event", &["ev"], true, false, &[]);
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
@@ -364,6 +374,7 @@ impl Kind {
             Kind::RoleBinding => &ROLE_BINDING,
             Kind::ClusterRoleBinding => &CLUSTER_ROLE_BINDING,
             Kind::CertificateSigningRequest => &CSR,
+            Kind::ServiceAccount => &SERVICE_ACCOUNT,
         }
     }
 

@@ -905,6 +905,7 @@ mod tests {
             Kind::CertificateSigningRequest => {
                 crate::certificates::CertificateSigningRequest::default().into_any()
             }
+            Kind::ServiceAccount => core::ServiceAccount::default().into_any(),
         }
     }
 

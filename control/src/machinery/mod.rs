@@ -38,6 +38,9 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::ClusterRoleBinding,
     // For the certificate signer.
     Kind::CertificateSigningRequest,
+    // For the ServiceAccount controller and token authenticator.
+    Kind::Namespace,
+    Kind::ServiceAccount,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
