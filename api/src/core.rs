@@ -2056,10 +2056,8 @@ pub struct ServiceAccount {
     /// Standard object metadata.
     pub metadata: ObjectMeta,
     /// Secrets pods running as this ServiceAccount may use (legacy; tokens are requested).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<ObjectReference>,
     /// Secrets for pulling images, added to every pod running as this ServiceAccount.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// Whether pods running as this ServiceAccount get an API token mounted; a pod's own
     /// setting wins.
