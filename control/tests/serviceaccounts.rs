@@ -324,6 +324,18 @@ fn a_pod_bound_token_dies_with_its_pod() {
     )
     .unwrap();
     let pod_uid = ok(&s, &["get", "pod", "web", "-o", "jsonpath={.metadata.uid}"]);
+    // Created without one, the pod runs as its namespace's default ServiceAccount.
+    let sa = ok(
+        &s,
+        &[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.spec.serviceAccountName}/{.spec.serviceAccount}",
+        ],
+    );
+    assert_eq!(sa, "default/default");
     assert_eq!(claims["kubernetes.io"]["pod"]["name"], "web", "{claims}");
     assert_eq!(claims["kubernetes.io"]["pod"]["uid"], pod_uid.as_str());
     assert_eq!(claims["sub"], "system:serviceaccount:default:bot");
