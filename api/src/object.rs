@@ -197,6 +197,8 @@ kinds! {
     RoleBinding => rbac::RoleBinding,
     ClusterRoleBinding => rbac::ClusterRoleBinding,
     CertificateSigningRequest => certificates::CertificateSigningRequest,
+    Job => batch::Job,
+    CronJob => batch::CronJob,
     ServiceAccount => core::ServiceAccount,
 }
 
@@ -259,6 +261,24 @@ impl Kind {
                 namespaced,
                 has_status: false,
                 categories: &[],
+            }
+        }
+        const fn batch(
+            kind: &'static str,
+            plural: &'static str,
+            singular: &'static str,
+            short_names: &'static [&'static str],
+        ) -> KindInfo {
+            KindInfo {
+                kind,
+                group: "batch",
+                version: "v1",
+                plural,
+                singular,
+                short_names,
+                namespaced: true,
+                has_status: true,
+                categories: ALL_CATEGORY,
             }
         }
         static NAMESPACE: KindInfo = core(
@@ -355,6 +375,8 @@ impl Kind {
             has_status: true,
             categories: &[],
         };
+        static JOB: KindInfo = batch("Job", "jobs", "job", &[]);
+        static CRON_JOB: KindInfo = batch("CronJob", "cronjobs", "cronjob", &["cj"]);
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -374,6 +396,8 @@ impl Kind {
             Kind::RoleBinding => &ROLE_BINDING,
             Kind::ClusterRoleBinding => &CLUSTER_ROLE_BINDING,
             Kind::CertificateSigningRequest => &CSR,
+            Kind::Job => &JOB,
+            Kind::CronJob => &CRON_JOB,
             Kind::ServiceAccount => &SERVICE_ACCOUNT,
         }
     }

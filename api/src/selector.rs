@@ -392,6 +392,7 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
             "type",
         ],
         Kind::ReplicaSet => &["metadata.name", "metadata.namespace", "status.replicas"],
+        Kind::Job => &["metadata.name", "metadata.namespace", "status.successful"],
         _ => &["metadata.name", "metadata.namespace"],
     }
 }
@@ -905,6 +906,8 @@ mod tests {
             Kind::CertificateSigningRequest => {
                 crate::certificates::CertificateSigningRequest::default().into_any()
             }
+            Kind::Job => crate::batch::Job::default().into_any(),
+            Kind::CronJob => crate::batch::CronJob::default().into_any(),
             Kind::ServiceAccount => core::ServiceAccount::default().into_any(),
         }
     }

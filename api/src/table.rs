@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::apps::{DaemonSet, Deployment, ReplicaSet};
+use crate::batch::{CronJob, Job};
 use crate::core::{
     ConfigMap, ContainerStatus, Endpoints, Event, Namespace, Node, Pod, PodTemplateSpec, Secret,
     Service,
@@ -206,8 +207,32 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
                 col("ServiceAccounts", "string", "ServiceAccounts in the roleBinding", 1),
             ]
         }
+        Kind::Job => vec![
+            name(),
+            col("Status", "string", "Status of the job.", 0),
+            col("Completions", "string", "The number of pods which reached phase Succeeded. The value increases monotonically for a given spec. However, it may decrease in reaction to scale down of elastic indexed jobs.", 0),
+            col("Duration", "string", "Time required to complete the job.", 0),
+            age(),
+            col("Containers", "string", "Names of each container in the template.", 1),
+            col("Images", "string", "Images referenced by each container in the template.", 1),
+            col("Selector", "string", JOB_SELECTOR_DESC, 1),
+        ],
+        Kind::CronJob => vec![
+            name(),
+            col("Schedule", "string", "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron.", 0),
+            col("Timezone", "string", "The time zone name for the given schedule, see https://en.wikipedia.org/wiki/List_of_tz_database_time_zones. If not specified, this will default to the time zone of the kube-controller-manager process. The set of valid time zone names and the time zone offset is loaded from the system-wide time zone database by the API server during CronJob validation and the controller manager during execution. If no system-wide time zone database can be found a bundled version of the database is used instead. If the time zone name becomes invalid during the lifetime of a CronJob or due to a change in host configuration, the controller will stop creating new new Jobs and will create a system event with the reason UnknownTimeZone. More information can be found in https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/#time-zones", 0),
+            col("Suspend", "boolean", "This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.  Defaults to false.", 0),
+            col("Active", "integer", "A list of pointers to currently running jobs.", 0),
+            col("Last Schedule", "string", "Information when was the last time the job was successfully scheduled.", 0),
+            age(),
+            col("Containers", "string", "Names of each container in the template.", 1),
+            col("Images", "string", "Images referenced by each container in the template.", 1),
+            col("Selector", "string", JOB_SELECTOR_DESC, 1),
+        ],
     }
 }
+
+const JOB_SELECTOR_DESC: &str = "A label query over pods that should match the pod count. Normally, the system sets this field for you. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors";
 
 /// kubectl's HumanDuration: `45s`, `5m10s`, `3h4m`, `2d5h`, `3y10d`.
 pub fn human_duration(d: Duration) -> String {
@@ -352,6 +377,8 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         ],
         AnyObject::RoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
         AnyObject::ClusterRoleBinding(b) => binding_cells(&b.role_ref, &b.subjects, name, age),
+        AnyObject::Job(j) => job_cells(j, name, age, now),
+        AnyObject::CronJob(c) => cron_job_cells(c, name, age, now),
     }
 }
 
@@ -951,6 +978,73 @@ fn daemon_set_cells(d: &DaemonSet, name: String, age: String) -> Vec<Value> {
     ]
 }
 
+fn job_cells(j: &Job, name: String, age: String, now: SystemTime) -> Vec<Value> {
+    let st = &j.status;
+    let succeeded = st.succeeded.unwrap_or(0);
+    let completions = match (j.spec.completions, j.spec.parallelism.unwrap_or(0)) {
+        (Some(c), _) => format!("{succeeded}/{c}"),
+        (None, p) if p > 1 => format!("{succeeded}/1 of {p}"),
+        (None, _) => format!("{succeeded}/1"),
+    };
+    let duration = match (st.start_time, st.completion_time) {
+        (None, _) => String::new(),
+        (Some(s), None) => since(Some(s), now),
+        (Some(s), Some(c)) => human_duration(Duration::from_secs((c.0 - s.0).max(0) as u64)),
+    };
+    // The first that holds, in kube-apiserver's order.
+    let status = if st.is_true("Complete") {
+        "Complete"
+    } else if st.is_true("Failed") {
+        "Failed"
+    } else if j.metadata.deletion_timestamp.is_some() {
+        "Terminating"
+    } else if st.is_true("Suspended") {
+        "Suspended"
+    } else if st.is_true("FailureTarget") {
+        "FailureTarget"
+    } else if st.is_true("SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else {
+        "Running"
+    };
+    let (containers, images) = containers_and_images(&j.spec.template);
+    vec![
+        json!(name),
+        json!(status),
+        json!(completions),
+        json!(duration),
+        json!(age),
+        json!(containers),
+        json!(images),
+        json!(format_selector(j.spec.selector.as_ref())),
+    ]
+}
+
+fn cron_job_cells(c: &CronJob, name: String, age: String, now: SystemTime) -> Vec<Value> {
+    let last = match c.status.last_schedule_time {
+        None => "<none>".into(),
+        t => since(t, now),
+    };
+    let suspend = match c.spec.suspend {
+        None => "<unset>",
+        Some(true) => "True",
+        Some(false) => "False",
+    };
+    let (containers, images) = containers_and_images(&c.spec.job_template.spec.template);
+    vec![
+        json!(name),
+        json!(c.spec.schedule),
+        json!(c.spec.time_zone.as_deref().unwrap_or("<none>")),
+        json!(suspend),
+        json!(c.status.active.len()),
+        json!(last),
+        json!(age),
+        json!(containers),
+        json!(images),
+        json!(format_selector(c.spec.job_template.spec.selector.as_ref())),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1022,6 +1116,8 @@ mod tests {
             DaemonSet::default().into_any(),
             Ingress::default().into_any(),
             IngressClass::default().into_any(),
+            Job::default().into_any(),
+            CronJob::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

@@ -135,6 +135,24 @@ impl FieldError {
         }
     }
 
+    /// `Required value: why`.
+    pub fn required_msg(field: impl Into<String>, why: impl Into<String>) -> FieldError {
+        FieldError {
+            reason: "FieldValueRequired".into(),
+            message: format!("Required value: {}", why.into()),
+            field: field.into(),
+        }
+    }
+
+    /// `Too many: n: must have at most max items`.
+    pub fn too_many(field: impl Into<String>, n: usize, max: usize) -> FieldError {
+        FieldError {
+            reason: "FieldValueTooMany".into(),
+            message: format!("Too many: {n}: must have at most {max} items"),
+            field: field.into(),
+        }
+    }
+
     pub fn too_long(field: impl Into<String>, max: usize) -> FieldError {
         FieldError {
             reason: "FieldValueTooLong".into(),
@@ -1745,6 +1763,9 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
                 format!("{:?}", n.role_ref),
                 "cannot change roleRef",
             ));
+        }
+        (AnyObject::Job(n), AnyObject::Job(o)) => {
+            errs.extend(crate::batch::validate_job_update(n, o));
         }
         (AnyObject::Service(n), AnyObject::Service(o)) => {
             let old_ip = o.spec.cluster_ip.as_deref().unwrap_or("");

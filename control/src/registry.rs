@@ -734,6 +734,11 @@ impl Registry {
             let prefix = obj.meta().generate_name.clone().unwrap_or_default();
             obj.meta_mut().name = generated_name(&prefix);
         }
+        // A Job's generated selector names its uid, and its name known only now (as Kubernetes' job
+        // strategy generates it after the uid is set).
+        if let Some(job) = (&mut obj as &mut dyn Any).downcast_mut::<api::batch::Job>() {
+            api::batch::generate_job_selector(job);
+        }
         validate(&obj)?;
         Ok((obj, generate))
     }

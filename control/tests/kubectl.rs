@@ -43,6 +43,10 @@ fn discovery_and_get_all() {
         "ds",
         "namespaces",
         "ns",
+        "jobs",
+        "cronjobs",
+        "cj",
+        "batch/v1",
     ] {
         assert!(out.contains(needle), "api-resources lacks {needle}:\n{out}");
     }

@@ -91,6 +91,8 @@ const ALL: &[Kind] = &[
     Kind::DaemonSet,
     Kind::Deployment,
     Kind::ReplicaSet,
+    Kind::CronJob,
+    Kind::Job,
 ];
 
 pub async fn run(session: &Session, args: &GetArgs) -> anyhow::Result<()> {

@@ -5,11 +5,13 @@
 
 use crate::machinery::{events, Context};
 
+pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
 pub mod ingress;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -24,6 +26,8 @@ pub fn start_all(ctx: &Context) {
     replicaset::start(ctx);
     deployment::start(ctx);
     daemonset::start(ctx);
+    job::start(ctx);
+    cronjob::start(ctx);
     endpoints::start(ctx);
     nodelifecycle::start(ctx);
     nodeipam::start(ctx);

@@ -38,6 +38,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::ClusterRoleBinding,
     // For the certificate signer.
     Kind::CertificateSigningRequest,
+    Kind::Job,
+    Kind::CronJob,
     // For the ServiceAccount controller and token authenticator.
     Kind::Namespace,
     Kind::ServiceAccount,
