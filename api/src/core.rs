@@ -2042,6 +2042,46 @@ impl Resource for Endpoints {
 }
 
 // ---------------------------------------------------------------------------------------
+// ServiceAccount
+
+/// core/v1 ServiceAccount: an identity for processes in pods. Its tokens are bound JWTs
+/// issued through the `token` subresource (TokenRequest), not stored Secrets.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ServiceAccount")]
+#[schemars(
+    description = "ServiceAccount binds together: * a name, understood by users, and perhaps by peripheral systems, for an identity * a principal that can be authenticated and authorized * a set of secrets"
+)]
+pub struct ServiceAccount {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// Secrets pods running as this ServiceAccount may use (legacy; tokens are requested).
+    pub secrets: Vec<ObjectReference>,
+    /// Secrets for pulling images, added to every pod running as this ServiceAccount.
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Whether pods running as this ServiceAccount get an API token mounted; a pod's own
+    /// setting wins.
+    pub automount_service_account_token: Option<bool>,
+}
+
+impl Resource for ServiceAccount {
+    const KIND: Kind = Kind::ServiceAccount;
+    crate::resource_basics!(ServiceAccount);
+
+    fn spec_fingerprint(&self) -> Vec<u8> {
+        fingerprint(&(
+            &self.secrets,
+            &self.image_pull_secrets,
+            &self.automount_service_account_token,
+        ))
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        validation::validate_meta(&self.metadata, Kind::ServiceAccount)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // ConfigMap and Secret
 
 /// core/v1 ConfigMap.

@@ -200,6 +200,7 @@ kinds! {
     Job => batch::Job,
     CronJob => batch::CronJob,
     PodDisruptionBudget => policy::PodDisruptionBudget,
+    ServiceAccount => core::ServiceAccount,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -320,6 +321,15 @@ impl Kind {
             &[],
         );
         static SECRET: KindInfo = core("Secret", "secrets", "secret", &[], true, false, &[]);
+        static SERVICE_ACCOUNT: KindInfo = core(
+            "ServiceAccount",
+            "serviceaccounts",
+            "serviceaccount",
+            &["sa"],
+            true,
+            false,
+            &[],
+        );
         static EVENT: KindInfo = core("Event", "events", "event", &["ev"], true, false, &[]);
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
@@ -401,6 +411,7 @@ impl Kind {
             Kind::Job => &JOB,
             Kind::CronJob => &CRON_JOB,
             Kind::PodDisruptionBudget => &PDB,
+            Kind::ServiceAccount => &SERVICE_ACCOUNT,
         }
     }
 

@@ -909,6 +909,7 @@ mod tests {
             Kind::Job => crate::batch::Job::default().into_any(),
             Kind::CronJob => crate::batch::CronJob::default().into_any(),
             Kind::PodDisruptionBudget => crate::policy::PodDisruptionBudget::default().into_any(),
+            Kind::ServiceAccount => core::ServiceAccount::default().into_any(),
         }
     }
 

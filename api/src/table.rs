@@ -107,6 +107,11 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Data", "string", "Data contains the configuration data.", 0),
             age(),
         ],
+        Kind::ServiceAccount => vec![
+            name(),
+            col("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.", 0),
+            age(),
+        ],
         Kind::Secret => vec![
             name(),
             col("Type", "string", "Used to facilitate programmatic handling of secret data.", 0),
@@ -350,6 +355,7 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Endpoints(e) => vec![json!(name), json!(format_endpoints(e)), json!(age)],
         AnyObject::ConfigMap(c) => config_map_cells(c, name, age),
         AnyObject::Secret(s) => secret_cells(s, name, age),
+        AnyObject::ServiceAccount(s) => vec![json!(name), json!(s.secrets.len()), json!(age)],
         AnyObject::Event(e) => event_cells(e, name, now),
         AnyObject::Deployment(d) => deployment_cells(d, name, age),
         AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),

@@ -85,6 +85,13 @@ impl User {
 pub trait TokenAuthenticator: Send + Sync {
     /// The user of `token`, or None when this authenticator does not know it.
     fn authenticate_token(&self, token: &str) -> Option<User>;
+
+    /// The user of `token` when it is meant for one of `audiences` (TokenReview's
+    /// `spec.audiences`); authenticators without audiences ignore them.
+    fn authenticate_token_for(&self, token: &str, audiences: &[String]) -> Option<User> {
+        let _ = audiences;
+        self.authenticate_token(token)
+    }
 }
 
 /// kube-apiserver's static token file: `token,user,uid[,"group1,group2"]` per line, `#`
@@ -226,6 +233,27 @@ impl Authenticator {
             return Some(user.clone());
         }
         self.others.iter().find_map(|a| a.authenticate_token(token))
+    }
+
+    /// The user of a bearer token meant for one of `audiences` (TokenReview with
+    /// `spec.audiences`); an empty list means the API server's own audience.
+    pub fn authenticate_token_for(&self, token: &str, audiences: &[String]) -> Option<User> {
+        let api = crate::serviceaccount::token::ISSUER;
+        if audiences.is_empty() {
+            return self.authenticate_token(token);
+        }
+        // The admin and file tokens have no audience but the API server's.
+        if audiences.iter().any(|a| a == api) {
+            if constant_time_eq(token.as_bytes(), &self.admin_token) {
+                return Some(User::admin());
+            }
+            if let Some(user) = self.tokens.get(token) {
+                return Some(user.clone());
+            }
+        }
+        self.others
+            .iter()
+            .find_map(|a| a.authenticate_token_for(token, audiences))
     }
 
     /// Authenticates a request from its `Authorization` header and the client certificate

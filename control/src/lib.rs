@@ -18,5 +18,6 @@ pub mod rbac;
 pub mod registry;
 pub mod scheduler;
 pub mod server;
+pub mod serviceaccount;
 pub mod store;
 pub mod strategic;

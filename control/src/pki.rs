@@ -675,7 +675,7 @@ fn ensure_private_dir(dir: &Path) -> Result<(), PkiError> {
 }
 
 /// Makes an existing secret file 0600 if an operator loosened it.
-fn tighten(path: &Path) -> Result<(), PkiError> {
+pub(crate) fn tighten(path: &Path) -> Result<(), PkiError> {
     let mode = fs::metadata(path)
         .map_err(io_err(path))?
         .permissions()
@@ -688,7 +688,7 @@ fn tighten(path: &Path) -> Result<(), PkiError> {
 
 /// Writes atomically (temp file, fsync, rename) with `mode` from the start, so a secret
 /// is never readable by others even for a moment.
-fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), PkiError> {
+pub(crate) fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), PkiError> {
     let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = path.with_file_name(format!(".{file_name}.tmp"));
     let _ = fs::remove_file(&tmp);

@@ -199,6 +199,18 @@ fn as_ingress_mut<K: Resource>(obj: &mut K) -> Option<&mut Ingress> {
     (obj as &mut dyn Any).downcast_mut::<Ingress>()
 }
 
+/// Kubernetes' ServiceAccount admission, on create only (the field is immutable after): a
+/// pod without a ServiceAccount runs as its namespace's `default` one, and the deprecated
+/// `serviceAccount` field mirrors the name, as kube-apiserver shows it.
+fn default_service_account(pod: &mut Pod) {
+    let spec = &mut pod.spec;
+    let name = spec
+        .service_account_name
+        .get_or_insert_with(|| crate::serviceaccount::DEFAULT.into())
+        .clone();
+    spec.service_account.get_or_insert(name);
+}
+
 /// Kubernetes' DefaultIngressClass admission: an Ingress created without a class (neither
 /// `spec.ingressClassName` nor the deprecated annotation) gets the default IngressClass, the
 /// newest one if several carry the default annotation.
@@ -372,6 +384,9 @@ fn create_in<K: Resource>(
     }
     if let Some(ing) = as_ingress_mut(&mut obj) {
         default_ingress_class(txn, ing)?;
+    }
+    if let Some(pod) = as_pod_mut(&mut obj) {
+        default_service_account(pod);
     }
     for attempt in 0..8 {
         let name = obj.meta().name.clone();

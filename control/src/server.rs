@@ -250,6 +250,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             .with_token_file(file)
             .context("loading the token file")?;
     }
+    let sa_tokens = crate::serviceaccount::Tokens::new(
+        crate::serviceaccount::token::SigningKey::load_or_create(pki.dir())
+            .context("preparing the service account signing key")?,
+    );
+    auth = auth.with_token_authenticator(sa_tokens.clone());
     let authorizer = crate::rbac::Authorizer::new();
     let registry = Registry::new(store.clone());
     registry.set_service_ranges(crate::ipalloc::ServiceRanges::new(
@@ -275,6 +280,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         pki: Arc::new(pki),
         store: store.clone(),
         auth,
+        sa_tokens: sa_tokens.clone(),
         authorizer: authorizer.clone(),
         metrics: Default::default(),
         resource_metrics: Default::default(),
@@ -300,6 +306,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             },
         };
         authorizer.start(&loops.informers);
+        sa_tokens.set_cache(loops.informers.cache().clone());
+        crate::serviceaccount::start(&loops);
         crate::rbac::aggregation::start(&loops);
         crate::certificates::start(&loops, state.pki.clone());
         crate::controllers::start_all(&loops);

@@ -481,6 +481,9 @@ fn create_services_namespace_run_and_expose() {
     )]));
     want["restartPolicy"] = json!("Never");
     want["enableServiceLinks"] = json!(true);
+    // The ServiceAccount admission's default, under both names as kube-apiserver shows it.
+    want["serviceAccountName"] = json!("default");
+    want["serviceAccount"] = json!("default");
     want["tolerations"] = json!([
         {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
          "tolerationSeconds": 300},

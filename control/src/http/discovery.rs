@@ -130,6 +130,17 @@ pub fn resource_list(group: &str, version: &str) -> Value {
                     &["get", "patch", "update"],
                 ));
             }
+            Kind::ServiceAccount => {
+                let mut s = subresource(
+                    "serviceaccounts/token".into(),
+                    "TokenRequest",
+                    true,
+                    &["create"],
+                );
+                s["group"] = json!(super::route::AUTHENTICATION_GROUP);
+                s["version"] = json!("v1");
+                resources.push(s);
+            }
             Kind::Namespace => {
                 resources.push(subresource(
                     "namespaces/finalize".into(),

@@ -17,6 +17,7 @@ mod resource_metrics;
 pub mod review;
 pub mod route;
 mod stream;
+mod tokenrequest;
 mod ui;
 mod watch;
 
@@ -47,6 +48,8 @@ pub struct AppState {
     pub pki: Arc<crate::pki::Pki>,
     pub store: Store,
     pub auth: Authenticator,
+    /// Issues the ServiceAccount tokens of the TokenRequest subresource.
+    pub sa_tokens: Arc<crate::serviceaccount::Tokens>,
     pub authorizer: Arc<crate::rbac::Authorizer>,
     pub metrics: metrics::Metrics,
     /// Nodes' CPU and memory for `metrics.k8s.io`, in memory only.
@@ -397,6 +400,9 @@ async fn handle(
                 authorize_node(&state, node, &req.method(), &path, &body).await?;
             } else if !user.is_master() && crate::rbac::KINDS.contains(&path.kind) {
                 check_escalation(&state, &req, &user, &path, &body)?;
+            }
+            if path.kind == Kind::ServiceAccount && path.subresource.as_deref() == Some("token") {
+                return tokenrequest::serve(&state, &req, &path, &body).await;
             }
             if path.kind == Kind::CertificateSigningRequest
                 && req.method() == tide::http::Method::Post

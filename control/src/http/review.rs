@@ -85,9 +85,16 @@ pub fn serve(
         "selfsubjectreview" | "selfsubjectreviews" => json!({"userInfo": user_info(user)}),
         _ => {
             let token = text(&spec, "/token");
-            match state.auth.authenticate_token(&token) {
+            let asked = strings(&spec, "/audiences");
+            match state.auth.authenticate_token_for(&token, &asked) {
                 Some(u) => {
-                    json!({"authenticated": true, "user": user_info(&u), "audiences": spec.get("audiences").cloned().unwrap_or(json!([]))})
+                    // The audiences the token is good for: those asked, or the API server's.
+                    let audiences = if asked.is_empty() {
+                        vec![crate::serviceaccount::token::ISSUER.to_string()]
+                    } else {
+                        asked
+                    };
+                    json!({"authenticated": true, "user": user_info(&u), "audiences": audiences})
                 }
                 None => json!({"authenticated": false, "error": "invalid bearer token"}),
             }

@@ -42,6 +42,9 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::CronJob,
     // For the disruption controller.
     Kind::PodDisruptionBudget,
+    // For the ServiceAccount controller and token authenticator.
+    Kind::Namespace,
+    Kind::ServiceAccount,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
