@@ -15,7 +15,7 @@ use serde_json::Value;
 pub const LABEL_PREFIX: &str = "pod-security.kubernetes.io/";
 
 /// Namespaces that run the cluster's own pods: privileged unless labelled otherwise.
-const SYSTEM_NAMESPACES: &[&str] = &["kube-system", "skiff-system"];
+const SYSTEM_NAMESPACES: &[&str] = &["kube-system"];
 
 /// A level of the Pod Security Standards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -119,6 +119,48 @@ pub fn describe(violations: &[Violation]) -> String {
         .join(", ")
 }
 
+/// The warnings Kubernetes gives when a namespace's enforced level changes to `enforce`:
+/// one line naming the namespace, then one per distinct set of reasons, naming the first pod
+/// that has it and how many others do. `pods` are (name, metadata, spec) in name order.
+pub fn existing_pod_warnings(
+    ns: &str,
+    enforce: &LevelVersion,
+    pods: &[(String, Value, Value)],
+) -> Vec<String> {
+    let mut groups: Vec<(String, String, usize)> = Vec::new();
+    for (name, meta, spec) in pods {
+        let found = check(enforce.level, meta, spec);
+        if found.is_empty() {
+            continue;
+        }
+        let reasons = found
+            .iter()
+            .map(|v| v.reason)
+            .collect::<Vec<_>>()
+            .join(", ");
+        match groups.iter_mut().find(|g| g.1 == reasons) {
+            Some(g) => g.2 += 1,
+            None => groups.push((name.clone(), reasons, 0)),
+        }
+    }
+    if groups.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![format!(
+        "existing pods in namespace {ns:?} violate the new PodSecurity enforce level \"{enforce}\""
+    )];
+    for (first, reasons, others) in groups {
+        out.push(match others {
+            0 => format!("{first}: {reasons}"),
+            n => format!(
+                "{first} (and {n} other {}): {reasons}",
+                pluralize("pod", "pods", n)
+            ),
+        });
+    }
+    out
+}
+
 /// The pod template inside an object of `kind` (as JSON), with the pod itself for a Pod.
 pub fn pod_template<'a>(kind: &str, obj: &'a Value) -> Option<(&'a Value, &'a Value)> {
     let template = match kind {
@@ -138,33 +180,38 @@ pub fn check(level: Level, meta: &Value, spec: &Value) -> Vec<Violation> {
         return Vec::new();
     }
     let p = Pod::new(meta, spec);
-    // Kubernetes runs the baseline checks that no restricted check replaces, then either the
-    // replaced ones (baseline) or the restricted ones.
-    let mut out: Vec<Option<Violation>> = vec![
-        p.app_armor(),
-        p.host_namespaces(),
-        p.host_ports(),
-        p.privileged(),
-        p.proc_mount(),
-        p.se_linux(),
-        p.sysctls(),
-    ];
-    if level == Level::Baseline {
-        out.extend([
+    // Kubernetes registers its checks file by file (alphabetically). At restricted, the
+    // restricted checks replace the baseline ones they tighten and come after the rest.
+    let out: Vec<Option<Violation>> = if level == Level::Baseline {
+        vec![
+            p.app_armor(),
             p.capabilities_baseline(),
+            p.host_namespaces(),
             p.host_path_volumes(),
+            p.host_ports(),
+            p.privileged(),
+            p.proc_mount(),
+            p.se_linux(),
             p.seccomp_baseline(),
-        ]);
+            p.sysctls(),
+        ]
     } else {
-        out.extend([
+        vec![
+            p.app_armor(),
+            p.host_namespaces(),
+            p.host_ports(),
+            p.privileged(),
+            p.proc_mount(),
+            p.se_linux(),
+            p.sysctls(),
             p.allow_privilege_escalation(),
             p.capabilities_restricted(),
             p.restricted_volumes(),
             p.run_as_non_root(),
             p.run_as_user(),
             p.seccomp_restricted(),
-        ]);
-    }
+        ]
+    };
     out.into_iter().flatten().collect()
 }
 
@@ -754,14 +801,14 @@ mod tests {
         ]});
         assert_eq!(
             run(Level::Baseline, spec),
-            "host namespaces (hostNetwork=true, hostPID=true), \
+            "non-default capabilities (container \"a\" must not include \"NET_ADMIN\", \"SYS_ADMIN\" in securityContext.capabilities.add), \
+             host namespaces (hostNetwork=true, hostPID=true), \
+             hostPath volumes (volume \"h\"), \
              hostPort (container \"a\" uses hostPort 8080), \
              privileged (containers \"a\", \"b\" must not set securityContext.privileged=true), \
              procMount (container \"b\" must not set securityContext.procMount to \"Unmasked\"), \
-             forbidden sysctls (kernel.msgmax), \
-             non-default capabilities (container \"a\" must not include \"NET_ADMIN\", \"SYS_ADMIN\" in securityContext.capabilities.add), \
-             hostPath volumes (volume \"h\"), \
-             seccompProfile (pod must not set securityContext.seccompProfile.type to \"Unconfined\")"
+             seccompProfile (pod must not set securityContext.seccompProfile.type to \"Unconfined\"), \
+             forbidden sysctls (kernel.msgmax)"
         );
     }
 
@@ -827,6 +874,35 @@ mod tests {
         let p = Policy::of("default", &labels);
         assert_eq!(p.enforce.to_string(), "restricted:v1.30");
         assert_eq!(p.warn.level, Level::Restricted, "fails closed");
+    }
+
+    #[test]
+    fn relabelling_names_the_existing_pods_that_break_the_new_level() {
+        let pod = |n: &str, spec: Value| (n.to_string(), json!({}), spec);
+        let hostnet = json!({"hostNetwork": true, "containers": [{"name": "c"}]});
+        let pods = [
+            pod("a", hostnet.clone()),
+            pod("b", json!({"containers": [{"name": "c"}]})),
+            pod("c", hostnet.clone()),
+            pod("d", hostnet),
+            pod(
+                "e",
+                json!({"volumes": [{"name": "v", "hostPath": {"path": "/"}}]}),
+            ),
+        ];
+        let level = LevelVersion {
+            level: Level::Baseline,
+            version: "latest".into(),
+        };
+        assert_eq!(
+            existing_pod_warnings("ops", &level, &pods),
+            [
+                "existing pods in namespace \"ops\" violate the new PodSecurity enforce level \"baseline:latest\"",
+                "a (and 2 other pods): host namespaces",
+                "e: hostPath volumes",
+            ]
+        );
+        assert!(existing_pod_warnings("ops", &level, &pods[1..2]).is_empty());
     }
 
     #[test]

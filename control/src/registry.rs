@@ -70,6 +70,40 @@ pub struct Registry {
 /// Warnings collected while a request is handled.
 pub type Warnings = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
+/// A namespace whose enforced Pod Security level changes: warnings naming the pods already
+/// in it that the new level would refuse (Kubernetes evicts none of them).
+fn warn_existing_pods(
+    txn: &Txn,
+    ns: &str,
+    old: &std::collections::BTreeMap<String, String>,
+    new: &std::collections::BTreeMap<String, String>,
+    warnings: &Warnings,
+) -> Result<(), ApiError> {
+    use crate::podsecurity::{existing_pod_warnings, Level, Policy};
+    let enforce = Policy::of(ns, new).enforce;
+    if enforce == Policy::of(ns, old).enforce || enforce.level == Level::Privileged {
+        return Ok(());
+    }
+    let pods: Vec<(String, Value, Value)> = txn
+        .list(Kind::Pod, Some(ns))?
+        .into_iter()
+        .map(|p| {
+            let mut json = p.to_json();
+            let meta = json
+                .get_mut("metadata")
+                .map(Value::take)
+                .unwrap_or_default();
+            let spec = json.get_mut("spec").map(Value::take).unwrap_or_default();
+            (p.meta().name.clone(), meta, spec)
+        })
+        .collect();
+    warnings
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(existing_pod_warnings(ns, &enforce, &pods));
+    Ok(())
+}
+
 /// Pod Security admission of a write of `obj` (`old` on update): a pod that breaks its
 /// namespace's enforced level is refused; templates of workloads only get warnings, as in
 /// Kubernetes. An update that leaves the pod spec as it was (other than the binding) is not
@@ -82,7 +116,19 @@ fn admit_pod_security<K: Resource>(
 ) -> Result<(), ApiError> {
     use crate::podsecurity::{check, describe, pod_template, Policy};
     let info = K::KIND.info();
-    if !info.namespaced || K::KIND == Kind::Namespace {
+    if K::KIND == Kind::Namespace {
+        if let Some(old) = old {
+            warn_existing_pods(
+                txn,
+                &old.meta().name,
+                &old.meta().labels,
+                &obj.meta().labels,
+                warnings,
+            )?;
+        }
+        return Ok(());
+    }
+    if !info.namespaced {
         return Ok(());
     }
     let json = codec::to_json(obj);

@@ -75,8 +75,9 @@ fn baseline_is_the_default_and_refuses_privileged_pods() {
     let (success, _, err) = create(&s, "priv-ops.yaml", &privileged_pod("ops"));
     assert!(success, "{err}");
 
-    // Raising the level does not judge the pod again while its spec stays.
-    ok(
+    // Raising the level names the pods already there that break it, and does not judge the
+    // pod again while its spec stays.
+    let out = ok(
         &s,
         &[
             "label",
@@ -85,6 +86,13 @@ fn baseline_is_the_default_and_refuses_privileged_pods() {
             "ops",
             "pod-security.kubernetes.io/enforce=baseline",
         ],
+    );
+    assert!(
+        out.contains(
+            "Warning: existing pods in namespace \"ops\" violate the new PodSecurity enforce level \"baseline:latest\"\n\
+             Warning: priv: host namespaces, privileged"
+        ),
+        "{out}"
     );
     ok(&s, &["label", "pod", "priv", "-n", "ops", "tier=x"]);
 
