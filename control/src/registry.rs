@@ -163,13 +163,15 @@ fn admit_pod_security<K: Resource>(
     let enforced = check(policy.enforce.level, meta, spec);
     if !enforced.is_empty() {
         if is_pod {
-            return Err(ApiError::forbidden(format!(
-                "{} \"{}\" is forbidden: violates PodSecurity \"{}\": {}",
-                info.qualified_plural(),
-                obj.meta().name,
-                policy.enforce,
-                describe(&enforced)
-            )));
+            return Err(ApiError::forbidden_object(
+                K::KIND,
+                &obj.meta().name,
+                &format!(
+                    "violates PodSecurity \"{}\": {}",
+                    policy.enforce,
+                    describe(&enforced)
+                ),
+            ));
         }
         found.push(format!(
             "would violate PodSecurity \"{}\": {}",

@@ -53,6 +53,23 @@ fn baseline_is_the_default_and_refuses_privileged_pods() {
     let (found, _, _) = kubectl(&s, &["get", "pod", "priv"]);
     assert!(!found, "nothing was stored");
 
+    // The Status itself, as kube-apiserver answers it.
+    let (code, status) = s.json(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        &serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p2"},
+            "spec": {"hostPID": true, "containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(status["reason"], "Forbidden", "{status}");
+    assert_eq!(
+        status["message"],
+        "pods \"p2\" is forbidden: violates PodSecurity \"baseline:latest\": host namespaces (hostPID=true)"
+    );
+    assert_eq!(status["details"]["kind"], "pods", "{status}");
+    assert_eq!(status["details"]["name"], "p2", "{status}");
+
     // An ordinary pod is fine.
     let (success, _, err) = create(
         &s,
