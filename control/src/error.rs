@@ -51,6 +51,14 @@ impl ApiError {
         ApiError::from_status(Status::failure(403, "Forbidden", message))
     }
 
+    /// Kubernetes' NewForbidden: `pods "x" is forbidden: <why>`, with the object in the
+    /// details.
+    pub fn forbidden_object(kind: Kind, name: &str, why: &str) -> ApiError {
+        let info = kind.info();
+        let msg = format!("{} \"{name}\" is forbidden: {why}", info.qualified_plural());
+        Self::with_target(Status::failure(403, "Forbidden", msg), info, name)
+    }
+
     pub fn not_found(kind: Kind, name: &str) -> ApiError {
         let info = kind.info();
         let msg = format!("{} \"{name}\" not found", info.qualified_plural());

@@ -14,6 +14,7 @@ pub mod ipalloc;
 pub mod join;
 pub mod machinery;
 pub mod pki;
+pub mod podsecurity;
 pub mod rbac;
 pub mod registry;
 pub mod scheduler;

@@ -63,6 +63,140 @@ pub struct Registry {
     via_scale: bool,
     /// Writes are dry runs (`dryRun=All`): checked and answered, never stored.
     dry_run: bool,
+    /// Where admission warnings go (the API answers them as `Warning` headers).
+    warnings: Warnings,
+}
+
+/// Warnings collected while a request is handled.
+pub type Warnings = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// A namespace whose enforced Pod Security level changes: warnings naming the pods already
+/// in it that the new level would refuse (Kubernetes evicts none of them).
+fn warn_existing_pods(
+    txn: &Txn,
+    ns: &str,
+    old: &std::collections::BTreeMap<String, String>,
+    new: &std::collections::BTreeMap<String, String>,
+    warnings: &Warnings,
+) -> Result<(), ApiError> {
+    use crate::podsecurity::{existing_pod_warnings, Level, Policy};
+    let enforce = Policy::of(ns, new).enforce;
+    if enforce == Policy::of(ns, old).enforce || enforce.level == Level::Privileged {
+        return Ok(());
+    }
+    let pods: Vec<(String, Value, Value)> = txn
+        .list(Kind::Pod, Some(ns))?
+        .into_iter()
+        .map(|p| {
+            let mut json = p.to_json();
+            let meta = json
+                .get_mut("metadata")
+                .map(Value::take)
+                .unwrap_or_default();
+            let spec = json.get_mut("spec").map(Value::take).unwrap_or_default();
+            (p.meta().name.clone(), meta, spec)
+        })
+        .collect();
+    warnings
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(existing_pod_warnings(ns, &enforce, &pods));
+    Ok(())
+}
+
+/// Pod Security admission of a write of `obj` (`old` on update): a pod that breaks its
+/// namespace's enforced level is refused; templates of workloads only get warnings, as in
+/// Kubernetes. An update that leaves the pod spec as it was (other than the binding) is not
+/// judged again.
+fn admit_pod_security<K: Resource>(
+    txn: &Txn,
+    obj: &K,
+    old: Option<&K>,
+    warnings: &Warnings,
+) -> Result<(), ApiError> {
+    use crate::podsecurity::{check, describe, pod_template, Policy};
+    let info = K::KIND.info();
+    if K::KIND == Kind::Namespace {
+        if let Some(old) = old {
+            warn_existing_pods(
+                txn,
+                &old.meta().name,
+                &old.meta().labels,
+                &obj.meta().labels,
+                warnings,
+            )?;
+        }
+        return Ok(());
+    }
+    if !info.namespaced {
+        return Ok(());
+    }
+    let json = codec::to_json(obj);
+    let Some((meta, spec)) = pod_template(info.kind, &json) else {
+        return Ok(());
+    };
+    if let Some(old) = old {
+        let old_json = codec::to_json(old);
+        let unbound = |s: &Value| {
+            let mut s = s.clone();
+            if let Some(o) = s.as_object_mut() {
+                o.remove("nodeName");
+            }
+            s
+        };
+        if let Some((old_meta, old_spec)) = pod_template(info.kind, &old_json) {
+            if unbound(old_spec) == unbound(spec)
+                && old_meta.get("annotations") == meta.get("annotations")
+            {
+                return Ok(());
+            }
+        }
+    }
+    let ns = obj.meta().namespace().to_string();
+    let labels = txn
+        .get(Kind::Namespace, "", &ns)?
+        .map(|n| n.meta().labels.clone())
+        .unwrap_or_default();
+    let policy = Policy::of(&ns, &labels);
+    let is_pod = K::KIND == Kind::Pod;
+    let mut found = Vec::new();
+    let enforced = check(policy.enforce.level, meta, spec);
+    if !enforced.is_empty() {
+        if is_pod {
+            return Err(ApiError::forbidden_object(
+                K::KIND,
+                &obj.meta().name,
+                &format!(
+                    "violates PodSecurity \"{}\": {}",
+                    policy.enforce,
+                    describe(&enforced)
+                ),
+            ));
+        }
+        found.push(format!(
+            "would violate PodSecurity \"{}\": {}",
+            policy.enforce,
+            describe(&enforced)
+        ));
+    }
+    if policy.warn != policy.enforce || is_pod {
+        let warned = check(policy.warn.level, meta, spec);
+        if !warned.is_empty() {
+            let w = format!(
+                "would violate PodSecurity \"{}\": {}",
+                policy.warn,
+                describe(&warned)
+            );
+            if !found.contains(&w) {
+                found.push(w);
+            }
+        }
+    }
+    warnings
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(found);
+    Ok(())
 }
 
 /// The manager of the server's own control loops, as Kubernetes names them.
@@ -374,11 +508,13 @@ fn create_in<K: Resource>(
     ranges: &ServiceRanges,
     mut obj: K,
     generate: bool,
+    warnings: &Warnings,
 ) -> Result<K, ApiError> {
     let ns = obj.meta().namespace().to_string();
     if K::KIND.info().namespaced {
         check_namespace_open(txn, &ns)?;
     }
+    admit_pod_security(txn, &obj, None, warnings)?;
     if let Some(svc) = as_service_mut(&mut obj) {
         crate::ipalloc::assign_in_txn(txn, ranges, svc, None)?;
     }
@@ -403,6 +539,7 @@ fn create_in<K: Resource>(
 }
 
 /// The update rules shared by PUT, PATCH and internal writers; runs inside the transaction.
+#[allow(clippy::too_many_arguments)]
 fn apply_update<K: Resource>(
     txn: &mut Txn,
     beats: &Heartbeats,
@@ -411,8 +548,11 @@ fn apply_update<K: Resource>(
     new: K,
     part: Part,
     ownership: Ownership,
+    warnings: &Warnings,
 ) -> Result<K, ApiError> {
-    apply_update_checked(txn, beats, ranges, old, new, part, true, ownership)
+    apply_update_checked(
+        txn, beats, ranges, old, new, part, true, ownership, warnings,
+    )
 }
 
 /// [`apply_update`], optionally without the immutable-field rules (binding sets the otherwise
@@ -427,6 +567,7 @@ fn apply_update_checked<K: Resource>(
     part: Part,
     check_immutable: bool,
     ownership: Ownership,
+    warnings: &Warnings,
 ) -> Result<K, ApiError> {
     let name = old.meta().name.clone();
     let rv = new.meta().resource_version.clone();
@@ -492,6 +633,9 @@ fn apply_update_checked<K: Resource>(
         new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);
     }
     validate(&new)?;
+    if part == Part::Main {
+        admit_pod_security(txn, &new, Some(&old), warnings)?;
+    }
     if check_immutable && part == Part::Main {
         let errors =
             api::validation::validate_update(&new.clone().into_any(), &old.clone().into_any());
@@ -592,6 +736,7 @@ impl Registry {
             manager: CONTROLLER_MANAGER.into(),
             via_scale: false,
             dry_run: false,
+            warnings: Default::default(),
         }
     }
 
@@ -613,6 +758,14 @@ impl Registry {
             self.store.write_dry_run(f).await
         } else {
             self.store.write(f).await
+        }
+    }
+
+    /// This registry with its admission warnings going to `sink`.
+    pub fn with_warnings(&self, sink: Warnings) -> Registry {
+        Registry {
+            warnings: sink,
+            ..self.clone()
         }
     }
 
@@ -671,7 +824,8 @@ impl Registry {
     pub async fn create<K: Resource>(&self, obj: K, path_ns: Option<&str>) -> Result<K, ApiError> {
         let (obj, generate) = self.prepare_create(obj, path_ns)?;
         let ranges = self.service_ranges();
-        self.write(move |txn| create_in(txn, &ranges, obj, generate))
+        let warnings = self.warnings.clone();
+        self.write(move |txn| create_in(txn, &ranges, obj, generate, &warnings))
             .await
     }
 
@@ -764,11 +918,12 @@ impl Registry {
         let name = name.to_string();
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
+        let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
         self.write(move |txn| {
             let ns = obj.meta().namespace().to_string();
             let old: K = get_existing(txn, &ns, &name)?;
-            apply_update(txn, &beats, &ranges, old, obj, part, who)
+            apply_update(txn, &beats, &ranges, old, obj, part, who, &warnings)
         })
         .await
     }
@@ -791,6 +946,7 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
+        let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
         self.write(move |txn| {
             let old: K = get_existing(txn, &ns, &name)?;
@@ -812,7 +968,7 @@ impl Registry {
             if new.meta().resource_version.is_empty() {
                 new.meta_mut().resource_version = old.meta().resource_version.clone();
             }
-            apply_update(txn, &beats, &ranges, old, new, part, who)
+            apply_update(txn, &beats, &ranges, old, new, part, who, &warnings)
         })
         .await
     }
@@ -879,14 +1035,16 @@ impl Registry {
                 .map_err(|c| conflict_error(&c))?;
             obj.meta_mut().managed_fields = managers.encode();
             let ranges = self.service_ranges();
+            let warnings = self.warnings.clone();
             let created = self
-                .write(move |txn| create_in(txn, &ranges, obj, false))
+                .write(move |txn| create_in(txn, &ranges, obj, false, &warnings))
                 .await?;
             return Ok((created, true));
         }
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
+        let warnings = self.warnings.clone();
         self.write(move |txn| {
             let old: K = get_existing(txn, &ns, &name)?;
             let live = codec::to_json(&old);
@@ -931,7 +1089,8 @@ impl Registry {
                 new.meta_mut().resource_version = old.meta().resource_version.clone();
             }
             let ownership = Ownership::Applied(managers);
-            apply_update(txn, &beats, &ranges, old, new, part, ownership).map(|o| (o, false))
+            apply_update(txn, &beats, &ranges, old, new, part, ownership, &warnings)
+                .map(|o| (o, false))
         })
         .await
     }
@@ -947,12 +1106,13 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
+        let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
         self.write(move |txn| {
             let old: K = get_existing(txn, &ns, &name)?;
             let mut new = old.clone();
             f(&mut new)?;
-            apply_update(txn, &beats, &ranges, old, new, part, who)
+            apply_update(txn, &beats, &ranges, old, new, part, who, &warnings)
         })
         .await
     }
@@ -980,6 +1140,7 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
+        let warnings = self.warnings.clone();
         self.write(move |txn| {
             let old: Pod = get_existing(txn, &ns, &name)?;
             if old.metadata.deletion_timestamp.is_some() {
@@ -1011,10 +1172,11 @@ impl Registry {
                 Part::Main,
                 false,
                 Ownership::Keep,
+                &warnings,
             )?;
             if let Some((event, generate)) = event {
                 // Nothing of a failed create reaches the transaction.
-                if let Err(e) = create_in(txn, &ranges, event, generate) {
+                if let Err(e) = create_in(txn, &ranges, event, generate, &warnings) {
                     tracing::debug!(error = %e, "recording a binding's event failed");
                 }
             }

@@ -427,10 +427,16 @@ async fn handle(
                 let name = path.name.clone().unwrap_or_default();
                 return eviction::serve(&state, &req, &ns, &name, &body).await;
             }
-            let warnings = openapi::check_request(&req, &path, &mut body)?;
+            let mut warnings = openapi::check_request(&req, &path, &mut body)?;
+            // Admission (Pod Security) adds its warnings through the request's writer.
+            let admission = registry::Warnings::default();
+            req.set_ext(admission.clone());
             let mut response = with_kind!(path.kind, K, {
                 resource::<K>(&state, &req, path, body).await
             })?;
+            warnings.extend(std::mem::take(
+                &mut *admission.lock().unwrap_or_else(|e| e.into_inner()),
+            ));
             openapi::add_warnings(&mut response, &warnings);
             Ok(response)
         }
@@ -1225,10 +1231,11 @@ fn writer(state: &State, req: &tide::Request<State>) -> Result<Registry, ApiErro
             &header(req, "User-Agent").unwrap_or_default(),
         ),
     };
-    Ok(state
-        .registry
-        .with_manager(&manager)
-        .dry_run(dry_run(req, &[])?))
+    let registry = match req.ext::<registry::Warnings>() {
+        Some(sink) => state.registry.with_warnings(sink.clone()),
+        None => state.registry.clone(),
+    };
+    Ok(registry.with_manager(&manager).dry_run(dry_run(req, &[])?))
 }
 
 /// Whether the request is a dry run: `dryRun` in the query (or in a DeleteOptions body) is

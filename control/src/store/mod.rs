@@ -57,6 +57,7 @@
 pub mod backup;
 mod codec;
 mod hub;
+pub mod seal;
 mod txn;
 mod writer;
 
