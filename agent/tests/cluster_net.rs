@@ -116,6 +116,7 @@ fn start_server(hub: &NetNs, addr: SocketAddr) -> TestServer {
         assert!(Instant::now() < deadline, "the server did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
+    server.allow_host_pods();
     server
 }
 

@@ -89,6 +89,32 @@ impl TestServer {
         Client::from_kubeconfig(&kc).expect("client")
     }
 
+    /// The agent's tests run privileged, hostNetwork, hostPort and hostPath pods in
+    /// `default`, which Pod Security admission holds to baseline: let the agent judge them
+    /// (it refuses privileged itself). Call once the API answers.
+    pub fn allow_host_pods(&self) {
+        let label = serde_json::json!({"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": "privileged"}}});
+        let c = self.client();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let done = smol::block_on(c.patch_value(
+                api::Kind::Namespace,
+                None,
+                "default",
+                "application/merge-patch+json",
+                &label,
+            ));
+            match done {
+                Ok(_) => return,
+                Err(e) if Instant::now() > deadline => {
+                    panic!("label the default namespace privileged: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
@@ -97,19 +123,7 @@ impl TestServer {
                 if smol::block_on(c.request("GET", "/readyz", None, "*/*"))
                     .is_ok_and(|r| r.status == 200)
                 {
-                    // The agent's tests run privileged, hostNetwork, hostPort and hostPath
-                    // pods in `default`, which Pod Security admission holds to baseline:
-                    // let the agent judge them (it refuses privileged itself).
-                    let label = serde_json::json!({"metadata": {"labels": {
-                        "pod-security.kubernetes.io/enforce": "privileged"}}});
-                    smol::block_on(c.patch_value(
-                        api::Kind::Namespace,
-                        None,
-                        "default",
-                        "application/merge-patch+json",
-                        &label,
-                    ))
-                    .expect("label the default namespace privileged");
+                    self.allow_host_pods();
                     return;
                 }
             }
