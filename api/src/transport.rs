@@ -521,3 +521,48 @@ impl Response {
         Ok(out)
     }
 }
+
+/// Copies bytes both ways between two upgraded connections (exec and port-forward through the
+/// API server, WebSocket upgrades through the ingress proxy) until `other`'s side ends;
+/// `early` are bytes of `other` already read (after its answer's head). `other` finishes its
+/// own side (its last frames, its close) after `client` stops sending.
+pub async fn splice<C, O>(client: C, other: O, early: &[u8])
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    O: AsyncRead + AsyncWrite + Unpin,
+{
+    use futures_lite::{AsyncWriteExt, FutureExt};
+    let (mut client_r, mut client_w) = futures_lite::io::split(client);
+    let (mut other_r, mut other_w) = futures_lite::io::split(other);
+    let down = async {
+        if client_w.write_all(early).await.is_ok() {
+            let _ = copy_flushing(&mut other_r, &mut client_w).await;
+        }
+        let _ = client_w.close().await;
+    };
+    let up = async {
+        let _ = copy_flushing(&mut client_r, &mut other_w).await;
+        let _ = other_w.close().await;
+        futures_lite::future::pending::<()>().await;
+    };
+    down.or(up).await;
+}
+
+/// Copies until end of file, flushing after each read (interactive streams must not wait in
+/// a buffer).
+async fn copy_flushing<R, W>(r: &mut R, w: &mut W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    use futures_lite::AsyncWriteExt;
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        w.write_all(&buf[..n]).await?;
+        w.flush().await?;
+    }
+}

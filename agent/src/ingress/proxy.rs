@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_lite::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::io::{AsyncRead, AsyncWrite};
 use futures_lite::{AsyncReadExt, FutureExt};
 use http_types::{Body, Method, Request, Response, StatusCode};
 use smol::net::TcpStream;
@@ -477,47 +477,9 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
     let upgraded = answer.recv_upgrade().await;
     smol::spawn(async move {
         if let Some(client) = upgraded.await {
-            splice(client, conn).await;
+            api::transport::splice(client, conn, &[]).await;
         }
     })
     .detach();
     answer
-}
-
-/// Copies bytes both ways until either side ends.
-async fn splice<C, B>(client: C, backend: B)
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    let (mut client_r, mut client_w) = futures_lite::io::split(client);
-    let (mut backend_r, mut backend_w) = futures_lite::io::split(backend);
-    let down = async {
-        let _ = copy_flushing(&mut backend_r, &mut client_w).await;
-        let _ = client_w.close().await;
-    };
-    let up = async {
-        let _ = copy_flushing(&mut client_r, &mut backend_w).await;
-        let _ = backend_w.close().await;
-        // The backend finishes its side on its own (its last frames, its close).
-        futures_lite::future::pending::<()>().await;
-    };
-    down.or(up).await;
-}
-
-/// Copies until end of file, flushing after each read (frames must not wait in a buffer).
-async fn copy_flushing<R, W>(r: &mut R, w: &mut W) -> std::io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        w.write_all(&buf[..n]).await?;
-        w.flush().await?;
-    }
 }

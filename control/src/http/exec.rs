@@ -13,7 +13,7 @@
 //! Nothing new is exposed on the node: the agent's endpoint takes only the server's
 //! certificate.
 
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, FutureExt};
+use futures_lite::AsyncReadExt;
 use tide::http::StatusCode;
 
 use super::logs::{container_of, Agent};
@@ -136,50 +136,9 @@ pub(super) async fn serve(
     let (early, agent_stream) = (answer.rest, answer.stream);
     smol::spawn(async move {
         if let Some(client) = upgraded.await {
-            splice(client, agent_stream, early).await;
+            api::transport::splice(client, agent_stream, &early).await;
         }
     })
     .detach();
     Ok(response)
-}
-
-/// Copies bytes both ways until the agent's side ends; `early` are agent bytes already read.
-pub(super) async fn splice<C, A>(client: C, agent: A, early: Vec<u8>)
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    A: AsyncRead + AsyncWrite + Unpin,
-{
-    let (mut client_r, mut client_w) = futures_lite::io::split(client);
-    let (mut agent_r, mut agent_w) = futures_lite::io::split(agent);
-    let down = async {
-        if client_w.write_all(&early).await.is_ok() {
-            let _ = copy_flushing(&mut agent_r, &mut client_w).await;
-        }
-        let _ = client_w.close().await;
-    };
-    let up = async {
-        let _ = copy_flushing(&mut client_r, &mut agent_w).await;
-        let _ = agent_w.close().await;
-        // The agent finishes its side (its last messages, its close) on its own.
-        futures_lite::future::pending::<()>().await;
-    };
-    down.or(up).await;
-}
-
-/// Copies until end of file, flushing after each read (interactive streams must not wait in
-/// a buffer).
-async fn copy_flushing<R, W>(r: &mut R, w: &mut W) -> std::io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; 32 * 1024];
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        w.write_all(&buf[..n]).await?;
-        w.flush().await?;
-    }
 }
