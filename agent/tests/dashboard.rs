@@ -391,21 +391,7 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let Some(run) = &self.run else { return };
-        let cfg = agent::runtime::RuntimeConfig::new(run.path(), self.cgroup_parent.clone());
-        if let Ok(rt) = agent::runtime::Runtime::new(cfg) {
-            for uid in rt.list_sandboxes().unwrap_or_default() {
-                let _ = rt.remove_sandbox(&uid);
-            }
-            for id in rt.list().unwrap_or_default() {
-                let _ = rt.remove(&id);
-            }
-            let _ = rt.remove_cgroup_parent();
-        }
-        if let Ok(rd) = std::fs::read_dir(self.dir.path().join("agent/pods")) {
-            for e in rd.flatten() {
-                agent::pods::worker::cleanup_pod_dir(&e.path());
-            }
-        }
+        common::remove_node_leftovers(run.path(), &self.cgroup_parent, self.dir.path());
     }
 }
 

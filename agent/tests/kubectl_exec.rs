@@ -65,21 +65,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let cfg = agent::runtime::RuntimeConfig::new(self.run.path(), self.cgroup_parent.clone());
-        if let Ok(rt) = agent::runtime::Runtime::new(cfg) {
-            for uid in rt.list_sandboxes().unwrap_or_default() {
-                let _ = rt.remove_sandbox(&uid);
-            }
-            for id in rt.list().unwrap_or_default() {
-                let _ = rt.remove(&id);
-            }
-            let _ = rt.remove_cgroup_parent();
-        }
-        if let Ok(rd) = std::fs::read_dir(self.dir.path().join("agent/pods")) {
-            for e in rd.flatten() {
-                agent::pods::worker::cleanup_pod_dir(&e.path());
-            }
-        }
+        common::remove_node_leftovers(self.run.path(), &self.cgroup_parent, self.dir.path());
     }
 }
 
@@ -89,24 +75,7 @@ impl Server {
     }
 
     fn kubectl(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
-        let mut child = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        if let Some(input) = stdin {
-            let mut w = child.stdin.take().expect("stdin");
-            w.write_all(input).expect("write stdin");
-        }
-        child.wait_with_output().expect("kubectl output")
+        common::run_kubectl(&self.kubeconfig(), args, stdin)
     }
 }
 

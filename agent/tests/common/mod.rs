@@ -353,3 +353,47 @@ pub fn pod(name: &str, node: &str, args: &[&str], restart: Option<&str>) -> api:
         ..Default::default()
     }
 }
+
+/// Removes what a stopped `skiff server` with its own node (or an agent) left behind: its
+/// sandboxes, containers and cgroup parent, and its pods' directories (volume mounts).
+pub fn remove_node_leftovers(run_dir: &Path, cgroup_parent: &str, data_dir: &Path) {
+    let cfg = agent::runtime::RuntimeConfig::new(run_dir, cgroup_parent.to_string());
+    if let Ok(rt) = agent::runtime::Runtime::new(cfg) {
+        for uid in rt.list_sandboxes().unwrap_or_default() {
+            let _ = rt.remove_sandbox(&uid);
+        }
+        for id in rt.list().unwrap_or_default() {
+            let _ = rt.remove(&id);
+        }
+        let _ = rt.remove_cgroup_parent();
+    }
+    if let Ok(rd) = std::fs::read_dir(data_dir.join("agent/pods")) {
+        for e in rd.flatten() {
+            agent::pods::worker::cleanup_pod_dir(&e.path());
+        }
+    }
+}
+
+/// Runs the real kubectl with `kubeconfig`, feeding it `stdin` if given.
+pub fn run_kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    if let Some(input) = stdin {
+        let mut w = child.stdin.take().expect("stdin");
+        w.write_all(input).expect("write stdin");
+    }
+    child.wait_with_output().expect("kubectl output")
+}
