@@ -17,10 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::client::Client;
-use api::core::{Node, Pod};
-use api::kubeconfig::Kubeconfig;
+use api::core::Pod;
 use api::networking::Ingress;
-use common::{agent_bin, free_port, skiff_bin, wait_for};
+use common::{free_port, skiff_bin, wait_for};
 
 const IMAGE: &str = "skiff.test/ingress:v1";
 
@@ -102,18 +101,7 @@ fn start() -> (Server, Client, String) {
         &["sh"],
     );
     image_util::write_oci_archive(&archive, &image, IMAGE);
-    let out = Command::new(agent_bin())
-        .args(["image", "import"])
-        .arg(&archive)
-        .arg("--data-dir")
-        .arg(dir.path().join("agent"))
-        .output()
-        .expect("import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::import_image(&archive, &dir.path().join("agent"));
     let node = format!("ingress-{}", std::process::id());
     let cgroup_parent = format!("skiff-ingress-{}", std::process::id());
     let port = free_port();
@@ -149,14 +137,7 @@ fn start() -> (Server, Client, String) {
         http,
         https,
     };
-    let kubeconfig = server.kubeconfig();
-    let client = wait_for("the admin kubeconfig", Duration::from_secs(20), || {
-        let kc = Kubeconfig::load(&kubeconfig).ok()?;
-        Client::from_kubeconfig(&kc).ok()
-    });
-    wait_for("the server's own Node", Duration::from_secs(30), || {
-        smol::block_on(client.get::<Node>("", &node)).ok()
-    });
+    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
     (server, client, node)
 }
 

@@ -22,7 +22,7 @@ use api::client::Client;
 use api::core::{ConfigMap, Node, Pod};
 use api::kubeconfig::Kubeconfig;
 use base64::Engine;
-use common::{agent_bin, free_port, skiff_bin, wait_for};
+use common::{free_port, skiff_bin, wait_for};
 use serde_json::{json, Value};
 
 const IMAGE: &str = "skiff.test/dashboard:v1";
@@ -488,18 +488,7 @@ fn start_server_with_node() -> Server {
         &["sh"],
     );
     image_util::write_oci_archive(&archive, &image, IMAGE);
-    let out = Command::new(agent_bin())
-        .args(["image", "import"])
-        .arg(&archive)
-        .arg("--data-dir")
-        .arg(dir.path().join("agent"))
-        .output()
-        .expect("import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::import_image(&archive, &dir.path().join("agent"));
     let node = format!("dash-{}", std::process::id());
     let cgroup_parent = format!("skiff-dash-{}", std::process::id());
     let port = free_port();

@@ -12,7 +12,7 @@ use api::client::Client;
 use api::core::{Container, Node, Pod, PodSpec};
 use api::kubeconfig::Kubeconfig;
 use api::meta::{DeleteOptions, ObjectMeta};
-use common::{agent_bin, free_port, skiff_bin, wait_for};
+use common::{free_port, skiff_bin, wait_for};
 
 const IMAGE: &str = "skiff.test/embedded:v1";
 
@@ -38,18 +38,7 @@ fn server_runs_its_own_node() {
     let run = tempfile::tempdir().expect("run dir");
     let archive = dir.path().join("image.tar");
     image_util::write_oci_archive(&archive, &image_util::busybox_image("embedded"), IMAGE);
-    let out = Command::new(agent_bin())
-        .args(["image", "import"])
-        .arg(&archive)
-        .arg("--data-dir")
-        .arg(dir.path().join("agent"))
-        .output()
-        .expect("import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::import_image(&archive, &dir.path().join("agent"));
 
     let node = format!("embedded-{}", std::process::id());
     let cgroup_parent = format!("skiff-embedded-{}", std::process::id());

@@ -13,10 +13,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use api::client::Client;
-use api::core::{Container, Node, Pod, PodSpec};
+use api::core::{Container, Pod, PodSpec};
 use api::kubeconfig::Kubeconfig;
 use api::meta::ObjectMeta;
-use common::{agent_bin, free_port, skiff_bin, wait_for};
+use common::{free_port, skiff_bin, wait_for};
 
 const IMAGE: &str = "skiff.test/exec:v1";
 const POD: &str = "shell";
@@ -95,18 +95,7 @@ fn start() -> (Server, Client, String) {
         &["sh"],
     );
     image_util::write_oci_archive(&archive, &image, IMAGE);
-    let out = Command::new(agent_bin())
-        .args(["image", "import"])
-        .arg(&archive)
-        .arg("--data-dir")
-        .arg(dir.path().join("agent"))
-        .output()
-        .expect("import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::import_image(&archive, &dir.path().join("agent"));
     let node = format!("exec-{}", std::process::id());
     let cgroup_parent = format!("skiff-exec-{}", std::process::id());
     let port = free_port();
@@ -135,14 +124,7 @@ fn start() -> (Server, Client, String) {
         run,
         cgroup_parent,
     };
-    let kubeconfig = server.kubeconfig();
-    let client = wait_for("the admin kubeconfig", Duration::from_secs(20), || {
-        let kc = Kubeconfig::load(&kubeconfig).ok()?;
-        Client::from_kubeconfig(&kc).ok()
-    });
-    wait_for("the server's own Node", Duration::from_secs(30), || {
-        smol::block_on(client.get::<Node>("", &node)).ok()
-    });
+    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
     let pod = Pod {
         metadata: ObjectMeta {
             name: POD.into(),

@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 
 use api::batch::{CronJob, Job};
 use api::client::Client;
-use api::core::{Node, Pod};
-use api::kubeconfig::Kubeconfig;
-use common::{agent_bin, free_port, skiff_bin, wait_for};
+use api::core::Pod;
+use common::{free_port, skiff_bin, wait_for};
 
 const IMAGE: &str = "skiff.test/jobs:v1";
 
@@ -76,18 +75,7 @@ fn start() -> (Server, Client) {
         &["sh"],
     );
     image_util::write_oci_archive(&archive, &image, IMAGE);
-    let out = Command::new(agent_bin())
-        .args(["image", "import"])
-        .arg(&archive)
-        .arg("--data-dir")
-        .arg(dir.path().join("agent"))
-        .output()
-        .expect("import");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::import_image(&archive, &dir.path().join("agent"));
     let node = format!("jobs-{}", std::process::id());
     let cgroup_parent = format!("skiff-jobs-{}", std::process::id());
     let port = free_port();
@@ -116,14 +104,7 @@ fn start() -> (Server, Client) {
         run,
         cgroup_parent,
     };
-    let kubeconfig = server.kubeconfig();
-    let client = wait_for("the admin kubeconfig", Duration::from_secs(20), || {
-        let kc = Kubeconfig::load(&kubeconfig).ok()?;
-        Client::from_kubeconfig(&kc).ok()
-    });
-    wait_for("the server's own Node", Duration::from_secs(30), || {
-        smol::block_on(client.get::<Node>("", &node)).ok()
-    });
+    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
     (server, client)
 }
 

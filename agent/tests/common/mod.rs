@@ -397,3 +397,33 @@ pub fn run_kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&[u8]>) -> st
     }
     child.wait_with_output().expect("kubectl output")
 }
+
+/// Imports an image archive into the agent data dir `agent_dir` (as `skiff-agent image
+/// import` does on an air-gapped board).
+pub fn import_image(archive: &Path, agent_dir: &Path) {
+    let out = std::process::Command::new(agent_bin())
+        .args(["image", "import"])
+        .arg(archive)
+        .arg("--data-dir")
+        .arg(agent_dir)
+        .output()
+        .expect("import");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits for a `skiff server`'s admin kubeconfig and then for its own Node `node`; answers
+/// an admin client.
+pub fn wait_for_own_node(kubeconfig: &Path, node: &str) -> Client {
+    let client = wait_for("the admin kubeconfig", Duration::from_secs(20), || {
+        let kc = Kubeconfig::load(kubeconfig).ok()?;
+        Client::from_kubeconfig(&kc).ok()
+    });
+    wait_for("the server's own Node", Duration::from_secs(30), || {
+        smol::block_on(client.get::<api::core::Node>("", node)).ok()
+    });
+    client
+}
