@@ -22,7 +22,7 @@ use api::client::Client;
 use api::core::{ConfigMap, Node, Pod};
 use api::kubeconfig::Kubeconfig;
 use base64::Engine;
-use common::{free_port, skiff_bin, wait_for};
+use common::{free_port, wait_for};
 use serde_json::{json, Value};
 
 const IMAGE: &str = "skiff.test/dashboard:v1";
@@ -492,24 +492,8 @@ fn start_server_with_node() -> Server {
     let node = format!("dash-{}", std::process::id());
     let cgroup_parent = format!("skiff-dash-{}", std::process::id());
     let port = free_port();
-    let child = Command::new(skiff_bin())
-        .arg("server")
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--node-name", &node, "--node-ip", "127.0.0.1"])
-        .args([
-            "--cgroup-parent",
-            &cgroup_parent,
-            "--agent-port",
-            "0",
-            "--disable-proxy",
-            "--disable-dns",
-        ])
-        .arg("--agent-run-dir")
-        .arg(run.path())
-        .env("SKIFF_LOG", "warn")
-        .stdin(Stdio::null())
+    let child = common::node_server_command(dir.path(), run.path(), port, &node, &cgroup_parent)
+        .arg("--disable-dns")
         .spawn()
         .expect("start skiff server");
     let server = Server {

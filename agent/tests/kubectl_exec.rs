@@ -16,7 +16,7 @@ use api::client::Client;
 use api::core::{Container, Pod, PodSpec};
 use api::kubeconfig::Kubeconfig;
 use api::meta::ObjectMeta;
-use common::{free_port, skiff_bin, wait_for};
+use common::{free_port, wait_for};
 
 const IMAGE: &str = "skiff.test/exec:v1";
 const POD: &str = "shell";
@@ -99,23 +99,7 @@ fn start() -> (Server, Client, String) {
     let node = format!("exec-{}", std::process::id());
     let cgroup_parent = format!("skiff-exec-{}", std::process::id());
     let port = free_port();
-    let child = Command::new(skiff_bin())
-        .arg("server")
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--node-name", &node, "--node-ip", "127.0.0.1"])
-        .args([
-            "--cgroup-parent",
-            &cgroup_parent,
-            "--agent-port",
-            "0",
-            "--disable-proxy",
-        ])
-        .arg("--agent-run-dir")
-        .arg(run.path())
-        .env("SKIFF_LOG", "warn")
-        .stdin(Stdio::null())
+    let child = common::node_server_command(dir.path(), run.path(), port, &node, &cgroup_parent)
         .spawn()
         .expect("start skiff server");
     let server = Server {

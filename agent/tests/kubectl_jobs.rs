@@ -10,13 +10,13 @@ mod common;
 mod image_util;
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use api::batch::{CronJob, Job};
 use api::client::Client;
 use api::core::Pod;
-use common::{free_port, skiff_bin, wait_for};
+use common::{free_port, wait_for};
 
 const IMAGE: &str = "skiff.test/jobs:v1";
 
@@ -79,23 +79,7 @@ fn start() -> (Server, Client) {
     let node = format!("jobs-{}", std::process::id());
     let cgroup_parent = format!("skiff-jobs-{}", std::process::id());
     let port = free_port();
-    let child = Command::new(skiff_bin())
-        .arg("server")
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--node-name", &node, "--node-ip", "127.0.0.1"])
-        .args([
-            "--cgroup-parent",
-            &cgroup_parent,
-            "--agent-port",
-            "0",
-            "--disable-proxy",
-        ])
-        .arg("--agent-run-dir")
-        .arg(run.path())
-        .env("SKIFF_LOG", "warn")
-        .stdin(Stdio::null())
+    let child = common::node_server_command(dir.path(), run.path(), port, &node, &cgroup_parent)
         .spawn()
         .expect("start skiff server");
     let server = Server {

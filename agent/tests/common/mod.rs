@@ -427,3 +427,28 @@ pub fn wait_for_own_node(kubeconfig: &Path, node: &str) -> Client {
     });
     client
 }
+
+/// `skiff server` with its own node `node` (on 127.0.0.1, its agent's endpoint on a free port,
+/// no Service proxy), state in `data_dir` and container state in `run_dir`; callers add flags
+/// and spawn it.
+pub fn node_server_command(
+    data_dir: &Path,
+    run_dir: &Path,
+    port: u16,
+    node: &str,
+    cgroup_parent: &str,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(skiff_bin());
+    cmd.arg("server")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--node-name", node, "--node-ip", "127.0.0.1"])
+        .args(["--cgroup-parent", cgroup_parent, "--agent-port", "0"])
+        .arg("--disable-proxy")
+        .arg("--agent-run-dir")
+        .arg(run_dir)
+        .env("SKIFF_LOG", "warn")
+        .stdin(std::process::Stdio::null());
+    cmd
+}
