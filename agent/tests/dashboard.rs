@@ -935,6 +935,66 @@ fn dashboard_in_a_real_browser() {
         "banner: {banner}"
     );
 
+    // A user with only the `view` role (a ServiceAccount's token, under RBAC) sees the
+    // workloads, and a scale is refused with the API's 403 message: the page never has more
+    // rights than its user. (The role is bound cluster-wide: the lists are cluster-wide, and
+    // a user who may read one namespace only sees the 403 of the cluster-wide list.)
+    let viewer_args: [&[&str]; 2] = [
+        &["create", "serviceaccount", "viewer"],
+        &[
+            "create",
+            "clusterrolebinding",
+            "viewer-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:viewer",
+        ],
+    ];
+    for args in viewer_args {
+        let out = server.kubectl(args, None);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = server.kubectl(&["create", "token", "viewer"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let viewer_token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut v = b.new_user();
+    let base = format!("https://127.0.0.1:{}", server.port);
+    log_in_and_load(&mut v, &base, &viewer_token, "#/workloads");
+    v.wait(
+        "the viewer's workloads",
+        Duration::from_secs(30),
+        "[...document.querySelectorAll('section[data-kind=Deployment] tbody tr td')].some(td => td.innerText.trim() === 'web')",
+    );
+    v.click("section[data-kind=Deployment] tbody tr .scale");
+    v.wait(
+        "the viewer's scale dialog",
+        Duration::from_secs(5),
+        "document.querySelector('dialog[open] input[name=replicas]')",
+    );
+    v.set_value("dialog[open] input[name=replicas]", "5");
+    v.click("dialog[open] button.primary");
+    let refused = v.wait(
+        "the viewer's refusal",
+        Duration::from_secs(10),
+        "!document.querySelector('#error').hidden && document.querySelector('#error-text').innerText",
+    );
+    assert!(
+        refused.as_str().is_some_and(|t| t.contains("forbidden")
+            && t.contains("User \"system:serviceaccount:default:viewer\"")),
+        "banner: {refused}"
+    );
+    let d = server.kubectl(&["get", "deployment", "web", "-o", "json"], None);
+    let d: Value = serde_json::from_slice(&d.stdout).expect("deployment json");
+    assert_ne!(d["spec"]["replicas"], 5, "a viewer scaled the deployment");
+    drop(v);
+
     // A phone-sized screen: tables become cards, every view still reachable.
     b.call(
         "Emulation.setDeviceMetricsOverride",
