@@ -16,20 +16,7 @@ use common::{free_port, skiff_bin, wait_for};
 
 const IMAGE: &str = "skiff.test/embedded:v1";
 
-struct Server {
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-    run: tempfile::TempDir,
-    cgroup_parent: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        common::remove_node_leftovers(self.run.path(), &self.cgroup_parent, self.dir.path());
-    }
-}
+use common::NodeServer as Server;
 
 #[test]
 fn server_runs_its_own_node() {

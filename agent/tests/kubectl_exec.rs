@@ -8,7 +8,7 @@ mod image_util;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -54,26 +54,9 @@ fn tools_layer() -> Vec<u8> {
     b.into_inner().expect("tar")
 }
 
-struct Server {
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-    run: tempfile::TempDir,
-    cgroup_parent: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        common::remove_node_leftovers(self.run.path(), &self.cgroup_parent, self.dir.path());
-    }
-}
+use common::NodeServer as Server;
 
 impl Server {
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("admin.kubeconfig")
-    }
-
     fn kubectl(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
         common::run_kubectl(&self.kubeconfig(), args, stdin)
     }

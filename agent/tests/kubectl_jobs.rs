@@ -9,7 +9,6 @@ mod common;
 #[path = "image_util/mod.rs"]
 mod image_util;
 
-use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -20,26 +19,9 @@ use common::{free_port, wait_for};
 
 const IMAGE: &str = "skiff.test/jobs:v1";
 
-struct Server {
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-    run: tempfile::TempDir,
-    cgroup_parent: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        common::remove_node_leftovers(self.run.path(), &self.cgroup_parent, self.dir.path());
-    }
-}
+use common::NodeServer as Server;
 
 impl Server {
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("admin.kubeconfig")
-    }
-
     fn kubectl(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
         common::run_kubectl(&self.kubeconfig(), args, stdin)
     }

@@ -452,3 +452,26 @@ pub fn node_server_command(
         .stdin(std::process::Stdio::null());
     cmd
 }
+
+/// A `skiff server` process with its own node (see [`node_server_command`]); dropping it
+/// stops the server and removes what its node left behind.
+pub struct NodeServer {
+    pub child: std::process::Child,
+    pub dir: tempfile::TempDir,
+    pub run: tempfile::TempDir,
+    pub cgroup_parent: String,
+}
+
+impl NodeServer {
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+}
+
+impl Drop for NodeServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        remove_node_leftovers(self.run.path(), &self.cgroup_parent, self.dir.path());
+    }
+}
