@@ -41,6 +41,17 @@ pub fn to_json<K: Resource>(obj: &K) -> Value {
     serde_json::to_value(json(obj)).expect("model types always serialize")
 }
 
+/// The part of the typed object that `view` names, as Kubernetes JSON (for the field
+/// manager, which compares only that part).
+pub fn to_json_view<K: Resource>(obj: &K, view: View) -> Value {
+    serde_json::to_value(Json {
+        kind: K::KIND,
+        value: obj,
+        view,
+    })
+    .expect("model types always serialize")
+}
+
 /// The typed object as Kubernetes JSON, appended to `out` (what [`to_json`] gives, written in
 /// one pass, members in model order).
 pub fn write_json<K: Resource>(obj: &K, out: &mut Vec<u8>) {
@@ -52,10 +63,11 @@ pub fn json<K: Resource>(obj: &K) -> Json<'_, K> {
     Json {
         kind: K::KIND,
         value: obj,
+        view: View::Whole,
     }
 }
 
-pub use crate::omit::{Typed as Json, MAP_FIELDS};
+pub use crate::omit::{Typed as Json, View, MAP_FIELDS};
 
 /// Reads `apiVersion` and `kind` from a manifest.
 pub fn type_of(v: &Value) -> Result<Kind, DecodeError> {

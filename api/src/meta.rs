@@ -434,8 +434,9 @@ pub struct ObjectMeta {
     /// waits until the list is empty.
     pub finalizers: Vec<String>,
     /// Field ownership, kept in its JSON shape (a list of ManagedFieldsEntry); the server
-    /// maintains it on every write (control's `fieldmanager`).
-    pub managed_fields: Option<Opaque>,
+    /// maintains it on every write (control's `fieldmanager`). Shared, because objects are
+    /// cloned far more often than their ownership changes; the stored encoding is the tree's.
+    pub managed_fields: Option<std::sync::Arc<Opaque>>,
     /// Deprecated in Kubernetes; accepted and dropped on output.
     pub self_link: Option<String>,
 }

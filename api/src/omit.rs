@@ -42,13 +42,26 @@ pub const MAP_FIELDS: &[&str] = &[
 pub struct Typed<'a, T: ?Sized> {
     pub(crate) kind: Kind,
     pub(crate) value: &'a T,
+    pub(crate) view: View,
+}
+
+/// How much of an object is written: all of it, or only the part whose field ownership a
+/// write can change (what the field manager compares), so that the other part is never
+/// serialized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    Whole,
+    /// Everything but `status` and `metadata.managedFields`.
+    Main,
+    /// `apiVersion`, `kind` and `status` only.
+    Status,
 }
 
 impl<T: Serialize + ?Sized> Serialize for Typed<'_, T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.value.serialize(Omit {
             inner: s,
-            mode: Mode::Top(self.kind),
+            mode: Mode::Top(self.kind, self.view),
         })
     }
 }
@@ -60,17 +73,18 @@ enum Mode {
     Plain,
     /// The value of a `metadata` member: empty strings go too.
     Metadata,
-    /// The object itself: gets `apiVersion` and `kind`.
-    Top(Kind),
-    /// The object's own metadata: empty strings and `selfLink` go.
-    TopMetadata,
+    /// The object itself: gets `apiVersion` and `kind`; the view may leave out members.
+    Top(Kind, View),
+    /// The object's own metadata: empty strings and `selfLink` go (and `managedFields`
+    /// outside the whole view).
+    TopMetadata(View),
 }
 
 impl Mode {
     /// The mode of the value of member `key` of a compound in this mode.
     fn child(self, key: &str) -> Mode {
         match (self, key) {
-            (Mode::Top(_), "metadata") => Mode::TopMetadata,
+            (Mode::Top(_, view), "metadata") => Mode::TopMetadata(view),
             (_, "metadata") => Mode::Metadata,
             _ => Mode::Plain,
         }
@@ -81,14 +95,21 @@ impl Mode {
         match shape {
             Shape::Null | Shape::EmptyArray => true,
             Shape::EmptyObject => MAP_FIELDS.contains(&key),
-            Shape::EmptyString => matches!(self, Mode::Metadata | Mode::TopMetadata),
+            Shape::EmptyString => matches!(self, Mode::Metadata | Mode::TopMetadata(_)),
             Shape::Other => false,
         }
     }
 
     /// Whether member `key` is left out whatever its value.
     fn drops(self, key: &str) -> bool {
-        matches!(self, Mode::TopMetadata) && key == "selfLink"
+        match self {
+            Mode::TopMetadata(view) => {
+                key == "selfLink" || (view != View::Whole && key == "managedFields")
+            }
+            Mode::Top(_, View::Main) => key == "status",
+            Mode::Top(_, View::Status) => key != "status",
+            _ => false,
+        }
     }
 }
 
@@ -453,7 +474,7 @@ impl<S: Serializer> Serializer for Omit<S> {
     }
     fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
         use ser::SerializeMap;
-        if let Mode::Top(kind) = self.mode {
+        if let Mode::Top(kind, _) = self.mode {
             let info = kind.info();
             let mut m = self.inner.serialize_map(len.map(|l| l + 2))?;
             m.serialize_entry("apiVersion", &info.api_version())?;
@@ -468,7 +489,7 @@ impl<S: Serializer> Serializer for Omit<S> {
         len: usize,
     ) -> Result<Self::SerializeStruct, S::Error> {
         use ser::SerializeStruct;
-        if let Mode::Top(kind) = self.mode {
+        if let Mode::Top(kind, _) = self.mode {
             let info = kind.info();
             let mut st = self.inner.serialize_struct(name, len + 2)?;
             st.serialize_field("apiVersion", &info.api_version())?;
@@ -710,7 +731,34 @@ mod tests {
     use super::*;
 
     fn written(kind: Kind, v: &serde_json::Value) -> String {
-        serde_json::to_string(&Typed { kind, value: v }).unwrap()
+        written_as(kind, v, View::Whole)
+    }
+
+    fn written_as(kind: Kind, v: &serde_json::Value, view: View) -> String {
+        serde_json::to_string(&Typed {
+            kind,
+            value: v,
+            view,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn views_write_only_the_part_a_manager_can_own() {
+        let pod = json!({
+            "metadata": {"name": "a", "managedFields": [{"manager": "m"}], "labels": {"x": "1"}},
+            "spec": {"nodeName": "n"},
+            "status": {"phase": "Running"}
+        });
+        assert_eq!(
+            written_as(Kind::Pod, &pod, View::Main),
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"labels":{"x":"1"},"name":"a"},"spec":{"nodeName":"n"}}"#
+        );
+        assert_eq!(
+            written_as(Kind::Pod, &pod, View::Status),
+            r#"{"apiVersion":"v1","kind":"Pod","status":{"phase":"Running"}}"#
+        );
+        assert!(written(Kind::Pod, &pod).contains("managedFields"));
     }
 
     #[test]

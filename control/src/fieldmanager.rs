@@ -15,6 +15,7 @@
 
 use std::collections::btree_map::Entry as MapEntry;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use api::meta::{Opaque, Time};
 use serde_json::{Map, Value};
@@ -666,7 +667,7 @@ impl Managers {
 
     /// `metadata.managedFields` in Kubernetes' order (operation, time, manager); `None` when
     /// nobody manages anything.
-    pub fn encode(&self) -> Option<Opaque> {
+    pub fn encode(&self) -> Option<Arc<Opaque>> {
         if self.0.is_empty() {
             return None;
         }
@@ -687,9 +688,9 @@ impl Managers {
                     &q.subresource,
                 ))
         });
-        Some(Opaque::Array(
+        Some(Arc::new(Opaque::Array(
             entries.into_iter().map(Entry::encode).collect(),
-        ))
+        )))
     }
 
     /// Whether the two name the same managers and fields, whatever their times.
@@ -1140,13 +1141,13 @@ mod tests {
         m.update(None, &v1, &a, "v1", Time(1));
         let v2 = json!({"spec": {"x": 2, "y": 1}});
         m.update(Some(&v1), &v2, &b, "v1", Time(2));
-        let enc = Value::from(&m.encode().unwrap());
+        let enc = Value::from(&*m.encode().unwrap());
         assert_eq!(enc[0]["manager"], "a");
         assert_eq!(enc[0]["fieldsV1"], json!({"f:spec": {"f:y": {}}}));
         assert_eq!(enc[1]["manager"], "b");
         assert_eq!(enc[1]["fieldsV1"], json!({"f:spec": {"f:x": {}}}));
         assert_eq!(enc[1]["time"], "1970-01-01T00:00:02Z");
-        let back = Managers::decode(m.encode().as_ref()).unwrap();
+        let back = Managers::decode(m.encode().as_deref()).unwrap();
         assert!(back.same_but_times(&m));
     }
 
@@ -1156,7 +1157,7 @@ mod tests {
         let obj =
             json!({"metadata": {"labels": {"a": "1"}}, "spec": {"x": [1, 2], "y": 1.5, "z": null}});
         m.update(None, &obj, &Manager::new("a", Scope::Main), "v1", Time(7));
-        let stored = m.encode().unwrap();
+        let stored = Arc::unwrap_or_clone(m.encode().unwrap());
         let bytes = postcard::to_allocvec(&stored).unwrap();
         let back: Opaque = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, stored);

@@ -161,6 +161,22 @@ pub fn existing_pod_warnings(
     out
 }
 
+/// Whether objects of `kind` carry a pod (or pod template) that the policy judges.
+pub fn has_pod_template(kind: &str) -> bool {
+    matches!(
+        kind,
+        "Pod"
+            | "PodTemplate"
+            | "ReplicationController"
+            | "ReplicaSet"
+            | "Deployment"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "Job"
+            | "CronJob"
+    )
+}
+
 /// The pod template inside an object of `kind` (as JSON), with the pod itself for a Pod.
 pub fn pod_template<'a>(kind: &str, obj: &'a Value) -> Option<(&'a Value, &'a Value)> {
     let template = match kind {

@@ -114,8 +114,6 @@ fn admit_pod_security<K: Resource>(
     old: Option<&K>,
     warnings: &Warnings,
 ) -> Result<(), ApiError> {
-    use crate::podsecurity::{check, describe, pod_template, Policy};
-    let info = K::KIND.info();
     if K::KIND == Kind::Namespace {
         if let Some(old) = old {
             warn_existing_pods(
@@ -128,13 +126,37 @@ fn admit_pod_security<K: Resource>(
         }
         return Ok(());
     }
-    if !info.namespaced {
-        return Ok(());
+    enforce_pod_security(txn, obj, judge_pod_security(obj, old).as_ref(), warnings)
+}
+
+/// A pod or pod template judged at the two levels that have checks. Judging needs only the
+/// object, so a create does it before the write, off the store's single writer thread.
+struct PodSecurityFindings {
+    baseline: Vec<crate::podsecurity::Violation>,
+    restricted: Vec<crate::podsecurity::Violation>,
+}
+
+impl PodSecurityFindings {
+    fn at(&self, level: crate::podsecurity::Level) -> &[crate::podsecurity::Violation] {
+        use crate::podsecurity::Level;
+        match level {
+            Level::Privileged => &[],
+            Level::Baseline => &self.baseline,
+            Level::Restricted => &self.restricted,
+        }
+    }
+}
+
+/// The findings for `obj` (`None` when it has no pod template, or when an update leaves the
+/// template as it was, other than the binding).
+fn judge_pod_security<K: Resource>(obj: &K, old: Option<&K>) -> Option<PodSecurityFindings> {
+    use crate::podsecurity::{check, has_pod_template, pod_template, Level};
+    let info = K::KIND.info();
+    if !info.namespaced || !has_pod_template(info.kind) {
+        return None;
     }
     let json = codec::to_json(obj);
-    let Some((meta, spec)) = pod_template(info.kind, &json) else {
-        return Ok(());
-    };
+    let (meta, spec) = pod_template(info.kind, &json)?;
     if let Some(old) = old {
         let old_json = codec::to_json(old);
         let unbound = |s: &Value| {
@@ -148,10 +170,28 @@ fn admit_pod_security<K: Resource>(
             if unbound(old_spec) == unbound(spec)
                 && old_meta.get("annotations") == meta.get("annotations")
             {
-                return Ok(());
+                return None;
             }
         }
     }
+    Some(PodSecurityFindings {
+        baseline: check(Level::Baseline, meta, spec),
+        restricted: check(Level::Restricted, meta, spec),
+    })
+}
+
+/// Applies the namespace's policy (read inside the write, so a label change and a create
+/// are ordered) to findings made earlier.
+fn enforce_pod_security<K: Resource>(
+    txn: &Txn,
+    obj: &K,
+    findings: Option<&PodSecurityFindings>,
+    warnings: &Warnings,
+) -> Result<(), ApiError> {
+    use crate::podsecurity::{describe, Policy};
+    let Some(findings) = findings else {
+        return Ok(());
+    };
     let ns = obj.meta().namespace().to_string();
     let labels = txn
         .get(Kind::Namespace, "", &ns)?
@@ -160,7 +200,7 @@ fn admit_pod_security<K: Resource>(
     let policy = Policy::of(&ns, &labels);
     let is_pod = K::KIND == Kind::Pod;
     let mut found = Vec::new();
-    let enforced = check(policy.enforce.level, meta, spec);
+    let enforced = findings.at(policy.enforce.level);
     if !enforced.is_empty() {
         if is_pod {
             return Err(ApiError::forbidden_object(
@@ -169,23 +209,23 @@ fn admit_pod_security<K: Resource>(
                 &format!(
                     "violates PodSecurity \"{}\": {}",
                     policy.enforce,
-                    describe(&enforced)
+                    describe(enforced)
                 ),
             ));
         }
         found.push(format!(
             "would violate PodSecurity \"{}\": {}",
             policy.enforce,
-            describe(&enforced)
+            describe(enforced)
         ));
     }
     if policy.warn != policy.enforce || is_pod {
-        let warned = check(policy.warn.level, meta, spec);
+        let warned = findings.at(policy.warn.level);
         if !warned.is_empty() {
             let w = format!(
                 "would violate PodSecurity \"{}\": {}",
                 policy.warn,
-                describe(&warned)
+                describe(warned)
             );
             if !found.contains(&w) {
                 found.push(w);
@@ -221,7 +261,7 @@ fn scope_of(part: Part) -> Scope {
 
 /// The managers stored on an object (none when they cannot be read).
 fn managers_of<K: Resource>(obj: &K) -> Managers {
-    Managers::decode(obj.meta().managed_fields.as_ref()).unwrap_or_default()
+    Managers::decode(obj.meta().managed_fields.as_deref()).unwrap_or_default()
 }
 
 /// The finalizer of a foreground deletion: the owner stays until its blocking dependents
@@ -508,13 +548,14 @@ fn create_in<K: Resource>(
     ranges: &ServiceRanges,
     mut obj: K,
     generate: bool,
+    findings: Option<&PodSecurityFindings>,
     warnings: &Warnings,
 ) -> Result<K, ApiError> {
     let ns = obj.meta().namespace().to_string();
     if K::KIND.info().namespaced {
         check_namespace_open(txn, &ns)?;
     }
-    admit_pod_security(txn, &obj, None, warnings)?;
+    enforce_pod_security(txn, &obj, findings, warnings)?;
     if let Some(svc) = as_service_mut(&mut obj) {
         crate::ipalloc::assign_in_txn(txn, ranges, svc, None)?;
     }
@@ -621,7 +662,7 @@ fn apply_update_checked<K: Resource>(
             .meta()
             .managed_fields
             .clone()
-            .filter(|v| Managers::decode(Some(v)).is_some_and(|m| !m.0.is_empty()))
+            .filter(|v| Managers::decode(Some(v.as_ref())).is_some_and(|m| !m.0.is_empty()))
             .map(Some),
     };
     new.meta_mut().managed_fields = match base {
@@ -658,10 +699,13 @@ fn apply_update_checked<K: Resource>(
         }
     }
     if let Ownership::Update(who) = &ownership {
+        // Only the part the manager's scope can own is compared, so only that is written
+        // out (this runs on the store's single writer thread).
+        let view = fields_view(who);
         let mut managers = managers_of(&new);
         managers.update(
-            Some(&codec::to_json(&old)),
-            &codec::to_json(&new),
+            Some(&codec::to_json_view(&old, view)),
+            &codec::to_json_view(&new, view),
             who,
             &K::KIND.info().api_version(),
             Time::now(),
@@ -673,6 +717,14 @@ fn apply_update_checked<K: Resource>(
         return typed(txn.delete(K::KIND, &ns, &name)?);
     }
     typed(txn.put(new.into_any())?)
+}
+
+/// The part of an object whose ownership `who` can take.
+fn fields_view(who: &Manager) -> codec::View {
+    match who.scope {
+        Scope::Status => codec::View::Status,
+        Scope::Main | Scope::Scale => codec::View::Main,
+    }
 }
 
 /// kube-apiserver's answer to an apply that would take fields from other managers.
@@ -825,7 +877,8 @@ impl Registry {
         let (obj, generate) = self.prepare_create(obj, path_ns)?;
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
-        self.write(move |txn| create_in(txn, &ranges, obj, generate, &warnings))
+        let findings = judge_pod_security(&obj, None);
+        self.write(move |txn| create_in(txn, &ranges, obj, generate, findings.as_ref(), &warnings))
             .await
     }
 
@@ -841,7 +894,7 @@ impl Registry {
         let mut managers = Managers::default();
         managers.update(
             None,
-            &codec::to_json(&obj),
+            &codec::to_json_view(&obj, codec::View::Main),
             &self.manager(Part::Main),
             &K::KIND.info().api_version(),
             Time::now(),
@@ -1036,8 +1089,9 @@ impl Registry {
             obj.meta_mut().managed_fields = managers.encode();
             let ranges = self.service_ranges();
             let warnings = self.warnings.clone();
+            let findings = judge_pod_security(&obj, None);
             let created = self
-                .write(move |txn| create_in(txn, &ranges, obj, false, &warnings))
+                .write(move |txn| create_in(txn, &ranges, obj, false, findings.as_ref(), &warnings))
                 .await?;
             return Ok((created, true));
         }
@@ -1176,7 +1230,7 @@ impl Registry {
             )?;
             if let Some((event, generate)) = event {
                 // Nothing of a failed create reaches the transaction.
-                if let Err(e) = create_in(txn, &ranges, event, generate, &warnings) {
+                if let Err(e) = create_in(txn, &ranges, event, generate, None, &warnings) {
                     tracing::debug!(error = %e, "recording a binding's event failed");
                 }
             }
