@@ -239,7 +239,15 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         ..StoreConfig::in_dir(&args.data_dir)
     })
     .context("opening the state database")?;
-    let pki = Pki::load_or_create(&args.data_dir, &args.tls_san, &local_url(args.listen))
+    // Pods verify the API through the `kubernetes` Service: its names and address, and the
+    // address it leads to, are in the serving certificate.
+    let advertise = crate::apiservice::advertise_address(args.listen);
+    let mut sans = args.tls_san.clone();
+    sans.extend(crate::apiservice::serving_names(
+        args.service_cidr,
+        advertise,
+    ));
+    let pki = Pki::load_or_create(&args.data_dir, &sans, &local_url(args.listen))
         .context("preparing the PKI")?;
     let tls = pki
         .server_config()
@@ -308,6 +316,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         authorizer.start(&loops.informers);
         sa_tokens.set_cache(loops.informers.cache().clone());
         crate::serviceaccount::start(&loops);
+        crate::serviceaccount::start_root_ca_publisher(&loops, state.pki.ca_pem().to_string());
+        crate::apiservice::start(&registry, args.service_cidr, advertise, args.listen.port());
         crate::rbac::aggregation::start(&loops);
         crate::certificates::start(&loops, state.pki.clone());
         crate::controllers::start_all(&loops);

@@ -755,6 +755,54 @@ async fn authorize_node(
             }
         }
         Kind::Event if *method == Method::Post || *method == Method::Patch => Ok(()),
+        // Tokens for the projected volumes of its pods: only bound to a pod of this node
+        // that runs as that ServiceAccount (the Node authorizer and NodeRestriction).
+        Kind::ServiceAccount
+            if *method == Method::Post && path.subresource.as_deref() == Some("token") =>
+        {
+            let (Some(ns), Some(sa)) = (&path.namespace, &path.name) else {
+                return Err(forbidden("create tokens without a service account"));
+            };
+            let bound = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v.pointer("/spec/boundObjectRef").cloned())
+                .filter(|r| r.get("kind").and_then(Value::as_str) == Some("Pod"));
+            let Some(bound) = bound else {
+                return Err(ApiError::forbidden(format!(
+                    "serviceaccounts \"{sa}\" is forbidden: node requested token not bound to a pod"
+                )));
+            };
+            let field = |k: &str| bound.get(k).and_then(Value::as_str).unwrap_or_default();
+            let pod: api::core::Pod = match state.registry.get(ns, field("name")).await {
+                Ok(p) => p,
+                Err(e) if e.code() == 404 => {
+                    return Err(forbidden(&format!(
+                        "create tokens for pod \"{}\", which does not exist",
+                        field("name")
+                    )))
+                }
+                Err(e) => return Err(e),
+            };
+            if pod.spec.node_name.as_deref() != Some(node) {
+                return Err(ApiError::forbidden(format!(
+                    "serviceaccounts \"{sa}\" is forbidden: node requested token bound to a pod scheduled on a different node"
+                )));
+            }
+            if !field("uid").is_empty() && field("uid") != pod.metadata.uid {
+                return Err(ApiError::forbidden(format!(
+                    "serviceaccounts \"{sa}\" is forbidden: the UID in the bound object reference ({}) does not match the UID in record ({})",
+                    field("uid"),
+                    pod.metadata.uid
+                )));
+            }
+            if pod.spec.service_account_name.as_deref() != Some(sa.as_str()) {
+                return Err(forbidden(&format!(
+                    "create tokens for service account \"{sa}\", which pod \"{}\" does not run as",
+                    pod.metadata.name
+                )));
+            }
+            Ok(())
+        }
         _ => Err(forbidden("modify this resource")),
     }
 }
