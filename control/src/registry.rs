@@ -376,13 +376,15 @@ fn mount_service_account_token(txn: &Txn, pod: &mut Pod) -> Result<(), ApiError>
     let sa = match txn.get(Kind::ServiceAccount, &ns, &name)? {
         Some(AnyObject::ServiceAccount(sa)) => Some(sa),
         _ if name == crate::serviceaccount::DEFAULT => None,
-        _ => return Err(ApiError::forbidden_object(
-            Kind::Pod,
-            &pod.metadata.name,
-            &format!(
+        _ => {
+            return Err(ApiError::forbidden_object(
+                Kind::Pod,
+                &pod.metadata.name,
+                &format!(
                 "error looking up service account {ns}/{name}: serviceaccount \"{name}\" not found"
             ),
-        )),
+            ))
+        }
     };
     let automount = pod
         .spec

@@ -397,7 +397,7 @@ async fn handle(
         Route::Resource(path) => {
             let mut body = read_body(&mut req).await?;
             if let Some(node) = user.node_name() {
-                authorize_node(&state, node, &req.method(), &path, &body).await?;
+                authorize_node(&state, &req, node, &path, &body).await?;
             } else if !user.is_master() && crate::rbac::KINDS.contains(&path.kind) {
                 check_escalation(&state, &req, &user, &path, &body)?;
             }
@@ -686,12 +686,13 @@ fn compact_rule(r: &api::rbac::PolicyRule) -> String {
 /// pods bound to it, and events.
 async fn authorize_node(
     state: &State,
+    req: &tide::Request<State>,
     node: &str,
-    method: &tide::http::Method,
     path: &ResourcePath,
     body: &[u8],
 ) -> Result<(), ApiError> {
     use tide::http::Method;
+    let method = &req.method();
     let forbidden = |what: &str| {
         ApiError::forbidden(format!(
             "{} is forbidden: User \"system:node:{node}\" cannot {what}",
@@ -763,7 +764,8 @@ async fn authorize_node(
             let (Some(ns), Some(sa)) = (&path.namespace, &path.name) else {
                 return Err(forbidden("create tokens without a service account"));
             };
-            let bound = serde_json::from_slice::<Value>(body)
+            // In whatever format the request declares (kubectl and the agent differ).
+            let bound = parse_object_body(req, body)
                 .ok()
                 .and_then(|v| v.pointer("/spec/boundObjectRef").cloned())
                 .filter(|r| r.get("kind").and_then(Value::as_str) == Some("Pod"));
