@@ -234,11 +234,22 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("securing the data dir {}", args.data_dir.display()))?;
 
+    let keys = crate::store::seal::Keyring::load_or_create(&args.data_dir)
+        .context("loading the secrets key")?;
     let store = Store::open(StoreConfig {
         event_window: args.event_window,
+        keys: Some(Arc::new(keys)),
         ..StoreConfig::in_dir(&args.data_dir)
     })
     .context("opening the state database")?;
+    // A key that does not open the stored Secrets (a data dir restored from a backup taken
+    // without its key, say) is found now rather than on the first read of each Secret.
+    smol::block_on(store.list(api::Kind::Secret, None)).with_context(|| {
+        format!(
+            "the stored Secrets cannot be read with {}: put back the secrets key this data dir was written with (`skiff backup --include-key` carries it)",
+            args.data_dir.join(crate::store::seal::KEY_FILE).display()
+        )
+    })?;
     // Pods verify the API through the `kubernetes` Service: its names and address, and the
     // address it leads to, are in the serving certificate.
     let advertise = crate::apiservice::advertise_address(args.listen);

@@ -255,7 +255,8 @@ async fn handle(
         )
         .map_err(|_| ApiError::unauthorized())?;
     if req.url().path() == backup::PATH {
-        return backup::serve(&state, &user, &req.method()).await;
+        let include_key = query(&req, "includeKey").is_some_and(|v| v == "true");
+        return backup::serve(&state, &user, &req.method(), include_key).await;
     }
     let route = route.map_err(|_| ApiError::path_not_found())?;
     authorize(&state, &req, &route, &user)?;
