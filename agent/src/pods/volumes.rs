@@ -374,11 +374,12 @@ pub async fn fetch(client: &Client, pod: &Pod) -> Sources {
                 t.audience.clone().unwrap_or_default(),
                 t.expiration_seconds.unwrap_or(3600),
             );
-            if !out.tokens.contains_key(&key) {
-                let got = super::tokens::get(client, pod, &key.0, key.1)
+            if let std::collections::hash_map::Entry::Vacant(slot) = out.tokens.entry(key) {
+                let (audience, seconds) = slot.key().clone();
+                let got = super::tokens::get(client, pod, &audience, seconds)
                     .await
                     .map(Some);
-                out.tokens.insert(key, got);
+                slot.insert(got);
             }
         }
         for name in config_map_names(v) {
