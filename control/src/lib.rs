@@ -3,6 +3,7 @@
 //! and the CLI.
 
 pub mod apiservice;
+pub mod audit;
 pub mod auth;
 pub mod certificates;
 pub mod cli;

@@ -62,6 +62,19 @@ pub struct ServerArgs {
     /// Do not serve the web dashboard at `/ui/`.
     #[arg(long, env = "SKIFF_DISABLE_UI")]
     pub disable_ui: bool,
+    /// The audit log (audit.k8s.io/v1 Events, one JSON line per request, Metadata level)
+    /// [default: DATA_DIR/audit/audit.log].
+    #[arg(long, env = "SKIFF_AUDIT_LOG_PATH", value_name = "FILE")]
+    pub audit_log_path: Option<PathBuf>,
+    /// Megabytes the audit log grows to before it is rotated.
+    #[arg(long, env = "SKIFF_AUDIT_LOG_MAXSIZE", default_value_t = 100)]
+    pub audit_log_maxsize: u64,
+    /// Rotated audit logs kept.
+    #[arg(long, env = "SKIFF_AUDIT_LOG_MAXBACKUP", default_value_t = 3)]
+    pub audit_log_maxbackup: u32,
+    /// Keep no audit log.
+    #[arg(long, env = "SKIFF_DISABLE_AUDIT_LOG")]
+    pub disable_audit_log: bool,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -305,6 +318,22 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         resource_metrics: Default::default(),
         local_agent: Default::default(),
         ui: !args.disable_ui,
+        audit: if args.disable_audit_log {
+            None
+        } else {
+            let path = args
+                .audit_log_path
+                .clone()
+                .unwrap_or_else(|| args.data_dir.join("audit").join("audit.log"));
+            Some(
+                crate::audit::AuditLog::start(crate::audit::AuditConfig {
+                    max_bytes: args.audit_log_maxsize.saturating_mul(1 << 20),
+                    max_backups: args.audit_log_maxbackup,
+                    path: path.clone(),
+                })
+                .with_context(|| format!("opening the audit log {}", path.display()))?,
+            )
+        },
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
