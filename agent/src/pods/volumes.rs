@@ -528,18 +528,23 @@ fn volume_payload(v: &Volume, sources: &Sources) -> Result<Option<Payload>, Stri
         .map(Some);
     }
     if let Some(p) = &v.projected {
-        return projected_payload(p, sources);
+        return projected_payload(p, sources, false);
     }
     Ok(None)
 }
 
-/// The files of a projected volume: every source's, in order.
+/// The files of a projected volume: every source's, in order. `partial` leaves out the
+/// sources that could not be read (the API is unreachable) instead of failing.
 fn projected_payload(
     p: &api::core::ProjectedVolumeSource,
     sources: &Sources,
+    partial: bool,
 ) -> Result<Option<Payload>, String> {
     let mut out = Payload::new();
     for src in &p.sources {
+        if partial && source_unreadable(src, sources) {
+            continue;
+        }
         let part = if let Some(c) = &src.config_map {
             let name = c.name.as_deref().unwrap_or("");
             let entries = match sources.config_maps.get(name) {
@@ -603,6 +608,31 @@ fn projected_payload(
         out.extend(part);
     }
     Ok(Some(out))
+}
+
+/// Whether a projected source's object or token could not be read (as opposed to not
+/// existing).
+fn source_unreadable(src: &api::core::VolumeProjection, sources: &Sources) -> bool {
+    if let Some(c) = &src.config_map {
+        return matches!(
+            sources.config_maps.get(c.name.as_deref().unwrap_or("")),
+            Some(Err(_))
+        );
+    }
+    if let Some(s) = &src.secret {
+        return matches!(
+            sources.secrets.get(s.name.as_deref().unwrap_or("")),
+            Some(Err(_))
+        );
+    }
+    if let Some(t) = &src.service_account_token {
+        let key = (
+            t.audience.clone().unwrap_or_default(),
+            t.expiration_seconds.unwrap_or(3600),
+        );
+        return matches!(sources.tokens.get(&key), Some(Err(_)));
+    }
+    false
 }
 
 /// The files of downward API items: pod fields and container resources.
@@ -963,6 +993,22 @@ fn set_up_one(pod_dir: &Path, v: &Volume, sources: &Sources) -> Result<PreparedV
         // Not readable (or gone) now: what was written before will do, as in Kubernetes.
         Err(e) if read_current(&dir).is_some() => {
             tracing::warn!(volume = %v.name, "{e}; keeping the current contents");
+        }
+        // A pod restarted while the API is unreachable (a node rebooted offline) still
+        // starts: its projected volume holds what could be had (the pod's fields), and
+        // the token and CA follow once the API answers ([`refresh`]).
+        Err(e) if kind == VolumeKind::Projected => {
+            let Some(p) = &v.projected else {
+                return Err(e);
+            };
+            match projected_payload(p, sources, true) {
+                Ok(Some(partial)) => {
+                    tracing::warn!(volume = %v.name, "{e}; starting without the sources that cannot be read");
+                    write_atomic(&dir, &partial)
+                        .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+                }
+                _ => return Err(e),
+            }
         }
         Err(e) => return Err(e),
     }
@@ -1490,5 +1536,88 @@ mod tests {
         );
         assert!(d.join("newfile").is_file());
         assert_eq!(check_host_path(&d.join("any"), ""), Ok(true));
+    }
+
+    /// The volume the ServiceAccount admission adds.
+    fn api_access() -> api::core::ProjectedVolumeSource {
+        use api::core::{
+            ConfigMapProjection, DownwardApiProjection, DownwardApiVolumeFile, ObjectFieldSelector,
+            ServiceAccountTokenProjection, VolumeProjection,
+        };
+        api::core::ProjectedVolumeSource {
+            sources: vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        audience: None,
+                        expiration_seconds: Some(3607),
+                        path: "token".into(),
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: Some("kube-root-ca.crt".into()),
+                        items: vec![key("ca.crt", "ca.crt", None)],
+                        optional: None,
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardApiProjection {
+                        items: vec![DownwardApiVolumeFile {
+                            path: "namespace".into(),
+                            field_ref: Some(ObjectFieldSelector {
+                                api_version: Some("v1".into()),
+                                field_path: "metadata.namespace".into(),
+                            }),
+                            resource_field_ref: None,
+                            mode: None,
+                        }],
+                    }),
+                    ..Default::default()
+                },
+            ],
+            default_mode: Some(0o644),
+        }
+    }
+
+    #[test]
+    fn projected_payloads_gather_every_source() {
+        let p = api_access();
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("shop".into());
+        let mut cm = ConfigMap::default();
+        cm.data.insert("ca.crt".into(), "PEM".into());
+        let mut sources = Sources {
+            pod: Some(pod),
+            ..Default::default()
+        };
+        sources
+            .config_maps
+            .insert("kube-root-ca.crt".into(), Ok(Some(cm)));
+        sources
+            .tokens
+            .insert((String::new(), 3607), Ok(Some("jwt".into())));
+        let got = projected_payload(&p, &sources, false).unwrap().unwrap();
+        let want: Payload = [
+            ("token", file("jwt", 0o644)),
+            ("ca.crt", file("PEM", 0o644)),
+            ("namespace", file("shop", 0o644)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (PathBuf::from(k), v))
+        .collect();
+        assert_eq!(got, want);
+        // The API unreachable: an error, or (to start a pod offline) the readable part.
+        sources
+            .tokens
+            .insert((String::new(), 3607), Err("unreachable".into()));
+        assert!(projected_payload(&p, &sources, false).is_err());
+        let partial = projected_payload(&p, &sources, true).unwrap().unwrap();
+        assert_eq!(
+            partial.keys().collect::<Vec<_>>(),
+            [Path::new("ca.crt"), Path::new("namespace")]
+        );
+        assert!(check_projected(&p).is_ok());
     }
 }

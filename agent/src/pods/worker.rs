@@ -707,7 +707,15 @@ impl Worker {
             pod_ip: self.pod_ip.as_deref().unwrap_or(&self.ctx.node_ip),
             ..Default::default()
         };
-        src.services = self.service_env().await?;
+        // Without the API (a node restarted offline) the container starts without them,
+        // where the kubelet would wait for its Service cache.
+        src.services = match self.service_env().await {
+            Ok(vars) => vars,
+            Err(e) => {
+                tracing::warn!(pod = %self.key(), "{e}; starting without the Services' variables");
+                Vec::new()
+            }
+        };
         for name in cms {
             match self.ctx.client.get::<ConfigMap>(&ns, &name).await {
                 Ok(cm) => {
