@@ -34,6 +34,10 @@ pub struct ServerArgs {
     /// Number of past events kept for watches to resume from.
     #[arg(long, env = "SKIFF_EVENT_WINDOW", default_value_t = 10_000)]
     pub event_window: u64,
+    /// The address pods reach the API on, behind the `kubernetes` Service [default: the
+    /// listen address if it names one, else this machine's address on its default route].
+    #[arg(long, env = "SKIFF_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<std::net::IpAddr>,
     /// Extra names or addresses for the serving certificate (repeatable).
     #[arg(long = "tls-san", env = "SKIFF_TLS_SAN", value_delimiter = ',')]
     pub tls_san: Vec<String>,
@@ -265,7 +269,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     })?;
     // Pods verify the API through the `kubernetes` Service: its names and address, and the
     // address it leads to, are in the serving certificate.
-    let advertise = crate::apiservice::advertise_address(args.listen);
+    let advertise = args
+        .advertise_address
+        .unwrap_or_else(|| crate::apiservice::advertise_address(args.listen));
     let mut sans = args.tls_san.clone();
     sans.extend(crate::apiservice::serving_names(
         args.service_cidr,
