@@ -569,8 +569,9 @@ pub struct Volume {
     /// Fields of the pod as files.
     #[serde(rename = "downwardAPI")]
     pub downward_api: Option<DownwardApiVolumeSource>,
-    /// Several sources in one directory. Kept, not acted on.
-    pub projected: Option<Opaque>,
+    /// Several sources (ServiceAccount token, ConfigMaps, Secrets, pod fields) in one
+    /// directory.
+    pub projected: Option<ProjectedVolumeSource>,
     /// A PersistentVolumeClaim in the pod's namespace. Kept, not acted on.
     pub persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
     /// An NFS share. Kept, not acted on.
@@ -630,7 +631,90 @@ impl Volume {
         if let Some(h) = &mut self.host_path {
             h.type_.get_or_insert_with(String::new);
         }
+        if let Some(p) = &mut self.projected {
+            p.default_mode.get_or_insert(DEFAULT_MODE);
+            for s in &mut p.sources {
+                if let Some(t) = &mut s.service_account_token {
+                    t.expiration_seconds.get_or_insert(3600);
+                }
+                if let Some(d) = &mut s.downward_api {
+                    for item in &mut d.items {
+                        if let Some(f) = &mut item.field_ref {
+                            f.api_version.get_or_insert_with(|| "v1".into());
+                        }
+                    }
+                }
+            }
+        }
     }
+}
+
+/// core/v1 ProjectedVolumeSource.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ProjectedVolumeSource")]
+#[schemars(description = "Several sources projected into one directory.")]
+pub struct ProjectedVolumeSource {
+    /// The sources, each written into the volume.
+    pub sources: Vec<VolumeProjection>,
+    /// Mode bits of the files (0000 to 0777). Default: 0644.
+    pub default_mode: Option<i32>,
+}
+
+/// core/v1 VolumeProjection: exactly one source.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.VolumeProjection")]
+pub struct VolumeProjection {
+    pub secret: Option<SecretProjection>,
+    pub config_map: Option<ConfigMapProjection>,
+    #[serde(rename = "downwardAPI")]
+    pub downward_api: Option<DownwardApiProjection>,
+    pub service_account_token: Option<ServiceAccountTokenProjection>,
+    /// A ClusterTrustBundle (alpha). Kept, not acted on.
+    pub cluster_trust_bundle: Option<Opaque>,
+}
+
+/// core/v1 SecretProjection.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.SecretProjection")]
+pub struct SecretProjection {
+    pub name: Option<String>,
+    pub items: Vec<KeyToPath>,
+    pub optional: Option<bool>,
+}
+
+/// core/v1 ConfigMapProjection.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ConfigMapProjection")]
+pub struct ConfigMapProjection {
+    pub name: Option<String>,
+    pub items: Vec<KeyToPath>,
+    pub optional: Option<bool>,
+}
+
+/// core/v1 DownwardAPIProjection.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.DownwardAPIProjection")]
+pub struct DownwardApiProjection {
+    pub items: Vec<DownwardApiVolumeFile>,
+}
+
+/// core/v1 ServiceAccountTokenProjection: a token of the pod's ServiceAccount, bound to
+/// the pod, renewed by the node before it expires.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ServiceAccountTokenProjection")]
+pub struct ServiceAccountTokenProjection {
+    /// The audience the token is for; empty means the API server's own.
+    pub audience: Option<String>,
+    /// Requested lifetime. Default: 3600.
+    pub expiration_seconds: Option<i64>,
+    /// Relative path of the file.
+    pub path: String,
 }
 
 /// core/v1 HostPathVolumeSource.

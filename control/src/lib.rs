@@ -2,6 +2,8 @@
 //! scheduler and controllers, PKI and auth,
 //! and the CLI.
 
+pub mod apiservice;
+pub mod audit;
 pub mod auth;
 pub mod certificates;
 pub mod cli;

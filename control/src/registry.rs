@@ -385,6 +385,136 @@ fn default_service_account(pod: &mut Pod) {
     spec.service_account.get_or_insert(name);
 }
 
+/// Where a pod's ServiceAccount token, CA and namespace are mounted.
+pub const SERVICE_ACCOUNT_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The prefix of the name of the volume that holds them.
+const API_ACCESS_PREFIX: &str = "kube-api-access-";
+/// The annotation that marks a mirror pod (a static pod's image in the API).
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The rest of Kubernetes' ServiceAccount admission on create: the pod's ServiceAccount
+/// must exist, and unless the pod or its ServiceAccount says
+/// `automountServiceAccountToken: false`, the pod gets the `kube-api-access-xxxxx`
+/// projected volume (a bound token renewed by the node, the cluster CA from the
+/// `kube-root-ca.crt` ConfigMap, the namespace) mounted read-only at
+/// [`SERVICE_ACCOUNT_MOUNT_PATH`] in every container that mounts nothing there itself.
+///
+/// The `default` ServiceAccount may be missing for a moment after its namespace is made
+/// (the controller creates it asynchronously); such a pod is admitted as if it existed,
+/// where kube-apiserver refuses it until the controller catches up.
+fn mount_service_account_token(txn: &Txn, pod: &mut Pod) -> Result<(), ApiError> {
+    use api::core::{
+        ConfigMapProjection, DownwardApiProjection, DownwardApiVolumeFile, KeyToPath,
+        ObjectFieldSelector, ProjectedVolumeSource, ServiceAccountTokenProjection, Volume,
+        VolumeMount, VolumeProjection,
+    };
+    if pod.metadata.annotations.contains_key(MIRROR_ANNOTATION) {
+        return Ok(());
+    }
+    let ns = pod.metadata.namespace().to_string();
+    let name = pod.spec.service_account_name.clone().unwrap_or_default();
+    let sa = match txn.get(Kind::ServiceAccount, &ns, &name)? {
+        Some(AnyObject::ServiceAccount(sa)) => Some(sa),
+        _ if name == crate::serviceaccount::DEFAULT => None,
+        _ => {
+            return Err(ApiError::forbidden_object(
+                Kind::Pod,
+                &pod.metadata.name,
+                &format!(
+                "error looking up service account {ns}/{name}: serviceaccount \"{name}\" not found"
+            ),
+            ))
+        }
+    };
+    let automount = pod
+        .spec
+        .automount_service_account_token
+        .or(sa.and_then(|s| s.automount_service_account_token))
+        .unwrap_or(true);
+    if !automount {
+        return Ok(());
+    }
+    let spec = &mut pod.spec;
+    let volume = match spec
+        .volumes
+        .iter()
+        .find(|v| v.name.starts_with(API_ACCESS_PREFIX) && v.projected.is_some())
+    {
+        Some(v) => v.name.clone(),
+        None => {
+            let mut name = generated_name(API_ACCESS_PREFIX);
+            while spec.volumes.iter().any(|v| v.name == name) {
+                name = generated_name(API_ACCESS_PREFIX);
+            }
+            spec.volumes.push(Volume {
+                name: name.clone(),
+                projected: Some(ProjectedVolumeSource {
+                    sources: vec![
+                        VolumeProjection {
+                            service_account_token: Some(ServiceAccountTokenProjection {
+                                audience: None,
+                                // An hour and seven seconds: the odd figure marks tokens
+                                // of this volume, as in Kubernetes.
+                                expiration_seconds: Some(3607),
+                                path: "token".into(),
+                            }),
+                            ..Default::default()
+                        },
+                        VolumeProjection {
+                            config_map: Some(ConfigMapProjection {
+                                name: Some(crate::serviceaccount::ROOT_CA_CONFIG_MAP.into()),
+                                items: vec![KeyToPath {
+                                    key: "ca.crt".into(),
+                                    path: "ca.crt".into(),
+                                    mode: None,
+                                }],
+                                optional: None,
+                            }),
+                            ..Default::default()
+                        },
+                        VolumeProjection {
+                            downward_api: Some(DownwardApiProjection {
+                                items: vec![DownwardApiVolumeFile {
+                                    path: "namespace".into(),
+                                    field_ref: Some(ObjectFieldSelector {
+                                        api_version: Some("v1".into()),
+                                        field_path: "metadata.namespace".into(),
+                                    }),
+                                    resource_field_ref: None,
+                                    mode: None,
+                                }],
+                            }),
+                            ..Default::default()
+                        },
+                    ],
+                    default_mode: Some(0o644),
+                }),
+                ..Default::default()
+            });
+            name
+        }
+    };
+    for c in spec
+        .init_containers
+        .iter_mut()
+        .chain(spec.containers.iter_mut())
+    {
+        if c.volume_mounts
+            .iter()
+            .any(|m| m.mount_path == SERVICE_ACCOUNT_MOUNT_PATH)
+        {
+            continue;
+        }
+        c.volume_mounts.push(VolumeMount {
+            name: volume.clone(),
+            read_only: Some(true),
+            mount_path: SERVICE_ACCOUNT_MOUNT_PATH.into(),
+            ..Default::default()
+        });
+    }
+    Ok(())
+}
+
 /// Kubernetes' DefaultIngressClass admission: an Ingress created without a class (neither
 /// `spec.ingressClassName` nor the deprecated annotation) gets the default IngressClass, the
 /// newest one if several carry the default annotation.
@@ -555,15 +685,18 @@ fn create_in<K: Resource>(
     if K::KIND.info().namespaced {
         check_namespace_open(txn, &ns)?;
     }
+    if let Some(pod) = as_pod_mut(&mut obj) {
+        default_service_account(pod);
+        mount_service_account_token(txn, pod)?;
+    }
+    // The findings were made before the token volume was added: projected volumes pass at
+    // every level, as in Kubernetes, where this admission runs before Pod Security.
     enforce_pod_security(txn, &obj, findings, warnings)?;
     if let Some(svc) = as_service_mut(&mut obj) {
         crate::ipalloc::assign_in_txn(txn, ranges, svc, None)?;
     }
     if let Some(ing) = as_ingress_mut(&mut obj) {
         default_ingress_class(txn, ing)?;
-    }
-    if let Some(pod) = as_pod_mut(&mut obj) {
-        default_service_account(pod);
     }
     for attempt in 0..8 {
         let name = obj.meta().name.clone();

@@ -34,6 +34,10 @@ pub struct ServerArgs {
     /// Number of past events kept for watches to resume from.
     #[arg(long, env = "SKIFF_EVENT_WINDOW", default_value_t = 10_000)]
     pub event_window: u64,
+    /// The address pods reach the API on, behind the `kubernetes` Service [default: the
+    /// listen address if it names one, else this machine's address on its default route].
+    #[arg(long, env = "SKIFF_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<std::net::IpAddr>,
     /// Extra names or addresses for the serving certificate (repeatable).
     #[arg(long = "tls-san", env = "SKIFF_TLS_SAN", value_delimiter = ',')]
     pub tls_san: Vec<String>,
@@ -62,6 +66,19 @@ pub struct ServerArgs {
     /// Do not serve the web dashboard at `/ui/`.
     #[arg(long, env = "SKIFF_DISABLE_UI")]
     pub disable_ui: bool,
+    /// The audit log (audit.k8s.io/v1 Events, one JSON line per request, Metadata level)
+    /// [default: DATA_DIR/audit/audit.log].
+    #[arg(long, env = "SKIFF_AUDIT_LOG_PATH", value_name = "FILE")]
+    pub audit_log_path: Option<PathBuf>,
+    /// Megabytes the audit log grows to before it is rotated.
+    #[arg(long, env = "SKIFF_AUDIT_LOG_MAXSIZE", default_value_t = 100)]
+    pub audit_log_maxsize: u64,
+    /// Rotated audit logs kept.
+    #[arg(long, env = "SKIFF_AUDIT_LOG_MAXBACKUP", default_value_t = 3)]
+    pub audit_log_maxbackup: u32,
+    /// Keep no audit log.
+    #[arg(long, env = "SKIFF_DISABLE_AUDIT_LOG")]
+    pub disable_audit_log: bool,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -234,12 +251,33 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("securing the data dir {}", args.data_dir.display()))?;
 
+    let keys = crate::store::seal::Keyring::load_or_create(&args.data_dir)
+        .context("loading the secrets key")?;
     let store = Store::open(StoreConfig {
         event_window: args.event_window,
+        keys: Some(Arc::new(keys)),
         ..StoreConfig::in_dir(&args.data_dir)
     })
     .context("opening the state database")?;
-    let pki = Pki::load_or_create(&args.data_dir, &args.tls_san, &local_url(args.listen))
+    // A key that does not open the stored Secrets (a data dir restored from a backup taken
+    // without its key, say) is found now rather than on the first read of each Secret.
+    smol::block_on(store.list(api::Kind::Secret, None)).with_context(|| {
+        format!(
+            "the stored Secrets cannot be read with {}: put back the secrets key this data dir was written with (`skiff backup --include-key` carries it)",
+            args.data_dir.join(crate::store::seal::KEY_FILE).display()
+        )
+    })?;
+    // Pods verify the API through the `kubernetes` Service: its names and address, and the
+    // address it leads to, are in the serving certificate.
+    let advertise = args
+        .advertise_address
+        .unwrap_or_else(|| crate::apiservice::advertise_address(args.listen));
+    let mut sans = args.tls_san.clone();
+    sans.extend(crate::apiservice::serving_names(
+        args.service_cidr,
+        advertise,
+    ));
+    let pki = Pki::load_or_create(&args.data_dir, &sans, &local_url(args.listen))
         .context("preparing the PKI")?;
     let tls = pki
         .server_config()
@@ -286,6 +324,22 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         resource_metrics: Default::default(),
         local_agent: Default::default(),
         ui: !args.disable_ui,
+        audit: if args.disable_audit_log {
+            None
+        } else {
+            let path = args
+                .audit_log_path
+                .clone()
+                .unwrap_or_else(|| args.data_dir.join("audit").join("audit.log"));
+            Some(
+                crate::audit::AuditLog::start(crate::audit::AuditConfig {
+                    max_bytes: args.audit_log_maxsize.saturating_mul(1 << 20),
+                    max_backups: args.audit_log_maxbackup,
+                    path: path.clone(),
+                })
+                .with_context(|| format!("opening the audit log {}", path.display()))?,
+            )
+        },
     });
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
@@ -308,6 +362,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         authorizer.start(&loops.informers);
         sa_tokens.set_cache(loops.informers.cache().clone());
         crate::serviceaccount::start(&loops);
+        crate::serviceaccount::start_root_ca_publisher(&loops, state.pki.ca_pem().to_string());
+        crate::apiservice::start(&registry, args.service_cidr, advertise, args.listen.port());
         crate::rbac::aggregation::start(&loops);
         crate::certificates::start(&loops, state.pki.clone());
         crate::controllers::start_all(&loops);

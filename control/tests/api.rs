@@ -357,6 +357,8 @@ fn list_filters_by_label_and_field_selectors() {
             .unwrap()
             .iter()
             .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            // The CA bundle every namespace gets (the root-ca-cert-publisher's).
+            .filter(|n| n != "kube-root-ca.crt")
             .collect()
     };
     assert_eq!(names("labelSelector=app%3Dweb"), ["a", "b"]);
@@ -533,7 +535,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         after["metadata"]["resourceVersion"], rv_before,
         "no refused request wrote anything"
     );
-    assert_eq!(after["items"].as_array().unwrap().len(), 1);
+    // `keep` and the namespace's kube-root-ca.crt.
+    assert_eq!(after["items"].as_array().unwrap().len(), 2);
 }
 
 #[test]
@@ -666,7 +669,8 @@ fn acknowledged_writes_survive_kill_9_and_sigterm_is_clean() {
     let (_, before) = s.http("GET", CMS, None);
     s.kill_and_restart();
     let (_, after) = s.http("GET", CMS, None);
-    assert_eq!(after["items"].as_array().unwrap().len(), 50);
+    // And the namespace's kube-root-ca.crt.
+    assert_eq!(after["items"].as_array().unwrap().len(), 51);
     assert_eq!(
         after["metadata"]["resourceVersion"],
         before["metadata"]["resourceVersion"]

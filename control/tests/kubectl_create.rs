@@ -467,7 +467,29 @@ fn create_services_namespace_run_and_expose() {
 
     // `kubectl run`: a pod labelled run=<name>. Besides SetDefaults_Pod and SetDefaults_PodSpec,
     // kube-apiserver's DefaultTolerationSeconds admission adds the two tolerations.
-    let pod = stored(&s, "/api/v1/namespaces/default/pods/shell");
+    let mut pod = stored(&s, "/api/v1/namespaces/default/pods/shell");
+    // The ServiceAccount admission's API access volume, mounted where Kubernetes mounts it.
+    let volumes = pod["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("volumes")
+        .unwrap();
+    let access = volumes[0]["name"].as_str().unwrap().to_string();
+    assert!(access.starts_with("kube-api-access-"), "{volumes}");
+    assert_eq!(
+        volumes[0]["projected"]["sources"][0]["serviceAccountToken"],
+        json!({"expirationSeconds": 3607, "path": "token"})
+    );
+    let mounts = pod["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("volumeMounts")
+        .unwrap();
+    assert_eq!(
+        mounts,
+        json!([{"name": access, "readOnly": true,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+    );
     assert_eq!(
         pod["metadata"],
         json!({"name": "shell", "namespace": "default", "labels": {"run": "shell"}})

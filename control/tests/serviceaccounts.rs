@@ -362,3 +362,124 @@ fn a_pod_bound_token_dies_with_its_pod() {
     );
     assert!(!success && err.contains("pods \"web\" not found"), "{err}");
 }
+
+/// A kubeconfig with node `node`'s client certificate, signed by the server's CA.
+fn node_kubeconfig(s: &TestServer, node: &str) -> PathBuf {
+    let server = format!("https://{}", s.addr);
+    let pki = skiff_control::pki::Pki::load_or_create(s.data_dir(), &[], &server).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let csr = rcgen::CertificateParams::default()
+        .serialize_request(&key)
+        .unwrap()
+        .pem()
+        .unwrap();
+    let cert = pki
+        .sign_node_csr(&csr, node, Duration::from_secs(3600))
+        .unwrap();
+    let kc = api::kubeconfig::Kubeconfig::with_client_cert(
+        "skiff",
+        &server,
+        pki.ca_pem(),
+        &format!("system:node:{node}"),
+        &cert,
+        &key.serialize_pem(),
+    );
+    let path = s.data_dir().join(format!("{node}.kubeconfig"));
+    std::fs::write(&path, kc.to_yaml()).unwrap();
+    path
+}
+
+#[test]
+fn pods_get_the_api_access_volume_and_nodes_only_tokens_of_their_pods() {
+    let s = TestServer::start();
+    ok(&s, &["create", "serviceaccount", "bot"]);
+    ok(&s, &["create", "serviceaccount", "quiet"]);
+    ok(
+        &s,
+        &[
+            "patch",
+            "serviceaccount",
+            "quiet",
+            "-p",
+            r#"{"automountServiceAccountToken": false}"#,
+        ],
+    );
+    let pod = |name: &str, node: &str, sa: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+               "spec": {"nodeName": node, "serviceAccountName": sa,
+                        "containers": [{"name": "c", "image": "busybox"}]}})
+    };
+    for (name, node, sa) in [
+        ("mine", "pi-1", "bot"),
+        ("theirs", "pi-2", "bot"),
+        ("silent", "pi-1", "quiet"),
+    ] {
+        let (code, body) = s.json(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            &pod(name, node, sa),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    // A ServiceAccount that does not exist is refused, as kube-apiserver's admission does.
+    let (code, body) = s.json(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        &pod("ghost", "pi-1", "nobody"),
+    );
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.to_string().contains(
+            r#"error looking up service account default/nobody: serviceaccount \"nobody\" not found"#
+        ),
+        "{body}"
+    );
+    // The SA's automountServiceAccountToken: false leaves the pod without the volume.
+    let vols = ok(
+        &s,
+        &["get", "pod", "silent", "-o", "jsonpath={.spec.volumes}"],
+    );
+    assert_eq!(vols.trim(), "");
+    let vols = ok(
+        &s,
+        &[
+            "get",
+            "pod",
+            "mine",
+            "-o",
+            "jsonpath={.spec.volumes[0].name} {.spec.containers[0].volumeMounts[0].mountPath}",
+        ],
+    );
+    assert!(
+        vols.starts_with("kube-api-access-")
+            && vols.ends_with(" /var/run/secrets/kubernetes.io/serviceaccount"),
+        "{vols}"
+    );
+
+    let node = node_kubeconfig(&s, "pi-1");
+    let token = |sa: &str, pod: Option<&str>| {
+        let mut args = vec!["create", "token", sa];
+        if let Some(p) = pod {
+            args.extend(["--bound-object-kind=Pod", "--bound-object-name", p]);
+        }
+        kubectl_as(&s, &node, &args)
+    };
+    let (success, out, err) = token("bot", Some("mine"));
+    assert!(success && out.trim().split('.').count() == 3, "{out}{err}");
+    let (success, _, err) = token("bot", None);
+    assert!(
+        !success && err.contains("node requested token not bound to a pod"),
+        "{err}"
+    );
+    let (success, _, err) = token("bot", Some("theirs"));
+    assert!(
+        !success
+            && err.contains("node requested token bound to a pod scheduled on a different node"),
+        "{err}"
+    );
+    let (success, _, err) = token("default", Some("mine"));
+    assert!(
+        !success && err.contains("which pod \"mine\" does not run as"),
+        "{err}"
+    );
+}

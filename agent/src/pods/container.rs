@@ -104,6 +104,59 @@ pub struct EnvSources<'a> {
     pub node_name: &'a str,
     pub host_ip: &'a str,
     pub pod_ip: &'a str,
+    /// The Services' variables ([`service_env`]), below `envFrom` and `env`.
+    pub services: Vec<(String, String)>,
+}
+
+/// A Service name as a variable prefix: upper case, `-` as `_`.
+fn env_name(s: &str) -> String {
+    s.replace('-', "_").to_ascii_uppercase()
+}
+
+/// The variables the kubelet gives every container for `services` (the Services of the
+/// pod's namespace when `enableServiceLinks`, and `kubernetes` in `default`):
+/// `NAME_SERVICE_HOST`, `NAME_SERVICE_PORT`, `NAME_SERVICE_PORT_PORTNAME`, and the Docker
+/// link variables `NAME_PORT`, `NAME_PORT_443_TCP`, `..._PROTO`, `..._PORT`, `..._ADDR`.
+/// Services without a ClusterIP (headless, ExternalName) give none.
+pub fn service_env(services: &[api::core::Service]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for s in services {
+        let ip = s.spec.cluster_ip.as_deref().unwrap_or("");
+        if ip.is_empty() || ip == "None" {
+            continue;
+        }
+        let prefix = env_name(&s.metadata.name);
+        out.push((format!("{prefix}_SERVICE_HOST"), ip.to_string()));
+        if let Some(first) = s.spec.ports.first() {
+            out.push((format!("{prefix}_SERVICE_PORT"), first.port.to_string()));
+        }
+        for p in &s.spec.ports {
+            if let Some(name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((
+                    format!("{prefix}_SERVICE_PORT_{}", env_name(name)),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.to_string()
+        };
+        for (i, p) in s.spec.ports.iter().enumerate() {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            let url = format!("{}://{host}:{}", proto.to_ascii_lowercase(), p.port);
+            if i == 0 {
+                out.push((format!("{prefix}_PORT"), url.clone()));
+            }
+            let pp = format!("{prefix}_PORT_{}_{}", p.port, proto.to_ascii_uppercase());
+            out.push((format!("{pp}_PROTO"), proto.to_ascii_lowercase()));
+            out.push((format!("{pp}_PORT"), p.port.to_string()));
+            out.push((format!("{pp}_ADDR"), ip.to_string()));
+            out.push((pp, url));
+        }
+    }
+    out
 }
 
 fn set(env: &mut Vec<(String, String)>, name: &str, value: String) {
@@ -133,6 +186,9 @@ pub fn build_env(
         if let Some((k, v)) = kv.split_once('=') {
             set(&mut env, k, v.to_string());
         }
+    }
+    for (k, v) in &src.services {
+        set(&mut env, k, v.clone());
     }
     for f in &container.env_from {
         let prefix = f.prefix.clone().unwrap_or_default();
@@ -242,7 +298,7 @@ fn field_value(pod: &Pod, path: &str, src: &EnvSources<'_>) -> Option<String> {
     })
 }
 
-fn resource_value(container: &Container, resource: &str) -> Option<String> {
+pub(crate) fn resource_value(container: &Container, resource: &str) -> Option<String> {
     let res = container.resources.as_ref();
     let (map, name) = match resource.split_once('.') {
         Some(("limits", n)) => (res.map(|r| &r.limits), n),
@@ -422,6 +478,7 @@ mod tests {
             node_name: "n1",
             host_ip: "10.0.0.1",
             pod_ip: "10.0.0.1",
+            services: Vec::new(),
         };
         let var = |name: &str, from: EnvVarSource| EnvVar {
             name: name.into(),
@@ -531,5 +588,36 @@ mod tests {
         );
         assert_eq!(image_user("www", dir.path()).unwrap(), (Some(33), Some(34)));
         assert!(image_user("ghost", dir.path()).is_err());
+    }
+
+    #[test]
+    fn service_variables_are_the_kubelets() {
+        let mut svc = api::core::Service::default();
+        svc.metadata.name = "kubernetes".into();
+        svc.spec.cluster_ip = Some("10.43.0.1".into());
+        svc.spec.ports = vec![api::core::ServicePort {
+            name: Some("https".into()),
+            protocol: Some("TCP".into()),
+            port: 443,
+            ..Default::default()
+        }];
+        let mut headless = api::core::Service::default();
+        headless.metadata.name = "my-db".into();
+        headless.spec.cluster_ip = Some("None".into());
+        let env: BTreeMap<String, String> = service_env(&[svc, headless]).into_iter().collect();
+        let want: BTreeMap<String, String> = [
+            ("KUBERNETES_SERVICE_HOST", "10.43.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.43.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.43.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.43.0.1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(env, want);
     }
 }

@@ -12,6 +12,7 @@ pub mod machine;
 pub mod probe;
 pub mod pull_secrets;
 pub mod status;
+pub mod tokens;
 pub mod volumes;
 pub mod worker;
 

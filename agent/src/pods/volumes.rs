@@ -1,9 +1,10 @@
-//! Pod volumes, set up the way the kubelet does: emptyDir, hostPath, configMap and secret,
+//! Pod volumes, set up the way the kubelet does: emptyDir, hostPath, configMap, secret and
+//! projected (ServiceAccount tokens, ConfigMaps, Secrets and pod fields in one directory),
 //! and the bind mounts of each container's `volumeMounts` (readOnly, subPath).
 //!
 //! ```text
 //! check_spec(&pod.spec)?                                   // once: unsupported => rejected
-//! let sources = fetch(&client, ns, &pod.spec.volumes).await;  // ConfigMaps and Secrets
+//! let sources = fetch(&client, &pod).await;               // ConfigMaps, Secrets, tokens
 //! let prepared = set_up(&pod_dir, &pod.spec.volumes, &sources)?;  // idempotent, blocking
 //! let mounts = mounts(&prepared, &container)?;             // Vec<MountSpec>, blocking
 //! refresh(&pod_dir, &pod.spec.volumes, &sources);          // running pod: new contents
@@ -13,11 +14,12 @@
 //! Layout under the pod directory (`<data-dir>/pods/<uid>`), named like the kubelet's so that
 //! a volume can never collide with a container's own directory:
 //! `volumes/kubernetes.io~empty-dir/<name>`, `volumes/kubernetes.io~configmap/<name>`,
-//! `volumes/kubernetes.io~secret/<name>`. hostPath volumes have no directory of their own.
-//! Secret volumes and `medium: Memory` emptyDirs are tmpfs mounts (secrets never reach the
+//! `volumes/kubernetes.io~secret/<name>`, `volumes/kubernetes.io~projected/<name>`. hostPath
+//! volumes have no directory of their own.
+//! Secret and projected volumes and `medium: Memory` emptyDirs are tmpfs mounts (secrets never reach the
 //! SD card); [`tear_down`] unmounts them.
 //!
-//! ConfigMap and Secret volumes are written with [`write_atomic`]: the files go into a fresh
+//! ConfigMap, Secret and projected volumes are written with [`write_atomic`]: the files go into a fresh
 //! hidden directory `..<timestamp>`, the `..data` symlink is swapped to it with one
 //! `rename(2)`, and each top-level entry is a symlink through `..data`. A container that
 //! mounts the whole volume therefore sees either the old or the new set of files, never a
@@ -25,7 +27,9 @@
 //! (the bind mount resolves the symlinks), as in Kubernetes.
 //!
 //! Updates: the pod's worker calls [`fetch`] and [`refresh`] every [`SYNC_EVERY`] while the
-//! pod runs, and only for pods that have ConfigMap or Secret volumes. That is one small GET
+//! pod runs, and only for pods that have ConfigMap, Secret or projected volumes. A projected
+//! ServiceAccount token comes from [`super::tokens`], which asks the API for a new one only
+//! when the one it holds is due for renewal. That is one small GET
 //! per referenced object per period: an edge node runs few pods, a GET needs no connection
 //! held open (a watch per object would hold one each, a shared watch of every ConfigMap and
 //! Secret would send the node objects it has no business seeing), and a write happens only
@@ -39,7 +43,9 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use api::client::Client;
-use api::core::{ConfigMap, Container, KeyToPath, PodSpec, Secret, Volume};
+use api::core::{
+    ConfigMap, Container, DownwardApiVolumeFile, KeyToPath, Pod, PodSpec, Secret, Volume,
+};
 
 use crate::runtime::{MountKind, MountSpec};
 
@@ -85,6 +91,7 @@ pub enum VolumeKind {
     },
     ConfigMap,
     Secret,
+    Projected,
 }
 
 /// A volume ready to be bind-mounted.
@@ -116,27 +123,50 @@ pub type Fetched<T> = Result<Option<T>, String>;
 pub struct Sources {
     pub config_maps: HashMap<String, Fetched<ConfigMap>>,
     pub secrets: HashMap<String, Fetched<Secret>>,
+    /// ServiceAccount tokens by audience and lifetime.
+    pub tokens: HashMap<(String, i64), Fetched<String>>,
+    /// The pod, for the downward API items of projected volumes.
+    pub pod: Option<Pod>,
 }
 
 // ---- the pod spec ------------------------------------------------------------------------
 
-fn config_map_name(v: &Volume) -> Option<&str> {
-    v.config_map
+/// The ConfigMaps a volume reads (its own, or its projected sources').
+fn config_map_names(v: &Volume) -> Vec<&str> {
+    let own = v
+        .config_map
         .as_ref()
-        .map(|c| c.name.as_deref().unwrap_or(""))
+        .map(|c| c.name.as_deref().unwrap_or(""));
+    let projected = v.projected.iter().flat_map(|p| &p.sources).filter_map(|s| {
+        s.config_map
+            .as_ref()
+            .map(|c| c.name.as_deref().unwrap_or(""))
+    });
+    own.into_iter().chain(projected).collect()
 }
 
-fn secret_name(v: &Volume) -> Option<&str> {
-    v.secret
+/// The Secrets a volume reads (its own, or its projected sources').
+fn secret_names(v: &Volume) -> Vec<&str> {
+    let own = v
+        .secret
         .as_ref()
-        .map(|s| s.secret_name.as_deref().unwrap_or(""))
-}
-
-/// Whether any volume has contents that follow an API object (ConfigMap or Secret).
-pub fn has_updatable(volumes: &[Volume]) -> bool {
-    volumes
+        .map(|s| s.secret_name.as_deref().unwrap_or(""));
+    let projected = v
+        .projected
         .iter()
-        .any(|v| v.config_map.is_some() || v.secret.is_some())
+        .flat_map(|p| &p.sources)
+        .filter_map(|s| s.secret.as_ref().map(|c| c.name.as_deref().unwrap_or("")));
+    own.into_iter().chain(projected).collect()
+}
+
+/// Whether a volume's contents follow API objects (ConfigMap, Secret, token).
+fn is_updatable(v: &Volume) -> bool {
+    v.config_map.is_some() || v.secret.is_some() || v.projected.is_some()
+}
+
+/// Whether any volume has contents that follow API objects.
+pub fn has_updatable(volumes: &[Volume]) -> bool {
+    volumes.iter().any(is_updatable)
 }
 
 /// How long until the pod's ConfigMap and Secret volumes are due to be compared with the API
@@ -208,7 +238,7 @@ pub fn check_spec(spec: &PodSpec) -> Result<(), VolumeError> {
         }
         let sources = v.source_names();
         match sources.as_slice() {
-            ["hostPath"] | ["emptyDir"] | ["configMap"] | ["secret"] => {}
+            ["hostPath"] | ["emptyDir"] | ["configMap"] | ["secret"] | ["projected"] => {}
             [one] => {
                 return invalid(format!(
                     "volume {:?}: {one} volumes are not supported by skiff",
@@ -250,6 +280,10 @@ pub fn check_spec(spec: &PodSpec) -> Result<(), VolumeError> {
             check_item_path(&item.path)
                 .map_err(|e| VolumeError::Invalid(format!("volume {:?}: {e}", v.name)))?;
         }
+        if let Some(p) = &v.projected {
+            check_projected(p)
+                .map_err(|e| VolumeError::Invalid(format!("volume {:?}: {e}", v.name)))?;
+        }
     }
     for c in spec.init_containers.iter().chain(&spec.containers) {
         for m in &c.volume_mounts {
@@ -279,14 +313,76 @@ pub fn check_spec(spec: &PodSpec) -> Result<(), VolumeError> {
     Ok(())
 }
 
+/// The sources of a projected volume: one kind each, paths that stay inside it.
+fn check_projected(p: &api::core::ProjectedVolumeSource) -> Result<(), String> {
+    for s in &p.sources {
+        let set = [
+            s.secret.is_some(),
+            s.config_map.is_some(),
+            s.downward_api.is_some(),
+            s.service_account_token.is_some(),
+            s.cluster_trust_bundle.is_some(),
+        ];
+        if set.iter().filter(|b| **b).count() != 1 {
+            return Err("each projected source must have exactly one kind".into());
+        }
+        if s.cluster_trust_bundle.is_some() {
+            return Err("clusterTrustBundle projections are not supported by skiff".into());
+        }
+        let mut paths: Vec<&str> = Vec::new();
+        if let Some(c) = &s.config_map {
+            paths.extend(c.items.iter().map(|i| i.path.as_str()));
+        }
+        if let Some(c) = &s.secret {
+            paths.extend(c.items.iter().map(|i| i.path.as_str()));
+        }
+        if let Some(d) = &s.downward_api {
+            paths.extend(d.items.iter().map(|i| i.path.as_str()));
+        }
+        if let Some(t) = &s.service_account_token {
+            paths.push(&t.path);
+            if t.expiration_seconds.is_some_and(|e| e < 600) {
+                return Err("a serviceAccountToken must live at least 600 seconds".into());
+            }
+        }
+        for path in paths {
+            check_item_path(path)?;
+        }
+    }
+    Ok(())
+}
+
 // ---- fetching ----------------------------------------------------------------------------
 
-/// Reads the ConfigMaps and Secrets the volumes reference (each once). Never fails as a
-/// whole: what could not be read is recorded per object.
-pub async fn fetch(client: &Client, namespace: &str, volumes: &[Volume]) -> Sources {
-    let mut out = Sources::default();
-    for v in volumes {
-        if let Some(name) = config_map_name(v) {
+/// Reads the ConfigMaps and Secrets the pod's volumes reference (each once) and the
+/// ServiceAccount tokens its projected volumes hold. Never fails as a whole: what could not
+/// be read is recorded per object.
+pub async fn fetch(client: &Client, pod: &Pod) -> Sources {
+    let namespace = pod.metadata.namespace();
+    let mut out = Sources {
+        pod: Some(pod.clone()),
+        ..Default::default()
+    };
+    for v in &pod.spec.volumes {
+        for t in v
+            .projected
+            .iter()
+            .flat_map(|p| &p.sources)
+            .filter_map(|s| s.service_account_token.as_ref())
+        {
+            let key = (
+                t.audience.clone().unwrap_or_default(),
+                t.expiration_seconds.unwrap_or(3600),
+            );
+            if let std::collections::hash_map::Entry::Vacant(slot) = out.tokens.entry(key) {
+                let (audience, seconds) = slot.key().clone();
+                let got = super::tokens::get(client, pod, &audience, seconds)
+                    .await
+                    .map(Some);
+                slot.insert(got);
+            }
+        }
+        for name in config_map_names(v) {
             if !out.config_maps.contains_key(name) {
                 let got = match client.get::<ConfigMap>(namespace, name).await {
                     Ok(cm) => Ok(Some(cm)),
@@ -296,7 +392,7 @@ pub async fn fetch(client: &Client, namespace: &str, volumes: &[Volume]) -> Sour
                 out.config_maps.insert(name.to_string(), got);
             }
         }
-        if let Some(name) = secret_name(v) {
+        for name in secret_names(v) {
             if !out.secrets.contains_key(name) {
                 let got = match client.get::<Secret>(namespace, name).await {
                     Ok(s) => Ok(Some(s)),
@@ -431,7 +527,171 @@ fn volume_payload(v: &Volume, sources: &Sources) -> Result<Option<Payload>, Stri
         )
         .map(Some);
     }
+    if let Some(p) = &v.projected {
+        return projected_payload(p, sources, false);
+    }
     Ok(None)
+}
+
+/// The files of a projected volume: every source's, in order. `partial` leaves out the
+/// sources that could not be read (the API is unreachable) instead of failing.
+fn projected_payload(
+    p: &api::core::ProjectedVolumeSource,
+    sources: &Sources,
+    partial: bool,
+) -> Result<Option<Payload>, String> {
+    let mut out = Payload::new();
+    for src in &p.sources {
+        if partial && source_unreadable(src, sources) {
+            continue;
+        }
+        let part = if let Some(c) = &src.config_map {
+            let name = c.name.as_deref().unwrap_or("");
+            let entries = match sources.config_maps.get(name) {
+                Some(Ok(Some(cm))) => Some(config_map_entries(cm)),
+                Some(Ok(None)) => None,
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Ok(None),
+            };
+            let optional = c.optional == Some(true);
+            payload(
+                "configmap",
+                name,
+                entries.as_ref(),
+                &c.items,
+                p.default_mode,
+                optional,
+            )?
+        } else if let Some(s) = &src.secret {
+            let name = s.name.as_deref().unwrap_or("");
+            let entries = match sources.secrets.get(name) {
+                Some(Ok(Some(sec))) => Some(secret_entries(sec)),
+                Some(Ok(None)) => None,
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Ok(None),
+            };
+            let optional = s.optional == Some(true);
+            payload(
+                "secret",
+                name,
+                entries.as_ref(),
+                &s.items,
+                p.default_mode,
+                optional,
+            )?
+        } else if let Some(d) = &src.downward_api {
+            let Some(pod) = &sources.pod else {
+                return Ok(None);
+            };
+            downward_payload(pod, &d.items, p.default_mode)?
+        } else if let Some(t) = &src.service_account_token {
+            let key = (
+                t.audience.clone().unwrap_or_default(),
+                t.expiration_seconds.unwrap_or(3600),
+            );
+            let token = match sources.tokens.get(&key) {
+                Some(Ok(Some(token))) => token.clone(),
+                Some(Ok(None)) | None => return Ok(None),
+                Some(Err(e)) => return Err(e.clone()),
+            };
+            let mode = (p.default_mode.unwrap_or(DEFAULT_FILE_MODE) as u32) & 0o777;
+            Payload::from([(
+                check_item_path(&t.path)?,
+                FileData {
+                    data: token.into_bytes(),
+                    mode,
+                },
+            )])
+        } else {
+            Payload::new()
+        };
+        out.extend(part);
+    }
+    Ok(Some(out))
+}
+
+/// Whether a projected source's object or token could not be read (as opposed to not
+/// existing).
+fn source_unreadable(src: &api::core::VolumeProjection, sources: &Sources) -> bool {
+    if let Some(c) = &src.config_map {
+        return matches!(
+            sources.config_maps.get(c.name.as_deref().unwrap_or("")),
+            Some(Err(_))
+        );
+    }
+    if let Some(s) = &src.secret {
+        return matches!(
+            sources.secrets.get(s.name.as_deref().unwrap_or("")),
+            Some(Err(_))
+        );
+    }
+    if let Some(t) = &src.service_account_token {
+        let key = (
+            t.audience.clone().unwrap_or_default(),
+            t.expiration_seconds.unwrap_or(3600),
+        );
+        return matches!(sources.tokens.get(&key), Some(Err(_)));
+    }
+    false
+}
+
+/// The files of downward API items: pod fields and container resources.
+fn downward_payload(
+    pod: &Pod,
+    items: &[DownwardApiVolumeFile],
+    default_mode: Option<i32>,
+) -> Result<Payload, String> {
+    // A whole map, as the kubelet writes it: `key="value"` lines in key order.
+    let map = |m: &BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut out = Payload::new();
+    for item in items {
+        let m = &pod.metadata;
+        let value = if let Some(f) = &item.field_ref {
+            let path = f.field_path.as_str();
+            let one = |prefix: &str, from: &BTreeMap<String, String>| {
+                path.strip_prefix(prefix)
+                    .and_then(|r| r.strip_suffix("']"))
+                    .map(|k| from.get(k).cloned().unwrap_or_default())
+            };
+            match path {
+                "metadata.name" => m.name.clone(),
+                "metadata.namespace" => m.namespace().to_string(),
+                "metadata.uid" => m.uid.clone(),
+                "metadata.labels" => map(&m.labels),
+                "metadata.annotations" => map(&m.annotations),
+                _ => one("metadata.labels['", &m.labels)
+                    .or_else(|| one("metadata.annotations['", &m.annotations))
+                    .ok_or_else(|| format!("unsupported fieldRef {path:?} in a volume"))?,
+            }
+        } else if let Some(r) = &item.resource_field_ref {
+            let name = r.container_name.as_deref().unwrap_or("");
+            let c = pod
+                .spec
+                .containers
+                .iter()
+                .chain(&pod.spec.init_containers)
+                .find(|c| c.name == name)
+                .ok_or_else(|| format!("no container {name:?} for resourceFieldRef"))?;
+            super::container::resource_value(c, &r.resource)
+                .ok_or_else(|| format!("unsupported resourceFieldRef {:?}", r.resource))?
+        } else {
+            continue;
+        };
+        let mode = (item.mode.or(default_mode).unwrap_or(DEFAULT_FILE_MODE) as u32) & 0o777;
+        out.insert(
+            check_item_path(&item.path)?,
+            FileData {
+                data: value.into_bytes(),
+                mode,
+            },
+        );
+    }
+    Ok(out)
 }
 
 // ---- the atomic writer -------------------------------------------------------------------
@@ -567,6 +827,8 @@ fn plugin_dir(v: &Volume) -> Option<&'static str> {
         Some("kubernetes.io~configmap")
     } else if v.secret.is_some() {
         Some("kubernetes.io~secret")
+    } else if v.projected.is_some() {
+        Some("kubernetes.io~projected")
     } else {
         None
     }
@@ -712,11 +974,14 @@ fn set_up_one(pod_dir: &Path, v: &Volume, sources: &Sources) -> Result<PreparedV
     }
     let kind = if v.secret.is_some() {
         VolumeKind::Secret
+    } else if v.projected.is_some() {
+        VolumeKind::Projected
     } else {
         VolumeKind::ConfigMap
     };
     create_dir(&dir, 0o755)?;
-    if kind == VolumeKind::Secret {
+    // A projected volume may hold a token or a Secret's keys: kept off the disk too.
+    if matches!(kind, VolumeKind::Secret | VolumeKind::Projected) {
         mount_tmpfs(&dir, SECRET_TMPFS_OPTIONS)?;
     }
     match volume_payload(v, sources) {
@@ -728,6 +993,22 @@ fn set_up_one(pod_dir: &Path, v: &Volume, sources: &Sources) -> Result<PreparedV
         // Not readable (or gone) now: what was written before will do, as in Kubernetes.
         Err(e) if read_current(&dir).is_some() => {
             tracing::warn!(volume = %v.name, "{e}; keeping the current contents");
+        }
+        // A pod restarted while the API is unreachable (a node rebooted offline) still
+        // starts: its projected volume holds what could be had (the pod's fields), and
+        // the token and CA follow once the API answers ([`refresh`]).
+        Err(e) if kind == VolumeKind::Projected => {
+            let Some(p) = &v.projected else {
+                return Err(e);
+            };
+            match projected_payload(p, sources, true) {
+                Ok(Some(partial)) => {
+                    tracing::warn!(volume = %v.name, "{e}; starting without the sources that cannot be read");
+                    write_atomic(&dir, &partial)
+                        .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+                }
+                _ => return Err(e),
+            }
         }
         Err(e) => return Err(e),
     }
@@ -769,10 +1050,7 @@ pub struct Refreshed {
 /// Kubernetes), unless it is optional. Blocking.
 pub fn refresh(pod_dir: &Path, volumes: &[Volume], sources: &Sources) -> Refreshed {
     let mut out = Refreshed::default();
-    for v in volumes
-        .iter()
-        .filter(|v| v.config_map.is_some() || v.secret.is_some())
-    {
+    for v in volumes.iter().filter(|v| is_updatable(v)) {
         let Some(dir) = volume_dir(pod_dir, v) else {
             continue;
         };
@@ -861,7 +1139,10 @@ pub fn mounts(
             )));
         };
         let readonly = m.read_only == Some(true)
-            || matches!(v.kind, VolumeKind::ConfigMap | VolumeKind::Secret);
+            || matches!(
+                v.kind,
+                VolumeKind::ConfigMap | VolumeKind::Secret | VolumeKind::Projected
+            );
         let sub = m.sub_path.as_deref().unwrap_or("");
         let source = if sub.is_empty() {
             v.path.clone()
@@ -1255,5 +1536,88 @@ mod tests {
         );
         assert!(d.join("newfile").is_file());
         assert_eq!(check_host_path(&d.join("any"), ""), Ok(true));
+    }
+
+    /// The volume the ServiceAccount admission adds.
+    fn api_access() -> api::core::ProjectedVolumeSource {
+        use api::core::{
+            ConfigMapProjection, DownwardApiProjection, DownwardApiVolumeFile, ObjectFieldSelector,
+            ServiceAccountTokenProjection, VolumeProjection,
+        };
+        api::core::ProjectedVolumeSource {
+            sources: vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        audience: None,
+                        expiration_seconds: Some(3607),
+                        path: "token".into(),
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: Some("kube-root-ca.crt".into()),
+                        items: vec![key("ca.crt", "ca.crt", None)],
+                        optional: None,
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardApiProjection {
+                        items: vec![DownwardApiVolumeFile {
+                            path: "namespace".into(),
+                            field_ref: Some(ObjectFieldSelector {
+                                api_version: Some("v1".into()),
+                                field_path: "metadata.namespace".into(),
+                            }),
+                            resource_field_ref: None,
+                            mode: None,
+                        }],
+                    }),
+                    ..Default::default()
+                },
+            ],
+            default_mode: Some(0o644),
+        }
+    }
+
+    #[test]
+    fn projected_payloads_gather_every_source() {
+        let p = api_access();
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("shop".into());
+        let mut cm = ConfigMap::default();
+        cm.data.insert("ca.crt".into(), "PEM".into());
+        let mut sources = Sources {
+            pod: Some(pod),
+            ..Default::default()
+        };
+        sources
+            .config_maps
+            .insert("kube-root-ca.crt".into(), Ok(Some(cm)));
+        sources
+            .tokens
+            .insert((String::new(), 3607), Ok(Some("jwt".into())));
+        let got = projected_payload(&p, &sources, false).unwrap().unwrap();
+        let want: Payload = [
+            ("token", file("jwt", 0o644)),
+            ("ca.crt", file("PEM", 0o644)),
+            ("namespace", file("shop", 0o644)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (PathBuf::from(k), v))
+        .collect();
+        assert_eq!(got, want);
+        // The API unreachable: an error, or (to start a pod offline) the readable part.
+        sources
+            .tokens
+            .insert((String::new(), 3607), Err("unreachable".into()));
+        assert!(projected_payload(&p, &sources, false).is_err());
+        let partial = projected_payload(&p, &sources, true).unwrap().unwrap();
+        assert_eq!(
+            partial.keys().collect::<Vec<_>>(),
+            [Path::new("ca.crt"), Path::new("namespace")]
+        );
+        assert!(check_projected(&p).is_ok());
     }
 }

@@ -666,6 +666,38 @@ impl Worker {
         out
     }
 
+    /// The Services' variables: those of the pod's namespace (unless `enableServiceLinks`
+    /// is false) and the API's `kubernetes` Service, a namespace's own Service of that
+    /// name first, as the kubelet does.
+    async fn service_env(&self) -> Result<Vec<(String, String)>, String> {
+        use api::core::Service;
+        let ns = self.pod.metadata.namespace();
+        let mut services: Vec<Service> = Vec::new();
+        if self.pod.spec.enable_service_links != Some(false) {
+            services = self
+                .ctx
+                .client
+                .list::<Service>(Some(ns), None, None)
+                .await
+                .map_err(|e| format!("cannot list the services of {ns}: {e}"))?
+                .0;
+        }
+        if !services.iter().any(|s| s.metadata.name == "kubernetes") {
+            match self
+                .ctx
+                .client
+                .get::<Service>("default", "kubernetes")
+                .await
+            {
+                Ok(s) => services.push(s),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(format!("cannot read the kubernetes service: {e}")),
+            }
+        }
+        services.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(container::service_env(&services))
+    }
+
     async fn env_sources(&self, idx: usize) -> Result<EnvSources<'_>, String> {
         let (cms, secrets) = container::env_references(&self.containers[idx].spec);
         let ns = self.pod.metadata.namespace().to_string();
@@ -674,6 +706,15 @@ impl Worker {
             host_ip: &self.ctx.node_ip,
             pod_ip: self.pod_ip.as_deref().unwrap_or(&self.ctx.node_ip),
             ..Default::default()
+        };
+        // Without the API (a node restarted offline) the container starts without them,
+        // where the kubelet would wait for its Service cache.
+        src.services = match self.service_env().await {
+            Ok(vars) => vars,
+            Err(e) => {
+                tracing::warn!(pod = %self.key(), "{e}; starting without the Services' variables");
+                Vec::new()
+            }
         };
         for name in cms {
             match self.ctx.client.get::<ConfigMap>(&ns, &name).await {
@@ -702,9 +743,8 @@ impl Worker {
         if self.pod.spec.volumes.is_empty() && c.volume_mounts.is_empty() {
             return Ok(Vec::new());
         }
-        let ns = self.pod.metadata.namespace().to_string();
         let vols = self.pod.spec.volumes.clone();
-        let sources = volumes::fetch(&self.ctx.client, &ns, &vols).await;
+        let sources = volumes::fetch(&self.ctx.client, &self.pod).await;
         let dir = self.pod_dir();
         smol::unblock(move || {
             let prepared = volumes::set_up(&dir, &vols, &sources)?;
@@ -743,9 +783,8 @@ impl Worker {
             return;
         }
         self.volumes_synced = Some(Instant::now());
-        let ns = self.pod.metadata.namespace().to_string();
         let vols = self.pod.spec.volumes.clone();
-        let sources = volumes::fetch(&self.ctx.client, &ns, &vols).await;
+        let sources = volumes::fetch(&self.ctx.client, &self.pod).await;
         let dir = self.pod_dir();
         let done = smol::unblock(move || volumes::refresh(&dir, &vols, &sources)).await;
         for v in done.updated {

@@ -14,6 +14,10 @@ use crate::store::backup::{self, BackupSummary};
 pub struct BackupArgs {
     /// Where to write the backup (mode 0600: it holds the CA key). Replaced atomically.
     pub file: PathBuf,
+    /// Also carry the key the Secrets are encrypted with (without it, a restored server
+    /// needs the old data dir's secrets.key to read them).
+    #[arg(long)]
+    pub include_key: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -44,7 +48,11 @@ pub async fn run_backup(session: &Session, args: &BackupArgs) -> anyhow::Result<
         .client
         .request(
             "GET",
-            crate::http::BACKUP_PATH,
+            &if args.include_key {
+                format!("{}?includeKey=true", crate::http::BACKUP_PATH)
+            } else {
+                crate::http::BACKUP_PATH.to_string()
+            },
             None,
             "application/octet-stream",
         )

@@ -92,6 +92,20 @@ pub enum Command {
     /// Manage users (client certificates signed by the cluster CA).
     #[command(subcommand)]
     User(UserCommand),
+    /// Manage the encryption of Secrets at rest.
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Seal every Secret with a new key and drop the old one (offline: stop the server
+    /// first; its data dir's secrets.key is replaced).
+    RotateKey {
+        /// The stopped server's data dir.
+        #[arg(long, default_value = "/var/lib/skiff/server")]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -235,6 +249,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             smol::block_on(backup::run_backup(&session, args))
         }
         Command::Restore(args) => backup::run_restore(args),
+        Command::Secrets(SecretsCommand::RotateKey { data_dir }) => {
+            let r = crate::store::rotate::rotate_key(data_dir)?;
+            println!(
+                "secrets key rotated: {} replaces {}; {} secrets and {} logged events sealed again",
+                r.new_key, r.old_key, r.secrets, r.events
+            );
+            Ok(())
+        }
         Command::User(UserCommand::Create {
             name,
             groups,

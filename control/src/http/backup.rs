@@ -1,5 +1,8 @@
 //! `GET /skiff/v1/backup` (admins only): a consistent snapshot of the store and the server's
-//! PKI and admin credentials, as one redb file (see [`crate::store::backup`]).
+//! PKI and admin credentials, as one redb file (see [`crate::store::backup`]). The Secrets
+//! in it stay sealed; the key that opens them (`secrets.key`) comes along only with
+//! `?includeKey=true` (`skiff backup --include-key`), so a backup kept apart from its key
+//! does not give the Secrets away.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +25,7 @@ pub async fn serve(
     state: &State,
     user: &User,
     method: &tide::http::Method,
+    include_key: bool,
 ) -> Result<tide::Response, ApiError> {
     if !user.is_master() {
         return Err(ApiError::forbidden("only an admin may take backups"));
@@ -33,7 +37,7 @@ pub async fn serve(
     }
     let store = state.store.clone();
     let pki_dir = state.pki.dir().to_path_buf();
-    let (revision, bytes) = smol::unblock(move || snapshot(&store, &pki_dir))
+    let (revision, bytes) = smol::unblock(move || snapshot(&store, &pki_dir, include_key))
         .await
         .map_err(|e| ApiError::internal(format!("taking the backup: {e}")))?;
     tracing::info!(revision, bytes = bytes.len(), "backup taken");
@@ -44,10 +48,17 @@ pub async fn serve(
     Ok(r)
 }
 
-fn snapshot(store: &crate::store::Store, pki_dir: &Path) -> anyhow::Result<(u64, Vec<u8>)> {
+fn snapshot(
+    store: &crate::store::Store,
+    pki_dir: &Path,
+    include_key: bool,
+) -> anyhow::Result<(u64, Vec<u8>)> {
     let data_dir = pki_dir.parent().unwrap_or(Path::new("."));
     let mut files = Vec::new();
     let mut names: Vec<PathBuf> = FILES.iter().map(PathBuf::from).collect();
+    if include_key {
+        names.push(PathBuf::from(crate::store::seal::KEY_FILE));
+    }
     let pki_name = pki_dir.file_name().map(PathBuf::from).unwrap_or_default();
     for e in std::fs::read_dir(pki_dir)? {
         let e = e?;

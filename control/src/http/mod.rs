@@ -58,7 +58,17 @@ pub struct AppState {
     pub local_agent: std::sync::OnceLock<LocalAgent>,
     /// Whether `/ui/` serves the dashboard (`--disable-ui`).
     pub ui: bool,
+    /// Where requests are recorded, unless `--disable-audit-log`.
+    pub audit: Option<crate::audit::AuditLog>,
 }
+
+/// The address a request came from (put on each request of a connection).
+#[derive(Clone, Copy)]
+struct Peer(std::net::SocketAddr);
+
+/// Where [`handle`] leaves the authenticated user for the audit log.
+#[derive(Clone, Default)]
+struct AuditUser(Arc<std::sync::Mutex<Option<User>>>);
 
 /// The client certificate chain of a connection, put on each of its requests.
 #[derive(Clone)]
@@ -98,6 +108,7 @@ pub async fn serve(
             let io = async_dup::Arc::new(async_dup::Mutex::new(conn::HeadWithBody::new(tls)));
             let result = async_h1::accept(io, |mut req| {
                 req.ext_mut().insert(peer_certs.clone());
+                req.ext_mut().insert(Peer(peer));
                 let app = app.clone();
                 async move { app.respond(req).await }
             })
@@ -110,16 +121,59 @@ pub async fn serve(
     }
 }
 
-async fn endpoint(req: tide::Request<State>) -> tide::Result {
+async fn endpoint(mut req: tide::Request<State>) -> tide::Result {
     let started = Instant::now();
+    let received = std::time::SystemTime::now();
     let state = req.state().clone();
     let method = req.method();
     let route = route::parse(req.url().path());
     let (verb, resource) = metric_labels(&req, &route);
+    // What the audit log needs of the request, taken before the handler consumes it.
+    let audit = state.audit.as_ref().map(|_| {
+        let slot = AuditUser::default();
+        req.set_ext(slot.clone());
+        let attributes = route.as_ref().ok().and_then(|r| attributes(&req, r));
+        let long_running = attributes.as_ref().is_some_and(|a| {
+            a.verb == "watch"
+                || a.resource.as_ref().is_some_and(|r| {
+                    matches!(r.subresource.as_str(), "exec" | "attach" | "portforward")
+                        || (r.subresource == "log"
+                            && query(&req, "follow").is_some_and(|f| f == "true"))
+                })
+        });
+        let uri = match req.url().query() {
+            Some(q) => format!("{}?{q}", req.url().path()),
+            None => req.url().path().to_string(),
+        };
+        (
+            slot,
+            attributes,
+            uri,
+            header(&req, "User-Agent"),
+            req.ext::<Peer>().map(|p| p.0.ip()),
+            long_running,
+        )
+    });
     let response = match handle(req, route).await {
         Ok(r) => r,
         Err(e) => status_response(&e),
     };
+    if let (Some(log), Some((slot, attributes, uri, agent, source, long_running))) =
+        (&state.audit, audit)
+    {
+        let user = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        log.record(&crate::audit::Request {
+            user: user.as_ref(),
+            attributes: attributes.as_ref(),
+            method: method.as_ref(),
+            uri: &uri,
+            source,
+            user_agent: agent.as_deref(),
+            received,
+            code: u16::from(response.status()),
+            long_running,
+        });
+    }
     state.metrics.observe(
         &verb,
         &resource,
@@ -254,8 +308,12 @@ async fn handle(
             certs.0.as_deref().map(|v| v.as_slice()),
         )
         .map_err(|_| ApiError::unauthorized())?;
+    if let Some(slot) = req.ext::<AuditUser>() {
+        *slot.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(user.clone());
+    }
     if req.url().path() == backup::PATH {
-        return backup::serve(&state, &user, &req.method()).await;
+        let include_key = query(&req, "includeKey").is_some_and(|v| v == "true");
+        return backup::serve(&state, &user, &req.method(), include_key).await;
     }
     let route = route.map_err(|_| ApiError::path_not_found())?;
     authorize(&state, &req, &route, &user)?;
@@ -397,7 +455,7 @@ async fn handle(
         Route::Resource(path) => {
             let mut body = read_body(&mut req).await?;
             if let Some(node) = user.node_name() {
-                authorize_node(&state, node, &req.method(), &path, &body).await?;
+                authorize_node(&state, &req, node, &path, &body).await?;
             } else if !user.is_master() && crate::rbac::KINDS.contains(&path.kind) {
                 check_escalation(&state, &req, &user, &path, &body)?;
             }
@@ -686,12 +744,13 @@ fn compact_rule(r: &api::rbac::PolicyRule) -> String {
 /// pods bound to it, and events.
 async fn authorize_node(
     state: &State,
+    req: &tide::Request<State>,
     node: &str,
-    method: &tide::http::Method,
     path: &ResourcePath,
     body: &[u8],
 ) -> Result<(), ApiError> {
     use tide::http::Method;
+    let method = &req.method();
     let forbidden = |what: &str| {
         ApiError::forbidden(format!(
             "{} is forbidden: User \"system:node:{node}\" cannot {what}",
@@ -755,6 +814,55 @@ async fn authorize_node(
             }
         }
         Kind::Event if *method == Method::Post || *method == Method::Patch => Ok(()),
+        // Tokens for the projected volumes of its pods: only bound to a pod of this node
+        // that runs as that ServiceAccount (the Node authorizer and NodeRestriction).
+        Kind::ServiceAccount
+            if *method == Method::Post && path.subresource.as_deref() == Some("token") =>
+        {
+            let (Some(ns), Some(sa)) = (&path.namespace, &path.name) else {
+                return Err(forbidden("create tokens without a service account"));
+            };
+            // In whatever format the request declares (kubectl and the agent differ).
+            let bound = parse_object_body(req, body)
+                .ok()
+                .and_then(|v| v.pointer("/spec/boundObjectRef").cloned())
+                .filter(|r| r.get("kind").and_then(Value::as_str) == Some("Pod"));
+            let Some(bound) = bound else {
+                return Err(ApiError::forbidden(format!(
+                    "serviceaccounts \"{sa}\" is forbidden: node requested token not bound to a pod"
+                )));
+            };
+            let field = |k: &str| bound.get(k).and_then(Value::as_str).unwrap_or_default();
+            let pod: api::core::Pod = match state.registry.get(ns, field("name")).await {
+                Ok(p) => p,
+                Err(e) if e.code() == 404 => {
+                    return Err(forbidden(&format!(
+                        "create tokens for pod \"{}\", which does not exist",
+                        field("name")
+                    )))
+                }
+                Err(e) => return Err(e),
+            };
+            if pod.spec.node_name.as_deref() != Some(node) {
+                return Err(ApiError::forbidden(format!(
+                    "serviceaccounts \"{sa}\" is forbidden: node requested token bound to a pod scheduled on a different node"
+                )));
+            }
+            if !field("uid").is_empty() && field("uid") != pod.metadata.uid {
+                return Err(ApiError::forbidden(format!(
+                    "serviceaccounts \"{sa}\" is forbidden: the UID in the bound object reference ({}) does not match the UID in record ({})",
+                    field("uid"),
+                    pod.metadata.uid
+                )));
+            }
+            if pod.spec.service_account_name.as_deref() != Some(sa.as_str()) {
+                return Err(forbidden(&format!(
+                    "create tokens for service account \"{sa}\", which pod \"{}\" does not run as",
+                    pod.metadata.name
+                )));
+            }
+            Ok(())
+        }
         _ => Err(forbidden("modify this resource")),
     }
 }

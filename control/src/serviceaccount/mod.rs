@@ -162,3 +162,93 @@ pub fn start(ctx: &Context) {
     })
     .detach();
 }
+
+/// The ConfigMap every namespace gets with the cluster CA (key `ca.crt`).
+pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
+/// Its description annotation, worded as Kubernetes words it.
+const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
+/// How often every namespace's copy is checked even without a namespace change (ConfigMaps
+/// are not in the controllers' cache, so an edited or deleted copy is found this way).
+const ROOT_CA_RESYNC: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Starts kube-controller-manager's root-ca-cert-publisher: the `kube-root-ca.crt`
+/// ConfigMap with `ca_pem` in every active namespace, put back when edited or deleted.
+pub fn start_root_ca_publisher(ctx: &Context, ca_pem: String) {
+    use api::core::ConfigMap;
+    use futures_lite::FutureExt as _;
+    let changes = ctx.informers.subscribe(&[Kind::Namespace]);
+    let ctx = ctx.clone();
+    smol::spawn(async move {
+        let registry = ctx.registry.with_manager("root-ca-cert-publisher");
+        loop {
+            let namespaces: Vec<String> = ctx
+                .informers
+                .cache()
+                .read()
+                .iter::<Namespace>(None)
+                .filter(|n| n.metadata.deletion_timestamp.is_none())
+                .map(|n| n.metadata.name)
+                .collect();
+            for ns in namespaces {
+                let wanted = |cm: &ConfigMap| {
+                    cm.data.get("ca.crt").map(String::as_str) == Some(ca_pem.as_str())
+                        && cm.data.len() == 1
+                        && cm.binary_data.is_empty()
+                };
+                let r = match registry.get::<ConfigMap>(&ns, ROOT_CA_CONFIG_MAP).await {
+                    Ok(cm) if wanted(&cm) => continue,
+                    Ok(_) => {
+                        let pem = ca_pem.clone();
+                        registry
+                            .mutate::<ConfigMap>(
+                                &ns,
+                                ROOT_CA_CONFIG_MAP,
+                                crate::registry::Part::Main,
+                                move |cm| {
+                                    cm.data = [("ca.crt".to_string(), pem)].into();
+                                    cm.binary_data.clear();
+                                    Ok(())
+                                },
+                            )
+                            .await
+                            .map(drop)
+                    }
+                    Err(e) if e.code() == 404 => {
+                        let cm = ConfigMap {
+                            metadata: ObjectMeta {
+                                name: ROOT_CA_CONFIG_MAP.into(),
+                                annotations: [(
+                                    "kubernetes.io/description".to_string(),
+                                    ROOT_CA_DESCRIPTION.to_string(),
+                                )]
+                                .into(),
+                                ..Default::default()
+                            },
+                            data: [("ca.crt".to_string(), ca_pem.clone())].into(),
+                            ..Default::default()
+                        };
+                        registry.create(cm, Some(&ns)).await.map(drop)
+                    }
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(()) => {}
+                    // Written meanwhile, or the namespace began terminating.
+                    Err(e) if matches!(e.code(), 409 | 403 | 404) => {}
+                    Err(e) => {
+                        tracing::warn!(namespace = %ns, "publishing {ROOT_CA_CONFIG_MAP}: {e}")
+                    }
+                }
+            }
+            let changed = async { changes.recv().await.is_ok() };
+            let tick = async {
+                smol::Timer::after(ROOT_CA_RESYNC).await;
+                true
+            };
+            if !changed.or(tick).await {
+                return;
+            }
+        }
+    })
+    .detach();
+}

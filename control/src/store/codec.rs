@@ -4,12 +4,60 @@
 //! whose variant index is the format version. A later release adds `V2` and keeps reading
 //! `V1`; an older release reading a newer value fails with a clear error instead of
 //! misreading it.
+//!
+//! Secrets are the exception: their table values and event-log entries are the same
+//! envelopes sealed whole by [`Keyring::seal`] (AES-256-GCM; the key id travels in the
+//! sealed value, so values sealed before a key rotation still open). A sealed value starts
+//! with [`super::seal::MAGIC`], which no envelope starts with, so Secrets stored before
+//! encryption was turned on still read until they are rewritten.
+
+use std::borrow::Cow;
 
 use api::{AnyObject, Kind};
 use redb::TableDefinition;
 use serde::Deserialize;
 
+use super::seal::Keyring;
 use super::{EventType, StoreError};
+
+/// Whether values of `kind` are sealed at rest.
+pub(crate) fn is_sealed_kind(kind: Kind) -> bool {
+    kind == Kind::Secret
+}
+
+/// `framed` as stored: sealed for a sealed kind when a keyring is loaded.
+pub(crate) fn seal_for(
+    kind: Kind,
+    framed: Vec<u8>,
+    keys: Option<&Keyring>,
+) -> Result<Vec<u8>, StoreError> {
+    match keys {
+        Some(k) if is_sealed_kind(kind) => k
+            .seal(&framed)
+            .map_err(|e| StoreError::Db(format!("sealing a {kind:?}: {e}"))),
+        _ => Ok(framed),
+    }
+}
+
+/// A stored value's envelope: opened if sealed. `what` names the value for errors.
+pub(crate) fn unseal<'b>(
+    bytes: &'b [u8],
+    keys: Option<&Keyring>,
+    what: impl FnOnce() -> String,
+) -> Result<Cow<'b, [u8]>, StoreError> {
+    if !Keyring::is_sealed(bytes) {
+        return Ok(Cow::Borrowed(bytes));
+    }
+    let Some(keys) = keys else {
+        return Err(StoreError::Db(format!(
+            "{} is encrypted and no secrets key is loaded",
+            what()
+        )));
+    };
+    keys.open(bytes)
+        .map(Cow::Owned)
+        .map_err(|e| StoreError::Db(format!("cannot decrypt {}: {e}", what())))
+}
 
 /// One table per kind, named by the kind's plural (`pods`, `deployments`), keyed by
 /// [`object_key`], valued by a postcard [`Stored`].
@@ -113,8 +161,14 @@ pub(crate) fn frame_event(event_type: EventType, packed: &[u8]) -> Result<Vec<u8
     Ok(out)
 }
 
-pub(crate) fn decode_object(kind: Kind, key: &str, bytes: &[u8]) -> Result<AnyObject, StoreError> {
-    let Stored::V1(obj) = postcard::from_bytes(bytes).map_err(|e| {
+pub(crate) fn decode_object(
+    kind: Kind,
+    key: &str,
+    bytes: &[u8],
+    keys: Option<&Keyring>,
+) -> Result<AnyObject, StoreError> {
+    let bytes = unseal(bytes, keys, || format!("{} {key:?}", kind.info().plural))?;
+    let Stored::V1(obj) = postcard::from_bytes(&bytes).map_err(|e| {
         StoreError::Db(format!(
             "unreadable value for {} {key:?}: {e}",
             kind.info().plural
@@ -196,9 +250,9 @@ mod tests {
         let obj = config_map("a");
         let bytes = encode_object(&obj).unwrap();
         assert_eq!(bytes[0], 0, "V1 is variant 0");
-        let back = decode_object(Kind::ConfigMap, "default/a", &bytes).unwrap();
+        let back = decode_object(Kind::ConfigMap, "default/a", &bytes, None).unwrap();
         assert_eq!(back, obj);
-        assert!(decode_object(Kind::Pod, "default/a", &bytes).is_err());
+        assert!(decode_object(Kind::Pod, "default/a", &bytes, None).is_err());
     }
 
     #[test]
@@ -206,7 +260,7 @@ mod tests {
         let mut bytes = encode_object(&config_map("a")).unwrap();
         bytes[0] = 1; // a V2 written by a newer release
         assert!(matches!(
-            decode_object(Kind::ConfigMap, "default/a", &bytes),
+            decode_object(Kind::ConfigMap, "default/a", &bytes, None),
             Err(StoreError::Db(_))
         ));
     }

@@ -57,6 +57,7 @@
 pub mod backup;
 mod codec;
 mod hub;
+pub mod rotate;
 pub mod seal;
 mod txn;
 mod writer;
@@ -106,6 +107,9 @@ pub struct StoreConfig {
     pub cache_size_bytes: usize,
     /// How many undelivered events a watcher may have before it is cut off.
     pub watch_queue_capacity: usize,
+    /// The keys Secrets are sealed with at rest; `None` stores them plain (and cannot read
+    /// sealed ones).
+    pub keys: Option<Arc<seal::Keyring>>,
 }
 
 impl StoreConfig {
@@ -124,6 +128,7 @@ impl StoreConfig {
             event_window: Self::DEFAULT_EVENT_WINDOW,
             cache_size_bytes: Self::DEFAULT_CACHE_SIZE_BYTES,
             watch_queue_capacity: Self::DEFAULT_WATCH_QUEUE_CAPACITY,
+            keys: None,
         }
     }
 
@@ -281,6 +286,7 @@ struct Inner {
     stats: Arc<Mutex<CommitStats>>,
     sender: mpsc::Sender<Msg>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    keys: Option<Arc<seal::Keyring>>,
 }
 
 impl Drop for Inner {
@@ -331,6 +337,7 @@ impl Store {
             compacted: compacted.clone(),
             stats: stats.clone(),
             event_window: cfg.event_window,
+            keys: cfg.keys.clone(),
         };
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
@@ -345,6 +352,7 @@ impl Store {
                 stats,
                 sender,
                 writer: Mutex::new(Some(handle)),
+                keys: cfg.keys,
             }),
         })
     }
@@ -424,6 +432,7 @@ impl Store {
         name: &str,
     ) -> Result<AnyObject, StoreError> {
         let db = self.inner.db.clone();
+        let keys = self.inner.keys.clone();
         let key = object_key(namespace, name);
         let (namespace, name) = (namespace.to_string(), name.to_string());
         smol::unblock(move || {
@@ -431,7 +440,7 @@ impl Store {
             let table = rtx.open_table(kind_table(kind))?;
             let value = table.get(key.as_str())?;
             match value {
-                Some(v) => decode_object(kind, &key, v.value()),
+                Some(v) => decode_object(kind, &key, v.value(), keys.as_deref()),
                 None => Err(StoreError::NotFound {
                     kind,
                     namespace,
@@ -450,6 +459,7 @@ impl Store {
         namespace: Option<&str>,
     ) -> Result<(Vec<AnyObject>, u64), StoreError> {
         let db = self.inner.db.clone();
+        let keys = self.inner.keys.clone();
         let range = namespace.map(namespace_range);
         smol::unblock(move || {
             let rtx = db.begin_read()?;
@@ -462,7 +472,7 @@ impl Store {
             let mut objects = Vec::new();
             for entry in entries {
                 let (k, v) = entry?;
-                objects.push(decode_object(kind, k.value(), v.value())?);
+                objects.push(decode_object(kind, k.value(), v.value(), keys.as_deref())?);
             }
             Ok((objects, revision))
         })
@@ -489,6 +499,7 @@ impl Store {
         F: FnMut(&mut T, AnyObject) -> bool + Send + 'static,
     {
         let db = self.inner.db.clone();
+        let keys = self.inner.keys.clone();
         let (start, end) = match namespace {
             Some(ns) => {
                 let (s, e) = namespace_range(ns);
@@ -519,7 +530,7 @@ impl Store {
                     next = last_key;
                     break;
                 }
-                let obj = decode_object(kind, k.value(), v.value())?;
+                let obj = decode_object(kind, k.value(), v.value(), keys.as_deref())?;
                 if visit(&mut sink, obj) {
                     counted += 1;
                     last_key = Some(k.value().to_string());
@@ -569,8 +580,11 @@ impl Store {
             watch.last = after;
             if after < published {
                 let db = self.inner.db.clone();
-                watch.replay =
-                    smol::unblock(move || read_events(&db, after, published, mask)).await?;
+                let keys = self.inner.keys.clone();
+                watch.replay = smol::unblock(move || {
+                    read_events(&db, after, published, mask, keys.as_deref())
+                })
+                .await?;
             }
         }
         Ok(watch)
@@ -636,6 +650,7 @@ fn read_events(
     after: u64,
     upto: u64,
     mask: u64,
+    keys: Option<&seal::Keyring>,
 ) -> Result<VecDeque<Arc<WatchEvent>>, StoreError> {
     let rtx = db.begin_read()?;
     let compacted = read_meta(&rtx.open_table(META_TABLE)?, META_COMPACTED)?;
@@ -650,9 +665,12 @@ fn read_events(
     for entry in log.range((after + 1)..=upto)? {
         let (k, v) = entry?;
         let revision = k.value();
-        let (event_type, object) = decode_event(revision, v.value())?;
+        let bytes = codec::unseal(v.value(), keys, || {
+            format!("the event at revision {revision}")
+        })?;
+        let (event_type, object) = decode_event(revision, &bytes)?;
         if mask & kind_bit(object.kind()) != 0 {
-            let packed = codec::event_packed_object(revision, v.value())?;
+            let packed = codec::event_packed_object(revision, &bytes)?;
             events.push_back(Arc::new(WatchEvent::new(
                 event_type,
                 revision,

@@ -31,14 +31,20 @@ type ObjectTable<'t> = redb::Table<'t, &'static str, &'static [u8]>;
 /// which cost more than the reads and writes themselves. Dropped before the commit.
 pub(crate) struct Tables<'t> {
     wtx: &'t WriteTransaction,
+    /// The keys Secrets are sealed with.
+    keys: Option<&'t super::seal::Keyring>,
     objects: RefCell<Vec<(Kind, ObjectTable<'t>)>>,
     log: RefCell<Option<redb::Table<'t, u64, &'static [u8]>>>,
 }
 
 impl<'t> Tables<'t> {
-    pub(crate) fn new(wtx: &'t WriteTransaction) -> Tables<'t> {
+    pub(crate) fn new(
+        wtx: &'t WriteTransaction,
+        keys: Option<&'t super::seal::Keyring>,
+    ) -> Tables<'t> {
         Tables {
             wtx,
+            keys,
             objects: RefCell::new(Vec::new()),
             log: RefCell::new(None),
         }
@@ -131,7 +137,7 @@ impl<'a, 't> Txn<'a, 't> {
         self.tables.with(kind, |table| {
             table
                 .get(key)?
-                .map(|v| decode_object(kind, key, v.value()))
+                .map(|v| decode_object(kind, key, v.value(), self.tables.keys))
                 .transpose()
         })
     }
@@ -155,7 +161,10 @@ impl<'a, 't> Txn<'a, 't> {
              -> Result<(), StoreError> {
                 let (k, v) = entry?;
                 let key = k.value();
-                merged.insert(key.to_string(), decode_object(kind, key, v.value())?);
+                merged.insert(
+                    key.to_string(),
+                    decode_object(kind, key, v.value(), self.tables.keys)?,
+                );
                 Ok(())
             };
             match namespace {
@@ -269,16 +278,25 @@ impl<'a, 't> Txn<'a, 't> {
             .iter()
             .map(|e| codec::pack_object(&e.object).map(Arc::<[u8]>::from))
             .collect::<Result<Vec<_>, StoreError>>()?;
+        let keys = self.tables.keys;
         let objects = self
             .overlay
             .into_iter()
-            .map(|((kind, key), slot)| (kind, key, slot.map(|i| codec::frame_object(&packed[i]))))
-            .collect();
+            .map(|((kind, key), slot)| {
+                let value = slot
+                    .map(|i| codec::seal_for(kind, codec::frame_object(&packed[i]), keys))
+                    .transpose()?;
+                Ok((kind, key, value))
+            })
+            .collect::<Result<_, StoreError>>()?;
         let log = self
             .events
             .iter()
             .zip(&packed)
-            .map(|(e, p)| Ok((e.revision, codec::frame_event(e.event_type, p)?)))
+            .map(|(e, p)| {
+                let framed = codec::frame_event(e.event_type, p)?;
+                Ok((e.revision, codec::seal_for(e.object.kind(), framed, keys)?))
+            })
             .collect::<Result<_, StoreError>>()?;
         Ok(EncodedWrites {
             tables: self.tables,

@@ -47,6 +47,7 @@ pub(crate) struct Writer {
     pub compacted: Arc<AtomicU64>,
     pub stats: Arc<Mutex<CommitStats>>,
     pub event_window: u64,
+    pub keys: Option<Arc<super::seal::Keyring>>,
 }
 
 impl Writer {
@@ -89,7 +90,7 @@ impl Writer {
         let mut jobs = jobs.into_iter();
         let result = self.begin().and_then(|wtx| {
             let mut revision = self.revision.load(Ordering::Acquire);
-            let tables = Tables::new(&wtx);
+            let tables = Tables::new(&wtx, self.keys.as_deref());
             for job in jobs.by_ref() {
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     let mut txn = Txn::new(&tables, revision);
