@@ -20,6 +20,7 @@ mod omit;
 pub mod policy;
 pub mod quantity;
 pub mod rbac;
+pub mod replication;
 pub mod schema;
 pub mod selector;
 pub mod stats;

@@ -201,6 +201,7 @@ kinds! {
     CronJob => batch::CronJob,
     PodDisruptionBudget => policy::PodDisruptionBudget,
     ServiceAccount => core::ServiceAccount,
+    ReplicationController => replication::ReplicationController,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -320,6 +321,15 @@ impl Kind {
             false,
             &[],
         );
+        static REPLICATION_CONTROLLER: KindInfo = core(
+            "ReplicationController",
+            "replicationcontrollers",
+            "replicationcontroller",
+            &["rc"],
+            true,
+            true,
+            ALL_CATEGORY,
+        );
         static SECRET: KindInfo = core("Secret", "secrets", "secret", &[], true, false, &[]);
         static SERVICE_ACCOUNT: KindInfo = core(
             "ServiceAccount",
@@ -412,6 +422,7 @@ impl Kind {
             Kind::CronJob => &CRON_JOB,
             Kind::PodDisruptionBudget => &PDB,
             Kind::ServiceAccount => &SERVICE_ACCOUNT,
+            Kind::ReplicationController => &REPLICATION_CONTROLLER,
         }
     }
 

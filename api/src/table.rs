@@ -141,7 +141,7 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             v.extend(workload_extra());
             v
         }
-        Kind::ReplicaSet => {
+        Kind::ReplicaSet | Kind::ReplicationController => {
             let mut v = vec![
                 name(),
                 col("Desired", "integer", "Replicas is the number of desired replicas.", 0),
@@ -359,6 +359,24 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Event(e) => event_cells(e, name, now),
         AnyObject::Deployment(d) => deployment_cells(d, name, age),
         AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),
+        AnyObject::ReplicationController(r) => {
+            let (containers, images) = r
+                .spec
+                .template
+                .as_ref()
+                .map(containers_and_images)
+                .unwrap_or_default();
+            vec![
+                json!(name),
+                json!(r.spec.replicas.unwrap_or(1)),
+                json!(r.status.replicas),
+                json!(r.status.ready_replicas.unwrap_or(0)),
+                json!(age),
+                json!(containers),
+                json!(images),
+                json!(format_labels(&r.spec.selector)),
+            ]
+        }
         AnyObject::DaemonSet(d) => daemon_set_cells(d, name, age),
         AnyObject::Ingress(i) => ingress_cells(i, name, age),
         AnyObject::IngressClass(c) => ingress_class_cells(c, name, age),
@@ -1139,6 +1157,7 @@ mod tests {
             IngressClass::default().into_any(),
             Job::default().into_any(),
             CronJob::default().into_any(),
+            crate::replication::ReplicationController::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

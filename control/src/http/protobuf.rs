@@ -65,6 +65,8 @@ const PRESENCE_FIELDS: &[(&str, &[&str])] = &[
     ),
     ("ReplicaSetSpec", &["replicas"]),
     ("ReplicaSetStatus", &["replicas"]),
+    ("ReplicationControllerSpec", &["replicas"]),
+    ("ReplicationControllerStatus", &["replicas"]),
     ("StatefulSetSpec", &["replicas", "revisionHistoryLimit"]),
     ("RollingUpdateStatefulSetStrategy", &["partition"]),
     ("DaemonSetSpec", &["revisionHistoryLimit"]),

@@ -27,6 +27,7 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::Service,
     Kind::Endpoints,
     Kind::ReplicaSet,
+    Kind::ReplicationController,
     Kind::Deployment,
     Kind::DaemonSet,
     Kind::Ingress,
