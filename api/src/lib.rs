@@ -21,6 +21,7 @@ pub mod policy;
 pub mod quantity;
 pub mod rbac;
 pub mod replication;
+pub mod scheduling;
 pub mod schema;
 pub mod selector;
 pub mod stats;

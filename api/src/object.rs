@@ -202,6 +202,7 @@ kinds! {
     PodDisruptionBudget => policy::PodDisruptionBudget,
     ServiceAccount => core::ServiceAccount,
     ReplicationController => replication::ReplicationController,
+    PriorityClass => scheduling::PriorityClass,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -321,6 +322,17 @@ impl Kind {
             false,
             &[],
         );
+        static PRIORITY_CLASS: KindInfo = KindInfo {
+            kind: "PriorityClass",
+            group: crate::scheduling::GROUP,
+            version: "v1",
+            plural: "priorityclasses",
+            singular: "priorityclass",
+            short_names: &["pc"],
+            namespaced: false,
+            has_status: false,
+            categories: &[],
+        };
         static REPLICATION_CONTROLLER: KindInfo = core(
             "ReplicationController",
             "replicationcontrollers",
@@ -423,6 +435,7 @@ impl Kind {
             Kind::PodDisruptionBudget => &PDB,
             Kind::ServiceAccount => &SERVICE_ACCOUNT,
             Kind::ReplicationController => &REPLICATION_CONTROLLER,
+            Kind::PriorityClass => &PRIORITY_CLASS,
         }
     }
 

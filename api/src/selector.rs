@@ -914,6 +914,7 @@ mod tests {
             Kind::ReplicationController => {
                 crate::replication::ReplicationController::default().into_any()
             }
+            Kind::PriorityClass => crate::scheduling::PriorityClass::default().into_any(),
             Kind::ServiceAccount => core::ServiceAccount::default().into_any(),
         }
     }

@@ -188,6 +188,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("RequestedDuration", "string", "Requested validity of the issued certificate.", 0),
             col("Condition", "string", "Approved, Denied or Pending, then Failed and Issued.", 0),
         ],
+        Kind::PriorityClass => vec![
+            name(),
+            col("Value", "integer", "value represents the integer value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec.", 0),
+            col("Global-Default", "boolean", "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class. Only one PriorityClass can be marked as `globalDefault`. However, if more than one PriorityClasses exists with their `globalDefault` field set to true, the smallest value of such global default PriorityClasses will be used as the default priority.", 0),
+            age(),
+            col("PreemptionPolicy", "string", "preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset.", 0),
+        ],
         Kind::PodDisruptionBudget => vec![
             name(),
             col("Min Available", "string", "The minimum number or percentage of available pods this budget requires.", 0),
@@ -359,6 +366,13 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Event(e) => event_cells(e, name, now),
         AnyObject::Deployment(d) => deployment_cells(d, name, age),
         AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),
+        AnyObject::PriorityClass(p) => vec![
+            json!(name),
+            json!(p.value),
+            json!(p.is_global_default()),
+            json!(age),
+            json!(p.preemption_policy.as_deref().unwrap_or("")),
+        ],
         AnyObject::ReplicationController(r) => {
             let (containers, images) = r
                 .spec
@@ -1158,6 +1172,7 @@ mod tests {
             Job::default().into_any(),
             CronJob::default().into_any(),
             crate::replication::ReplicationController::default().into_any(),
+            crate::scheduling::PriorityClass::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

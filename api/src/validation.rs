@@ -1741,6 +1741,9 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
         {
             errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
         }
+        (AnyObject::PriorityClass(n), AnyObject::PriorityClass(o)) => {
+            errs.extend(crate::scheduling::validate_update(n, o));
+        }
         (AnyObject::IngressClass(n), AnyObject::IngressClass(o))
             if n.spec.controller != o.spec.controller =>
         {

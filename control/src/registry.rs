@@ -16,6 +16,7 @@ use api::core::{Namespace, Node, Pod, Service};
 use api::meta::{DeleteOptions, Time};
 use api::networking::Ingress;
 use api::object::Resource;
+use api::scheduling::PriorityClass;
 use api::{AnyObject, Kind};
 use serde_json::Value;
 
@@ -345,6 +346,36 @@ fn default_service_account(pod: &mut Pod) {
     spec.service_account.get_or_insert(name);
 }
 
+/// Kubernetes' Priority admission of a pod being created: `spec.priority` (and the preemption
+/// policy) from its PriorityClass, or from the global default class when it names none.
+fn admit_priority(txn: &Txn, pod: &mut Pod) -> Result<(), ApiError> {
+    let classes = api::scheduling::classes_of(txn.list(Kind::PriorityClass, None)?);
+    api::scheduling::admit_pod(pod, &classes)
+        .map_err(|why| ApiError::forbidden_object(Kind::Pod, &pod.metadata.name, &why))
+}
+
+/// Only one PriorityClass may be the global default (the Priority admission's rule).
+fn check_one_global_default(txn: &Txn, pc: &PriorityClass, create: bool) -> Result<(), ApiError> {
+    if !pc.is_global_default() {
+        return Ok(());
+    }
+    let classes = api::scheduling::classes_of(txn.list(Kind::PriorityClass, None)?);
+    if let Some(other) = classes
+        .iter()
+        .find(|c| c.is_global_default() && (create || c.metadata.name != pc.metadata.name))
+    {
+        return Err(ApiError::forbidden_object(
+            Kind::PriorityClass,
+            &pc.metadata.name,
+            &format!(
+                "PriorityClass {} is already marked as default. Only one default can exist",
+                other.metadata.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Kubernetes' DefaultIngressClass admission: an Ingress created without a class (neither
 /// `spec.ingressClassName` nor the deprecated annotation) gets the default IngressClass, the
 /// newest one if several carry the default annotation.
@@ -523,6 +554,10 @@ fn create_in<K: Resource>(
     }
     if let Some(pod) = as_pod_mut(&mut obj) {
         default_service_account(pod);
+        admit_priority(txn, pod)?;
+    }
+    if let Some(pc) = (&obj as &dyn Any).downcast_ref::<PriorityClass>() {
+        check_one_global_default(txn, pc, true)?;
     }
     for attempt in 0..8 {
         let name = obj.meta().name.clone();
@@ -592,6 +627,19 @@ fn apply_update_checked<K: Resource>(
                 new.copy_status_from(&old);
             }
             new.set_defaults();
+            // The Priority admission set these on create; an update that leaves them out
+            // keeps them, as Kubernetes' does.
+            if let (Some(o), Some(n)) = (as_pod(&old), as_pod_mut(&mut new)) {
+                if n.spec.priority.is_none() {
+                    n.spec.priority = o.spec.priority;
+                }
+                if n.spec.preemption_policy.is_none() {
+                    n.spec.preemption_policy = o.spec.preemption_policy.clone();
+                }
+            }
+            if let Some(pc) = (&new as &dyn Any).downcast_ref::<PriorityClass>() {
+                check_one_global_default(txn, pc, false)?;
+            }
             if let (Some(o), Some(n)) = (
                 (&old as &dyn Any).downcast_ref::<Service>(),
                 as_service_mut(&mut new),
@@ -1197,6 +1245,15 @@ impl Registry {
             return Err(ApiError::forbidden(format!(
                 "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
             )));
+        }
+        if K::KIND == Kind::PriorityClass
+            && api::scheduling::SYSTEM_CLASSES.iter().any(|c| c.0 == name)
+        {
+            return Err(ApiError::forbidden_object(
+                K::KIND,
+                name,
+                "this is a system priority class and cannot be deleted",
+            ));
         }
         let propagation = Propagation::of(&opts).map_err(|m| {
             ApiError::invalid(

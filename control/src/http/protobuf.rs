@@ -66,6 +66,7 @@ const PRESENCE_FIELDS: &[(&str, &[&str])] = &[
     ("ReplicaSetSpec", &["replicas"]),
     ("ReplicaSetStatus", &["replicas"]),
     ("ReplicationControllerSpec", &["replicas"]),
+    ("PriorityClass", &["value"]),
     ("ReplicationControllerStatus", &["replicas"]),
     ("StatefulSetSpec", &["replicas", "revisionHistoryLimit"]),
     ("RollingUpdateStatefulSetStrategy", &["partition"]),
