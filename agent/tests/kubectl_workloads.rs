@@ -1,7 +1,9 @@
 //! core/v1 ReplicationControllers with the real `kubectl` against `skiff server` with its
 //! own node and real busybox containers: an RC keeps its replicas when a pod is deleted,
 //! `kubectl scale rc`, get (Kubernetes' columns), describe and explain, and its pods are
-//! garbage-collected with it. Needs root, /bin/busybox and kubectl.
+//! garbage-collected with it. ResourceQuota and LimitRange: defaults land on pods, a quota
+//! refuses the pod over its count with Kubernetes' message and keeps status.used. Needs
+//! root, /bin/busybox and kubectl.
 
 mod common;
 #[path = "image_util/mod.rs"]
@@ -16,6 +18,14 @@ use api::replication::ReplicationController;
 use common::{free_port, wait_for};
 
 const IMAGE: &str = "skiff.test/workloads:v1";
+
+/// One server with its own node at a time: each programs the host's bridge, DNS address
+/// and ingress ports, and cleans them up when dropped.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 use common::NodeServer as Server;
 
@@ -41,7 +51,9 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn start(extra: &[&str]) -> (Server, Client) {
+/// A server with its own node; `tag` keeps the node and cgroup names of tests running at
+/// the same time apart.
+fn start(tag: &str, extra: &[&str]) -> (Server, Client) {
     image_util::require_root_and_busybox();
     let dir = tempfile::tempdir().expect("data dir");
     let run = tempfile::tempdir().expect("run dir");
@@ -56,8 +68,8 @@ fn start(extra: &[&str]) -> (Server, Client) {
     );
     image_util::write_oci_archive(&archive, &image, IMAGE);
     common::import_image(&archive, &dir.path().join("agent"));
-    let node = format!("workloads-{}", std::process::id());
-    let cgroup_parent = format!("skiff-workloads-{}", std::process::id());
+    let node = format!("wl{tag}-{}", std::process::id());
+    let cgroup_parent = format!("skiff-wl{tag}-{}", std::process::id());
     let port = free_port();
     let child = common::node_server_command(dir.path(), run.path(), port, &node, &cgroup_parent)
         .args(extra)
@@ -112,7 +124,8 @@ spec:
 
 #[test]
 fn replication_controller_with_kubectl() {
-    let (server, client) = start(&[]);
+    let _serial = one_at_a_time();
+    let (server, client) = start("rc", &[]);
     server.ok(
         &["apply", "-f", "-"],
         Some(rc_manifest("legacy", 2).as_bytes()),
@@ -249,4 +262,170 @@ fn replication_controller_with_kubectl() {
         Duration::from_secs(60),
         || pods(&client, sel).is_empty().then_some(()),
     );
+}
+
+fn quota_used(client: &Client, name: &str) -> std::collections::BTreeMap<String, String> {
+    let q: api::quota::ResourceQuota =
+        smol::block_on(client.get("default", name)).expect("get quota");
+    q.status.used.into_iter().map(|(k, v)| (k, v.0)).collect()
+}
+
+fn used_is(client: &Client, name: &str, want: &[(&str, &str)]) -> bool {
+    let used = quota_used(client, name);
+    want.iter()
+        .all(|(k, v)| used.get(*k).map(String::as_str) == Some(*v))
+}
+
+#[test]
+fn quota_and_limit_range_with_kubectl() {
+    let _serial = one_at_a_time();
+    let (server, client) = start("quota", &[]);
+    server.ok(
+        &["apply", "-f", "-"],
+        Some(
+            br#"apiVersion: v1
+kind: LimitRange
+metadata:
+  name: defaults
+spec:
+  limits:
+  - type: Container
+    default:
+      cpu: 200m
+      memory: 64Mi
+    defaultRequest:
+      cpu: 100m
+    max:
+      cpu: "1"
+"#,
+        ),
+    );
+    let created = server.ok(
+        &[
+            "create",
+            "quota",
+            "small",
+            "--hard=pods=2,requests.cpu=1,limits.memory=1Gi",
+        ],
+        None,
+    );
+    assert!(created.contains("resourcequota/small created"), "{created}");
+    wait_for("the quota's status", Duration::from_secs(20), || {
+        used_is(&client, "small", &[("pods", "0"), ("requests.cpu", "0")]).then_some(())
+    });
+
+    // The LimitRange's defaults land on a pod that states no resources; the quota's
+    // compute rules are then met.
+    let run = |name: &str| {
+        server.kubectl(
+            &[
+                "run",
+                name,
+                &format!("--image={IMAGE}"),
+                "--restart=Never",
+                "--command",
+                "--",
+                "sh",
+                "-c",
+                "sleep 3600",
+            ],
+            None,
+        )
+    };
+    let out = run("first");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first: Pod = smol::block_on(client.get("default", "first")).expect("get pod");
+    let res = first.spec.containers[0]
+        .resources
+        .as_ref()
+        .expect("resources");
+    assert_eq!(res.requests["cpu"].0, "100m");
+    assert_eq!(res.limits["cpu"].0, "200m");
+    assert_eq!(res.limits["memory"].0, "64Mi");
+    assert_eq!(res.requests["memory"].0, "64Mi");
+    assert_eq!(
+        first.metadata.annotations["kubernetes.io/limit-ranger"],
+        "LimitRanger plugin set: cpu, memory request for container first; cpu, memory limit for container first"
+    );
+    wait_for("first running", Duration::from_secs(60), || {
+        (running(&client, "run=first").len() == 1).then_some(())
+    });
+    assert!(used_is(
+        &client,
+        "small",
+        &[
+            ("pods", "1"),
+            ("requests.cpu", "100m"),
+            ("limits.memory", "64Mi")
+        ]
+    ));
+    let out = run("second");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(used_is(
+        &client,
+        "small",
+        &[
+            ("pods", "2"),
+            ("requests.cpu", "200m"),
+            ("limits.memory", "128Mi")
+        ]
+    ));
+
+    // The third pod is over the count.
+    let out = run("third");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("Error from server (Forbidden): pods \"third\" is forbidden: exceeded quota: small, requested: pods=1, used: pods=2, limited: pods=2"),
+        "{err}"
+    );
+    // Over the LimitRange's max.
+    let out = server.kubectl(
+        &[
+            "run",
+            "big",
+            &format!("--image={IMAGE}"),
+            "--restart=Never",
+            "--overrides={\"spec\":{\"containers\":[{\"name\":\"big\",\"image\":\"skiff.test/workloads:v1\",\"resources\":{\"limits\":{\"cpu\":\"2\"}}}]}}",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "pods \"big\" is forbidden: maximum cpu usage per Container is 1, but limit is 2"
+        ),
+        "{err}"
+    );
+
+    // Kubernetes' table and describe.
+    let table = server.ok(&["get", "quota"], None);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "AGE", "REQUEST", "LIMIT"], "{table}");
+    assert!(
+        table.contains("pods: 2/2, requests.cpu: 200m/1")
+            && table.contains("limits.memory: 128Mi/1Gi"),
+        "{table}"
+    );
+    let described = server.ok(&["describe", "quota", "small"], None);
+    assert!(described.contains("requests.cpu"), "{described}");
+    let limits = server.ok(&["get", "limits"], None);
+    assert!(limits.starts_with("NAME"), "{limits}");
+    assert!(limits.contains("CREATED AT"), "{limits}");
+    let described = server.ok(&["describe", "limits", "defaults"], None);
+    assert!(described.contains("Container"), "{described}");
+    let explained = server.ok(&["explain", "quota.spec.hard"], None);
+    assert!(
+        explained.contains("KIND:       ResourceQuota"),
+        "{explained}"
+    );
+
+    // Deleting a pod gives its share back (the controller's replenishment).
+    server.ok(&["delete", "pod", "second", "--wait=false"], None);
+    wait_for("used back to one pod", Duration::from_secs(60), || {
+        used_is(&client, "small", &[("pods", "1"), ("requests.cpu", "100m")]).then_some(())
+    });
+    let out = run("third");
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }

@@ -19,6 +19,7 @@ pub mod object;
 mod omit;
 pub mod policy;
 pub mod quantity;
+pub mod quota;
 pub mod rbac;
 pub mod replication;
 pub mod scheduling;

@@ -203,6 +203,8 @@ kinds! {
     ServiceAccount => core::ServiceAccount,
     ReplicationController => replication::ReplicationController,
     PriorityClass => scheduling::PriorityClass,
+    ResourceQuota => quota::ResourceQuota,
+    LimitRange => quota::LimitRange,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -322,6 +324,24 @@ impl Kind {
             false,
             &[],
         );
+        static RESOURCE_QUOTA: KindInfo = core(
+            "ResourceQuota",
+            "resourcequotas",
+            "resourcequota",
+            &["quota"],
+            true,
+            true,
+            &[],
+        );
+        static LIMIT_RANGE: KindInfo = core(
+            "LimitRange",
+            "limitranges",
+            "limitrange",
+            &["limits"],
+            true,
+            false,
+            &[],
+        );
         static PRIORITY_CLASS: KindInfo = KindInfo {
             kind: "PriorityClass",
             group: crate::scheduling::GROUP,
@@ -436,6 +456,8 @@ impl Kind {
             Kind::ServiceAccount => &SERVICE_ACCOUNT,
             Kind::ReplicationController => &REPLICATION_CONTROLLER,
             Kind::PriorityClass => &PRIORITY_CLASS,
+            Kind::ResourceQuota => &RESOURCE_QUOTA,
+            Kind::LimitRange => &LIMIT_RANGE,
         }
     }
 

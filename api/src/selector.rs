@@ -915,6 +915,8 @@ mod tests {
                 crate::replication::ReplicationController::default().into_any()
             }
             Kind::PriorityClass => crate::scheduling::PriorityClass::default().into_any(),
+            Kind::ResourceQuota => crate::quota::ResourceQuota::default().into_any(),
+            Kind::LimitRange => crate::quota::LimitRange::default().into_any(),
             Kind::ServiceAccount => core::ServiceAccount::default().into_any(),
         }
     }

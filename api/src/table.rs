@@ -202,7 +202,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Allowed Disruptions", "integer", "Calculated number of pods that may be disrupted at this time.", 0),
             age(),
         ],
-        Kind::Role | Kind::ClusterRole => vec![
+        Kind::ResourceQuota => vec![
+            name(),
+            age(),
+            col("Request", "string", "Request represents a minimum amount of cpu/memory that a container may consume.", 0),
+            col("Limit", "string", "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node.", 0),
+        ],
+        Kind::Role | Kind::ClusterRole | Kind::LimitRange => vec![
             name(),
             col("Created At", "date", AGE_DESC, 0),
         ],
@@ -394,7 +400,27 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::DaemonSet(d) => daemon_set_cells(d, name, age),
         AnyObject::Ingress(i) => ingress_cells(i, name, age),
         AnyObject::IngressClass(c) => ingress_class_cells(c, name, age),
-        AnyObject::Role(_) | AnyObject::ClusterRole(_) => {
+        AnyObject::ResourceQuota(q) => {
+            let (mut request, mut limit) = (Vec::new(), Vec::new());
+            let zero = crate::meta::Quantity("0".into());
+            for k in q.spec.hard.keys() {
+                let used = q.status.used.get(k).unwrap_or(&zero);
+                let hard = q.status.hard.get(k).unwrap_or(&zero);
+                let cell = format!("{k}: {}/{}", used.0, hard.0);
+                if k.split('.').next() == Some("limits") && k.contains('.') {
+                    limit.push(cell);
+                } else {
+                    request.push(cell);
+                }
+            }
+            vec![
+                json!(name),
+                json!(age),
+                json!(request.join(", ")),
+                json!(limit.join(", ")),
+            ]
+        }
+        AnyObject::Role(_) | AnyObject::ClusterRole(_) | AnyObject::LimitRange(_) => {
             let created = obj
                 .meta()
                 .creation_timestamp
@@ -1173,6 +1199,8 @@ mod tests {
             CronJob::default().into_any(),
             crate::replication::ReplicationController::default().into_any(),
             crate::scheduling::PriorityClass::default().into_any(),
+            crate::quota::ResourceQuota::default().into_any(),
+            crate::quota::LimitRange::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());
