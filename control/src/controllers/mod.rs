@@ -16,6 +16,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod workload;
