@@ -38,8 +38,38 @@ pub struct ResourceQuotaSpec {
     #[schemars(with = "BTreeMap<String, Quantity>")]
     pub hard: BTreeMap<String, Quantity>,
     /// Which objects the quota counts: Terminating, NotTerminating, BestEffort,
-    /// NotBestEffort. Every scope must match.
+    /// NotBestEffort, PriorityClass. Every scope must match.
     pub scopes: Vec<String>,
+    /// Scopes as expressions (PriorityClass In [high], ...); every one must match.
+    pub scope_selector: Option<ScopeSelector>,
+}
+
+/// core/v1 ScopeSelector.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ScopeSelector")]
+#[schemars(
+    description = "A scope selector represents the AND of the selectors represented by the scoped-resource selector requirements."
+)]
+pub struct ScopeSelector {
+    /// The requirements, all of which must hold.
+    pub match_expressions: Vec<ScopedResourceSelectorRequirement>,
+}
+
+/// core/v1 ScopedResourceSelectorRequirement.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.ScopedResourceSelectorRequirement")]
+#[schemars(
+    description = "A scoped-resource selector requirement is a selector that contains values, a scope name, and an operator that relates the scope name and values."
+)]
+pub struct ScopedResourceSelectorRequirement {
+    /// The scope the selector applies to (PriorityClass, Terminating, BestEffort...).
+    pub scope_name: String,
+    /// In, NotIn, Exists or DoesNotExist.
+    pub operator: String,
+    /// The values of In and NotIn.
+    pub values: Vec<String>,
 }
 
 /// core/v1 ResourceQuotaStatus.
@@ -135,13 +165,13 @@ fn check_quantities(errs: &mut Vec<FieldError>, field: &str, m: &BTreeMap<String
     }
 }
 
-/// The quota scopes skiff enforces (Kubernetes' without PriorityClass and
-/// CrossNamespacePodAffinity).
+/// The quota scopes skiff enforces (Kubernetes' without CrossNamespacePodAffinity).
 pub const SCOPES: &[&str] = &[
     "Terminating",
     "NotTerminating",
     "BestEffort",
     "NotBestEffort",
+    "PriorityClass",
 ];
 
 impl Resource for ResourceQuota {
@@ -159,6 +189,40 @@ impl Resource for ResourceQuota {
                     s,
                     SCOPES,
                 ));
+            }
+        }
+        let exprs = self
+            .spec
+            .scope_selector
+            .iter()
+            .flat_map(|s| &s.match_expressions);
+        for (i, e) in exprs.enumerate() {
+            let p = format!("spec.scopeSelector.matchExpressions[{i}]");
+            if !SCOPES.contains(&e.scope_name.as_str()) {
+                errs.push(FieldError::not_supported(
+                    format!("{p}.scopeName"),
+                    &e.scope_name,
+                    SCOPES,
+                ));
+            }
+            match e.operator.as_str() {
+                "In" | "NotIn" if e.values.is_empty() => errs.push(FieldError::required_msg(
+                    format!("{p}.values"),
+                    "must be at least one value when `operator` is 'In' or 'NotIn' for scope selector",
+                )),
+                "Exists" | "DoesNotExist" if !e.values.is_empty() => {
+                    errs.push(FieldError::invalid(
+                        format!("{p}.values"),
+                        format!("{:?}", e.values),
+                        "must be no value when `operator` is 'Exist' or 'DoesNotExist' for scope selector",
+                    ))
+                }
+                "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+                other => errs.push(FieldError::not_supported(
+                    format!("{p}.operator"),
+                    other,
+                    &["DoesNotExist", "Exists", "In", "NotIn"],
+                )),
             }
         }
         errs
@@ -532,19 +596,56 @@ fn best_effort(pod: &Pod) -> bool {
     })
 }
 
-/// Whether a quota with `scopes` covers `obj` (scopes only ever exclude pods; other kinds
-/// are covered only by unscoped quotas).
-pub fn in_scope(scopes: &[String], obj: &AnyObject) -> bool {
-    let AnyObject::Pod(pod) = obj else {
-        return scopes.is_empty();
-    };
-    scopes.iter().all(|s| match s.as_str() {
+fn scope_holds(scope: &str, pod: &Pod) -> bool {
+    match scope {
         "Terminating" => pod.spec.active_deadline_seconds.is_some(),
         "NotTerminating" => pod.spec.active_deadline_seconds.is_none(),
         "BestEffort" => best_effort(pod),
         "NotBestEffort" => !best_effort(pod),
+        "PriorityClass" => pod
+            .spec
+            .priority_class_name
+            .as_deref()
+            .is_some_and(|c| !c.is_empty()),
         _ => false,
-    })
+    }
+}
+
+/// Whether a quota covers `obj`: every scope and scope selector expression holds (they only
+/// ever select pods; other kinds are covered only by unscoped quotas).
+pub fn in_scope(spec: &ResourceQuotaSpec, obj: &AnyObject) -> bool {
+    let exprs: Vec<&ScopedResourceSelectorRequirement> = spec
+        .scope_selector
+        .iter()
+        .flat_map(|s| &s.match_expressions)
+        .collect();
+    let AnyObject::Pod(pod) = obj else {
+        return spec.scopes.is_empty() && exprs.is_empty();
+    };
+    spec.scopes.iter().all(|s| scope_holds(s, pod))
+        && exprs.iter().all(|e| {
+            if e.scope_name != "PriorityClass" {
+                // The other scopes take Exists (and DoesNotExist for the opposite).
+                let holds = scope_holds(&e.scope_name, pod);
+                return if e.operator == "DoesNotExist" {
+                    !holds
+                } else {
+                    holds
+                };
+            }
+            let class = pod
+                .spec
+                .priority_class_name
+                .as_deref()
+                .filter(|c| !c.is_empty());
+            match e.operator.as_str() {
+                "In" => class.is_some_and(|c| e.values.iter().any(|v| v == c)),
+                "NotIn" => class.is_none_or(|c| !e.values.iter().any(|v| v == c)),
+                "Exists" => class.is_some(),
+                "DoesNotExist" => class.is_none(),
+                _ => false,
+            }
+        })
 }
 
 /// What one object uses, in thousandths, by quota resource name: its `count/` entry, the
@@ -736,7 +837,7 @@ pub fn used_by<'a>(
         if o.meta().deletion_timestamp.is_some() && o.kind() != Kind::Pod {
             continue;
         }
-        if !in_scope(&quota.spec.scopes, o) {
+        if !in_scope(&quota.spec, o) {
             continue;
         }
         for (k, v) in usage(o) {
@@ -912,5 +1013,37 @@ mod tests {
         assert_eq!(usage(&cm)["configmaps"], 1000);
         let d = crate::apps::Deployment::default().into_any();
         assert_eq!(usage(&d)["count/deployments.apps"], 1000);
+    }
+
+    #[test]
+    fn scopes_and_priority_class_selectors() {
+        let spec: ResourceQuotaSpec = serde_json::from_value(serde_json::json!({
+            "hard": {"pods": "10"},
+            "scopeSelector": {"matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}
+        }))
+        .unwrap();
+        let mut p = pod(serde_json::json!([{"name": "a", "image": "i"}]));
+        assert!(!in_scope(&spec, &p.clone().into_any()));
+        p.spec.priority_class_name = Some("high".into());
+        assert!(in_scope(&spec, &p.clone().into_any()));
+        let cm = crate::core::ConfigMap::default().into_any();
+        assert!(!in_scope(&spec, &cm), "a scoped quota counts pods only");
+        let best = ResourceQuotaSpec {
+            scopes: vec!["BestEffort".into()],
+            ..Default::default()
+        };
+        assert!(in_scope(&best, &p.clone().into_any()));
+        let mut q = ResourceQuota::default();
+        q.metadata.name = "q".into();
+        q.spec = spec;
+        q.spec.scope_selector.as_mut().unwrap().match_expressions[0].operator = "Exists".into();
+        let errs: Vec<String> = q.validate().into_iter().map(|e| e.message).collect();
+        assert_eq!(
+            errs,
+            [
+                r#"Invalid value: "["high"]": must be no value when `operator` is 'Exist' or 'DoesNotExist' for scope selector"#
+            ]
+        );
     }
 }

@@ -416,7 +416,7 @@ fn admit_quota(txn: &mut Txn, obj: &AnyObject) -> Result<(), ApiError> {
         |why: String| ApiError::forbidden_object(obj.kind(), &shown_name(obj.meta()), &why);
     let mut raised = Vec::new();
     for q in quotas {
-        if !api::quota::in_scope(&q.spec.scopes, obj) {
+        if !api::quota::in_scope(&q.spec, obj) {
             continue;
         }
         if let AnyObject::Pod(p) = obj {
