@@ -201,6 +201,10 @@ kinds! {
     CronJob => batch::CronJob,
     PodDisruptionBudget => policy::PodDisruptionBudget,
     ServiceAccount => core::ServiceAccount,
+    ReplicationController => replication::ReplicationController,
+    PriorityClass => scheduling::PriorityClass,
+    ResourceQuota => quota::ResourceQuota,
+    LimitRange => quota::LimitRange,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -320,6 +324,44 @@ impl Kind {
             false,
             &[],
         );
+        static RESOURCE_QUOTA: KindInfo = core(
+            "ResourceQuota",
+            "resourcequotas",
+            "resourcequota",
+            &["quota"],
+            true,
+            true,
+            &[],
+        );
+        static LIMIT_RANGE: KindInfo = core(
+            "LimitRange",
+            "limitranges",
+            "limitrange",
+            &["limits"],
+            true,
+            false,
+            &[],
+        );
+        static PRIORITY_CLASS: KindInfo = KindInfo {
+            kind: "PriorityClass",
+            group: crate::scheduling::GROUP,
+            version: "v1",
+            plural: "priorityclasses",
+            singular: "priorityclass",
+            short_names: &["pc"],
+            namespaced: false,
+            has_status: false,
+            categories: &[],
+        };
+        static REPLICATION_CONTROLLER: KindInfo = core(
+            "ReplicationController",
+            "replicationcontrollers",
+            "replicationcontroller",
+            &["rc"],
+            true,
+            true,
+            ALL_CATEGORY,
+        );
         static SECRET: KindInfo = core("Secret", "secrets", "secret", &[], true, false, &[]);
         static SERVICE_ACCOUNT: KindInfo = core(
             "ServiceAccount",
@@ -412,6 +454,10 @@ impl Kind {
             Kind::CronJob => &CRON_JOB,
             Kind::PodDisruptionBudget => &PDB,
             Kind::ServiceAccount => &SERVICE_ACCOUNT,
+            Kind::ReplicationController => &REPLICATION_CONTROLLER,
+            Kind::PriorityClass => &PRIORITY_CLASS,
+            Kind::ResourceQuota => &RESOURCE_QUOTA,
+            Kind::LimitRange => &LIMIT_RANGE,
         }
     }
 

@@ -391,7 +391,9 @@ pub fn supported_fields(kind: Kind) -> &'static [&'static str] {
             "source",
             "type",
         ],
-        Kind::ReplicaSet => &["metadata.name", "metadata.namespace", "status.replicas"],
+        Kind::ReplicaSet | Kind::ReplicationController => {
+            &["metadata.name", "metadata.namespace", "status.replicas"]
+        }
         Kind::Job => &["metadata.name", "metadata.namespace", "status.successful"],
         _ => &["metadata.name", "metadata.namespace"],
     }
@@ -909,6 +911,12 @@ mod tests {
             Kind::Job => crate::batch::Job::default().into_any(),
             Kind::CronJob => crate::batch::CronJob::default().into_any(),
             Kind::PodDisruptionBudget => crate::policy::PodDisruptionBudget::default().into_any(),
+            Kind::ReplicationController => {
+                crate::replication::ReplicationController::default().into_any()
+            }
+            Kind::PriorityClass => crate::scheduling::PriorityClass::default().into_any(),
+            Kind::ResourceQuota => crate::quota::ResourceQuota::default().into_any(),
+            Kind::LimitRange => crate::quota::LimitRange::default().into_any(),
             Kind::ServiceAccount => core::ServiceAccount::default().into_any(),
         }
     }

@@ -141,7 +141,7 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             v.extend(workload_extra());
             v
         }
-        Kind::ReplicaSet => {
+        Kind::ReplicaSet | Kind::ReplicationController => {
             let mut v = vec![
                 name(),
                 col("Desired", "integer", "Replicas is the number of desired replicas.", 0),
@@ -188,6 +188,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("RequestedDuration", "string", "Requested validity of the issued certificate.", 0),
             col("Condition", "string", "Approved, Denied or Pending, then Failed and Issued.", 0),
         ],
+        Kind::PriorityClass => vec![
+            name(),
+            col("Value", "integer", "value represents the integer value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec.", 0),
+            col("Global-Default", "boolean", "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class. Only one PriorityClass can be marked as `globalDefault`. However, if more than one PriorityClasses exists with their `globalDefault` field set to true, the smallest value of such global default PriorityClasses will be used as the default priority.", 0),
+            age(),
+            col("PreemptionPolicy", "string", "preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset.", 0),
+        ],
         Kind::PodDisruptionBudget => vec![
             name(),
             col("Min Available", "string", "The minimum number or percentage of available pods this budget requires.", 0),
@@ -195,7 +202,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Allowed Disruptions", "integer", "Calculated number of pods that may be disrupted at this time.", 0),
             age(),
         ],
-        Kind::Role | Kind::ClusterRole => vec![
+        Kind::ResourceQuota => vec![
+            name(),
+            age(),
+            col("Request", "string", "Request represents a minimum amount of cpu/memory that a container may consume.", 0),
+            col("Limit", "string", "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node.", 0),
+        ],
+        Kind::Role | Kind::ClusterRole | Kind::LimitRange => vec![
             name(),
             col("Created At", "date", AGE_DESC, 0),
         ],
@@ -359,10 +372,55 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Event(e) => event_cells(e, name, now),
         AnyObject::Deployment(d) => deployment_cells(d, name, age),
         AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),
+        AnyObject::PriorityClass(p) => vec![
+            json!(name),
+            json!(p.value),
+            json!(p.is_global_default()),
+            json!(age),
+            json!(p.preemption_policy.as_deref().unwrap_or("")),
+        ],
+        AnyObject::ReplicationController(r) => {
+            let (containers, images) = r
+                .spec
+                .template
+                .as_ref()
+                .map(containers_and_images)
+                .unwrap_or_default();
+            vec![
+                json!(name),
+                json!(r.spec.replicas.unwrap_or(1)),
+                json!(r.status.replicas),
+                json!(r.status.ready_replicas.unwrap_or(0)),
+                json!(age),
+                json!(containers),
+                json!(images),
+                json!(format_labels(&r.spec.selector)),
+            ]
+        }
         AnyObject::DaemonSet(d) => daemon_set_cells(d, name, age),
         AnyObject::Ingress(i) => ingress_cells(i, name, age),
         AnyObject::IngressClass(c) => ingress_class_cells(c, name, age),
-        AnyObject::Role(_) | AnyObject::ClusterRole(_) => {
+        AnyObject::ResourceQuota(q) => {
+            let (mut request, mut limit) = (Vec::new(), Vec::new());
+            let zero = crate::meta::Quantity("0".into());
+            for k in q.spec.hard.keys() {
+                let used = q.status.used.get(k).unwrap_or(&zero);
+                let hard = q.status.hard.get(k).unwrap_or(&zero);
+                let cell = format!("{k}: {}/{}", used.0, hard.0);
+                if k.split('.').next() == Some("limits") && k.contains('.') {
+                    limit.push(cell);
+                } else {
+                    request.push(cell);
+                }
+            }
+            vec![
+                json!(name),
+                json!(age),
+                json!(request.join(", ")),
+                json!(limit.join(", ")),
+            ]
+        }
+        AnyObject::Role(_) | AnyObject::ClusterRole(_) | AnyObject::LimitRange(_) => {
             let created = obj
                 .meta()
                 .creation_timestamp
@@ -1139,6 +1197,10 @@ mod tests {
             IngressClass::default().into_any(),
             Job::default().into_any(),
             CronJob::default().into_any(),
+            crate::replication::ReplicationController::default().into_any(),
+            crate::scheduling::PriorityClass::default().into_any(),
+            crate::quota::ResourceQuota::default().into_any(),
+            crate::quota::LimitRange::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

@@ -466,7 +466,7 @@ pub fn validate_label_selector(sel: &LabelSelector, field: &str) -> Vec<FieldErr
 }
 
 /// Go's `%v` of a map, as Kubernetes prints label maps in messages: `map[a:b c:d]`.
-fn go_map(m: &BTreeMap<String, String>) -> String {
+pub(crate) fn go_map(m: &BTreeMap<String, String>) -> String {
     let inner: Vec<String> = m.iter().map(|(k, v)| format!("{k}:{v}")).collect();
     format!("map[{}]", inner.join(" "))
 }
@@ -507,10 +507,16 @@ pub fn validate_workload_template(
             }
         }
     }
-    errs.extend(validate_labels(
-        &template.metadata.labels,
-        "spec.template.metadata.labels",
-    ));
+    errs.extend(validate_controller_pod_template(template, "ReplicaSet"));
+    errs
+}
+
+/// The pod template of a controller that keeps pods running (ReplicaSet, Deployment,
+/// DaemonSet, ReplicationController): valid labels and pod spec, restart policy Always, no
+/// activeDeadlineSeconds. `kind` names the controller in that last message, as Kubernetes
+/// does (Deployments and DaemonSets say ReplicaSet too).
+pub fn validate_controller_pod_template(template: &PodTemplateSpec, kind: &str) -> Vec<FieldError> {
+    let mut errs = validate_labels(&template.metadata.labels, "spec.template.metadata.labels");
     errs.extend(validate_pod_spec(&template.spec, "spec.template.spec"));
     if let Some(rp) = &template.spec.restart_policy {
         if rp != "Always" {
@@ -524,7 +530,7 @@ pub fn validate_workload_template(
     if template.spec.active_deadline_seconds.is_some() {
         errs.push(FieldError::forbidden(
             "spec.template.spec.activeDeadlineSeconds",
-            "activeDeadlineSeconds in ReplicaSet is not Supported",
+            format!("activeDeadlineSeconds in {kind} is not Supported"),
         ));
     }
     errs
@@ -1734,6 +1740,9 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
             if n.spec.selector != o.spec.selector =>
         {
             errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
+        }
+        (AnyObject::PriorityClass(n), AnyObject::PriorityClass(o)) => {
+            errs.extend(crate::scheduling::validate_update(n, o));
         }
         (AnyObject::IngressClass(n), AnyObject::IngressClass(o))
             if n.spec.controller != o.spec.controller =>

@@ -16,6 +16,8 @@ use api::core::{Namespace, Node, Pod, Service};
 use api::meta::{DeleteOptions, Time};
 use api::networking::Ingress;
 use api::object::Resource;
+use api::quota::{LimitRange, ResourceQuota};
+use api::scheduling::PriorityClass;
 use api::{AnyObject, Kind};
 use serde_json::Value;
 
@@ -515,6 +517,121 @@ fn mount_service_account_token(txn: &Txn, pod: &mut Pod) -> Result<(), ApiError>
     Ok(())
 }
 
+/// Kubernetes' Priority admission of a pod being created: `spec.priority` (and the preemption
+/// policy) from its PriorityClass, or from the global default class when it names none.
+fn admit_priority(txn: &Txn, pod: &mut Pod) -> Result<(), ApiError> {
+    let classes = api::scheduling::classes_of(txn.list(Kind::PriorityClass, None)?);
+    api::scheduling::admit_pod(pod, &classes)
+        .map_err(|why| ApiError::forbidden_object(Kind::Pod, &pod.metadata.name, &why))
+}
+
+/// Kubernetes' LimitRanger admission of a pod being created: the namespace's LimitRange
+/// defaults fill what its containers leave out, then their min, max and ratios are checked.
+fn admit_limit_ranges(txn: &Txn, pod: &mut Pod) -> Result<(), ApiError> {
+    let ns = pod.metadata.namespace().to_string();
+    let ranges: Vec<LimitRange> = txn
+        .list(Kind::LimitRange, Some(&ns))?
+        .into_iter()
+        .filter_map(LimitRange::from_any)
+        .collect();
+    if ranges.is_empty() {
+        return Ok(());
+    }
+    api::quota::apply_defaults(pod, &ranges);
+    api::quota::validate_pod(pod, &ranges)
+        .map_err(|why| ApiError::forbidden_object(Kind::Pod, &shown_name(&pod.metadata), &why))
+}
+
+/// The name an admission refusal shows: the generateName prefix while no name is drawn.
+fn shown_name(meta: &api::meta::ObjectMeta) -> String {
+    if meta.name.is_empty() {
+        meta.generate_name.clone().unwrap_or_default()
+    } else {
+        meta.name.clone()
+    }
+}
+
+/// What a namespace uses of `quota`, read inside the write.
+fn quota_usage(
+    txn: &Txn,
+    quota: &ResourceQuota,
+    ns: &str,
+) -> Result<std::collections::BTreeMap<String, i128>, ApiError> {
+    let mut objs = Vec::new();
+    for k in api::quota::counted_kinds(&quota.spec.hard) {
+        objs.extend(txn.list(k, Some(ns))?);
+    }
+    Ok(api::quota::used_by(quota, objs.iter()))
+}
+
+/// Kubernetes' ResourceQuota admission of a create: each quota of the namespace that counts
+/// the object must have room for it (compute quotas also need every container to state the
+/// resource); the quotas' `status.used` is raised in the same write, as Kubernetes does.
+fn admit_quota(txn: &mut Txn, obj: &AnyObject) -> Result<(), ApiError> {
+    if !obj.kind().info().namespaced || obj.kind() == Kind::Event {
+        return Ok(());
+    }
+    let ns = obj.meta().namespace().to_string();
+    let quotas: Vec<ResourceQuota> = txn
+        .list(Kind::ResourceQuota, Some(&ns))?
+        .into_iter()
+        .filter_map(ResourceQuota::from_any)
+        .filter(|q| q.metadata.deletion_timestamp.is_none())
+        .collect();
+    if quotas.is_empty() {
+        return Ok(());
+    }
+    let delta = api::quota::usage(obj);
+    let forbid =
+        |why: String| ApiError::forbidden_object(obj.kind(), &shown_name(obj.meta()), &why);
+    let mut raised = Vec::new();
+    for q in quotas {
+        if !api::quota::in_scope(&q.spec, obj) {
+            continue;
+        }
+        if let AnyObject::Pod(p) = obj {
+            if api::quota::pod_counts(p) {
+                api::quota::pod_constraints(p, &q.spec.hard)
+                    .map_err(|e| forbid(format!("failed quota: {}: {e}", q.metadata.name)))?;
+            }
+        }
+        if !delta.keys().any(|k| q.spec.hard.contains_key(k)) {
+            continue;
+        }
+        let used = quota_usage(txn, &q, &ns)?;
+        let new_used = api::quota::admit(&q, &used, &delta).map_err(forbid)?;
+        raised.push((q, new_used));
+    }
+    for (mut q, used) in raised {
+        q.status.hard = q.spec.hard.clone();
+        q.status.used = used;
+        txn.put(q.into_any())?;
+    }
+    Ok(())
+}
+
+/// Only one PriorityClass may be the global default (the Priority admission's rule).
+fn check_one_global_default(txn: &Txn, pc: &PriorityClass, create: bool) -> Result<(), ApiError> {
+    if !pc.is_global_default() {
+        return Ok(());
+    }
+    let classes = api::scheduling::classes_of(txn.list(Kind::PriorityClass, None)?);
+    if let Some(other) = classes
+        .iter()
+        .find(|c| c.is_global_default() && (create || c.metadata.name != pc.metadata.name))
+    {
+        return Err(ApiError::forbidden_object(
+            Kind::PriorityClass,
+            &pc.metadata.name,
+            &format!(
+                "PriorityClass {} is already marked as default. Only one default can exist",
+                other.metadata.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Kubernetes' DefaultIngressClass admission: an Ingress created without a class (neither
 /// `spec.ingressClassName` nor the deprecated annotation) gets the default IngressClass, the
 /// newest one if several carry the default annotation.
@@ -698,10 +815,20 @@ fn create_in<K: Resource>(
     if let Some(ing) = as_ingress_mut(&mut obj) {
         default_ingress_class(txn, ing)?;
     }
+    if let Some(pod) = as_pod_mut(&mut obj) {
+        admit_limit_ranges(txn, pod)?;
+        admit_priority(txn, pod)?;
+    }
+    if let Some(pc) = (&obj as &dyn Any).downcast_ref::<PriorityClass>() {
+        check_one_global_default(txn, pc, true)?;
+    }
     for attempt in 0..8 {
         let name = obj.meta().name.clone();
         if txn.get(K::KIND, &ns, &name)?.is_none() {
-            return typed(txn.put(obj.into_any())?);
+            // Last, as Kubernetes' ResourceQuota admission: it counts what the others made.
+            let any = obj.into_any();
+            admit_quota(txn, &any)?;
+            return typed(txn.put(any)?);
         }
         if !generate || attempt == 7 {
             return Err(ApiError::already_exists(K::KIND, &name));
@@ -766,6 +893,19 @@ fn apply_update_checked<K: Resource>(
                 new.copy_status_from(&old);
             }
             new.set_defaults();
+            // The Priority admission set these on create; an update that leaves them out
+            // keeps them, as Kubernetes' does.
+            if let (Some(o), Some(n)) = (as_pod(&old), as_pod_mut(&mut new)) {
+                if n.spec.priority.is_none() {
+                    n.spec.priority = o.spec.priority;
+                }
+                if n.spec.preemption_policy.is_none() {
+                    n.spec.preemption_policy = o.spec.preemption_policy.clone();
+                }
+            }
+            if let Some(pc) = (&new as &dyn Any).downcast_ref::<PriorityClass>() {
+                check_one_global_default(txn, pc, false)?;
+            }
             if let (Some(o), Some(n)) = (
                 (&old as &dyn Any).downcast_ref::<Service>(),
                 as_service_mut(&mut new),
@@ -1305,6 +1445,29 @@ impl Registry {
     }
 
     /// Binds a pending pod to a node (the `binding` subresource).
+    /// Recomputes a ResourceQuota's `status` (hard and used) from its namespace's objects,
+    /// in one write, so it cannot race the admission that raises it.
+    pub async fn sync_quota(&self, ns: &str, name: &str) -> Result<(), ApiError> {
+        let (ns, name) = (ns.to_string(), name.to_string());
+        self.write(move |txn| {
+            let Some(AnyObject::ResourceQuota(mut q)) = txn.get(Kind::ResourceQuota, &ns, &name)?
+            else {
+                return Ok(());
+            };
+            if q.metadata.deletion_timestamp.is_some() {
+                return Ok(());
+            }
+            let used = quota_usage(txn, &q, &ns)?;
+            let status = api::quota::status_for(&q, &used);
+            if status != q.status {
+                q.status = status;
+                txn.put(q.into_any())?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     pub async fn bind(&self, ns: &str, name: &str, node: String) -> Result<(), ApiError> {
         self.bind_recording(ns, name, node, None).await
     }
@@ -1384,6 +1547,15 @@ impl Registry {
             return Err(ApiError::forbidden(format!(
                 "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
             )));
+        }
+        if K::KIND == Kind::PriorityClass
+            && api::scheduling::SYSTEM_CLASSES.iter().any(|c| c.0 == name)
+        {
+            return Err(ApiError::forbidden_object(
+                K::KIND,
+                name,
+                "this is a system priority class and cannot be deleted",
+            ));
         }
         let propagation = Propagation::of(&opts).map_err(|m| {
             ApiError::invalid(

@@ -344,6 +344,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
         ensure_default_ingress_class(&registry).await?;
+        ensure_system_priority_classes(&registry).await?;
         crate::rbac::bootstrap::ensure(&registry)
             .await
             .map_err(|e| anyhow::anyhow!("making the default RBAC roles: {e}"))?;
@@ -455,6 +456,22 @@ async fn ensure_default_ingress_class(registry: &Registry) -> anyhow::Result<()>
         Ok(_) => tracing::info!(ingressclass = api::networking::SKIFF_CLASS, "created"),
         Err(e) if e.code() == 409 => {}
         Err(e) => return Err(anyhow::anyhow!("creating the default IngressClass: {e}")),
+    }
+    Ok(())
+}
+
+/// The built-in PriorityClasses (system-node-critical, system-cluster-critical), as
+/// kube-apiserver makes them at start.
+async fn ensure_system_priority_classes(registry: &Registry) -> anyhow::Result<()> {
+    for (name, _, _) in api::scheduling::SYSTEM_CLASSES {
+        let Some(pc) = api::scheduling::PriorityClass::system(name) else {
+            continue;
+        };
+        match registry.create(pc, None).await {
+            Ok(_) => tracing::info!(priorityclass = name, "created"),
+            Err(e) if e.code() == 409 => {}
+            Err(e) => return Err(anyhow::anyhow!("creating PriorityClass {name}: {e}")),
+        }
     }
     Ok(())
 }

@@ -47,6 +47,11 @@ fn discovery_and_get_all() {
         "cronjobs",
         "cj",
         "batch/v1",
+        "replicationcontrollers",
+        "rc",
+        "priorityclasses",
+        "pc",
+        "scheduling.k8s.io/v1",
     ] {
         assert!(out.contains(needle), "api-resources lacks {needle}:\n{out}");
     }

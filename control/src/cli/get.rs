@@ -87,6 +87,7 @@ pub fn plan(args: &GetArgs, default_namespace: &str) -> anyhow::Result<Query> {
 /// The kinds `get all` shows, in kubectl's order.
 const ALL: &[Kind] = &[
     Kind::Pod,
+    Kind::ReplicationController,
     Kind::Service,
     Kind::DaemonSet,
     Kind::Deployment,

@@ -80,7 +80,7 @@ pub enum Command {
     /// Manage the rollout of a Deployment or DaemonSet.
     #[command(subcommand)]
     Rollout(rollout::RolloutCommand),
-    /// Set the replicas of a Deployment or ReplicaSet.
+    /// Set the replicas of a Deployment, ReplicaSet or ReplicationController.
     Scale(scale::ScaleArgs),
     /// Save the server's state (objects, PKI) from the live server into FILE.
     Backup(backup::BackupArgs),

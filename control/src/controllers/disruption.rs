@@ -12,6 +12,7 @@ use api::policy::{
     budget, disruptions_allowed, Condition, PodDisruptionBudget, PodDisruptionBudgetStatus,
     DISRUPTION_ALLOWED,
 };
+use api::replication::ReplicationController;
 use api::selector::Selector;
 use api::Kind;
 
@@ -41,11 +42,12 @@ pub fn selects(sel: &Option<LabelSelector>, pod: &Pod) -> bool {
 }
 
 /// The summed scale of the controllers of `pods` (each counted once): a ReplicaSet's
-/// Deployment's replicas, else the ReplicaSet's.
+/// Deployment's replicas, else the ReplicaSet's; a ReplicationController's replicas.
 fn controllers_scale(
     pods: &[&Pod],
     rss: &[ReplicaSet],
     deps: &[Deployment],
+    rcs: &[ReplicationController],
 ) -> Result<i32, String> {
     let mut scales: HashMap<String, i32> = HashMap::new();
     for p in pods {
@@ -59,6 +61,14 @@ fn controllers_scale(
             continue;
         }
         let missing = || format!("found no controllers for pod {:?}", p.metadata.name);
+        if owner.kind == "ReplicationController" {
+            let rc = rcs
+                .iter()
+                .find(|r| r.metadata.uid == owner.uid)
+                .ok_or_else(missing)?;
+            scales.insert(owner.uid.clone(), rc.spec.replicas.unwrap_or(1));
+            continue;
+        }
         if owner.kind != "ReplicaSet" {
             return Err(missing());
         }
@@ -92,6 +102,18 @@ pub fn desired_status(
     deps: &[Deployment],
     now: Time,
 ) -> PodDisruptionBudgetStatus {
+    desired_status_with_rcs(pdb, pods, rss, deps, &[], now)
+}
+
+/// [`desired_status`] with the namespace's ReplicationControllers too.
+pub fn desired_status_with_rcs(
+    pdb: &PodDisruptionBudget,
+    pods: &[Pod],
+    rss: &[ReplicaSet],
+    deps: &[Deployment],
+    rcs: &[ReplicationController],
+    now: Time,
+) -> PodDisruptionBudgetStatus {
     let selected: Vec<&Pod> = pods
         .iter()
         .filter(|p| selects(&pdb.spec.selector, p))
@@ -118,7 +140,7 @@ pub fn desired_status(
         })
         .count() as i32;
     let computed = budget(&pdb.spec, selected.len() as i32, || {
-        controllers_scale(&selected, rss, deps)
+        controllers_scale(&selected, rss, deps, rcs)
     });
     let generation = pdb.metadata.generation;
     let (b, condition) = match computed {
@@ -177,6 +199,7 @@ async fn run(ctx: Context) {
         Kind::Pod,
         Kind::ReplicaSet,
         Kind::Deployment,
+        Kind::ReplicationController,
     ]);
     loop {
         let cache = ctx.informers.cache();
@@ -186,7 +209,8 @@ async fn run(ctx: Context) {
             let pods: Vec<Pod> = cache.list(Some(&ns));
             let rss: Vec<ReplicaSet> = cache.list(Some(&ns));
             let deps: Vec<Deployment> = cache.list(Some(&ns));
-            let want = desired_status(&pdb, &pods, &rss, &deps, now);
+            let rcs: Vec<ReplicationController> = cache.list(Some(&ns));
+            let want = desired_status_with_rcs(&pdb, &pods, &rss, &deps, &rcs, now);
             if want == pdb.status {
                 continue;
             }
@@ -305,6 +329,38 @@ mod tests {
         assert_eq!(s.disruptions_allowed, 0);
         assert_eq!(s.conditions[0].status, "False");
         assert_eq!(s.conditions[0].reason, "InsufficientPods");
+    }
+
+    #[test]
+    fn a_replication_controllers_scale_counts() {
+        let mut b = PodDisruptionBudget::default();
+        b.spec.selector = Some(api::meta::LabelSelector {
+            match_labels: [("app".to_string(), "web".to_string())].into(),
+            ..Default::default()
+        });
+        b.spec.max_unavailable = Some(api::meta::IntOrString::String("50%".into()));
+        let mut rc = ReplicationController::default();
+        rc.metadata.uid = "rc-1".into();
+        rc.spec.replicas = Some(4);
+        let pods: Vec<Pod> = (0..4)
+            .map(|i| {
+                let mut p = Pod::default();
+                p.metadata.name = format!("p{i}");
+                p.metadata.labels = [("app".to_string(), "web".to_string())].into();
+                p.metadata.owner_references.push(api::meta::OwnerReference {
+                    kind: "ReplicationController".into(),
+                    uid: "rc-1".into(),
+                    controller: Some(true),
+                    ..Default::default()
+                });
+                p
+            })
+            .collect();
+        let s = desired_status_with_rcs(&b, &pods, &[], &[], std::slice::from_ref(&rc), Time(1));
+        assert_eq!(s.expected_pods, 4);
+        assert_eq!(s.desired_healthy, 2);
+        let s = desired_status(&b, &pods, &[], &[], Time(1));
+        assert_eq!(s.expected_pods, 0, "without the RC its scale is unknown");
     }
 
     #[test]

@@ -16,7 +16,9 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod workload;
 
 /// Starts every control loop on the current executor.
@@ -34,6 +36,7 @@ pub fn start_all(ctx: &Context) {
     nodeipam::start(ctx);
     ingress::start(ctx);
     disruption::start(ctx);
+    resourcequota::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
         ctx.registry.clone(),

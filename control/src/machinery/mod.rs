@@ -27,6 +27,7 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::Service,
     Kind::Endpoints,
     Kind::ReplicaSet,
+    Kind::ReplicationController,
     Kind::Deployment,
     Kind::DaemonSet,
     Kind::Ingress,
@@ -42,6 +43,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::CronJob,
     // For the disruption controller.
     Kind::PodDisruptionBudget,
+    // For the quota controller (its changes fill a new quota's status).
+    Kind::ResourceQuota,
     // For the ServiceAccount controller and token authenticator.
     Kind::Namespace,
     Kind::ServiceAccount,

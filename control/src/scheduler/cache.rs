@@ -112,6 +112,8 @@ pub struct PodFacts {
     pub host_ports: Vec<HostPort>,
     /// The uid of the controller owner (ReplicaSet, DaemonSet...), for spreading.
     pub owner: Option<String>,
+    /// `spec.priority` (0 when unset), for preemption.
+    pub priority: i32,
 }
 
 fn container_requests(c: &Container) -> Resources {
@@ -221,6 +223,7 @@ impl PodFacts {
             nonzero_memory: nz.1 + overhead.memory,
             host_ports,
             owner,
+            priority: pod.spec.priority.unwrap_or(0),
         }
     }
 }
@@ -349,6 +352,17 @@ pub struct ClusterState {
     pods: HashMap<Key, BoundPod>,
     /// Bound pods with required anti-affinity (few; checked for every decision).
     anti_affinity_pods: HashSet<Key>,
+    /// Pending pods that preempted others, with the node they wait for (their
+    /// `status.nominatedNodeName`).
+    nominated: HashMap<Key, Nomination>,
+}
+
+/// A pending pod's claim on a node where it preempted pods: its requests are held there
+/// against pods of no higher priority until it is bound (Kubernetes' nominated pods).
+#[derive(Clone, Debug)]
+pub struct Nomination {
+    pub node: String,
+    pub facts: PodFacts,
 }
 
 /// What a node change means for pods waiting for room.
@@ -509,6 +523,37 @@ impl ClusterState {
         } else {
             self.upsert_node(Arc::new(node.clone()))
         }
+    }
+
+    /// Holds `facts` on `node` for the pending pod `key` (see [`Nomination`]).
+    pub fn nominate(&mut self, key: Key, node: String, facts: PodFacts) {
+        self.nominated.insert(key, Nomination { node, facts });
+    }
+
+    /// Drops a pod's nomination (bound, deleted, or no longer pending).
+    pub fn unnominate(&mut self, key: &Key) {
+        if !self.nominated.is_empty() {
+            self.nominated.remove(key);
+        }
+    }
+
+    pub fn nomination(&self, key: &Key) -> Option<&Nomination> {
+        self.nominated.get(key)
+    }
+
+    /// What other pods of at least `priority` hold on `node` for a decision about `pod`:
+    /// `info` with their requests added, or None when nothing is held there.
+    pub fn with_nominated(&self, info: &NodeInfo, pod: &Key, priority: i32) -> Option<NodeInfo> {
+        if self.nominated.is_empty() {
+            return None;
+        }
+        let mut held = None;
+        for (k, n) in &self.nominated {
+            if k != pod && n.node == info.name() && n.facts.priority >= priority {
+                held.get_or_insert_with(|| info.clone()).add_pod(&n.facts);
+            }
+        }
+        held
     }
 
     /// Clears everything (before a rebuild after a re-list).

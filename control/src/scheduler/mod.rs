@@ -26,6 +26,7 @@
 
 pub mod cache;
 pub mod filter;
+pub mod preempt;
 pub mod score;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -119,10 +120,13 @@ pub fn find_node(
     let start = cursor.next_start % total;
     let mut feasible = Vec::with_capacity(want.min(total));
     let mut examined = 0;
+    let key = key_of(&pod.metadata);
     for i in 0..total {
         let info = &nodes[(start + i) % total];
         examined += 1;
-        match filter::filter(pod, facts, &plan, info) {
+        // Room that preempting pods of at least this priority wait for is not free.
+        let held = state.with_nominated(info, &key, facts.priority);
+        match filter::filter(pod, facts, &plan, held.as_ref().unwrap_or(info)) {
             Ok(()) => {
                 feasible.push(info);
                 if feasible.len() >= want {
@@ -500,6 +504,7 @@ impl Scheduler {
             self.pending.remove(&key);
             self.unschedulable.remove(&key);
             self.failing.remove(&key);
+            self.state.unnominate(&key);
             if !self.state.refresh_pod(&key, pod, packed.clone()) {
                 let node = node.to_string();
                 // Assumed pods were announced to the waiters when decided.
@@ -526,7 +531,21 @@ impl Scheduler {
         if !wants_scheduling(pod) {
             self.pending.remove(&key);
             self.unschedulable.remove(&key);
+            self.state.unnominate(&key);
             return;
+        }
+        // A pod that preempted others (before a restart, too) holds its node's room.
+        match pod
+            .status
+            .nominated_node_name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+        {
+            Some(n) if self.state.nomination(&key).is_none_or(|x| x.node != n) => {
+                self.state
+                    .nominate(key.clone(), n.to_string(), PodFacts::of(pod));
+            }
+            _ => {}
         }
         // Both as the cache keeps them (the projection), so a change to a part no filter
         // reads does not count.
@@ -549,6 +568,7 @@ impl Scheduler {
 
     fn pod_deleted(&mut self, obj: &AnyObject) {
         let key = key_of(obj.meta());
+        self.state.unnominate(&key);
         self.pending.remove(&key);
         self.unschedulable.remove(&key);
         self.failures.remove(&key);
@@ -684,6 +704,7 @@ impl Scheduler {
                     if report {
                         self.record_failure(pod, &fit);
                     }
+                    self.try_preempt(&key, pod, &facts);
                     self.failing.insert(
                         key.clone(),
                         Failing {
@@ -696,6 +717,78 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// DefaultPreemption's PostFilter for a pod that fits nowhere: if removing pods of lower
+    /// priority from some node lets it fit, deletes the fewest such pods (event `Preempted`)
+    /// and nominates that node for it. The pod itself is retried when they are gone.
+    fn try_preempt(&mut self, key: &Key, pod: &Pod, facts: &PodFacts) {
+        let mine = facts.priority;
+        // Only pods of lower priority are decoded (usually none are).
+        let lower: Vec<(String, preempt::Victim)> = self
+            .state
+            .pods()
+            .filter(|(_, b)| b.facts.priority < mine)
+            .filter_map(|(k, b)| {
+                let p = b.packed.unpack_as::<Pod>()?;
+                Some((
+                    b.node.clone(),
+                    preempt::Victim {
+                        key: k.clone(),
+                        pod: p,
+                        facts: b.facts.clone(),
+                    },
+                ))
+            })
+            .collect();
+        if lower.is_empty() {
+            return;
+        }
+        let on_node = |n: &str| {
+            lower
+                .iter()
+                .filter(|(node, _)| node == n)
+                .map(|(_, v)| v.pod.clone())
+                .collect()
+        };
+        if !preempt::eligible(pod, &self.state, on_node) {
+            return;
+        }
+        let pdbs: Vec<api::policy::PodDisruptionBudget> = self.informers.cache().list(None);
+        let Some(c) = preempt::find_candidate(&self.state, pod, facts, lower, &pdbs) else {
+            return;
+        };
+        self.state
+            .nominate(key.clone(), c.node.clone(), facts.clone());
+        let (registry, recorder) = (self.registry.clone(), self.recorder.clone());
+        let (ns, name, uid) = (
+            pod.metadata.namespace().to_string(),
+            pod.metadata.name.clone(),
+            pod.metadata.uid.clone(),
+        );
+        smol::spawn(async move {
+            for v in c.victims {
+                if v.pod.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                preempt_victim(&registry, &recorder, &v.pod, &uid, &c.node).await;
+            }
+            let node = c.node.clone();
+            let r = registry
+                .mutate::<Pod>(&ns, &name, Part::Status, move |p| {
+                    if p.metadata.uid == uid && wants_scheduling(p) {
+                        p.status.nominated_node_name = Some(node);
+                    }
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = r {
+                if e.code() != 404 {
+                    tracing::debug!(pod = %name, error = %e, "writing nominatedNodeName failed");
+                }
+            }
+        })
+        .detach();
     }
 
     fn record_failure(&self, pod: &Pod, fit: &FitError) {
@@ -732,6 +825,57 @@ impl Scheduler {
             }
         })
         .detach();
+    }
+}
+
+/// Evicts one preemption victim as kube-scheduler does: a DisruptionTarget condition, an
+/// event naming the preemptor, then the deletion (with the victim's grace period).
+async fn preempt_victim(
+    registry: &Registry,
+    recorder: &Recorder,
+    victim: &Pod,
+    by: &str,
+    node: &str,
+) {
+    let (ns, name, uid) = (
+        victim.metadata.namespace().to_string(),
+        victim.metadata.name.clone(),
+        victim.metadata.uid.clone(),
+    );
+    let target_uid = uid.clone();
+    let _ = registry
+        .mutate::<Pod>(&ns, &name, Part::Status, move |p| {
+            if p.metadata.uid == target_uid && p.status.condition("DisruptionTarget").is_none() {
+                p.status.conditions.push(PodCondition {
+                    type_: "DisruptionTarget".into(),
+                    status: "True".into(),
+                    last_transition_time: Some(Time::now()),
+                    reason: Some("PreemptionByScheduler".into()),
+                    message: Some(format!(
+                        "{SCHEDULER_NAME}: preempting to accommodate a higher priority pod"
+                    )),
+                    ..Default::default()
+                });
+            }
+            Ok(())
+        })
+        .await;
+    recorder.normal(
+        victim,
+        "Preempted",
+        format!("Preempted by pod {by} on node {node}"),
+    );
+    let opts = api::meta::DeleteOptions {
+        preconditions: Some(api::meta::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = registry.delete::<Pod>(&ns, &name, opts).await {
+        if e.code() != 404 {
+            tracing::warn!(pod = %name, error = %e, "deleting a preemption victim failed");
+        }
     }
 }
 
