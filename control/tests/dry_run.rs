@@ -25,10 +25,25 @@ fn revision(s: &TestServer) -> String {
         .to_string()
 }
 
+/// The revision once the server's start-up writes (default ServiceAccounts, the root CA
+/// ConfigMaps, the `kubernetes` Service) are done: the same over one quiet second.
+fn settled_revision(s: &TestServer) -> String {
+    let mut last = revision(s);
+    for _ in 0..30 {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let now = revision(s);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the revision never settled (last {last})");
+}
+
 #[test]
 fn kubectl_dry_run_server_and_diff_store_nothing() {
     let s = TestServer::start();
-    let before = revision(&s);
+    let before = settled_revision(&s);
 
     // A create answers the object as it would be stored, without a resourceVersion.
     let out = ok(
