@@ -227,6 +227,8 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                     rules: crate::proxy::rules::RuleConfig {
                         cluster_cidr: Some(cfg.pod_network.cluster_cidr.to_string()),
                     },
+                    node_name: Some(cfg.node_name.clone()),
+                    node_ip: Some(node_ip.clone()).filter(|ip| !ip.is_empty()),
                     ..Default::default()
                 },
             ) {

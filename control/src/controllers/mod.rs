@@ -17,6 +17,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod replicaset;
+pub mod servicelb;
 pub mod workload;
 
 /// Starts every control loop on the current executor.
@@ -33,6 +34,7 @@ pub fn start_all(ctx: &Context) {
     nodelifecycle::start(ctx);
     nodeipam::start(ctx);
     ingress::start(ctx);
+    servicelb::start(ctx);
     disruption::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
