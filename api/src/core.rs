@@ -1970,6 +1970,9 @@ impl Resource for Service {
             s.external_traffic_policy
                 .get_or_insert_with(|| "Cluster".into());
         }
+        if s.type_.as_deref() == Some("LoadBalancer") {
+            s.allocate_load_balancer_node_ports.get_or_insert(true);
+        }
         if s.session_affinity.as_deref() == Some("ClientIP") {
             let cfg = s
                 .session_affinity_config

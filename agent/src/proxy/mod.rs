@@ -512,7 +512,8 @@ fn load_balancers(
     };
     let note = in_use.iter().cloned().collect::<Vec<_>>().join(",");
     if node.metadata.annotations.get(SERVICE_LB_PORTS_IN_USE) != Some(&note) {
-        let patch = serde_json::json!({"metadata": {"annotations": {SERVICE_LB_PORTS_IN_USE: note}}});
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {SERVICE_LB_PORTS_IN_USE: note}}});
         let write = client.patch_value(
             api::Kind::Node,
             None,
@@ -538,7 +539,12 @@ fn load_balancers(
                 .filter_map(|i| i.ip.as_deref())
                 .any(|ip| own.iter().any(|o| o == ip))
         });
-        if !listed || s.spec.load_balancer_ports().iter().any(|p| in_use.contains(p)) {
+        if !listed
+            || s.spec
+                .load_balancer_ports()
+                .iter()
+                .any(|p| in_use.contains(p))
+        {
             continue;
         }
         out.insert(

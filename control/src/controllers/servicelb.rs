@@ -206,11 +206,7 @@ async fn run(ctx: Context) {
             if current == want {
                 continue;
             }
-            let (ns, name, uid) = (
-                key.0.clone(),
-                key.1.clone(),
-                s.metadata.uid.clone(),
-            );
+            let (ns, name, uid) = (key.0.clone(), key.1.clone(), s.metadata.uid.clone());
             let r = ctx
                 .registry
                 .mutate::<Service>(&ns, &name, Part::Status, move |svc| {
