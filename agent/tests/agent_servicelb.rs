@@ -1,12 +1,15 @@
 //! Service `type: LoadBalancer` end to end (skiff's ServiceLB): `skiff server` with its own
-//! node and service proxy runs in a namespace on a test LAN (172.31.221.0/24, no default
-//! route anywhere), a busybox httpd Deployment behind it. `kubectl expose --type=LoadBalancer`
+//! node and service proxy runs in a namespace on a test LAN (172.31.221.0/24; nothing is
+//! forwarded beyond it), a busybox httpd Deployment behind it. `kubectl expose --type=LoadBalancer`
 //! gets the node's address in status (shown by `kubectl get svc`) and answers on
 //! node-address:port from a second namespace on the LAN; a second Service on the same port
 //! gets a Warning event, no status and no rules, and takes over when the first is deleted; a
 //! port a host process holds is reported the same way and served once freed; a Service of
 //! another loadBalancerClass is left alone; `allocateLoadBalancerNodePorts: false` gets no
-//! node port and is still served. Needs root, `ip`, `iptables`, kubectl and /bin/busybox.
+//! node port and is still served. The node's default route points at the LAN's hub, which
+//! forwards nothing: a connection from the node to an unallocated ClusterIP, or to a port its
+//! Service lacks, is refused on the node rather than sent there, while a served ClusterIP
+//! still answers. Needs root, `ip`, `iptables`, kubectl and /bin/busybox.
 
 mod common;
 #[path = "image_util/mod.rs"]
@@ -98,6 +101,9 @@ fn load_balancer_services_on_the_node_address() {
     let node_addr = lan.add_host(&node, NODE);
     let client = format!("{tag}-client");
     lan.add_host(&client, CLIENT);
+    // What leaves the node by its default route dies at the hub (it does not forward).
+    lan.host(&node)
+        .ip(&["route", "add", "default", "via", &lan.hub_addr()]);
     // Build the binaries out here (cargo may need the host's network namespace).
     let _ = common::skiff_bin();
     let _ = common::agent_bin();
@@ -330,5 +336,31 @@ spec:
         from_client(8081)
     });
     assert_eq!(body, "served-by-web");
+
+    // The Service range on the node (this thread is in the node's namespace): a served
+    // ClusterIP answers; its other ports and an address no Service has are refused here.
+    let cluster_ip = service(&c, "web-lb2").spec.cluster_ip.expect("a ClusterIP");
+    let served: SocketAddr = format!("{cluster_ip}:8081").parse().unwrap();
+    assert_eq!(http_get(served).as_deref(), Some("served-by-web"));
+    let (services, _) = smol::block_on(c.list::<Service>(None, None, None)).expect("list services");
+    let unallocated = "10.43.254.253";
+    assert!(services
+        .iter()
+        .all(|s| s.spec.cluster_ip.as_deref() != Some(unallocated)));
+    for addr in [format!("{cluster_ip}:9999"), format!("{unallocated}:80")] {
+        let addr: SocketAddr = addr.parse().unwrap();
+        let started = std::time::Instant::now();
+        let err = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+            .expect_err("nothing serves it");
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::ConnectionRefused,
+            "{addr}: {err}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{addr}: refused at once"
+        );
+    }
     drop(server);
 }

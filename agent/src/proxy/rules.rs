@@ -119,12 +119,17 @@ pub struct RuleConfig {
     /// The pod network (`--cluster-cidr`); traffic to a ClusterIP from outside it is
     /// masqueraded so replies come back through this node.
     pub cluster_cidr: Option<String>,
+    /// The Service range (the server's `--service-cidr`): a new connection to an address in
+    /// it that no rule took (an unallocated ClusterIP, or a port the Service does not have)
+    /// is refused on this node instead of following the default route off it.
+    pub service_cidr: Option<String>,
 }
 
 impl Default for RuleConfig {
     fn default() -> Self {
         RuleConfig {
             cluster_cidr: Some("10.42.0.0/16".into()),
+            service_cidr: None,
         }
     }
 }
@@ -531,6 +536,15 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
             );
         }
     }
+    // Last: whatever is still addressed to the Service range was not DNATed (the filter
+    // table comes after nat's DNAT in OUTPUT and FORWARD), so no Service serves it.
+    if let Some(cidr) = &cfg.service_cidr {
+        r.push(
+            Table::Filter,
+            REJECT_CHAIN,
+            format!("-d {cidr} -m comment --comment \"skiff service range: no such Service port\" -j REJECT --reject-with icmp-port-unreachable"),
+        );
+    }
     // The top chain's and the node-port chain's rules each match their own address and port,
     // so their order does not matter: they go in descending order of the chain they jump to,
     // the order iptables-nft handles fastest (see the module documentation).
@@ -768,6 +782,27 @@ mod tests {
     }
 
     #[test]
+    fn the_rest_of_the_service_range_is_refused_last() {
+        let cfg = RuleConfig {
+            service_cidr: Some("10.43.0.0/16".into()),
+            ..RuleConfig::default()
+        };
+        let r = build_from_ports(&[port("default/empty:", "10.43.0.20", &[])], &cfg);
+        let reject = r.chain(Table::Filter, REJECT_CHAIN).expect("reject");
+        assert_eq!(reject.len(), 2);
+        assert!(reject[0].starts_with("-d 10.43.0.20/32 "));
+        assert_eq!(
+            reject[1],
+            "-d 10.43.0.0/16 -m comment --comment \"skiff service range: no such Service port\" -j REJECT --reject-with icmp-port-unreachable"
+        );
+        let none = build_from_ports(&[], &RuleConfig::default());
+        assert!(none
+            .chain(Table::Filter, REJECT_CHAIN)
+            .expect("reject")
+            .is_empty());
+    }
+
+    #[test]
     fn client_ip_affinity() {
         let mut p = port(
             "default/sticky:",
@@ -775,7 +810,13 @@ mod tests {
             &["10.42.0.1:80", "10.42.0.2:80"],
         );
         p.affinity_seconds = Some(600);
-        let r = build_from_ports(std::slice::from_ref(&p), &RuleConfig { cluster_cidr: None });
+        let r = build_from_ports(
+            std::slice::from_ref(&p),
+            &RuleConfig {
+                cluster_cidr: None,
+                service_cidr: None,
+            },
+        );
         let svc = service_chain("default/sticky:", "tcp");
         let rules = r.chain(Table::Nat, &svc).expect("svc");
         // No masquerade rule without a cluster CIDR; two recent checks, then the balancing.
