@@ -2392,6 +2392,39 @@ mod tests {
     }
 
     #[test]
+    fn load_balancer_defaults_class_and_ports() {
+        let mut s = Service::default();
+        s.metadata.name = "web".into();
+        s.spec.type_ = Some("LoadBalancer".into());
+        s.spec.ports = vec![
+            ServicePort {
+                name: Some("dns".into()),
+                port: 53,
+                protocol: Some("UDP".into()),
+                ..Default::default()
+            },
+            ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                ..Default::default()
+            },
+        ];
+        s.set_defaults();
+        assert_eq!(s.spec.allocate_load_balancer_node_ports, Some(true));
+        assert!(s.spec.is_skiff_load_balancer());
+        assert_eq!(s.spec.load_balancer_ports(), ["TCP/80", "UDP/53"]);
+        assert!(s.validate().is_empty(), "{:?}", s.validate());
+        s.spec.load_balancer_class = Some("example.com/other".into());
+        assert!(!s.spec.is_skiff_load_balancer());
+        s.spec.type_ = Some("ClusterIP".into());
+        let errs = s.validate();
+        assert!(
+            errs.iter().any(|e| e.field == "spec.loadBalancerClass"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
     fn tolerations_match_taints() {
         let taint = Taint {
             key: "dedicated".into(),
