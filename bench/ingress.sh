@@ -75,7 +75,9 @@ PIDS+=($!)
 wait_in_node 10.42.0.2 8080
 
 mkdir -p "$TMP/server"
-in_node env SKIFF_LOG=warn "$SKIFF" server --data-dir "$TMP/server" --listen 127.0.0.1:6443 \
+# Started with `ip netns exec` itself (not a shell function), which execs its command: $! is
+# the process's own pid, to stop it and to read its memory.
+ip netns exec "$NODE" env SKIFF_LOG=warn "$SKIFF" server --data-dir "$TMP/server" --listen 127.0.0.1:6443 \
     --disable-agent &
 PIDS+=($!)
 wait_in_node 127.0.0.1 6443
@@ -109,7 +111,7 @@ EOF
     sleep 0.2
 done
 
-in_node "$PROXY" "$KC" 10.42.0.1:8081 10.42.0.1:8443 &
+ip netns exec "$NODE" "$PROXY" "$KC" 10.42.0.1:8081 10.42.0.1:8443 &
 PROXY_PID=$!
 PIDS+=("$PROXY_PID")
 
@@ -146,7 +148,7 @@ http {
     }
 }
 EOF
-in_node nginx -c "$TMP/nginx.conf" -p "$TMP/nginx" &
+ip netns exec "$NODE" nginx -c "$TMP/nginx.conf" -p "$TMP/nginx" &
 NGINX_PID=$!
 PIDS+=("$NGINX_PID")
 
@@ -208,7 +210,6 @@ mem() {
     done
     echo "$((rss / 1024)) MiB resident after the runs, peak $((hwm / 1024)) MiB"
 }
-# `ip netns exec` execs its command: these pids are the proxy's and nginx's master's.
 NGINX_ALL="$NGINX_PID $(pgrep -d ' ' -P "$NGINX_PID" || true)"
 echo "memory:"
 echo "  ingress proxy (1 process):  $(mem "$PROXY_PID")"
