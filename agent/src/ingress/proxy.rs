@@ -119,8 +119,9 @@ impl AsyncWrite for Backend {
 
 /// How long a connect to an endpoint may take before the next one is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Idle connections kept per endpoint.
-const POOL_PER_ENDPOINT: usize = 16;
+/// Idle connections kept per endpoint (nginx's `keepalive` in bench/ingress.sh is as many):
+/// fewer than the client connections in flight closes and reopens endpoint connections.
+const POOL_PER_ENDPOINT: usize = 64;
 
 /// Idle keep-alive connections to endpoints.
 #[derive(Default)]
@@ -407,6 +408,7 @@ fn relay(
     let reader = ReturnOnEnd {
         body,
         back: (!close).then(|| (shared.pool_handle(), addr, conn)),
+        remaining: len.map(|l| l as u64),
     };
     out.set_body(Body::from_reader(
         futures_lite::io::BufReader::new(reader),
@@ -419,6 +421,9 @@ fn relay(
 struct ReturnOnEnd {
     body: Body,
     back: Option<(Arc<Pool>, SocketAddr, Conn)>,
+    /// Bytes of a Content-Length body still to come: the server stops reading once it has
+    /// them all and never asks for the end, so the connection goes back at the last byte.
+    remaining: Option<u64>,
 }
 
 impl AsyncRead for ReturnOnEnd {
@@ -428,7 +433,10 @@ impl AsyncRead for ReturnOnEnd {
         buf: &mut [u8],
     ) -> Poll<std::io::Result<usize>> {
         let n = std::task::ready!(Pin::new(&mut self.body).poll_read(cx, buf))?;
-        if n == 0 && !buf.is_empty() {
+        if let Some(left) = &mut self.remaining {
+            *left = left.saturating_sub(n as u64);
+        }
+        if (n == 0 && !buf.is_empty()) || self.remaining == Some(0) {
             if let Some((pool, addr, conn)) = self.back.take() {
                 pool.put(addr, conn);
             }
