@@ -92,6 +92,10 @@ struct Cli {
     /// never routed off the machine.
     #[arg(long, env = "SKIFF_AGENT_CLUSTER_CIDR", default_value = agent::net::DEFAULT_CLUSTER_CIDR)]
     cluster_cidr: agent::net::Ipv4Cidr,
+    /// The cluster's Service range (the server's `--service-cidr`): a connection to an
+    /// address in it that no Service port takes is refused on this node.
+    #[arg(long, env = "SKIFF_AGENT_SERVICE_CIDR", default_value = "10.43.0.0/16")]
+    service_cidr: agent::net::Ipv4Cidr,
     /// The bridge the pods are attached to.
     #[arg(long, env = "SKIFF_AGENT_BRIDGE_NAME", default_value = agent::net::DEFAULT_BRIDGE)]
     bridge_name: String,
@@ -230,6 +234,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             max_files: usize::from(cli.container_log_max_files),
         },
         disable_proxy: cli.disable_proxy,
+        service_cidr: Some(cli.service_cidr),
         ingress: (!cli.disable_ingress).then_some(agent::ingress::IngressConfig {
             http: cli.ingress_http_address,
             https: cli.ingress_https_address,

@@ -1921,7 +1921,42 @@ impl ServiceSpec {
     pub fn is_headless(&self) -> bool {
         self.cluster_ip.as_deref() == Some("None")
     }
+
+    /// Whether skiff's service load balancer serves this Service: type LoadBalancer with
+    /// no `loadBalancerClass` or skiff's own; other classes belong to other implementations.
+    pub fn is_skiff_load_balancer(&self) -> bool {
+        self.type_or_default() == "LoadBalancer"
+            && self
+                .load_balancer_class
+                .as_deref()
+                .is_none_or(|c| c == SERVICE_LB_CLASS)
+    }
+
+    /// The `PROTOCOL/port` pairs a load balancer serves (SCTP is not proxied), sorted.
+    pub fn load_balancer_ports(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| (p.protocol.as_deref().unwrap_or("TCP"), p.port))
+            .filter(|(proto, _)| *proto != "SCTP")
+            .map(|(proto, port)| format!("{proto}/{port}"))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }
+
+/// The `loadBalancerClass` of skiff's service load balancer (a Service without a class is
+/// served too).
+pub const SERVICE_LB_CLASS: &str = "skiff.io/servicelb";
+/// k3s' node label: when some node has it set to `true`, only such nodes serve
+/// LoadBalancer Services; otherwise every node does.
+pub const SERVICE_LB_NODE_LABEL: &str = "svccontroller.k3s.cattle.io/enablelb";
+/// The annotation a node's service proxy keeps on its Node: the LoadBalancer ports
+/// (`TCP/80,UDP/53`) that a host process already holds on the node's address. Its presence
+/// says the proxy runs and serves LoadBalancer Services.
+pub const SERVICE_LB_PORTS_IN_USE: &str = "servicelb.skiff.io/ports-in-use";
 
 /// core/v1 ServicePort.
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -2018,6 +2053,9 @@ impl Resource for Service {
         if matches!(s.type_.as_deref(), Some("NodePort" | "LoadBalancer")) {
             s.external_traffic_policy
                 .get_or_insert_with(|| "Cluster".into());
+        }
+        if s.type_.as_deref() == Some("LoadBalancer") {
+            s.allocate_load_balancer_node_ports.get_or_insert(true);
         }
         if s.session_affinity.as_deref() == Some("ClientIP") {
             let cfg = s
@@ -2435,6 +2473,39 @@ mod tests {
         assert_eq!(postcard::from_bytes::<Pod>(&bytes).unwrap(), full);
         let bytes = postcard::to_allocvec(&pod).unwrap();
         assert_eq!(postcard::from_bytes::<Pod>(&bytes).unwrap(), pod);
+    }
+
+    #[test]
+    fn load_balancer_defaults_class_and_ports() {
+        let mut s = Service::default();
+        s.metadata.name = "web".into();
+        s.spec.type_ = Some("LoadBalancer".into());
+        s.spec.ports = vec![
+            ServicePort {
+                name: Some("dns".into()),
+                port: 53,
+                protocol: Some("UDP".into()),
+                ..Default::default()
+            },
+            ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                ..Default::default()
+            },
+        ];
+        s.set_defaults();
+        assert_eq!(s.spec.allocate_load_balancer_node_ports, Some(true));
+        assert!(s.spec.is_skiff_load_balancer());
+        assert_eq!(s.spec.load_balancer_ports(), ["TCP/80", "UDP/53"]);
+        assert!(s.validate().is_empty(), "{:?}", s.validate());
+        s.spec.load_balancer_class = Some("example.com/other".into());
+        assert!(!s.spec.is_skiff_load_balancer());
+        s.spec.type_ = Some("ClusterIP".into());
+        let errs = s.validate();
+        assert!(
+            errs.iter().any(|e| e.field == "spec.loadBalancerClass"),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -837,7 +837,8 @@ fn service_cells(svc: &Service, name: String, age: String) -> Vec<Value> {
     let spec = &svc.spec;
     let ty = spec.type_or_default();
     let cluster_ip = or_none(spec.cluster_ip.as_deref().unwrap_or(""));
-    let lb_ips: Vec<String> = svc
+    // kubectl's loadBalancerStatusStringer: a sorted set of the IPs (or hostnames).
+    let mut lb_ips: Vec<String> = svc
         .status
         .load_balancer
         .as_ref()
@@ -848,6 +849,8 @@ fn service_cells(svc: &Service, name: String, age: String) -> Vec<Value> {
                 .collect()
         })
         .unwrap_or_default();
+    lb_ips.sort();
+    lb_ips.dedup();
     let external = match ty {
         "ClusterIP" | "NodePort" => or_none(&spec.external_ips.join(",")),
         "LoadBalancer" => {

@@ -1530,6 +1530,12 @@ pub fn validate_service_spec(spec: &ServiceSpec) -> Vec<FieldError> {
             }
         }
     }
+    if ty != "LoadBalancer" && spec.load_balancer_class.is_some() {
+        errs.push(FieldError::forbidden(
+            "spec.loadBalancerClass",
+            "may only be used when `type` is 'LoadBalancer'",
+        ));
+    }
     if spec.ports.is_empty() && !spec.is_headless() && !external_name {
         errs.push(FieldError::required("spec.ports"));
     }

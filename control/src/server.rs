@@ -199,6 +199,7 @@ impl EmbeddedAgentArgs {
             log_port: self.agent_port,
             log_limits: Default::default(),
             disable_proxy: self.disable_proxy,
+            service_cidr: None,
             ingress: (!self.disable_ingress).then_some(agent::ingress::IngressConfig {
                 http: self.ingress_http_address,
                 https: self.ingress_https_address,
@@ -427,6 +428,11 @@ async fn start_local_agent(
             args.cluster_cidr,
         )
         .context("the local agent's settings")?;
+    cfg.service_cidr = agent::net::Ipv4Cidr::new(
+        std::net::Ipv4Addr::from(args.service_cidr.0),
+        args.service_cidr.1,
+    )
+    .ok();
     // Requests for this node's agent (exec, logs, port-forward, stats) reach it in-process.
     let (connections, accepted) = async_channel::bounded(64);
     cfg.local_connections = Some(accepted);

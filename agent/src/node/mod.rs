@@ -67,6 +67,9 @@ pub struct AgentConfig {
     pub log_limits: LogLimits,
     /// Do not run the service proxy (no iptables rules for Services on this node).
     pub disable_proxy: bool,
+    /// The cluster's Service range (the server's `--service-cidr`): connections to it that
+    /// no Service takes are refused on this node.
+    pub service_cidr: Option<crate::net::Ipv4Cidr>,
     /// Where the built-in ingress proxy listens; None: it does not run (`--disable-ingress`).
     pub ingress: Option<crate::ingress::IngressConfig>,
     /// The cluster's pod range and the bridge name.
@@ -226,7 +229,10 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 crate::proxy::ProxyConfig {
                     rules: crate::proxy::rules::RuleConfig {
                         cluster_cidr: Some(cfg.pod_network.cluster_cidr.to_string()),
+                        service_cidr: cfg.service_cidr.map(|c| c.to_string()),
                     },
+                    node_name: Some(cfg.node_name.clone()),
+                    node_ip: Some(node_ip.clone()).filter(|ip| !ip.is_empty()),
                     ..Default::default()
                 },
             ) {

@@ -15,17 +15,23 @@
 //! only the chains whose rules changed. Changes are
 //! coalesced (a sync at most every `min_sync_interval`), and every `check_interval` the rules
 //! are read back: if someone removed a jump or one of skiff's chains, everything is rewritten.
+//!
+//! LoadBalancer Services (k3s ServiceLB's model, see the server's `servicelb` controller): the
+//! proxy checks whether a host process holds one of their ports on the node's address (a
+//! bind probe), keeps the answer on its Node as the `servicelb.skiff.io/ports-in-use`
+//! annotation, and serves on the node's address the ports of the Services whose
+//! `status.loadBalancer.ingress` lists this node and whose ports are free here.
 
 pub mod iptables;
 pub mod rules;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use api::client::{Client, WatchEvent};
-use api::core::{Endpoints, Service};
+use api::core::{Endpoints, Node, Service, SERVICE_LB_PORTS_IN_USE};
 use api::object::Resource;
 use futures_lite::StreamExt;
 
@@ -50,6 +56,10 @@ pub struct ProxyConfig {
     /// How often the rules are read back and repaired.
     pub check_interval: Duration,
     pub iptables: Iptables,
+    /// This node's name: LoadBalancer Services are served only when it is known.
+    pub node_name: Option<String>,
+    /// This node's address (its InternalIP), where ports in use are probed.
+    pub node_ip: Option<String>,
 }
 
 impl Default for ProxyConfig {
@@ -59,6 +69,8 @@ impl Default for ProxyConfig {
             min_sync_interval: Duration::from_millis(100),
             check_interval: Duration::from_secs(15),
             iptables: Iptables::default(),
+            node_name: None,
+            node_ip: None,
         }
     }
 }
@@ -227,13 +239,33 @@ fn report_of(input: &str, full: bool) -> SyncReport {
 struct World {
     services: BTreeMap<(String, String), Service>,
     endpoints: BTreeMap<(String, String), Endpoints>,
+    nodes: BTreeMap<(String, String), Node>,
     services_listed: bool,
     endpoints_listed: bool,
+    nodes_listed: bool,
 }
 
 /// One kind's part of the [`World`].
 trait Reflected: Resource + Send + 'static {
     fn part(w: &mut World) -> (&mut BTreeMap<(String, String), Self>, &mut bool);
+
+    /// Whether a change from `old` to `new` can change the rules.
+    fn matters(_old: &Self, _new: &Self) -> bool {
+        true
+    }
+}
+
+impl Reflected for Node {
+    fn part(w: &mut World) -> (&mut BTreeMap<(String, String), Self>, &mut bool) {
+        (&mut w.nodes, &mut w.nodes_listed)
+    }
+
+    /// Heartbeats change a Node every few seconds; only its addresses and annotations
+    /// matter here.
+    fn matters(old: &Self, new: &Self) -> bool {
+        old.status.addresses != new.status.addresses
+            || old.metadata.annotations != new.metadata.annotations
+    }
 }
 
 impl Reflected for Service {
@@ -295,7 +327,10 @@ async fn reflect<K: Reflected>(client: Client, world: Arc<Mutex<World>>, notify:
                 match ev {
                     Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
                         rv = o.meta().resource_version.clone();
-                        K::part(&mut lock(&world)).0.insert(key(&o), o);
+                        let old = K::part(&mut lock(&world)).0.insert(key(&o), o.clone());
+                        if old.is_some_and(|old| !K::matters(&old, &o)) {
+                            continue;
+                        }
                     }
                     Ok(WatchEvent::Deleted(o)) => {
                         rv = o.meta().resource_version.clone();
@@ -322,10 +357,17 @@ pub fn start(client: Client, cfg: ProxyConfig) -> Result<(), ProxyError> {
     let world = Arc::new(Mutex::new(World::default()));
     let (tx, rx) = std::sync::mpsc::channel();
     let w = world.clone();
+    let c = client.clone();
+    let serves_load_balancers = cfg.node_name.is_some();
     std::thread::Builder::new()
         .name("service-proxy".into())
-        .spawn(move || sync_loop(&w, &rx, &cfg))
+        .spawn(move || sync_loop(&w, &rx, &cfg, &c))
         .map_err(ProxyError::Thread)?;
+    if serves_load_balancers {
+        smol::spawn(reflect::<Node>(client.clone(), world.clone(), tx.clone())).detach();
+    } else {
+        lock(&world).nodes_listed = true;
+    }
     smol::spawn(reflect::<Service>(
         client.clone(),
         world.clone(),
@@ -337,7 +379,7 @@ pub fn start(client: Client, cfg: ProxyConfig) -> Result<(), ProxyError> {
 }
 
 /// Waits for changes, coalesces them, syncs; checks and repairs when idle.
-fn sync_loop(world: &Mutex<World>, rx: &Receiver<()>, cfg: &ProxyConfig) {
+fn sync_loop(world: &Mutex<World>, rx: &Receiver<()>, cfg: &ProxyConfig, client: &Client) {
     let mut applier = Applier::new(cfg.iptables.clone());
     let mut pending = false;
     let mut last_check = Instant::now();
@@ -356,19 +398,29 @@ fn sync_loop(world: &Mutex<World>, rx: &Receiver<()>, cfg: &ProxyConfig) {
             // Let a burst of changes land before building the rules once.
             std::thread::sleep(cfg.min_sync_interval);
             while rx.try_recv().is_ok() {}
-            let (services, endpoints) = {
+            let (services, endpoints, own_node) = {
                 let w = lock(world);
-                if !(w.services_listed && w.endpoints_listed) {
-                    // Not before both lists: an empty world would remove working rules.
+                if !(w.services_listed && w.endpoints_listed && w.nodes_listed) {
+                    // Not before every list: an empty world would remove working rules.
                     continue;
                 }
+                let own = cfg
+                    .node_name
+                    .as_ref()
+                    .and_then(|n| w.nodes.get(&(String::new(), n.clone())).cloned());
                 (
                     w.services.values().cloned().collect::<Vec<_>>(),
                     w.endpoints.values().cloned().collect::<Vec<_>>(),
+                    own,
                 )
             };
             let started = Instant::now();
-            match applier.apply_objects(&services, &endpoints, &cfg.rules) {
+            let lbs = match &own_node {
+                Some(node) => load_balancers(node, &services, cfg, client),
+                None => BTreeMap::new(),
+            };
+            let built = rules::build_with_load_balancers(&services, &endpoints, &cfg.rules, &lbs);
+            match applier.sync_owned(built) {
                 Ok(r) => {
                     pending = false;
                     tracing::debug!(
@@ -386,6 +438,14 @@ fn sync_loop(world: &Mutex<World>, rx: &Receiver<()>, cfg: &ProxyConfig) {
         }
         if last_check.elapsed() >= cfg.check_interval {
             last_check = Instant::now();
+            // A host process may have taken (or freed) a LoadBalancer port meanwhile.
+            if lock(world)
+                .services
+                .values()
+                .any(|s| s.spec.is_skiff_load_balancer())
+            {
+                pending = true;
+            }
             match applier.repair() {
                 Ok(Some(r)) => tracing::warn!(
                     chains = r.chains_written,
@@ -396,4 +456,101 @@ fn sync_loop(world: &Mutex<World>, rx: &Receiver<()>, cfg: &ProxyConfig) {
             }
         }
     }
+}
+
+/// Whether a host process holds `PROTOCOL/port` on `ip` (binding it fails with "address in
+/// use"). The probe socket lives for the instant of the check; an address that is not local
+/// (or any other error) is not "in use".
+fn port_in_use(ip: std::net::IpAddr, port: &str) -> bool {
+    let Some((proto, number)) = port.split_once('/') else {
+        return false;
+    };
+    let Ok(number) = number.parse::<u16>() else {
+        return false;
+    };
+    let addr = std::net::SocketAddr::new(ip, number);
+    let r = match proto {
+        "UDP" => std::net::UdpSocket::bind(addr).map(drop),
+        _ => std::net::TcpListener::bind(addr).map(drop),
+    };
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+}
+
+/// The LoadBalancer Services this node serves, with the addresses to serve them on; keeps
+/// the Node's ports-in-use annotation current on the way (blocking: runs on the sync thread).
+fn load_balancers(
+    node: &Node,
+    services: &[Service],
+    cfg: &ProxyConfig,
+    client: &Client,
+) -> BTreeMap<(String, String), Vec<String>> {
+    let mut own: Vec<String> = ["InternalIP", "ExternalIP"]
+        .iter()
+        .filter_map(|t| node.status.address(t))
+        .chain(cfg.node_ip.as_deref())
+        .filter(|a| a.parse::<std::net::Ipv4Addr>().is_ok())
+        .map(str::to_string)
+        .collect();
+    own.sort();
+    own.dedup();
+    let probe_ip = cfg
+        .node_ip
+        .as_deref()
+        .or_else(|| node.status.address("InternalIP"))
+        .and_then(|a| a.parse::<std::net::IpAddr>().ok());
+    let ours: Vec<&Service> = services
+        .iter()
+        .filter(|s| s.spec.is_skiff_load_balancer())
+        .collect();
+    let wanted: BTreeSet<String> = ours
+        .iter()
+        .flat_map(|s| s.spec.load_balancer_ports())
+        .collect();
+    let in_use: BTreeSet<String> = match probe_ip {
+        Some(ip) => wanted.into_iter().filter(|p| port_in_use(ip, p)).collect(),
+        None => BTreeSet::new(),
+    };
+    let note = in_use.iter().cloned().collect::<Vec<_>>().join(",");
+    if node.metadata.annotations.get(SERVICE_LB_PORTS_IN_USE) != Some(&note) {
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {SERVICE_LB_PORTS_IN_USE: note}}});
+        let write = client.patch_value(
+            api::Kind::Node,
+            None,
+            &node.metadata.name,
+            "application/merge-patch+json",
+            &patch,
+        );
+        let timeout = async {
+            smol::Timer::after(Duration::from_secs(10)).await;
+            Err(api::client::ClientError::Protocol("timed out".into()))
+        };
+        // The watch brings the written Node back, which syncs again; a failure is retried at
+        // the next check.
+        if let Err(e) = smol::block_on(futures_lite::future::or(write, timeout)) {
+            tracing::warn!(node = %node.metadata.name, "service proxy: cannot note the LoadBalancer ports in use: {e}");
+        }
+    }
+    let mut out = BTreeMap::new();
+    for s in ours {
+        let listed = s.status.load_balancer.as_ref().is_some_and(|lb| {
+            lb.ingress
+                .iter()
+                .filter_map(|i| i.ip.as_deref())
+                .any(|ip| own.iter().any(|o| o == ip))
+        });
+        if !listed
+            || s.spec
+                .load_balancer_ports()
+                .iter()
+                .any(|p| in_use.contains(p))
+        {
+            continue;
+        }
+        out.insert(
+            (s.metadata.namespace().to_string(), s.metadata.name.clone()),
+            own.clone(),
+        );
+    }
+    out
 }

@@ -5,7 +5,9 @@
 //! nat PREROUTING, OUTPUT -> SKIFF-SERVICES
 //!   SKIFF-SERVICES: per ClusterIP port with endpoints -> SKIFF-SVC-<hash>;
 //!                   last: local destinations -> SKIFF-NODEPORTS
-//!   SKIFF-NODEPORTS: per NodePort: mark for masquerade, then -> SKIFF-SVC-<hash>
+//!   SKIFF-NODEPORTS: per NodePort: mark for masquerade, then -> SKIFF-SVC-<hash>;
+//!                    per LoadBalancer port this node serves: the same, matching the
+//!                    node's address and the Service's own port
 //!   SKIFF-SVC-<hash>: off-cluster sources marked; (ClientIP affinity: recent checks);
 //!                     statistic 1/n, 1/(n-1), ..., last unconditional -> SKIFF-SVC-<hash>-<ep>
 //!   SKIFF-SVC-<hash>-<ep>: (one per endpoint) hairpin marked; DNAT to the endpoint
@@ -117,12 +119,17 @@ pub struct RuleConfig {
     /// The pod network (`--cluster-cidr`); traffic to a ClusterIP from outside it is
     /// masqueraded so replies come back through this node.
     pub cluster_cidr: Option<String>,
+    /// The Service range (the server's `--service-cidr`): a new connection to an address in
+    /// it that no rule took (an unallocated ClusterIP, or a port the Service does not have)
+    /// is refused on this node instead of following the default route off it.
+    pub service_cidr: Option<String>,
 }
 
 impl Default for RuleConfig {
     fn default() -> Self {
         RuleConfig {
             cluster_cidr: Some("10.42.0.0/16".into()),
+            service_cidr: None,
         }
     }
 }
@@ -225,6 +232,9 @@ pub struct ServicePortInfo {
     pub node_port: Option<i32>,
     /// ClientIP affinity timeout.
     pub affinity_seconds: Option<i32>,
+    /// The node addresses on which this node serves the port as a LoadBalancer Service
+    /// (the Service's own port on each of them); empty when it does not.
+    pub load_balancer: Vec<String>,
     /// Ready endpoints, `ip:port`, sorted.
     pub endpoints: Vec<String>,
 }
@@ -295,6 +305,7 @@ pub fn service_ports<'a>(
                 protocol: protocol.to_ascii_lowercase(),
                 node_port: p.node_port.filter(|n| node_ports && *n > 0),
                 affinity_seconds: affinity,
+                load_balancer: Vec::new(),
                 endpoints: eps,
             });
         }
@@ -304,6 +315,17 @@ pub fn service_ports<'a>(
 
 /// Builds every owned chain from Services and Endpoints.
 pub fn build(services: &[Service], endpoints: &[Endpoints], cfg: &RuleConfig) -> Ruleset {
+    build_with_load_balancers(services, endpoints, cfg, &BTreeMap::new())
+}
+
+/// [`build`], with the LoadBalancer Services this node serves: (namespace, name) -> the
+/// node addresses to serve their ports on.
+pub fn build_with_load_balancers(
+    services: &[Service],
+    endpoints: &[Endpoints],
+    cfg: &RuleConfig,
+    load_balancers: &BTreeMap<(String, String), Vec<String>>,
+) -> Ruleset {
     let by_name: BTreeMap<(String, String), &Endpoints> = endpoints
         .iter()
         .map(|e| {
@@ -313,7 +335,19 @@ pub fn build(services: &[Service], endpoints: &[Endpoints], cfg: &RuleConfig) ->
             )
         })
         .collect();
-    build_from_ports(&service_ports(services, &by_name), cfg)
+    let mut ports = service_ports(services, &by_name);
+    if !load_balancers.is_empty() {
+        for p in &mut ports {
+            // `namespace/name:portname`: names and namespaces hold no `/` or `:`.
+            let service = p.id.rsplit_once(':').map_or(p.id.as_str(), |(s, _)| s);
+            if let Some((ns, name)) = service.split_once('/') {
+                if let Some(addrs) = load_balancers.get(&(ns.to_string(), name.to_string())) {
+                    p.load_balancer = addrs.clone();
+                }
+            }
+        }
+    }
+    build_from_ports(&ports, cfg)
 }
 
 /// Builds every owned chain from the Service ports.
@@ -374,6 +408,16 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
                     ),
                 );
             }
+            for addr in &p.load_balancer {
+                r.push(
+                    Table::Filter,
+                    REJECT_CHAIN,
+                    format!(
+                        "-d {addr}/32 -p {proto} -m {proto} --dport {} -m comment --comment \"{} has no endpoints\" -j REJECT --reject-with icmp-port-unreachable",
+                        p.port, p.id
+                    ),
+                );
+            }
             continue;
         }
         let svc = service_chain(&p.id, proto);
@@ -399,6 +443,27 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
                 Table::Nat,
                 NODEPORTS_CHAIN,
                 format!("{match_np} -m comment --comment \"{}\" -j {svc}", p.id),
+            );
+        }
+        for addr in &p.load_balancer {
+            // Like a node port (masqueraded, so replies come back through this node), on the
+            // node's address and the Service's own port.
+            let match_lb = format!("-d {addr}/32 -p {proto} -m {proto} --dport {}", p.port);
+            r.push(
+                Table::Nat,
+                NODEPORTS_CHAIN,
+                format!(
+                    "{match_lb} -m comment --comment \"{} loadbalancer\" -j {MARK_MASQ_CHAIN}",
+                    p.id
+                ),
+            );
+            r.push(
+                Table::Nat,
+                NODEPORTS_CHAIN,
+                format!(
+                    "{match_lb} -m comment --comment \"{} loadbalancer\" -j {svc}",
+                    p.id
+                ),
             );
         }
         r.declare(Table::Nat, &svc);
@@ -470,6 +535,15 @@ pub fn build_from_ports(ports: &[ServicePortInfo], cfg: &RuleConfig) -> Ruleset 
                 format!("-p {proto}{recent} -m {proto} -j DNAT --to-destination {ep}"),
             );
         }
+    }
+    // Last: whatever is still addressed to the Service range was not DNATed (the filter
+    // table comes after nat's DNAT in OUTPUT and FORWARD), so no Service serves it.
+    if let Some(cidr) = &cfg.service_cidr {
+        r.push(
+            Table::Filter,
+            REJECT_CHAIN,
+            format!("-d {cidr} -m comment --comment \"skiff service range: no such Service port\" -j REJECT --reject-with icmp-port-unreachable"),
+        );
     }
     // The top chain's and the node-port chain's rules each match their own address and port,
     // so their order does not matter: they go in descending order of the chain they jump to,
@@ -582,6 +656,7 @@ mod tests {
             protocol: "tcp".into(),
             node_port: None,
             affinity_seconds: None,
+            load_balancer: Vec::new(),
             endpoints: eps.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -684,6 +759,50 @@ mod tests {
     }
 
     #[test]
+    fn load_balancer_ports_on_the_node_address() {
+        let mut lb = port("default/lb:", "10.43.0.40", &["10.42.0.7:8080"]);
+        lb.port = 8081;
+        lb.load_balancer = vec!["172.31.1.11".into()];
+        let mut empty = port("default/lb-empty:", "10.43.0.41", &[]);
+        empty.port = 8082;
+        empty.load_balancer = vec!["172.31.1.11".into()];
+        let r = build_from_ports(&[lb, empty], &RuleConfig::default());
+        let svc = service_chain("default/lb:", "tcp");
+        let nps = r.chain(Table::Nat, NODEPORTS_CHAIN).expect("nodeports");
+        assert_eq!(
+            nps,
+            &[
+                "-d 172.31.1.11/32 -p tcp -m tcp --dport 8081 -m comment --comment \"default/lb: loadbalancer\" -j SKIFF-MARK-MASQ".to_string(),
+                format!("-d 172.31.1.11/32 -p tcp -m tcp --dport 8081 -m comment --comment \"default/lb: loadbalancer\" -j {svc}"),
+            ]
+        );
+        let reject = r.chain(Table::Filter, REJECT_CHAIN).expect("reject");
+        assert_eq!(reject.len(), 2);
+        assert!(reject[1].starts_with("-d 172.31.1.11/32 -p tcp -m tcp --dport 8082 "));
+    }
+
+    #[test]
+    fn the_rest_of_the_service_range_is_refused_last() {
+        let cfg = RuleConfig {
+            service_cidr: Some("10.43.0.0/16".into()),
+            ..RuleConfig::default()
+        };
+        let r = build_from_ports(&[port("default/empty:", "10.43.0.20", &[])], &cfg);
+        let reject = r.chain(Table::Filter, REJECT_CHAIN).expect("reject");
+        assert_eq!(reject.len(), 2);
+        assert!(reject[0].starts_with("-d 10.43.0.20/32 "));
+        assert_eq!(
+            reject[1],
+            "-d 10.43.0.0/16 -m comment --comment \"skiff service range: no such Service port\" -j REJECT --reject-with icmp-port-unreachable"
+        );
+        let none = build_from_ports(&[], &RuleConfig::default());
+        assert!(none
+            .chain(Table::Filter, REJECT_CHAIN)
+            .expect("reject")
+            .is_empty());
+    }
+
+    #[test]
     fn client_ip_affinity() {
         let mut p = port(
             "default/sticky:",
@@ -691,7 +810,13 @@ mod tests {
             &["10.42.0.1:80", "10.42.0.2:80"],
         );
         p.affinity_seconds = Some(600);
-        let r = build_from_ports(std::slice::from_ref(&p), &RuleConfig { cluster_cidr: None });
+        let r = build_from_ports(
+            std::slice::from_ref(&p),
+            &RuleConfig {
+                cluster_cidr: None,
+                service_cidr: None,
+            },
+        );
         let svc = service_chain("default/sticky:", "tcp");
         let rules = r.chain(Table::Nat, &svc).expect("svc");
         // No masquerade rule without a cluster CIDR; two recent checks, then the balancing.

@@ -19,6 +19,7 @@ pub mod nodelifecycle;
 pub mod podautoscaler;
 pub mod replicaset;
 pub mod resourcequota;
+pub mod servicelb;
 pub mod workload;
 
 /// Starts every control loop on the current executor.
@@ -35,6 +36,7 @@ pub fn start_all(ctx: &Context) {
     nodelifecycle::start(ctx);
     nodeipam::start(ctx);
     ingress::start(ctx);
+    servicelb::start(ctx);
     disruption::start(ctx);
     resourcequota::start(ctx);
     gc::start(ctx.registry.clone());

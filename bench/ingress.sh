@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Ingress proxy beside nginx: requests/s and latency of HTTP requests through skiff's built-in
+# ingress proxy (the agent's own code, `agent::ingress::start`, run alone by the ingress_proxy
+# example and fed by a real `skiff server`'s watches: Ingress -> Service -> Endpoints) and
+# through nginx configured as a reverse proxy to the same backend, with the same client (wrk)
+# in the same run, plus straight to the backend. Then both proxies' resident memory.
+# Everything happens in two network namespaces the script creates and removes:
+#   node  10.42.0.1 on veth "pod0": skiff server (127.0.0.1), the ingress proxy on :8081,
+#         nginx on :8082, wrk
+#   pod   10.42.0.2 on veth "eth0": the backend (a small threaded HTTP responder) on :8080
+# Each case runs with keep-alive connections and with a new connection per request. The
+# ingress proxy runs its tasks on one executor thread (smol's default, as in the agent), so
+# nginx gets one worker by default (NGINX_WORKERS=N to change it).
+# Needs root, wrk and nginx (installed with apt if missing); never touches the host's network.
+#   bench/ingress.sh [SECONDS] [CONNECTIONS]     (defaults 10 32)
+# The server is only the proxy's source of objects (not on the measured path): SKIFF=PATH
+# picks an already built `skiff` instead of building the release one.
+# shellcheck source=bench/lib.sh disable=SC1091
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT" || exit 1
+
+SECONDS_RUN=${1:-10}
+CONNS=${2:-32}
+NGINX_WORKERS=${NGINX_WORKERS:-1}
+[ "$(id -u)" = 0 ] || { echo "ingress: run as root" >&2; exit 1; }
+need wrk wrk
+need nginx nginx-light
+need curl curl
+
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+cargo build -q --release -p skiff-agent --example ingress_proxy --example service_sync
+if [ -z "${SKIFF:-}" ]; then
+    cargo build -q --release -p skiff-control --bin skiff
+    SKIFF="$TARGET/release/skiff"
+fi
+PROXY="$TARGET/release/examples/ingress_proxy"
+TOOL="$TARGET/release/examples/service_sync"
+
+NODE=skiff-bench-ing-node-$$
+POD=skiff-bench-ing-pod-$$
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    ip netns del "$NODE" 2>/dev/null || true
+    ip netns del "$POD" 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ip netns add "$NODE"
+ip netns add "$POD"
+ip -n "$NODE" link set lo up
+ip -n "$POD" link set lo up
+ip -n "$NODE" link add pod0 type veth peer name eth0 netns "$POD"
+ip -n "$NODE" addr add 10.42.0.1/24 dev pod0
+ip -n "$POD" addr add 10.42.0.2/24 dev eth0
+ip -n "$NODE" link set pod0 up
+ip -n "$POD" link set eth0 up
+ip -n "$POD" route add default via 10.42.0.1
+
+in_node() { ip netns exec "$NODE" "$@"; }
+wait_in_node() {  # wait_in_node HOST PORT
+    for _ in $(seq 1 300); do
+        in_node bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "ingress: nothing listens on $1:$2" >&2
+    return 1
+}
+
+ip netns exec "$POD" "$TOOL" serve 10.42.0.2:8080 &
+PIDS+=($!)
+wait_in_node 10.42.0.2 8080
+
+mkdir -p "$TMP/server"
+# Started with `ip netns exec` itself (not a shell function), which execs its command: $! is
+# the process's own pid, to stop it and to read its memory.
+ip netns exec "$NODE" env SKIFF_LOG=warn "$SKIFF" server --data-dir "$TMP/server" --listen 127.0.0.1:6443 \
+    --disable-agent &
+PIDS+=($!)
+wait_in_node 127.0.0.1 6443
+KC="$TMP/server/admin.kubeconfig"
+for _ in $(seq 1 100); do [ -s "$KC" ] && break; sleep 0.1; done
+for _ in $(seq 1 100); do
+    in_node kubectl --kubeconfig "$KC" apply -f - >/dev/null 2>&1 <<'EOF' && break
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: web, namespace: default}
+subsets:
+- addresses: [{ip: 10.42.0.2}]
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: default}
+spec:
+  ingressClassName: skiff
+  rules:
+  - http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+EOF
+    sleep 0.2
+done
+
+ip netns exec "$NODE" "$PROXY" "$KC" 10.42.0.1:8081 10.42.0.1:8443 &
+PROXY_PID=$!
+PIDS+=("$PROXY_PID")
+
+mkdir -p "$TMP/nginx"
+cat >"$TMP/nginx.conf" <<EOF
+daemon off;
+user root;
+worker_processes $NGINX_WORKERS;
+pid $TMP/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $TMP/nginx/body;
+    proxy_temp_path $TMP/nginx/proxy;
+    fastcgi_temp_path $TMP/nginx/fastcgi;
+    uwsgi_temp_path $TMP/nginx/uwsgi;
+    scgi_temp_path $TMP/nginx/scgi;
+    upstream backend {
+        server 10.42.0.2:8080;
+        keepalive 64;
+    }
+    server {
+        listen 10.42.0.1:8082;
+        location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto \$scheme;
+            proxy_set_header X-Forwarded-Host \$host;
+        }
+    }
+}
+EOF
+ip netns exec "$NODE" nginx -c "$TMP/nginx.conf" -p "$TMP/nginx" &
+NGINX_PID=$!
+PIDS+=("$NGINX_PID")
+
+# Both proxies answer 200 before anything is measured (the ingress route comes by watch).
+for port in 8081 8082; do
+    for _ in $(seq 1 300); do
+        [ "$(in_node curl -s -o /dev/null -w '%{http_code}' "http://10.42.0.1:$port/")" = 200 ] && break
+        sleep 0.1
+    done
+    [ "$(in_node curl -s -o /dev/null -w '%{http_code}' "http://10.42.0.1:$port/")" = 200 ] ||
+        { echo "ingress: the proxy on :$port does not answer 200" >&2; exit 1; }
+done
+
+machine
+echo "nginx: $(nginx -v 2>&1 | sed 's/.*: //'), $NGINX_WORKERS worker(s); ingress proxy: 1 executor thread"
+echo "wrk: 2 threads, $CONNS connections, ${SECONDS_RUN}s per case; the machine may be shared"
+
+# to_us 1.23ms|850.00us|1.02s -> microseconds
+to_us() { awk -v v="$1" 'BEGIN{n=v+0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n*1000; else if (v ~ /s$/) print n*1000000; else print n}'; }
+
+declare -A RPS P99
+# run KEY LABEL URL [wrk args...]: prints requests/s and the latency percentiles.
+run() {
+    local key=$1 label=$2 url=$3
+    shift 3
+    local out rps p50 p99 errors
+    out=$(in_node wrk -t2 -c"$CONNS" -d"${SECONDS_RUN}s" --latency "$@" "$url")
+    rps=$(awk '/^Requests\/sec/{print $2}' <<<"$out")
+    p50=$(awk '$1=="50%"{print $2}' <<<"$out")
+    p99=$(awk '$1=="99%"{print $2}' <<<"$out")
+    errors=$(awk '/Socket errors|Non-2xx/{printf "%s ", $0}' <<<"$out")
+    RPS[$key]=$rps
+    P99[$key]=$(to_us "$p99")
+    printf '  %-32s %10s req/s   p50 %8s   p99 %8s  %s\n' "$label" "$rps" "$p50" "$p99" "$errors"
+}
+
+ratio() {  # ratio KEY: the ingress proxy against nginx
+    awk -v a="${RPS[ingress-$1]}" -v b="${RPS[nginx-$1]}" -v pa="${P99[ingress-$1]}" -v pb="${P99[nginx-$1]}" \
+        'BEGIN{printf "  ingress/nginx: requests/s x%.2f, p99 x%.2f (below 1 is better for p99)\n", a/b, pa/pb}'
+}
+
+echo "keep-alive connections:"
+run direct-ka "direct to the backend" http://10.42.0.2:8080/
+run ingress-ka "through the ingress proxy" http://10.42.0.1:8081/
+run nginx-ka "through nginx" http://10.42.0.1:8082/
+ratio ka
+echo "a new connection per request:"
+run direct-new "direct to the backend" http://10.42.0.2:8080/ -H "Connection: close"
+run ingress-new "through the ingress proxy" http://10.42.0.1:8081/ -H "Connection: close"
+run nginx-new "through nginx" http://10.42.0.1:8082/ -H "Connection: close"
+ratio new
+
+# kB of VmRSS (now) and VmHWM (peak) of PIDs, summed.
+mem() {
+    local rss=0 hwm=0 p
+    for p in "$@"; do
+        rss=$((rss + $(awk '/^VmRSS/{print $2}' "/proc/$p/status")))
+        hwm=$((hwm + $(awk '/^VmHWM/{print $2}' "/proc/$p/status")))
+    done
+    echo "$((rss / 1024)) MiB resident after the runs, peak $((hwm / 1024)) MiB"
+}
+NGINX_ALL="$NGINX_PID $(pgrep -d ' ' -P "$NGINX_PID" || true)"
+echo "memory:"
+echo "  ingress proxy (1 process):  $(mem "$PROXY_PID")"
+# shellcheck disable=SC2086 # a list of pids
+echo "  nginx (master + workers):   $(mem $NGINX_ALL)"
