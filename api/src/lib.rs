@@ -23,6 +23,7 @@ pub mod rbac;
 pub mod schema;
 pub mod selector;
 pub mod stats;
+pub mod storage;
 pub mod table;
 pub mod transport;
 pub mod validation;

@@ -201,6 +201,9 @@ kinds! {
     CronJob => batch::CronJob,
     PodDisruptionBudget => policy::PodDisruptionBudget,
     ServiceAccount => core::ServiceAccount,
+    PersistentVolume => storage::PersistentVolume,
+    PersistentVolumeClaim => storage::PersistentVolumeClaim,
+    StorageClass => storage::StorageClass,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -330,6 +333,35 @@ impl Kind {
             false,
             &[],
         );
+        static PERSISTENT_VOLUME: KindInfo = core(
+            "PersistentVolume",
+            "persistentvolumes",
+            "persistentvolume",
+            &["pv"],
+            false,
+            true,
+            &[],
+        );
+        static PERSISTENT_VOLUME_CLAIM: KindInfo = core(
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            "persistentvolumeclaim",
+            &["pvc"],
+            true,
+            true,
+            &[],
+        );
+        static STORAGE_CLASS: KindInfo = KindInfo {
+            kind: "StorageClass",
+            group: crate::storage::GROUP,
+            version: "v1",
+            plural: "storageclasses",
+            singular: "storageclass",
+            short_names: &["sc"],
+            namespaced: false,
+            has_status: false,
+            categories: &[],
+        };
         static EVENT: KindInfo = core("Event", "events", "event", &["ev"], true, false, &[]);
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
@@ -412,6 +444,9 @@ impl Kind {
             Kind::CronJob => &CRON_JOB,
             Kind::PodDisruptionBudget => &PDB,
             Kind::ServiceAccount => &SERVICE_ACCOUNT,
+            Kind::PersistentVolume => &PERSISTENT_VOLUME,
+            Kind::PersistentVolumeClaim => &PERSISTENT_VOLUME_CLAIM,
+            Kind::StorageClass => &STORAGE_CLASS,
         }
     }
 

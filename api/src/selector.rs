@@ -910,6 +910,11 @@ mod tests {
             Kind::CronJob => crate::batch::CronJob::default().into_any(),
             Kind::PodDisruptionBudget => crate::policy::PodDisruptionBudget::default().into_any(),
             Kind::ServiceAccount => core::ServiceAccount::default().into_any(),
+            Kind::PersistentVolume => crate::storage::PersistentVolume::default().into_any(),
+            Kind::PersistentVolumeClaim => {
+                crate::storage::PersistentVolumeClaim::default().into_any()
+            }
+            Kind::StorageClass => crate::storage::StorageClass::default().into_any(),
         }
     }
 

@@ -1764,6 +1764,12 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
                 "cannot change roleRef",
             ));
         }
+        (AnyObject::PersistentVolumeClaim(n), AnyObject::PersistentVolumeClaim(o)) => {
+            errs.extend(crate::storage::validate_claim_update(n, o));
+        }
+        (AnyObject::StorageClass(n), AnyObject::StorageClass(o)) => {
+            errs.extend(crate::storage::validate_class_update(n, o));
+        }
         (AnyObject::Job(n), AnyObject::Job(o)) => {
             errs.extend(crate::batch::validate_job_update(n, o));
         }

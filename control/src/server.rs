@@ -290,6 +290,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
         ensure_default_ingress_class(&registry).await?;
+        ensure_default_storage_class(&registry).await?;
         crate::rbac::bootstrap::ensure(&registry)
             .await
             .map_err(|e| anyhow::anyhow!("making the default RBAC roles: {e}"))?;
@@ -399,6 +400,20 @@ async fn ensure_default_ingress_class(registry: &Registry) -> anyhow::Result<()>
         Ok(_) => tracing::info!(ingressclass = api::networking::SKIFF_CLASS, "created"),
         Err(e) if e.code() == 409 => {}
         Err(e) => return Err(anyhow::anyhow!("creating the default IngressClass: {e}")),
+    }
+    Ok(())
+}
+
+/// The `local-path` StorageClass, the default, provisioned by the built-in local-path
+/// provisioner (as k3s ships it). Left alone once it exists.
+async fn ensure_default_storage_class(registry: &Registry) -> anyhow::Result<()> {
+    match registry
+        .create(api::storage::local_path_class(), None)
+        .await
+    {
+        Ok(_) => tracing::info!(storageclass = api::storage::LOCAL_PATH_CLASS, "created"),
+        Err(e) if e.code() == 409 => {}
+        Err(e) => return Err(anyhow::anyhow!("creating the default StorageClass: {e}")),
     }
     Ok(())
 }

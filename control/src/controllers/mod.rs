@@ -17,6 +17,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod replicaset;
+pub mod volume;
 pub mod workload;
 
 /// Starts every control loop on the current executor.
@@ -34,6 +35,7 @@ pub fn start_all(ctx: &Context) {
     nodeipam::start(ctx);
     ingress::start(ctx);
     disruption::start(ctx);
+    volume::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
         ctx.registry.clone(),

@@ -45,6 +45,10 @@ pub const CACHED_KINDS: &[Kind] = &[
     // For the ServiceAccount controller and token authenticator.
     Kind::Namespace,
     Kind::ServiceAccount,
+    // For the PV binder, the protection controllers and the scheduler's volume filters.
+    Kind::PersistentVolume,
+    Kind::PersistentVolumeClaim,
+    Kind::StorageClass,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
