@@ -726,8 +726,9 @@ async fn authorize_node(
                 return Err(forbidden("modify collections of persistentvolumes"));
             };
             let stored: api::storage::PersistentVolume = state.registry.get("", name).await?;
-            let sent: api::storage::PersistentVolume = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("decoding the volume: {e}")))?;
+            let sent: api::storage::PersistentVolume = api::codec::parse_json(body)
+                .map_err(|e| ApiError::bad_request(e.to_string()))
+                .and_then(crate::registry::decode)?;
             let ours = crate::controllers::volume::local_path_node(&stored) == Some(node)
                 && stored.metadata.deletion_timestamp.is_some();
             let mut expected = stored.metadata.finalizers.clone();

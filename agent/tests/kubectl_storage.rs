@@ -1,0 +1,355 @@
+//! Persistent volumes with the real `kubectl` against `skiff server` with its own node and
+//! real busybox containers: the default `local-path` StorageClass, a claim defaulted to it
+//! and bound on first consumer, a provisioned directory under the agent's data dir, data that
+//! survives the pod's deletion and a restart of the server and its agent, a pod whose claim
+//! does not exist staying Pending with kube-scheduler's message, pvc-protection, and the
+//! Delete reclaim removing the directory. Needs root, /bin/busybox and kubectl.
+
+mod common;
+#[path = "image_util/mod.rs"]
+mod image_util;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use api::client::Client;
+use api::core::Pod;
+use api::storage::{PersistentVolume, PersistentVolumeClaim};
+use common::{free_port, wait_for};
+
+const IMAGE: &str = "skiff.test/storage:v1";
+
+use common::NodeServer as Server;
+
+impl Server {
+    fn kubectl(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        common::run_kubectl(&self.kubeconfig(), args, stdin)
+    }
+
+    /// kubectl that must succeed; its stdout.
+    fn ok(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
+        let out = self.kubectl(args, stdin);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn spawn_server(
+    dir: &Path,
+    run: &Path,
+    port: u16,
+    node: &str,
+    cgroup_parent: &str,
+) -> std::process::Child {
+    common::node_server_command(dir, run, port, node, cgroup_parent)
+        .spawn()
+        .expect("start skiff server")
+}
+
+fn start(node: &str, port: u16) -> (Server, Client) {
+    image_util::require_root_and_busybox();
+    let dir = tempfile::tempdir().expect("data dir");
+    let run = tempfile::tempdir().expect("run dir");
+    let archive = dir.path().join("image.tar");
+    let image = image_util::build_image(
+        vec![
+            image_util::lower_layer_tar(),
+            image_util::upper_layer_tar("storage"),
+        ],
+        image_util::host_arch(),
+        &["sh"],
+    );
+    image_util::write_oci_archive(&archive, &image, IMAGE);
+    common::import_image(&archive, &dir.path().join("agent"));
+    let cgroup_parent = format!("skiff-storage-{}", std::process::id());
+    let child = spawn_server(dir.path(), run.path(), port, node, &cgroup_parent);
+    let server = Server {
+        child,
+        dir,
+        run,
+        cgroup_parent,
+    };
+    let client = common::wait_for_own_node(&server.kubeconfig(), node);
+    (server, client)
+}
+
+fn pod_manifest(name: &str, claim: &str, command: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["sh", "-c", {command:?}]
+    volumeMounts:
+    - name: data
+      mountPath: /data
+  volumes:
+  - name: data
+    persistentVolumeClaim:
+      claimName: {claim}
+"#
+    )
+}
+
+const CLAIM: &str = r#"apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+spec:
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 64Mi
+"#;
+
+fn get_pod(client: &Client, name: &str) -> Option<Pod> {
+    smol::block_on(client.get::<Pod>("default", name)).ok()
+}
+
+fn get_claim(client: &Client, name: &str) -> Option<PersistentVolumeClaim> {
+    smol::block_on(client.get::<PersistentVolumeClaim>("default", name)).ok()
+}
+
+fn wait_succeeded(client: &Client, name: &str) {
+    wait_for(
+        &format!("pod {name} to succeed"),
+        Duration::from_secs(90),
+        || {
+            let p = get_pod(client, name)?;
+            let phase = p.status.phase.as_deref().unwrap_or("");
+            assert_ne!(phase, "Failed", "{name} failed: {:#?}", p.status);
+            (phase == "Succeeded").then_some(())
+        },
+    );
+}
+
+fn delete_pod(server: &Server, client: &Client, name: &str) {
+    server.ok(&["delete", "pod", name, "--wait=false"], None);
+    wait_for(
+        &format!("pod {name} to go"),
+        Duration::from_secs(60),
+        || get_pod(client, name).is_none().then_some(()),
+    );
+}
+
+#[test]
+fn local_path_volumes_with_kubectl() {
+    let node = format!("storage-{}", std::process::id());
+    // The agent stays joined to the server's address: a restart reuses the port.
+    let port = free_port();
+    let (mut server, client) = start(&node, port);
+    let storage_dir: PathBuf = server.dir.path().join("agent/storage");
+
+    // The default class, as k3s shows it.
+    let sc = server.ok(&["get", "sc"], None);
+    let row: Vec<&str> = sc
+        .lines()
+        .nth(1)
+        .expect("a class")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[..6],
+        [
+            "local-path",
+            "(default)",
+            "rancher.io/local-path",
+            "Delete",
+            "WaitForFirstConsumer",
+            "false"
+        ],
+        "{sc}"
+    );
+    let explained = server.ok(&["explain", "pvc.spec.storageClassName"], None);
+    assert!(explained.contains("storageClassName"), "{explained}");
+
+    // A claim without a class gets the default one and waits for its first consumer.
+    server.ok(&["apply", "-f", "-"], Some(CLAIM.as_bytes()));
+    let claim = get_claim(&client, "data").expect("claim");
+    assert_eq!(claim.spec.storage_class_name.as_deref(), Some("local-path"));
+    assert_eq!(claim.metadata.finalizers, ["kubernetes.io/pvc-protection"]);
+    let pending = wait_for("the claim to be Pending", Duration::from_secs(10), || {
+        let out = server.ok(&["get", "pvc", "data"], None);
+        out.contains("Pending").then_some(out)
+    });
+    assert!(pending.starts_with("NAME"), "{pending}");
+    let events = wait_for(
+        "the WaitForFirstConsumer event",
+        Duration::from_secs(10),
+        || {
+            let out = server.ok(
+                &[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=data",
+                ],
+                None,
+            );
+            out.contains("waiting for first consumer to be created before binding")
+                .then_some(out)
+        },
+    );
+    assert!(events.contains("WaitForFirstConsumer"), "{events}");
+
+    // A pod whose claim does not exist stays Pending with kube-scheduler's message.
+    server.ok(
+        &["apply", "-f", "-"],
+        Some(pod_manifest("orphan", "nope", "true").as_bytes()),
+    );
+    let message = wait_for(
+        "the orphan's Unschedulable condition",
+        Duration::from_secs(20),
+        || {
+            let p = get_pod(&client, "orphan")?;
+            let c = p
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            c.message.clone()
+        },
+    );
+    assert_eq!(
+        message,
+        "0/1 nodes are available: persistentvolumeclaim \"nope\" not found."
+    );
+    assert!(get_pod(&client, "orphan").unwrap().spec.node_name.is_none());
+
+    // The first consumer: the claim is provisioned on its node and bound.
+    server.ok(
+        &["apply", "-f", "-"],
+        Some(pod_manifest("writer", "data", "echo hello from writer > /data/file").as_bytes()),
+    );
+    wait_succeeded(&client, "writer");
+    let claim = get_claim(&client, "data").expect("claim");
+    assert_eq!(claim.status.phase.as_deref(), Some("Bound"));
+    assert_eq!(
+        claim.metadata.annotations["volume.kubernetes.io/selected-node"],
+        node
+    );
+    let pv_name = claim.spec.volume_name.clone().expect("volume name");
+    assert_eq!(pv_name, format!("pvc-{}", claim.metadata.uid));
+    let pv: PersistentVolume =
+        smol::block_on(client.get::<PersistentVolume>("", &pv_name)).expect("pv");
+    assert_eq!(pv.status.phase.as_deref(), Some("Bound"));
+    assert_eq!(
+        pv.spec.persistent_volume_reclaim_policy.as_deref(),
+        Some("Delete")
+    );
+    let dir = storage_dir.join(format!("{pv_name}_default_data"));
+    assert_eq!(
+        pv.spec.host_path.as_ref().unwrap().path,
+        dir.display().to_string()
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("file")).expect("the file on the node"),
+        "hello from writer\n"
+    );
+    let pvs = server.ok(&["get", "pv"], None);
+    assert!(
+        pvs.lines().nth(1).is_some_and(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f[0] == pv_name
+                && f[1] == "64Mi"
+                && f[2] == "RWO"
+                && f[3] == "Delete"
+                && f[4] == "Bound"
+                && f[5] == "default/data"
+                && f[6] == "local-path"
+        }),
+        "{pvs}"
+    );
+    let pvcs = server.ok(&["get", "pvc"], None);
+    assert!(
+        pvcs.lines().nth(1).is_some_and(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f[..6]
+                == [
+                    "data",
+                    "Bound",
+                    pv_name.as_str(),
+                    "64Mi",
+                    "RWO",
+                    "local-path",
+                ]
+        }),
+        "{pvcs}"
+    );
+
+    // The pod is deleted and another reads the data.
+    delete_pod(&server, &client, "writer");
+    server.ok(
+        &["apply", "-f", "-"],
+        Some(pod_manifest("reader", "data", "cat /data/file").as_bytes()),
+    );
+    wait_succeeded(&client, "reader");
+    let logs = server.ok(&["logs", "reader"], None);
+    assert_eq!(logs, "hello from writer\n");
+    delete_pod(&server, &client, "reader");
+
+    // The server and its agent restart; the data is still there.
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    server.child = spawn_server(
+        server.dir.path(),
+        server.run.path(),
+        port,
+        &node,
+        &server.cgroup_parent,
+    );
+    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
+    server.ok(
+        &["apply", "-f", "-"],
+        Some(pod_manifest("after-restart", "data", "cat /data/file; sleep 3600").as_bytes()),
+    );
+    wait_for(
+        "after-restart to read the file",
+        Duration::from_secs(90),
+        || {
+            let out = server.kubectl(&["logs", "after-restart"], None);
+            (text(&out.stdout) == "hello from writer\n").then_some(())
+        },
+    );
+
+    // pvc-protection: a claim in use stays (Terminating) until its pod is gone.
+    server.ok(&["delete", "pvc", "data", "--wait=false"], None);
+    std::thread::sleep(Duration::from_secs(2));
+    let claim = get_claim(&client, "data").expect("the claim is protected");
+    assert!(claim.metadata.deletion_timestamp.is_some());
+    let shown = server.ok(&["get", "pvc", "data"], None);
+    assert!(shown.contains("Terminating"), "{shown}");
+    assert!(dir.join("file").exists());
+    delete_pod(&server, &client, "after-restart");
+    wait_for("the claim to go", Duration::from_secs(30), || {
+        get_claim(&client, "data").is_none().then_some(())
+    });
+
+    // Delete reclaim: the volume goes, and the agent removes its directory.
+    let gone = (0..60).any(|_| {
+        std::thread::sleep(Duration::from_secs(1));
+        smol::block_on(client.get::<PersistentVolume>("", &pv_name)).is_err()
+    });
+    assert!(
+        gone,
+        "the volume stays: {}",
+        text(&server.kubectl(&["get", "pv", "-o", "yaml"], None).stdout)
+    );
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+}
