@@ -47,6 +47,13 @@ fn discovery_and_get_all() {
         "cronjobs",
         "cj",
         "batch/v1",
+        "persistentvolumeclaims",
+        "pvc",
+        "persistentvolumes",
+        "pv",
+        "storageclasses",
+        "sc",
+        "storage.k8s.io/v1",
     ] {
         assert!(out.contains(needle), "api-resources lacks {needle}:\n{out}");
     }

@@ -214,8 +214,7 @@ pub fn plan_claim(
     let bound_before = claim
         .metadata
         .annotations
-        .get(st::BIND_COMPLETED_ANNOTATION)
-        .is_some();
+        .contains_key(st::BIND_COMPLETED_ANNOTATION);
     if let Some(name) = claim.spec.volume_name.as_deref().filter(|n| !n.is_empty()) {
         match volumes.iter().find(|v| v.metadata.name == name) {
             None if bound_before => {
@@ -988,7 +987,7 @@ mod tests {
         assert!(st::reserved_for(&pv, &c));
         // The provisioned volume, reserved for the claim, is what the next pass binds.
         let only_pi1 = |v: &PersistentVolume| volume_fits_node(v, &node("pi-1"));
-        let p = plan_claim(&c, &[pv.clone()], Some(&sc), &only_pi1);
+        let p = plan_claim(&c, std::slice::from_ref(&pv), Some(&sc), &only_pi1);
         assert_eq!(p.bind.as_deref(), Some("pvc-c1"));
     }
 

@@ -239,8 +239,10 @@ mod tests {
 
     #[test]
     fn bound_volumes_pin_the_pod_and_delayed_claims_get_the_node() {
-        let mut f = Fake::default();
-        f.classes = vec![st::local_path_class()];
+        let mut f = Fake {
+            classes: vec![st::local_path_class()],
+            ..Default::default()
+        };
         let c = claim("data", "local-path", "ReadWriteOnce");
         f.claims.insert("data".into(), c.clone());
         let p = pod_with("web", &["data"]);
@@ -288,8 +290,10 @@ mod tests {
 
     #[test]
     fn read_write_once_pod_conflicts() {
-        let mut f = Fake::default();
-        f.classes = vec![st::local_path_class()];
+        let mut f = Fake {
+            classes: vec![st::local_path_class()],
+            ..Default::default()
+        };
         f.claims.insert(
             "data".into(),
             claim("data", "local-path", "ReadWriteOncePod"),
