@@ -204,6 +204,7 @@ kinds! {
     PersistentVolume => storage::PersistentVolume,
     PersistentVolumeClaim => storage::PersistentVolumeClaim,
     StorageClass => storage::StorageClass,
+    StatefulSet => apps::StatefulSet,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -366,6 +367,8 @@ impl Kind {
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
         static DAEMON_SET: KindInfo = apps("DaemonSet", "daemonsets", "daemonset", &["ds"]);
+        static STATEFUL_SET: KindInfo =
+            apps("StatefulSet", "statefulsets", "statefulset", &["sts"]);
         static INGRESS: KindInfo = KindInfo {
             kind: "Ingress",
             group: "networking.k8s.io",
@@ -447,6 +450,7 @@ impl Kind {
             Kind::PersistentVolume => &PERSISTENT_VOLUME,
             Kind::PersistentVolumeClaim => &PERSISTENT_VOLUME_CLAIM,
             Kind::StorageClass => &STORAGE_CLASS,
+            Kind::StatefulSet => &STATEFUL_SET,
         }
     }
 

@@ -915,6 +915,7 @@ mod tests {
                 crate::storage::PersistentVolumeClaim::default().into_any()
             }
             Kind::StorageClass => crate::storage::StorageClass::default().into_any(),
+            Kind::StatefulSet => apps::StatefulSet::default().into_any(),
         }
     }
 

@@ -107,6 +107,15 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Data", "string", "Data contains the configuration data.", 0),
             age(),
         ],
+        Kind::StatefulSet => {
+            let mut v = vec![
+                name(),
+                col("Ready", "string", "Number of the pod with ready state", 0),
+                age(),
+            ];
+            v.extend(workload_extra().into_iter().take(2));
+            v
+        }
         Kind::PersistentVolume => vec![
             name(),
             col("Capacity", "string", "capacity is the description of the persistent volume's resources and capacity.", 0),
@@ -494,6 +503,20 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::ConfigMap(c) => config_map_cells(c, name, age),
         AnyObject::Secret(s) => secret_cells(s, name, age),
         AnyObject::ServiceAccount(s) => vec![json!(name), json!(s.secrets.len()), json!(age)],
+        AnyObject::StatefulSet(s) => {
+            let (containers, images) = containers_and_images(&s.spec.template);
+            vec![
+                json!(name),
+                json!(format!(
+                    "{}/{}",
+                    s.status.ready_replicas,
+                    s.spec.replicas.unwrap_or(1)
+                )),
+                json!(age),
+                json!(containers),
+                json!(images),
+            ]
+        }
         AnyObject::PersistentVolume(v) => persistent_volume_cells(v, name, age),
         AnyObject::PersistentVolumeClaim(c) => persistent_volume_claim_cells(c, name, age),
         AnyObject::StorageClass(c) => storage_class_cells(c, name, age),
@@ -1283,6 +1306,7 @@ mod tests {
             crate::storage::PersistentVolume::default().into_any(),
             crate::storage::PersistentVolumeClaim::default().into_any(),
             crate::storage::StorageClass::default().into_any(),
+            crate::apps::StatefulSet::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

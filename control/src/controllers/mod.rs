@@ -17,6 +17,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod replicaset;
+pub mod statefulset;
 pub mod volume;
 pub mod workload;
 
@@ -36,6 +37,7 @@ pub fn start_all(ctx: &Context) {
     ingress::start(ctx);
     disruption::start(ctx);
     volume::start(ctx);
+    statefulset::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
         ctx.registry.clone(),

@@ -49,6 +49,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::PersistentVolume,
     Kind::PersistentVolumeClaim,
     Kind::StorageClass,
+    // For the StatefulSet controller.
+    Kind::StatefulSet,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
