@@ -3,7 +3,10 @@
 //! and bound on first consumer, a provisioned directory under the agent's data dir, data that
 //! survives the pod's deletion and a restart of the server and its agent, a pod whose claim
 //! does not exist staying Pending with kube-scheduler's message, pvc-protection, and the
-//! Delete reclaim removing the directory. Needs root, /bin/busybox and kubectl.
+//! Delete reclaim removing the directory; and a StatefulSet of 3 with volumeClaimTemplates
+//! that is deleted and re-created and finds its pods' data, its pods' DNS names published
+//! through the headless Service's endpoints, `kubectl rollout status` and `restart`. Needs
+//! root, /bin/busybox and kubectl.
 
 mod common;
 #[path = "image_util/mod.rs"]
@@ -56,7 +59,7 @@ fn spawn_server(
         .expect("start skiff server")
 }
 
-fn start(node: &str, port: u16) -> (Server, Client) {
+fn start(node: &str, port: u16, tag: &str) -> (Server, Client) {
     image_util::require_root_and_busybox();
     let dir = tempfile::tempdir().expect("data dir");
     let run = tempfile::tempdir().expect("run dir");
@@ -71,7 +74,7 @@ fn start(node: &str, port: u16) -> (Server, Client) {
     );
     image_util::write_oci_archive(&archive, &image, IMAGE);
     common::import_image(&archive, &dir.path().join("agent"));
-    let cgroup_parent = format!("skiff-storage-{}", std::process::id());
+    let cgroup_parent = format!("skiff-{tag}-{}", std::process::id());
     let child = spawn_server(dir.path(), run.path(), port, node, &cgroup_parent);
     let server = Server {
         child,
@@ -153,7 +156,7 @@ fn local_path_volumes_with_kubectl() {
     let node = format!("storage-{}", std::process::id());
     // The agent stays joined to the server's address: a restart reuses the port.
     let port = free_port();
-    let (mut server, client) = start(&node, port);
+    let (mut server, client) = start(&node, port, "storage");
     let storage_dir: PathBuf = server.dir.path().join("agent/storage");
 
     // The default class, as k3s shows it.
@@ -352,4 +355,170 @@ fn local_path_volumes_with_kubectl() {
         text(&server.kubectl(&["get", "pv", "-o", "yaml"], None).stdout)
     );
     assert!(!dir.exists(), "{} is left behind", dir.display());
+}
+
+const STATEFUL: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  clusterIP: None
+  selector:
+    app: web
+  ports:
+  - port: 80
+    name: web
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+spec:
+  serviceName: web
+  replicas: 3
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: skiff.test/sts:v1
+        command: ["sh", "-c", "if [ -f /data/id ]; then echo found $(cat /data/id); else hostname > /data/id; echo wrote $(hostname); fi; exec sleep 3600"]
+        volumeMounts:
+        - name: www
+          mountPath: /data
+  volumeClaimTemplates:
+  - metadata:
+      name: www
+    spec:
+      accessModes: ["ReadWriteOnce"]
+      resources:
+        requests:
+          storage: 16Mi
+"#;
+
+fn logs_of(server: &Server, pod: &str) -> String {
+    text(&server.kubectl(&["logs", pod], None).stdout)
+}
+
+fn wait_logs(server: &Server, pod: &str, want: &str) {
+    let mut last = String::new();
+    let ok = (0..90).any(|_| {
+        last = logs_of(server, pod);
+        if last.trim() == want {
+            return true;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        false
+    });
+    assert!(ok, "{pod} logs {last:?}, want {want:?}");
+}
+
+#[test]
+fn statefulset_keeps_its_data_across_re_creation() {
+    image_util::require_root_and_busybox();
+    let node = format!("sts-{}", std::process::id());
+    let dir = tempfile::tempdir().expect("data dir");
+    let run = tempfile::tempdir().expect("run dir");
+    let archive = dir.path().join("image.tar");
+    let image = image_util::build_image(
+        vec![
+            image_util::lower_layer_tar(),
+            image_util::upper_layer_tar("sts"),
+        ],
+        image_util::host_arch(),
+        &["sh"],
+    );
+    image_util::write_oci_archive(&archive, &image, "skiff.test/sts:v1");
+    common::import_image(&archive, &dir.path().join("agent"));
+    let cgroup_parent = format!("skiff-sts-{}", std::process::id());
+    let child = spawn_server(dir.path(), run.path(), free_port(), &node, &cgroup_parent);
+    let server = Server {
+        child,
+        dir,
+        run,
+        cgroup_parent,
+    };
+    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
+
+    server.ok(&["apply", "-f", "-"], Some(STATEFUL.as_bytes()));
+    server.ok(&["rollout", "status", "sts/web", "--timeout=120s"], None);
+    for i in 0..3 {
+        wait_logs(&server, &format!("web-{i}"), &format!("wrote web-{i}"));
+    }
+    let table = server.ok(&["get", "sts"], None);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..2], ["web", "3/3"], "{table}");
+    let pod = get_pod(&client, "web-1").expect("web-1");
+    assert_eq!(
+        pod.metadata.labels["statefulset.kubernetes.io/pod-name"],
+        "web-1"
+    );
+    assert_eq!(pod.metadata.labels["apps.kubernetes.io/pod-index"], "1");
+    assert!(pod.metadata.labels["controller-revision-hash"].starts_with("web-"));
+    assert_eq!(pod.spec.hostname.as_deref(), Some("web-1"));
+    assert_eq!(pod.spec.subdomain.as_deref(), Some("web"));
+    for i in 0..3 {
+        let c = get_claim(&client, &format!("www-web-{i}")).expect("claim");
+        assert_eq!(c.status.phase.as_deref(), Some("Bound"), "www-web-{i}");
+    }
+    // The names the cluster DNS serves (web-0.web.default.svc.cluster.local): the headless
+    // Service's endpoints carry each pod's hostname.
+    let hostnames = wait_for("the endpoints' hostnames", Duration::from_secs(30), || {
+        let ep = smol::block_on(client.get::<api::core::Endpoints>("default", "web")).ok()?;
+        let mut names: Vec<String> = ep
+            .subsets
+            .iter()
+            .flat_map(|s| &s.addresses)
+            .filter_map(|a| a.hostname.clone())
+            .collect();
+        names.sort();
+        (names.len() == 3).then_some(names)
+    });
+    assert_eq!(hostnames, ["web-0", "web-1", "web-2"]);
+
+    // Deleted (its pods go, the claims stay) and re-created: each pod finds its own data.
+    server.ok(&["delete", "sts", "web"], None);
+    wait_for("the set's pods to go", Duration::from_secs(60), || {
+        (0..3)
+            .all(|i| get_pod(&client, &format!("web-{i}")).is_none())
+            .then_some(())
+    });
+    let claims = server.ok(&["get", "pvc"], None);
+    assert_eq!(claims.lines().count(), 4, "{claims}");
+    server.ok(&["apply", "-f", "-"], Some(STATEFUL.as_bytes()));
+    server.ok(&["rollout", "status", "sts/web", "--timeout=120s"], None);
+    for i in 0..3 {
+        wait_logs(&server, &format!("web-{i}"), &format!("found web-{i}"));
+    }
+
+    // A restart rolls the pods, highest ordinal first, onto the new revision.
+    let before = get_pod(&client, "web-0").unwrap().metadata.uid;
+    server.ok(&["rollout", "restart", "sts/web"], None);
+    let status = server.ok(&["rollout", "status", "sts/web", "--timeout=180s"], None);
+    // With the partition Kubernetes defaults (0), kubectl reports a partitioned roll out.
+    assert!(
+        status.contains("partitioned roll out complete: 3 new pods have been updated"),
+        "{status}"
+    );
+    let after = get_pod(&client, "web-0").unwrap();
+    assert_ne!(after.metadata.uid, before);
+    wait_logs(&server, "web-0", "found web-0");
+    let set = smol::block_on(client.get::<api::apps::StatefulSet>("default", "web")).unwrap();
+    assert_eq!(set.status.current_revision, set.status.update_revision);
+    assert_eq!(
+        after.metadata.labels["controller-revision-hash"],
+        set.status.update_revision.clone().unwrap()
+    );
+    server.ok(&["delete", "sts", "web"], None);
+    wait_for("the set's pods to go", Duration::from_secs(60), || {
+        (0..3)
+            .all(|i| get_pod(&client, &format!("web-{i}")).is_none())
+            .then_some(())
+    });
 }
