@@ -515,6 +515,39 @@ fn statefulset_keeps_its_data_across_re_creation() {
         after.metadata.labels["controller-revision-hash"],
         set.status.update_revision.clone().unwrap()
     );
+    let restarted = set.status.update_revision.clone().unwrap();
+
+    // History and undo through the ControllerRevisions.
+    let history = server.ok(&["rollout", "history", "sts/web"], None);
+    let numbers: Vec<&str> = history
+        .lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(numbers, ["1", "2"], "{history}");
+    let revisions = server.ok(&["get", "controllerrevisions"], None);
+    assert!(revisions.contains("statefulset.apps/web"), "{revisions}");
+    server.ok(&["rollout", "undo", "sts/web"], None);
+    server.ok(&["rollout", "status", "sts/web", "--timeout=180s"], None);
+    let set = smol::block_on(client.get::<api::apps::StatefulSet>("default", "web")).unwrap();
+    let undone = set.status.update_revision.clone().unwrap();
+    assert_ne!(undone, restarted);
+    assert_eq!(
+        set.status.current_revision.as_deref(),
+        Some(undone.as_str())
+    );
+    assert!(set
+        .spec
+        .template
+        .metadata
+        .annotations
+        .get("kubectl.kubernetes.io/restartedAt")
+        .is_none());
+    let history = server.ok(&["rollout", "history", "sts/web"], None);
+    assert!(history.lines().any(|l| l.starts_with("3 ")), "{history}");
+    wait_logs(&server, "web-0", "found web-0");
+
     server.ok(&["delete", "sts", "web"], None);
     wait_for("the set's pods to go", Duration::from_secs(60), || {
         (0..3)

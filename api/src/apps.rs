@@ -658,3 +658,38 @@ pub const STATEFULSET_POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 /// The label of a StatefulSet's (or DaemonSet's) pod naming its revision.
 pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
+
+// ---------------------------------------------------------------------------------------
+// ControllerRevision
+
+/// apps/v1 ControllerRevision: an immutable snapshot of a StatefulSet's template, which
+/// `kubectl rollout history` lists and `kubectl rollout undo` patches back.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.ControllerRevision")]
+#[schemars(
+    description = "ControllerRevision implements an immutable snapshot of state data. Clients are responsible for serializing and deserializing the objects that contain their internal state."
+)]
+pub struct ControllerRevision {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// The serialized state: for a StatefulSet, `{"spec":{"template":{...,"$patch":"replace"}}}`.
+    pub data: crate::meta::Opaque,
+    /// The revision number.
+    pub revision: i64,
+}
+
+impl Resource for ControllerRevision {
+    const KIND: Kind = Kind::ControllerRevision;
+    crate::resource_basics!(ControllerRevision);
+
+    fn spec_fingerprint(&self) -> Vec<u8> {
+        crate::object::fingerprint(&(&self.data, self.revision))
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = validation::validate_meta(&self.metadata, Kind::ControllerRevision);
+        validation::check_non_negative(&mut errs, "revision", Some(self.revision));
+        errs
+    }
+}

@@ -205,6 +205,7 @@ kinds! {
     PersistentVolumeClaim => storage::PersistentVolumeClaim,
     StorageClass => storage::StorageClass,
     StatefulSet => apps::StatefulSet,
+    ControllerRevision => apps::ControllerRevision,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -367,6 +368,17 @@ impl Kind {
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
         static DAEMON_SET: KindInfo = apps("DaemonSet", "daemonsets", "daemonset", &["ds"]);
+        static CONTROLLER_REVISION: KindInfo = KindInfo {
+            kind: "ControllerRevision",
+            group: "apps",
+            version: "v1",
+            plural: "controllerrevisions",
+            singular: "controllerrevision",
+            short_names: &[],
+            namespaced: true,
+            has_status: false,
+            categories: &[],
+        };
         static STATEFUL_SET: KindInfo =
             apps("StatefulSet", "statefulsets", "statefulset", &["sts"]);
         static INGRESS: KindInfo = KindInfo {
@@ -451,6 +463,7 @@ impl Kind {
             Kind::PersistentVolumeClaim => &PERSISTENT_VOLUME_CLAIM,
             Kind::StorageClass => &STORAGE_CLASS,
             Kind::StatefulSet => &STATEFUL_SET,
+            Kind::ControllerRevision => &CONTROLLER_REVISION,
         }
     }
 

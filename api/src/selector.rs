@@ -916,6 +916,7 @@ mod tests {
             }
             Kind::StorageClass => crate::storage::StorageClass::default().into_any(),
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
+            Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
         }
     }
 

@@ -107,6 +107,12 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Data", "string", "Data contains the configuration data.", 0),
             age(),
         ],
+        Kind::ControllerRevision => vec![
+            name(),
+            col("Controller", "string", "Controller of the object", 0),
+            col("Revision", "string", "Revision indicates the revision of the state represented by Data.", 0),
+            age(),
+        ],
         Kind::StatefulSet => {
             let mut v = vec![
                 name(),
@@ -503,6 +509,27 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::ConfigMap(c) => config_map_cells(c, name, age),
         AnyObject::Secret(s) => secret_cells(s, name, age),
         AnyObject::ServiceAccount(s) => vec![json!(name), json!(s.secrets.len()), json!(age)],
+        AnyObject::ControllerRevision(r) => {
+            let controller = r
+                .metadata
+                .controller_ref()
+                .map(|o| {
+                    let group = o.api_version.split('/').next().unwrap_or("");
+                    let kind = o.kind.to_ascii_lowercase();
+                    if o.api_version.contains('/') {
+                        format!("{kind}.{group}/{}", o.name)
+                    } else {
+                        format!("{kind}/{}", o.name)
+                    }
+                })
+                .unwrap_or_else(|| "<none>".into());
+            vec![
+                json!(name),
+                json!(controller),
+                json!(r.revision),
+                json!(age),
+            ]
+        }
         AnyObject::StatefulSet(s) => {
             let (containers, images) = containers_and_images(&s.spec.template);
             vec![
@@ -1307,6 +1334,7 @@ mod tests {
             crate::storage::PersistentVolumeClaim::default().into_any(),
             crate::storage::StorageClass::default().into_any(),
             crate::apps::StatefulSet::default().into_any(),
+            crate::apps::ControllerRevision::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

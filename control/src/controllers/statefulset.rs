@@ -4,16 +4,19 @@
 //! Parallel pod management, and RollingUpdate (from the highest ordinal down to the
 //! partition, one pod at a time) or OnDelete updates.
 //!
-//! A revision is named `<set>-<hash of the template>` and labels each pod
-//! (`controller-revision-hash`). skiff keeps no ControllerRevision objects: a pod created
-//! below the partition gets the update revision (Kubernetes would recreate it from the
-//! stored current revision), and `kubectl rollout undo/history` are not served.
+//! A revision is named `<set>-<hash of the template>`, labels each pod
+//! (`controller-revision-hash`) and is kept as a ControllerRevision holding the template as
+//! the strategic merge patch `kubectl rollout undo` applies (`{"spec":{"template":{...,
+//! "$patch":"replace"}}}`), numbered as Kubernetes numbers them (a template that comes back
+//! takes the next number), at most `revisionHistoryLimit` old ones kept. A pod re-created
+//! below the partition gets the update revision (Kubernetes would re-create it from the
+//! current revision's template).
 
 use std::collections::BTreeMap;
 
 use api::apps::{
-    with_claim_volumes, StatefulSet, StatefulSetStatus, CONTROLLER_REVISION_HASH_LABEL,
-    POD_INDEX_LABEL, STATEFULSET_POD_NAME_LABEL,
+    with_claim_volumes, ControllerRevision, StatefulSet, StatefulSetStatus,
+    CONTROLLER_REVISION_HASH_LABEL, POD_INDEX_LABEL, STATEFULSET_POD_NAME_LABEL,
 };
 use api::core::Pod;
 use api::meta::{DeleteOptions, Preconditions, Time};
@@ -31,7 +34,11 @@ use crate::registry::Part;
 
 pub fn start(ctx: &Context) {
     let recorder = Recorder::start(ctx.registry.clone(), "statefulset-controller");
-    let queue = fed_queue::<StatefulSet, _>(ctx, &[Kind::StatefulSet, Kind::Pod], keys_for);
+    let queue = fed_queue::<StatefulSet, _>(
+        ctx,
+        &[Kind::StatefulSet, Kind::Pod, Kind::ControllerRevision],
+        keys_for,
+    );
     let ctx = ctx.clone();
     spawn_workers(
         "statefulset",
@@ -62,6 +69,15 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
         return vec![key_of(set)];
     }
     let mut keys = Vec::new();
+    if let Some(r) = ControllerRevision::from_any_ref(obj) {
+        if let Some(o) = r
+            .metadata
+            .controller_ref()
+            .filter(|o| o.kind == "StatefulSet")
+        {
+            keys.push((r.metadata.namespace().to_string(), o.name.clone()));
+        }
+    }
     if let Some(pod) = Pod::from_any_ref(obj) {
         let old = change.old_meta();
         for meta in std::iter::once(&pod.metadata).chain(old.as_ref()) {
@@ -321,6 +337,7 @@ async fn sync(
         .filter(|p| workload::controller_uid(&p.metadata) == Some(uid.as_str()))
         .filter_map(|p| Some((ordinal(name, &p.metadata.name)?, p)))
         .collect();
+    sync_revisions(ctx, &set, &pods, s).await?;
     let plan = plan(&set, &pods, Time::now());
     let mut result = Ok(());
     for ord in &plan.create {
@@ -421,6 +438,130 @@ async fn sync(
         }
     }
     result
+}
+
+/// The revision data of `set`'s template: the patch that restores it.
+pub fn revision_data(set: &StatefulSet) -> api::meta::Opaque {
+    let mut template = serde_json::to_value(&set.spec.template).unwrap_or_default();
+    prune_nulls(&mut template);
+    if let Some(t) = template.as_object_mut() {
+        t.insert("$patch".into(), "replace".into());
+    }
+    let data = serde_json::json!({"spec": {"template": template}});
+    api::meta::Opaque::from(&data)
+}
+
+fn prune_nulls(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.retain(|_, v| !v.is_null());
+            m.values_mut().for_each(prune_nulls);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(prune_nulls),
+        _ => {}
+    }
+}
+
+/// What to do to a set's ControllerRevisions: create the update revision (with this number),
+/// renumber it (a template that came back), and delete old ones beyond the history limit.
+#[derive(Debug, Default, PartialEq)]
+pub struct RevisionPlan {
+    pub create: Option<i64>,
+    pub renumber: Option<i64>,
+    pub delete: Vec<String>,
+}
+
+/// `revisions` are the set's own; `in_use` the revisions its pods and status name.
+pub fn plan_revisions(
+    set: &StatefulSet,
+    revisions: &[ControllerRevision],
+    in_use: &[String],
+) -> RevisionPlan {
+    let mut out = RevisionPlan::default();
+    let update = update_revision(set);
+    let max = revisions.iter().map(|r| r.revision).max().unwrap_or(0);
+    match revisions.iter().find(|r| r.metadata.name == update) {
+        None => out.create = Some(max + 1),
+        Some(r) if r.revision < max => out.renumber = Some(max + 1),
+        Some(_) => {}
+    }
+    let limit = set.spec.revision_history_limit.unwrap_or(10).max(0) as usize;
+    let mut old: Vec<&ControllerRevision> = revisions
+        .iter()
+        .filter(|r| r.metadata.name != update && !in_use.contains(&r.metadata.name))
+        .collect();
+    old.sort_by_key(|r| r.revision);
+    if old.len() > limit {
+        out.delete = old[..old.len() - limit]
+            .iter()
+            .map(|r| r.metadata.name.clone())
+            .collect();
+    }
+    out
+}
+
+async fn sync_revisions(
+    ctx: &Context,
+    set: &StatefulSet,
+    pods: &BTreeMap<i32, Pod>,
+    s: &mut Synced,
+) -> Result<(), ApiError> {
+    let ns = set.metadata.namespace();
+    let uid = set.metadata.uid.as_str();
+    let revisions: Vec<ControllerRevision> = ctx
+        .informers
+        .cache()
+        .list::<ControllerRevision>(Some(ns))
+        .into_iter()
+        .filter(|r| workload::controller_uid(&r.metadata) == Some(uid))
+        .collect();
+    let mut in_use: Vec<String> = pods.values().map(|p| revision_of(p).to_string()).collect();
+    in_use.extend(set.status.current_revision.clone());
+    in_use.extend(set.status.update_revision.clone());
+    let plan = plan_revisions(set, &revisions, &in_use);
+    let update = update_revision(set);
+    if let Some(number) = plan.create {
+        let mut r = ControllerRevision::default();
+        r.metadata.name = update.clone();
+        r.metadata.namespace = Some(ns.to_string());
+        r.metadata.labels = set.spec.template.metadata.labels.clone();
+        r.metadata.labels.insert(
+            CONTROLLER_REVISION_HASH_LABEL.into(),
+            update
+                .trim_start_matches(&format!("{}-", set.metadata.name))
+                .to_string(),
+        );
+        r.metadata.owner_references = vec![workload::controller_ref(set)];
+        r.data = revision_data(set);
+        r.revision = number;
+        match ctx.registry.create(r, None).await {
+            Ok(r) => s.wrote(&r),
+            Err(e) if e.code() == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(number) = plan.renumber {
+        let r = ctx
+            .registry
+            .mutate::<ControllerRevision>(ns, &update, Part::Main, move |r| {
+                r.revision = number;
+                Ok(())
+            })
+            .await;
+        if let Some(r) = ignore_not_found(r)? {
+            s.wrote(&r);
+        }
+    }
+    for name in plan.delete {
+        let r = ctx
+            .registry
+            .delete::<ControllerRevision>(ns, &name, DeleteOptions::default())
+            .await;
+        if let Some((r, _)) = ignore_not_found(r)? {
+            s.wrote(&r);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -578,6 +719,48 @@ mod tests {
             rolling_update: None,
         });
         assert!(plan(&on_delete, &all, Time::now()).delete.is_empty());
+    }
+
+    fn revision(set: &StatefulSet, number: i64) -> ControllerRevision {
+        let mut r = ControllerRevision::default();
+        r.metadata.name = update_revision(set);
+        r.revision = number;
+        r
+    }
+
+    #[test]
+    fn revisions_are_numbered_renumbered_and_pruned() {
+        let mut s = set(1, "OrderedReady");
+        assert_eq!(plan_revisions(&s, &[], &[]).create, Some(1));
+        let first = revision(&s, 1);
+        assert_eq!(
+            plan_revisions(&s, &[first.clone()], &[]),
+            RevisionPlan::default()
+        );
+        let mut second_set = s.clone();
+        second_set.spec.template.spec.containers[0].image = Some("busybox:2".into());
+        let second = revision(&second_set, 2);
+        // Back to the first template (rollout undo): it takes the next number.
+        let p = plan_revisions(&s, &[first.clone(), second.clone()], &[]);
+        assert_eq!((p.create, p.renumber), (None, Some(3)));
+        // The history limit drops the oldest unused revisions.
+        s.spec.revision_history_limit = Some(0);
+        let p = plan_revisions(&s, &[first.clone(), second.clone()], &[]);
+        assert_eq!(p.delete, [second.metadata.name.clone()]);
+        let p = plan_revisions(
+            &s,
+            &[first, second.clone()],
+            &[second.metadata.name.clone()],
+        );
+        assert!(p.delete.is_empty());
+        // The data is the patch kubectl rollout undo applies.
+        let data = serde_json::Value::from(&revision_data(&second_set));
+        assert_eq!(data["spec"]["template"]["$patch"], "replace");
+        assert_eq!(
+            data["spec"]["template"]["spec"]["containers"][0]["image"],
+            "busybox:2"
+        );
+        assert!(data.to_string().find("null").is_none(), "{data}");
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::StorageClass,
     // For the StatefulSet controller.
     Kind::StatefulSet,
+    Kind::ControllerRevision,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
