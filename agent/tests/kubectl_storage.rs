@@ -537,13 +537,12 @@ fn statefulset_keeps_its_data_across_re_creation() {
         set.status.current_revision.as_deref(),
         Some(undone.as_str())
     );
-    assert!(set
+    assert!(!set
         .spec
         .template
         .metadata
         .annotations
-        .get("kubectl.kubernetes.io/restartedAt")
-        .is_none());
+        .contains_key("kubectl.kubernetes.io/restartedAt"));
     let history = server.ok(&["rollout", "history", "sts/web"], None);
     assert!(history.lines().any(|l| l.starts_with("3 ")), "{history}");
     wait_logs(&server, "web-0", "found web-0");

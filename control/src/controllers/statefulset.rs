@@ -734,7 +734,7 @@ mod tests {
         assert_eq!(plan_revisions(&s, &[], &[]).create, Some(1));
         let first = revision(&s, 1);
         assert_eq!(
-            plan_revisions(&s, &[first.clone()], &[]),
+            plan_revisions(&s, std::slice::from_ref(&first), &[]),
             RevisionPlan::default()
         );
         let mut second_set = s.clone();
@@ -746,11 +746,11 @@ mod tests {
         // The history limit drops the oldest unused revisions.
         s.spec.revision_history_limit = Some(0);
         let p = plan_revisions(&s, &[first.clone(), second.clone()], &[]);
-        assert_eq!(p.delete, [second.metadata.name.clone()]);
+        assert_eq!(p.delete, std::slice::from_ref(&second.metadata.name));
         let p = plan_revisions(
             &s,
             &[first, second.clone()],
-            &[second.metadata.name.clone()],
+            std::slice::from_ref(&second.metadata.name),
         );
         assert!(p.delete.is_empty());
         // The data is the patch kubectl rollout undo applies.
