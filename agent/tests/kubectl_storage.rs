@@ -355,6 +355,66 @@ fn local_path_volumes_with_kubectl() {
         text(&server.kubectl(&["get", "pv", "-o", "yaml"], None).stdout)
     );
     assert!(!dir.exists(), "{} is left behind", dir.display());
+
+    // A hostPath volume made by hand, bound at once to a claim of its class (Immediate: the
+    // class does not exist), Retain keeping it Released when the claim goes.
+    let manual = server.dir.path().join("manual");
+    std::fs::create_dir_all(&manual).unwrap();
+    std::fs::write(manual.join("file"), "made by hand\n").unwrap();
+    let pv = format!(
+        r#"apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: task-pv-volume
+spec:
+  storageClassName: manual
+  capacity:
+    storage: 1Gi
+  accessModes: [ReadWriteOnce]
+  hostPath:
+    path: {}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: task-pv-claim
+spec:
+  storageClassName: manual
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 100Mi
+"#,
+        manual.display()
+    );
+    server.ok(&["apply", "-f", "-"], Some(pv.as_bytes()));
+    wait_for("the manual claim to bind", Duration::from_secs(20), || {
+        let c = get_claim(&client, "task-pv-claim")?;
+        (c.status.phase.as_deref() == Some("Bound")).then_some(())
+    });
+    let c = get_claim(&client, "task-pv-claim").unwrap();
+    assert_eq!(c.spec.volume_name.as_deref(), Some("task-pv-volume"));
+    assert_eq!(c.status.capacity["storage"].to_string(), "1Gi");
+    server.ok(
+        &["apply", "-f", "-"],
+        Some(pod_manifest("manual-reader", "task-pv-claim", "cat /data/file").as_bytes()),
+    );
+    wait_succeeded(&client, "manual-reader");
+    assert_eq!(
+        server.ok(&["logs", "manual-reader"], None),
+        "made by hand\n"
+    );
+    delete_pod(&server, &client, "manual-reader");
+    server.ok(&["delete", "pvc", "task-pv-claim"], None);
+    wait_for(
+        "the manual volume to be Released",
+        Duration::from_secs(20),
+        || {
+            let v = smol::block_on(client.get::<PersistentVolume>("", "task-pv-volume")).ok()?;
+            (v.status.phase.as_deref() == Some("Released")).then_some(())
+        },
+    );
+    assert!(manual.join("file").exists(), "Retain keeps the data");
 }
 
 const STATEFUL: &str = r#"apiVersion: v1
@@ -546,6 +606,14 @@ fn statefulset_keeps_its_data_across_re_creation() {
     let history = server.ok(&["rollout", "history", "sts/web"], None);
     assert!(history.lines().any(|l| l.starts_with("3 ")), "{history}");
     wait_logs(&server, "web-0", "found web-0");
+
+    // A scale-down removes the highest ordinal and keeps its claim (whenScaled: Retain).
+    server.ok(&["scale", "sts", "web", "--replicas=2"], None);
+    wait_for("web-2 to go", Duration::from_secs(60), || {
+        get_pod(&client, "web-2").is_none().then_some(())
+    });
+    assert!(get_pod(&client, "web-1").is_some());
+    assert!(get_claim(&client, "www-web-2").is_some());
 
     server.ok(&["delete", "sts", "web"], None);
     wait_for("the set's pods to go", Duration::from_secs(60), || {

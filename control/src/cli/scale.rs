@@ -19,7 +19,10 @@ pub struct ScaleArgs {
 
 pub async fn run(session: &Session, args: &ScaleArgs) -> anyhow::Result<()> {
     let (kind, name) = parse_target(&args.target)?;
-    if !matches!(kind, Kind::Deployment | Kind::ReplicaSet) {
+    if !matches!(
+        kind,
+        Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet
+    ) {
         anyhow::bail!("{} {name:?} cannot be scaled", kind_label(kind));
     }
     if args.replicas < 0 {

@@ -1,6 +1,7 @@
 //! The StatefulSet controller: pods with stable names (`<set>-<ordinal>`), hostnames and
 //! subdomains (their DNS names through the headless Service), one claim per pod and claim
-//! template (`<template>-<set>-<ordinal>`, kept when pods go, by default), OrderedReady or
+//! template (`<template>-<set>-<ordinal>`, kept when pods go unless the set's
+//! persistentVolumeClaimRetentionPolicy says Delete), OrderedReady or
 //! Parallel pod management, and RollingUpdate (from the highest ordinal down to the
 //! partition, one pod at a time) or OnDelete updates.
 //!
@@ -410,6 +411,9 @@ async fn sync(
                     "SuccessfulDelete",
                     format!("delete Pod {pod_name} in StatefulSet {name} successful"),
                 );
+                if let Err(e) = delete_scaled_claims(ctx, &set, pod_name, s).await {
+                    result = Err(e);
+                }
             }
             Ok(None) => {}
             Err(e) => {
@@ -438,6 +442,42 @@ async fn sync(
         }
     }
     result
+}
+
+/// whenScaled: Delete: the claims of a pod removed by a scale-down go with it (pvc-protection
+/// keeps them until the pod is gone).
+async fn delete_scaled_claims(
+    ctx: &Context,
+    set: &StatefulSet,
+    pod_name: &str,
+    s: &mut Synced,
+) -> Result<(), ApiError> {
+    let delete = set
+        .spec
+        .persistent_volume_claim_retention_policy
+        .as_ref()
+        .and_then(|p| p.when_scaled.as_deref())
+        == Some("Delete");
+    let Some(ord) = ordinal(&set.metadata.name, pod_name) else {
+        return Ok(());
+    };
+    if !delete || ord < set.spec.replicas.unwrap_or(1) {
+        return Ok(());
+    }
+    for claim in new_claims(set, ord) {
+        let r = ctx
+            .registry
+            .delete::<PersistentVolumeClaim>(
+                set.metadata.namespace(),
+                &claim.metadata.name,
+                DeleteOptions::default(),
+            )
+            .await;
+        if let Some((c, _)) = ignore_not_found(r)? {
+            s.wrote(&c);
+        }
+    }
+    Ok(())
 }
 
 /// The revision data of `set`'s template: the patch that restores it.

@@ -149,7 +149,7 @@ pub fn resource_list(group: &str, version: &str) -> Value {
                     &["update"],
                 ));
             }
-            Kind::Deployment | Kind::ReplicaSet => {
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => {
                 let mut s = subresource(
                     format!("{}/scale", i.plural),
                     "Scale",

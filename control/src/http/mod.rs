@@ -981,7 +981,14 @@ async fn resource<K: Resource>(
         Some("status") if kind.info().has_status => Part::Status,
         Some("finalize") if kind == Kind::Namespace => Part::Main,
         Some("binding") if kind == Kind::Pod => Part::Main,
-        Some("scale") if matches!(kind, Kind::Deployment | Kind::ReplicaSet) => Part::Main,
+        Some("scale")
+            if matches!(
+                kind,
+                Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet
+            ) =>
+        {
+            Part::Main
+        }
         Some("approval") if kind == Kind::CertificateSigningRequest => Part::Status,
         Some(other) => {
             return Err(ApiError::path_not_found().with_message(format!(
@@ -1325,7 +1332,7 @@ fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptio
     Ok(opts)
 }
 
-/// The autoscaling/v1 Scale of a Deployment or ReplicaSet.
+/// The autoscaling/v1 Scale of a Deployment, ReplicaSet or StatefulSet.
 fn scale_of(obj: &AnyObject) -> Value {
     let json = obj.to_json();
     let meta = obj.meta();
