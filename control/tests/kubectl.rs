@@ -54,6 +54,9 @@ fn discovery_and_get_all() {
         "storageclasses",
         "sc",
         "storage.k8s.io/v1",
+        "statefulsets",
+        "sts",
+        "controllerrevisions",
     ] {
         assert!(out.contains(needle), "api-resources lacks {needle}:\n{out}");
     }
