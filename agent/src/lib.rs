@@ -10,4 +10,5 @@ pub mod pods;
 pub mod proxy;
 pub mod runtime;
 pub mod sim;
+pub mod storage;
 pub mod sys;

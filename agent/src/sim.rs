@@ -127,6 +127,7 @@ pub fn build_node(cfg: &SimConfig, node: &SimNode) -> Node {
     let mut labels = cfg.labels.clone();
     labels.insert(SIMULATED_LABEL.into(), "true".into());
     let settings = NodeSettings {
+        annotations: Default::default(),
         name: node.name.clone(),
         internal_ip: node.ip.clone(),
         labels,

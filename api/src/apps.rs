@@ -394,3 +394,302 @@ impl Resource for DaemonSet {
         errs
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// StatefulSet
+
+/// apps/v1 StatefulSet.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.StatefulSet")]
+#[schemars(
+    description = "StatefulSet represents a set of pods with consistent identities: stable names (web-0, web-1...), stable network names through a headless Service, and stable storage through one claim per pod and template."
+)]
+pub struct StatefulSet {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// Desired state of the StatefulSet.
+    pub spec: StatefulSetSpec,
+    /// Most recently observed state of the StatefulSet. Read-only.
+    pub status: StatefulSetStatus,
+}
+
+/// apps/v1 StatefulSetSpec.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.StatefulSetSpec")]
+#[schemars(description = "A StatefulSetSpec is the specification of a StatefulSet.")]
+pub struct StatefulSetSpec {
+    /// Number of desired pods. Default: 1.
+    pub replicas: Option<i32>,
+    /// Label selector of the pods; must match the template's labels.
+    pub selector: Option<LabelSelector>,
+    /// Template of the pods; each gets the name `<set>-<ordinal>`.
+    pub template: PodTemplateSpec,
+    /// Claims each pod gets, named `<template>-<set>-<ordinal>`, mounted as the volume of the
+    /// template's name.
+    pub volume_claim_templates: Vec<crate::storage::PersistentVolumeClaim>,
+    /// The headless Service that gives the pods their network names
+    /// (`<pod>.<serviceName>.<namespace>.svc.<cluster domain>`).
+    pub service_name: Option<String>,
+    /// OrderedReady (default: one pod at a time, in order) or Parallel.
+    pub pod_management_policy: Option<String>,
+    /// How pods are replaced when the template changes.
+    pub update_strategy: Option<StatefulSetUpdateStrategy>,
+    /// Number of old revisions kept. Default: 10.
+    pub revision_history_limit: Option<i32>,
+    /// Seconds a new pod must be ready to count as available. Default: 0.
+    pub min_ready_seconds: Option<i32>,
+    /// What happens to the claims when the set is deleted or scaled down (default: kept).
+    pub persistent_volume_claim_retention_policy:
+        Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
+    /// The first ordinal. Kept; skiff numbers from 0.
+    pub ordinals: Option<crate::meta::Opaque>,
+}
+
+/// apps/v1 StatefulSetUpdateStrategy.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.StatefulSetUpdateStrategy")]
+#[schemars(
+    description = "StatefulSetUpdateStrategy indicates the strategy that the StatefulSet controller will use to perform updates."
+)]
+pub struct StatefulSetUpdateStrategy {
+    /// RollingUpdate (default) or OnDelete.
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    /// Parameters of a rolling update.
+    pub rolling_update: Option<RollingUpdateStatefulSetStrategy>,
+}
+
+/// apps/v1 RollingUpdateStatefulSetStrategy.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.RollingUpdateStatefulSetStrategy")]
+#[schemars(
+    description = "RollingUpdateStatefulSetStrategy is used to communicate parameter for RollingUpdateStatefulSetStrategyType."
+)]
+pub struct RollingUpdateStatefulSetStrategy {
+    /// Pods with an ordinal below the partition keep their revision. Default: 0.
+    pub partition: Option<i32>,
+    /// Most pods unavailable during an update. Kept; skiff updates one pod at a time.
+    pub max_unavailable: Option<IntOrString>,
+}
+
+/// apps/v1 StatefulSetPersistentVolumeClaimRetentionPolicy.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicy")]
+#[schemars(
+    description = "StatefulSetPersistentVolumeClaimRetentionPolicy describes the policy used for PVCs created from the StatefulSet VolumeClaimTemplates."
+)]
+pub struct StatefulSetPersistentVolumeClaimRetentionPolicy {
+    /// Retain (default) or Delete the claims when the set is deleted.
+    pub when_deleted: Option<String>,
+    /// Retain (default) or Delete the claims of pods removed by a scale-down.
+    pub when_scaled: Option<String>,
+}
+
+/// apps/v1 StatefulSetStatus.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.StatefulSetStatus")]
+#[schemars(description = "StatefulSetStatus represents the current state of a StatefulSet.")]
+pub struct StatefulSetStatus {
+    /// The generation the controller observed last.
+    pub observed_generation: Option<i64>,
+    /// Number of pods the controller created.
+    pub replicas: i32,
+    /// Number of pods with a Ready condition.
+    pub ready_replicas: i32,
+    /// Number of pods at the current revision.
+    pub current_replicas: i32,
+    /// Number of pods at the update revision.
+    pub updated_replicas: i32,
+    /// The revision of the pods up to `currentReplicas`.
+    pub current_revision: Option<String>,
+    /// The revision the pods are being updated to.
+    pub update_revision: Option<String>,
+    /// Count of hash collisions of the set's revisions.
+    pub collision_count: Option<i32>,
+    /// Observations of the set's state.
+    pub conditions: Vec<WorkloadCondition>,
+    /// Number of pods ready for minReadySeconds.
+    pub available_replicas: i32,
+}
+
+impl Resource for StatefulSet {
+    const KIND: Kind = Kind::StatefulSet;
+    crate::resource_basics!(StatefulSet);
+    spec_and_status!();
+
+    fn set_defaults(&mut self) {
+        let s = &mut self.spec;
+        s.replicas.get_or_insert(1);
+        s.pod_management_policy
+            .get_or_insert_with(|| "OrderedReady".into());
+        let strategy = s.update_strategy.get_or_insert_with(Default::default);
+        strategy.type_.get_or_insert_with(|| "RollingUpdate".into());
+        if strategy.type_.as_deref() == Some("RollingUpdate") {
+            let ru = strategy.rolling_update.get_or_insert_with(Default::default);
+            ru.partition.get_or_insert(0);
+        }
+        s.revision_history_limit.get_or_insert(10);
+        let policy = s
+            .persistent_volume_claim_retention_policy
+            .get_or_insert_with(Default::default);
+        policy.when_deleted.get_or_insert_with(|| "Retain".into());
+        policy.when_scaled.get_or_insert_with(|| "Retain".into());
+        for t in &mut s.volume_claim_templates {
+            t.set_defaults();
+        }
+        s.template.spec.set_defaults();
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        let s = &self.spec;
+        let mut errs = validation::validate_meta(&self.metadata, Kind::StatefulSet);
+        validation::check_non_negative(&mut errs, "spec.replicas", s.replicas);
+        validation::check_non_negative(&mut errs, "spec.minReadySeconds", s.min_ready_seconds);
+        validation::check_non_negative(
+            &mut errs,
+            "spec.revisionHistoryLimit",
+            s.revision_history_limit,
+        );
+        // The template is checked as the pods get it: with a volume per claim template.
+        let template = with_claim_volumes(&s.template, &s.volume_claim_templates, |t| {
+            t.metadata.name.clone()
+        });
+        errs.extend(validation::validate_workload_template(
+            s.selector.as_ref(),
+            &template,
+            "statefulset",
+        ));
+        if let Some(p) = &s.pod_management_policy {
+            if p != "OrderedReady" && p != "Parallel" {
+                errs.push(FieldError::not_supported(
+                    "spec.podManagementPolicy",
+                    p,
+                    &["OrderedReady", "Parallel"],
+                ));
+            }
+        }
+        if let Some(st) = &s.update_strategy {
+            match st.type_.as_deref() {
+                Some("RollingUpdate") | None => {}
+                Some("OnDelete") if st.rolling_update.is_some() => errs.push(FieldError::invalid(
+                    "spec.updateStrategy.rollingUpdate",
+                    "{...}",
+                    "only allowed for updateStrategy 'RollingUpdate'",
+                )),
+                Some("OnDelete") => {}
+                Some(t) => errs.push(FieldError::not_supported(
+                    "spec.updateStrategy.type",
+                    t,
+                    &["OnDelete", "RollingUpdate"],
+                )),
+            }
+            if let Some(p) = st.rolling_update.as_ref().and_then(|r| r.partition) {
+                validation::check_non_negative(
+                    &mut errs,
+                    "spec.updateStrategy.rollingUpdate.partition",
+                    Some(p),
+                );
+            }
+        }
+        if let Some(p) = &s.persistent_volume_claim_retention_policy {
+            for (field, v) in [
+                ("whenDeleted", &p.when_deleted),
+                ("whenScaled", &p.when_scaled),
+            ] {
+                if let Some(v) = v {
+                    if v != "Retain" && v != "Delete" {
+                        errs.push(FieldError::not_supported(
+                            format!("spec.persistentVolumeClaimRetentionPolicy.{field}"),
+                            v,
+                            &["Retain", "Delete"],
+                        ));
+                    }
+                }
+            }
+        }
+        for (i, t) in s.volume_claim_templates.iter().enumerate() {
+            let mut claim = t.clone();
+            // A template is named by its name alone; the claims get their names later.
+            claim.metadata.namespace = None;
+            for mut e in claim.validate() {
+                if e.field.starts_with("metadata.") && e.field != "metadata.name" {
+                    continue;
+                }
+                e.field = format!("spec.volumeClaimTemplates[{i}].{}", e.field);
+                errs.push(e);
+            }
+        }
+        errs
+    }
+}
+
+/// `template` with a persistentVolumeClaim volume per claim template (replacing a volume of
+/// the same name), the claim named by `claim_name`.
+pub fn with_claim_volumes(
+    template: &PodTemplateSpec,
+    claims: &[crate::storage::PersistentVolumeClaim],
+    claim_name: impl Fn(&crate::storage::PersistentVolumeClaim) -> String,
+) -> PodTemplateSpec {
+    let mut t = template.clone();
+    for c in claims {
+        let name = &c.metadata.name;
+        t.spec.volumes.retain(|v| &v.name != name);
+        t.spec.volumes.push(crate::core::Volume {
+            name: name.clone(),
+            persistent_volume_claim: Some(crate::core::PersistentVolumeClaimVolumeSource {
+                claim_name: claim_name(c),
+                read_only: None,
+            }),
+            ..Default::default()
+        });
+    }
+    t
+}
+
+/// The label of a StatefulSet's pod naming the pod.
+pub const STATEFULSET_POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// The label of a StatefulSet's pod with its ordinal.
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+/// The label of a StatefulSet's (or DaemonSet's) pod naming its revision.
+pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
+
+// ---------------------------------------------------------------------------------------
+// ControllerRevision
+
+/// apps/v1 ControllerRevision: an immutable snapshot of a StatefulSet's template, which
+/// `kubectl rollout history` lists and `kubectl rollout undo` patches back.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.apps.v1.ControllerRevision")]
+#[schemars(
+    description = "ControllerRevision implements an immutable snapshot of state data. Clients are responsible for serializing and deserializing the objects that contain their internal state."
+)]
+pub struct ControllerRevision {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// The serialized state: for a StatefulSet, `{"spec":{"template":{...,"$patch":"replace"}}}`.
+    pub data: crate::meta::Opaque,
+    /// The revision number.
+    pub revision: i64,
+}
+
+impl Resource for ControllerRevision {
+    const KIND: Kind = Kind::ControllerRevision;
+    crate::resource_basics!(ControllerRevision);
+
+    fn spec_fingerprint(&self) -> Vec<u8> {
+        crate::object::fingerprint(&(&self.data, self.revision))
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = validation::validate_meta(&self.metadata, Kind::ControllerRevision);
+        validation::check_non_negative(&mut errs, "revision", Some(self.revision));
+        errs
+    }
+}

@@ -26,6 +26,7 @@ pub mod scheduling;
 pub mod schema;
 pub mod selector;
 pub mod stats;
+pub mod storage;
 pub mod table;
 pub mod transport;
 pub mod validation;

@@ -205,6 +205,11 @@ kinds! {
     PriorityClass => scheduling::PriorityClass,
     ResourceQuota => quota::ResourceQuota,
     LimitRange => quota::LimitRange,
+    PersistentVolume => storage::PersistentVolume,
+    PersistentVolumeClaim => storage::PersistentVolumeClaim,
+    StorageClass => storage::StorageClass,
+    StatefulSet => apps::StatefulSet,
+    ControllerRevision => apps::ControllerRevision,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -372,10 +377,52 @@ impl Kind {
             false,
             &[],
         );
+        static PERSISTENT_VOLUME: KindInfo = core(
+            "PersistentVolume",
+            "persistentvolumes",
+            "persistentvolume",
+            &["pv"],
+            false,
+            true,
+            &[],
+        );
+        static PERSISTENT_VOLUME_CLAIM: KindInfo = core(
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            "persistentvolumeclaim",
+            &["pvc"],
+            true,
+            true,
+            &[],
+        );
+        static STORAGE_CLASS: KindInfo = KindInfo {
+            kind: "StorageClass",
+            group: crate::storage::GROUP,
+            version: "v1",
+            plural: "storageclasses",
+            singular: "storageclass",
+            short_names: &["sc"],
+            namespaced: false,
+            has_status: false,
+            categories: &[],
+        };
         static EVENT: KindInfo = core("Event", "events", "event", &["ev"], true, false, &[]);
         static DEPLOYMENT: KindInfo = apps("Deployment", "deployments", "deployment", &["deploy"]);
         static REPLICA_SET: KindInfo = apps("ReplicaSet", "replicasets", "replicaset", &["rs"]);
         static DAEMON_SET: KindInfo = apps("DaemonSet", "daemonsets", "daemonset", &["ds"]);
+        static CONTROLLER_REVISION: KindInfo = KindInfo {
+            kind: "ControllerRevision",
+            group: "apps",
+            version: "v1",
+            plural: "controllerrevisions",
+            singular: "controllerrevision",
+            short_names: &[],
+            namespaced: true,
+            has_status: false,
+            categories: &[],
+        };
+        static STATEFUL_SET: KindInfo =
+            apps("StatefulSet", "statefulsets", "statefulset", &["sts"]);
         static INGRESS: KindInfo = KindInfo {
             kind: "Ingress",
             group: "networking.k8s.io",
@@ -458,6 +505,11 @@ impl Kind {
             Kind::PriorityClass => &PRIORITY_CLASS,
             Kind::ResourceQuota => &RESOURCE_QUOTA,
             Kind::LimitRange => &LIMIT_RANGE,
+            Kind::PersistentVolume => &PERSISTENT_VOLUME,
+            Kind::PersistentVolumeClaim => &PERSISTENT_VOLUME_CLAIM,
+            Kind::StorageClass => &STORAGE_CLASS,
+            Kind::StatefulSet => &STATEFUL_SET,
+            Kind::ControllerRevision => &CONTROLLER_REVISION,
         }
     }
 

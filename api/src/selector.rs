@@ -918,6 +918,13 @@ mod tests {
             Kind::ResourceQuota => crate::quota::ResourceQuota::default().into_any(),
             Kind::LimitRange => crate::quota::LimitRange::default().into_any(),
             Kind::ServiceAccount => core::ServiceAccount::default().into_any(),
+            Kind::PersistentVolume => crate::storage::PersistentVolume::default().into_any(),
+            Kind::PersistentVolumeClaim => {
+                crate::storage::PersistentVolumeClaim::default().into_any()
+            }
+            Kind::StorageClass => crate::storage::StorageClass::default().into_any(),
+            Kind::StatefulSet => apps::StatefulSet::default().into_any(),
+            Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
         }
     }
 

@@ -107,6 +107,53 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Data", "string", "Data contains the configuration data.", 0),
             age(),
         ],
+        Kind::ControllerRevision => vec![
+            name(),
+            col("Controller", "string", "Controller of the object", 0),
+            col("Revision", "string", "Revision indicates the revision of the state represented by Data.", 0),
+            age(),
+        ],
+        Kind::StatefulSet => {
+            let mut v = vec![
+                name(),
+                col("Ready", "string", "Number of the pod with ready state", 0),
+                age(),
+            ];
+            v.extend(workload_extra().into_iter().take(2));
+            v
+        }
+        Kind::PersistentVolume => vec![
+            name(),
+            col("Capacity", "string", "capacity is the description of the persistent volume's resources and capacity.", 0),
+            col("Access Modes", "string", "accessModes contains all ways the volume can be mounted.", 0),
+            col("Reclaim Policy", "string", "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim.", 0),
+            col("Status", "string", "phase indicates if a volume is available, bound to a claim, or released by a claim.", 0),
+            col("Claim", "string", "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim.", 0),
+            col("StorageClass", "string", "StorageClass of the pv", 0),
+            col("VolumeAttributesClass", "string", "VolumeAttributesClass of the pv", 0),
+            col("Reason", "string", "reason is a brief CamelCase string that describes any failure and is meant for machine parsing and tidy display in the CLI.", 0),
+            age(),
+            col("VolumeMode", "string", "volumeMode defines if a volume is intended to be used with a formatted filesystem or to remain in raw block state.", 1),
+        ],
+        Kind::PersistentVolumeClaim => vec![
+            name(),
+            col("Status", "string", "phase represents the current phase of PersistentVolumeClaim.", 0),
+            col("Volume", "string", "volumeName is the binding reference to the PersistentVolume backing this claim.", 0),
+            col("Capacity", "string", "capacity represents the actual resources of the underlying volume.", 0),
+            col("Access Modes", "string", "accessModes contains the actual access modes the volume backing the PVC has.", 0),
+            col("StorageClass", "string", "StorageClass of the pvc", 0),
+            col("VolumeAttributesClass", "string", "VolumeAttributesClass of the pvc", 0),
+            age(),
+            col("VolumeMode", "string", "volumeMode defines what type of volume is required by the claim.", 1),
+        ],
+        Kind::StorageClass => vec![
+            name(),
+            col("Provisioner", "string", "provisioner indicates the type of the provisioner.", 0),
+            col("ReclaimPolicy", "string", "reclaimPolicy controls the reclaimPolicy for dynamically provisioned PersistentVolumes of this storage class. Defaults to Delete.", 0),
+            col("VolumeBindingMode", "string", "volumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound.  When unset, VolumeBindingImmediate is used.", 0),
+            col("AllowVolumeExpansion", "string", "allowVolumeExpansion shows whether the storage class allow volume expand.", 0),
+            age(),
+        ],
         Kind::ServiceAccount => vec![
             name(),
             col("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.", 0),
@@ -351,6 +398,112 @@ fn containers_and_images(t: &PodTemplateSpec) -> (String, String) {
     (names.join(","), images.join(","))
 }
 
+fn persistent_volume_cells(
+    v: &crate::storage::PersistentVolume,
+    name: String,
+    age: String,
+) -> Vec<Value> {
+    let claim = v
+        .spec
+        .claim_ref
+        .as_ref()
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r.namespace.as_deref().unwrap_or(""),
+                r.name.as_deref().unwrap_or("")
+            )
+        })
+        .unwrap_or_default();
+    let phase = if v.metadata.deletion_timestamp.is_some() {
+        "Terminating"
+    } else {
+        v.status.phase.as_deref().unwrap_or("")
+    };
+    vec![
+        json!(name),
+        json!(v
+            .spec
+            .capacity
+            .get("storage")
+            .map(|q| q.to_string())
+            .unwrap_or_else(|| "0".into())),
+        json!(crate::storage::access_modes_text(&v.spec.access_modes)),
+        json!(v
+            .spec
+            .persistent_volume_reclaim_policy
+            .as_deref()
+            .unwrap_or("")),
+        json!(phase),
+        json!(claim),
+        json!(crate::storage::volume_class(v)),
+        json!(v
+            .spec
+            .volume_attributes_class_name
+            .as_deref()
+            .unwrap_or("<unset>")),
+        json!(v.status.reason.as_deref().unwrap_or("")),
+        json!(age),
+        json!(v.spec.volume_mode.as_deref().unwrap_or("<unset>")),
+    ]
+}
+
+fn persistent_volume_claim_cells(
+    c: &crate::storage::PersistentVolumeClaim,
+    name: String,
+    age: String,
+) -> Vec<Value> {
+    let phase = if c.metadata.deletion_timestamp.is_some() {
+        "Terminating"
+    } else {
+        c.status.phase.as_deref().unwrap_or("")
+    };
+    let volume = c.spec.volume_name.as_deref().unwrap_or("");
+    let (capacity, modes) = if volume.is_empty() {
+        (String::new(), String::new())
+    } else {
+        (
+            c.status
+                .capacity
+                .get("storage")
+                .map(|q| q.to_string())
+                .unwrap_or_else(|| "0".into()),
+            crate::storage::access_modes_text(&c.status.access_modes),
+        )
+    };
+    vec![
+        json!(name),
+        json!(phase),
+        json!(volume),
+        json!(capacity),
+        json!(modes),
+        json!(crate::storage::claim_class(c)),
+        json!(c
+            .spec
+            .volume_attributes_class_name
+            .as_deref()
+            .unwrap_or("<unset>")),
+        json!(age),
+        json!(c.spec.volume_mode.as_deref().unwrap_or("<unset>")),
+    ]
+}
+
+fn storage_class_cells(c: &crate::storage::StorageClass, name: String, age: String) -> Vec<Value> {
+    let name = if crate::storage::is_default_class(c) {
+        format!("{name} (default)")
+    } else {
+        name
+    };
+    vec![
+        json!(name),
+        json!(c.provisioner),
+        json!(c.reclaim_policy.as_deref().unwrap_or("Delete")),
+        json!(c.volume_binding_mode.as_deref().unwrap_or("Immediate")),
+        json!(c.allow_volume_expansion.unwrap_or(false).to_string()),
+        json!(age),
+    ]
+}
+
 /// The row cells of `obj`, aligned with [`columns`] of its kind, ages relative to now.
 pub fn cells(obj: &AnyObject) -> Vec<Value> {
     cells_at(obj, SystemTime::now())
@@ -369,6 +522,44 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::ConfigMap(c) => config_map_cells(c, name, age),
         AnyObject::Secret(s) => secret_cells(s, name, age),
         AnyObject::ServiceAccount(s) => vec![json!(name), json!(s.secrets.len()), json!(age)],
+        AnyObject::ControllerRevision(r) => {
+            let controller = r
+                .metadata
+                .controller_ref()
+                .map(|o| {
+                    let group = o.api_version.split('/').next().unwrap_or("");
+                    let kind = o.kind.to_ascii_lowercase();
+                    if o.api_version.contains('/') {
+                        format!("{kind}.{group}/{}", o.name)
+                    } else {
+                        format!("{kind}/{}", o.name)
+                    }
+                })
+                .unwrap_or_else(|| "<none>".into());
+            vec![
+                json!(name),
+                json!(controller),
+                json!(r.revision),
+                json!(age),
+            ]
+        }
+        AnyObject::StatefulSet(s) => {
+            let (containers, images) = containers_and_images(&s.spec.template);
+            vec![
+                json!(name),
+                json!(format!(
+                    "{}/{}",
+                    s.status.ready_replicas,
+                    s.spec.replicas.unwrap_or(1)
+                )),
+                json!(age),
+                json!(containers),
+                json!(images),
+            ]
+        }
+        AnyObject::PersistentVolume(v) => persistent_volume_cells(v, name, age),
+        AnyObject::PersistentVolumeClaim(c) => persistent_volume_claim_cells(c, name, age),
+        AnyObject::StorageClass(c) => storage_class_cells(c, name, age),
         AnyObject::Event(e) => event_cells(e, name, now),
         AnyObject::Deployment(d) => deployment_cells(d, name, age),
         AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),
@@ -1204,6 +1395,11 @@ mod tests {
             crate::scheduling::PriorityClass::default().into_any(),
             crate::quota::ResourceQuota::default().into_any(),
             crate::quota::LimitRange::default().into_any(),
+            crate::storage::PersistentVolume::default().into_any(),
+            crate::storage::PersistentVolumeClaim::default().into_any(),
+            crate::storage::StorageClass::default().into_any(),
+            crate::apps::StatefulSet::default().into_any(),
+            crate::apps::ControllerRevision::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

@@ -1742,6 +1742,23 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
         {
             errs.push(immutable("spec.selector", selector_text(&n.spec.selector)));
         }
+        (AnyObject::StatefulSet(n), AnyObject::StatefulSet(o)) => {
+            let mut a = n.spec.clone();
+            let b = &o.spec;
+            a.replicas = b.replicas;
+            a.ordinals = b.ordinals.clone();
+            a.template = b.template.clone();
+            a.update_strategy = b.update_strategy.clone();
+            a.persistent_volume_claim_retention_policy =
+                b.persistent_volume_claim_retention_policy.clone();
+            a.min_ready_seconds = b.min_ready_seconds;
+            if &a != b {
+                errs.push(FieldError::forbidden(
+                    "spec",
+                    "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+                ));
+            }
+        }
         (AnyObject::DaemonSet(n), AnyObject::DaemonSet(o))
             if n.spec.selector != o.spec.selector =>
         {
@@ -1778,6 +1795,12 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
                 format!("{:?}", n.role_ref),
                 "cannot change roleRef",
             ));
+        }
+        (AnyObject::PersistentVolumeClaim(n), AnyObject::PersistentVolumeClaim(o)) => {
+            errs.extend(crate::storage::validate_claim_update(n, o));
+        }
+        (AnyObject::StorageClass(n), AnyObject::StorageClass(o)) => {
+            errs.extend(crate::storage::validate_class_update(n, o));
         }
         (AnyObject::Job(n), AnyObject::Job(o)) => {
             errs.extend(crate::batch::validate_job_update(n, o));

@@ -18,6 +18,7 @@ use api::networking::Ingress;
 use api::object::Resource;
 use api::quota::{LimitRange, ResourceQuota};
 use api::scheduling::PriorityClass;
+use api::storage::PersistentVolumeClaim;
 use api::{AnyObject, Kind};
 use serde_json::Value;
 
@@ -653,6 +654,41 @@ fn default_ingress_class(txn: &Txn, ing: &mut Ingress) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Kubernetes' DefaultStorageClass admission: a claim created without
+/// `spec.storageClassName` gets the default StorageClass, the newest one if several carry the
+/// default annotation (an empty name asks for no class and is left alone).
+fn default_storage_class(txn: &Txn, claim: &mut PersistentVolumeClaim) -> Result<(), ApiError> {
+    if claim.spec.storage_class_name.is_some() {
+        return Ok(());
+    }
+    let default = txn
+        .list(Kind::StorageClass, None)?
+        .into_iter()
+        .filter_map(|o| match o {
+            AnyObject::StorageClass(c) if api::storage::is_default_class(&c) => Some(c),
+            _ => None,
+        })
+        .max_by_key(|c| (c.metadata.creation_timestamp, c.metadata.name.clone()));
+    if let Some(c) = default {
+        claim.spec.storage_class_name = Some(c.metadata.name);
+    }
+    Ok(())
+}
+
+/// Kubernetes' StorageObjectInUseProtection admission: claims and volumes are created with
+/// the finalizer the protection controllers remove once nothing uses them.
+fn add_protection_finalizer<K: Resource>(obj: &mut K) {
+    let finalizer = match K::KIND {
+        Kind::PersistentVolumeClaim => api::storage::PVC_PROTECTION_FINALIZER,
+        Kind::PersistentVolume => api::storage::PV_PROTECTION_FINALIZER,
+        _ => return,
+    };
+    let finalizers = &mut obj.meta_mut().finalizers;
+    if !finalizers.iter().any(|f| f == finalizer) {
+        finalizers.push(finalizer.to_string());
+    }
+}
+
 fn as_node<K: Resource>(obj: &K) -> Option<&Node> {
     (obj as &dyn Any).downcast_ref::<Node>()
 }
@@ -822,6 +858,10 @@ fn create_in<K: Resource>(
     if let Some(pc) = (&obj as &dyn Any).downcast_ref::<PriorityClass>() {
         check_one_global_default(txn, pc, true)?;
     }
+    if let Some(claim) = (&mut obj as &mut dyn Any).downcast_mut::<PersistentVolumeClaim>() {
+        default_storage_class(txn, claim)?;
+    }
+    add_protection_finalizer(&mut obj);
     for attempt in 0..8 {
         let name = obj.meta().name.clone();
         if txn.get(K::KIND, &ns, &name)?.is_none() {

@@ -346,6 +346,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         ensure_system_namespaces(&registry).await?;
         ensure_default_ingress_class(&registry).await?;
         ensure_system_priority_classes(&registry).await?;
+        ensure_default_storage_class(&registry).await?;
         crate::rbac::bootstrap::ensure(&registry)
             .await
             .map_err(|e| anyhow::anyhow!("making the default RBAC roles: {e}"))?;
@@ -478,6 +479,20 @@ async fn ensure_system_priority_classes(registry: &Registry) -> anyhow::Result<(
             Err(e) if e.code() == 409 => {}
             Err(e) => return Err(anyhow::anyhow!("creating PriorityClass {name}: {e}")),
         }
+    }
+    Ok(())
+}
+
+/// The `local-path` StorageClass, the default, provisioned by the built-in local-path
+/// provisioner (as k3s ships it). Left alone once it exists.
+async fn ensure_default_storage_class(registry: &Registry) -> anyhow::Result<()> {
+    match registry
+        .create(api::storage::local_path_class(), None)
+        .await
+    {
+        Ok(_) => tracing::info!(storageclass = api::storage::LOCAL_PATH_CLASS, "created"),
+        Err(e) if e.code() == 409 => {}
+        Err(e) => return Err(anyhow::anyhow!("creating the default StorageClass: {e}")),
     }
     Ok(())
 }

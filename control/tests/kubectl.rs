@@ -52,6 +52,16 @@ fn discovery_and_get_all() {
         "priorityclasses",
         "pc",
         "scheduling.k8s.io/v1",
+        "persistentvolumeclaims",
+        "pvc",
+        "persistentvolumes",
+        "pv",
+        "storageclasses",
+        "sc",
+        "storage.k8s.io/v1",
+        "statefulsets",
+        "sts",
+        "controllerrevisions",
     ] {
         assert!(out.contains(needle), "api-resources lacks {needle}:\n{out}");
     }

@@ -205,14 +205,26 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 ),
             }
         }
+        let storage_dir = crate::storage::storage_dir(&cfg.data_dir);
         let settings = NodeSettings {
             name: cfg.node_name.clone(),
             internal_ip: node_ip.clone(),
             labels,
+            annotations: [(
+                api::storage::NODE_LOCAL_PATH_ANNOTATION.to_string(),
+                storage_dir.display().to_string(),
+            )]
+            .into(),
             taints: cfg.taints.clone(),
             max_pods: cfg.max_pods,
             kubelet_port: log_port,
         };
+        smol::spawn(crate::storage::remove_deleted_volumes(
+            client.clone(),
+            cfg.node_name.clone(),
+            storage_dir,
+        ))
+        .detach();
         let data_dir = cfg.data_dir.clone();
         let node_facts = smol::unblock(move || NodeFacts::gather(&data_dir)).await;
         smol::spawn(keep_registered(

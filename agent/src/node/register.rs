@@ -24,6 +24,8 @@ pub struct NodeSettings {
     pub name: String,
     pub internal_ip: String,
     pub labels: BTreeMap<String, String>,
+    /// Annotations the agent keeps on its Node (the local-path volume directory).
+    pub annotations: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub max_pods: u32,
     /// The port of the agent's log endpoint (`status.daemonEndpoints.kubeletEndpoint.Port`).
@@ -119,6 +121,7 @@ pub fn build_node(facts: &NodeFacts, settings: &NodeSettings, now: Time) -> Node
         metadata: ObjectMeta {
             name: settings.name.clone(),
             labels,
+            annotations: settings.annotations.clone(),
             ..Default::default()
         },
         spec: NodeSpec {
@@ -174,6 +177,10 @@ pub async fn register(client: &Client, desired: &Node) -> Result<Node, ClientErr
                     .metadata
                     .labels
                     .extend(desired.metadata.labels.clone());
+                existing
+                    .metadata
+                    .annotations
+                    .extend(desired.metadata.annotations.clone());
                 existing.spec.taints = desired.spec.taints.clone();
                 let updated = match client.replace(&existing).await {
                     Ok(n) => n,
@@ -263,6 +270,7 @@ mod tests {
             ..Default::default()
         };
         let settings = NodeSettings {
+            annotations: Default::default(),
             name: "pi-1".into(),
             internal_ip: "10.0.0.5".into(),
             labels: [("zone".to_string(), "a".to_string())].into(),

@@ -1,6 +1,7 @@
 //! Pod volumes, set up the way the kubelet does: emptyDir, hostPath, configMap, secret and
 //! projected (ServiceAccount tokens, ConfigMaps, Secrets and pod fields in one directory),
-//! and the bind mounts of each container's `volumeMounts` (readOnly, subPath).
+//! persistentVolumeClaim (the claim's bound hostPath or local volume), and the bind mounts of
+//! each container's `volumeMounts` (readOnly, subPath).
 //!
 //! ```text
 //! check_spec(&pod.spec)?                                   // once: unsupported => rejected
@@ -46,6 +47,7 @@ use api::client::Client;
 use api::core::{
     ConfigMap, Container, DownwardApiVolumeFile, KeyToPath, Pod, PodSpec, Secret, Volume,
 };
+use api::storage::{PersistentVolume, PersistentVolumeClaim};
 
 use crate::runtime::{MountKind, MountSpec};
 
@@ -92,6 +94,10 @@ pub enum VolumeKind {
     ConfigMap,
     Secret,
     Projected,
+    /// A persistent volume through its claim; `read_only` from the pod's claim source.
+    Claim {
+        read_only: bool,
+    },
 }
 
 /// A volume ready to be bind-mounted.
@@ -127,6 +133,80 @@ pub struct Sources {
     pub tokens: HashMap<(String, i64), Fetched<String>>,
     /// The pod, for the downward API items of projected volumes.
     pub pod: Option<Pod>,
+    /// By claim name: where its bound volume is on this node, or why it cannot be used yet.
+    pub claims: HashMap<String, Result<ClaimVolume, String>>,
+}
+
+/// Where a claim's persistent volume is on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimVolume {
+    pub path: PathBuf,
+    /// The hostPath type to check ("Directory" for local volumes).
+    pub type_: String,
+    /// A local-path volume: its directory is made (mode 0777, as k3s' provisioner makes it)
+    /// when missing.
+    pub provisioned: bool,
+}
+
+/// Where `pv` is on the node, if skiff can mount it.
+pub fn claim_volume(pv: &PersistentVolume) -> Result<ClaimVolume, String> {
+    let provisioned = pv
+        .metadata
+        .annotations
+        .get(api::storage::PROVISIONED_BY_ANNOTATION)
+        .is_some_and(|p| p == api::storage::LOCAL_PATH_PROVISIONER);
+    if let Some(h) = &pv.spec.host_path {
+        return Ok(ClaimVolume {
+            path: PathBuf::from(&h.path),
+            type_: h.type_.clone().unwrap_or_default(),
+            provisioned,
+        });
+    }
+    if let Some(l) = &pv.spec.local {
+        return Ok(ClaimVolume {
+            path: PathBuf::from(&l.path),
+            type_: "Directory".into(),
+            provisioned,
+        });
+    }
+    Err(format!(
+        "persistent volume {:?}: only hostPath and local volumes are supported by skiff",
+        pv.metadata.name
+    ))
+}
+
+/// The kubelet's check of a claim: it exists and is bound, and its volume exists.
+async fn fetch_claim(client: &Client, namespace: &str, name: &str) -> Result<ClaimVolume, String> {
+    let claim = match client.get::<PersistentVolumeClaim>(namespace, name).await {
+        Ok(c) => c,
+        Err(e) => {
+            return Err(format!(
+                "error processing PVC {namespace}/{name}: failed to fetch PVC from API server: {e}"
+            ))
+        }
+    };
+    let volume = claim.spec.volume_name.as_deref().unwrap_or("");
+    if volume.is_empty() || claim.status.phase.as_deref() != Some("Bound") {
+        return Err(format!(
+            "error processing PVC {namespace}/{name}: PVC is not bound"
+        ));
+    }
+    let pv = client
+        .get::<PersistentVolume>("", volume)
+        .await
+        .map_err(|e| format!("error processing PVC {namespace}/{name}: {e}"))?;
+    if pv
+        .spec
+        .claim_ref
+        .as_ref()
+        .and_then(|r| r.uid.as_deref())
+        .is_some_and(|u| u != claim.metadata.uid)
+    {
+        return Err(format!(
+            "error processing PVC {namespace}/{name}: volume {volume} is bound to another claim"
+        ));
+    }
+    claim_volume(&pv)
 }
 
 // ---- the pod spec ------------------------------------------------------------------------
@@ -238,7 +318,12 @@ pub fn check_spec(spec: &PodSpec) -> Result<(), VolumeError> {
         }
         let sources = v.source_names();
         match sources.as_slice() {
-            ["hostPath"] | ["emptyDir"] | ["configMap"] | ["secret"] | ["projected"] => {}
+            ["hostPath"]
+            | ["emptyDir"]
+            | ["configMap"]
+            | ["secret"]
+            | ["projected"]
+            | ["persistentVolumeClaim"] => {}
             [one] => {
                 return invalid(format!(
                     "volume {:?}: {one} volumes are not supported by skiff",
@@ -390,6 +475,12 @@ pub async fn fetch(client: &Client, pod: &Pod) -> Sources {
                     Err(e) => Err(format!("cannot read configmap {name:?}: {e}")),
                 };
                 out.config_maps.insert(name.to_string(), got);
+            }
+        }
+        if let Some(c) = &v.persistent_volume_claim {
+            if !out.claims.contains_key(&c.claim_name) {
+                let got = fetch_claim(client, namespace, &c.claim_name).await;
+                out.claims.insert(c.claim_name.clone(), got);
             }
         }
         for name in secret_names(v) {
@@ -952,6 +1043,24 @@ fn set_up_one(pod_dir: &Path, v: &Volume, sources: &Sources) -> Result<PreparedV
             kind: VolumeKind::HostPath { dir },
         });
     }
+    if let Some(c) = &v.persistent_volume_claim {
+        let cv = match sources.claims.get(&c.claim_name) {
+            Some(Ok(cv)) => cv,
+            Some(Err(e)) => return Err(e.clone()),
+            None => return Err(format!("claim {:?} was not looked up", c.claim_name)),
+        };
+        if cv.provisioned && fs::metadata(&cv.path).is_err() {
+            create_dir(&cv.path, 0o777)?;
+        }
+        check_host_path(&cv.path, &cv.type_)?;
+        return Ok(PreparedVolume {
+            name: v.name.clone(),
+            path: cv.path.clone(),
+            kind: VolumeKind::Claim {
+                read_only: c.read_only == Some(true),
+            },
+        });
+    }
     let Some(dir) = dir else {
         return Err("volume type not supported by skiff".into());
     };
@@ -1141,7 +1250,10 @@ pub fn mounts(
         let readonly = m.read_only == Some(true)
             || matches!(
                 v.kind,
-                VolumeKind::ConfigMap | VolumeKind::Secret | VolumeKind::Projected
+                VolumeKind::ConfigMap
+                    | VolumeKind::Secret
+                    | VolumeKind::Projected
+                    | VolumeKind::Claim { read_only: true }
             );
         let sub = m.sub_path.as_deref().unwrap_or("");
         let source = if sub.is_empty() {
@@ -1150,7 +1262,7 @@ pub fn mounts(
             let rel = check_sub_path(sub).map_err(|e| VolumeError::Mount(format!("{at}: {e}")))?;
             let create = match v.kind {
                 VolumeKind::EmptyDir => Some(0o777),
-                VolumeKind::HostPath { dir: true } => Some(0o755),
+                VolumeKind::HostPath { dir: true } | VolumeKind::Claim { .. } => Some(0o755),
                 _ => None,
             };
             resolve_sub_path(&v.path, &rel, create)

@@ -21,7 +21,7 @@ pub async fn run(session: &Session, args: &ScaleArgs) -> anyhow::Result<()> {
     let (kind, name) = parse_target(&args.target)?;
     if !matches!(
         kind,
-        Kind::Deployment | Kind::ReplicaSet | Kind::ReplicationController
+        Kind::Deployment | Kind::ReplicaSet | Kind::ReplicationController | Kind::StatefulSet
     ) {
         anyhow::bail!("{} {name:?} cannot be scaled", kind_label(kind));
     }

@@ -20,6 +20,8 @@ pub mod podautoscaler;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod servicelb;
+pub mod statefulset;
+pub mod volume;
 pub mod workload;
 
 /// Starts every control loop on the current executor.
@@ -39,6 +41,8 @@ pub fn start_all(ctx: &Context) {
     servicelb::start(ctx);
     disruption::start(ctx);
     resourcequota::start(ctx);
+    volume::start(ctx);
+    statefulset::start(ctx);
     gc::start(ctx.registry.clone());
     smol::spawn(events::run_sweeper(
         ctx.registry.clone(),

@@ -149,7 +149,10 @@ pub fn resource_list(group: &str, version: &str) -> Value {
                     &["update"],
                 ));
             }
-            Kind::Deployment | Kind::ReplicaSet | Kind::ReplicationController => {
+            Kind::Deployment
+            | Kind::ReplicaSet
+            | Kind::ReplicationController
+            | Kind::StatefulSet => {
                 let mut s = subresource(
                     format!("{}/scale", i.plural),
                     "Scale",

@@ -770,9 +770,35 @@ async fn authorize_node(
         // The node's built-in ingress proxy reads these (with Services, Endpoints, Secrets).
         | Kind::Ingress
         | Kind::IngressClass
+        // A pod's claims and their volumes, mounted by the agent.
+        | Kind::PersistentVolumeClaim
+        | Kind::PersistentVolume
+        | Kind::StorageClass
             if reading =>
         {
             Ok(())
+        }
+        // The agent removes a deleted local-path volume's directory, then its cleanup
+        // finalizer: only that, only on a volume of its own node.
+        Kind::PersistentVolume if *method == Method::Put && path.subresource.is_none() => {
+            let Some(name) = &path.name else {
+                return Err(forbidden("modify collections of persistentvolumes"));
+            };
+            let stored: api::storage::PersistentVolume = state.registry.get("", name).await?;
+            let sent: api::storage::PersistentVolume = api::codec::parse_json(body)
+                .map_err(|e| ApiError::bad_request(e.to_string()))
+                .and_then(crate::registry::decode)?;
+            let ours = crate::controllers::volume::local_path_node(&stored) == Some(node)
+                && stored.metadata.deletion_timestamp.is_some();
+            let mut expected = stored.metadata.finalizers.clone();
+            expected.retain(|f| f != api::storage::LOCAL_PATH_CLEANUP_FINALIZER);
+            if ours && sent.spec == stored.spec && sent.metadata.finalizers == expected {
+                Ok(())
+            } else {
+                Err(forbidden(&format!(
+                    "modify persistentvolume \"{name}\" other than removing the cleanup finalizer of a volume of its own"
+                )))
+            }
         }
         Kind::Node => {
             let name = match (&path.name, method) {
@@ -1066,7 +1092,10 @@ async fn resource<K: Resource>(
         Some("scale")
             if matches!(
                 kind,
-                Kind::Deployment | Kind::ReplicaSet | Kind::ReplicationController
+                Kind::Deployment
+                    | Kind::ReplicaSet
+                    | Kind::ReplicationController
+                    | Kind::StatefulSet
             ) =>
         {
             Part::Main
@@ -1414,8 +1443,8 @@ fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptio
     Ok(opts)
 }
 
-/// The autoscaling/v1 Scale of a Deployment, ReplicaSet or ReplicationController (whose
-/// selector is the label map itself).
+/// The autoscaling/v1 Scale of a Deployment, ReplicaSet, StatefulSet or ReplicationController
+/// (whose selector is the label map itself).
 fn scale_of(obj: &AnyObject) -> Value {
     let json = obj.to_json();
     let meta = obj.meta();

@@ -113,7 +113,7 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 ///   annotation (the big fields of real objects, read only by the API's own apply);
 /// - of pods, what only the node agent reads: the containers' command, arguments, working
 ///   directory, environment, image, probes, lifecycle hooks, mounts, limits, security
-///   context and terminal settings, and the pod's volumes, DNS, host aliases, service
+///   context and terminal settings, and the pod's volumes but its claims, DNS, host aliases, service
 ///   account, pull secrets, security context, priority class and runtime class. Kept: the
 ///   metadata, the status, and everything the scheduler filters and scores on (requests,
 ///   ports, affinity, tolerations, node selector, overhead...).
@@ -153,7 +153,10 @@ fn pod_droppable(p: &api::core::Pod) -> bool {
             || !c.args.is_empty()
             || !c.env.is_empty()
             || c.termination_message_path.is_some()
-    }) || !s.volumes.is_empty()
+    }) || s
+        .volumes
+        .iter()
+        .any(|v| v.persistent_volume_claim.is_none())
         || s.dns_policy.is_some()
         || s.service_account_name.is_some()
 }
@@ -178,7 +181,8 @@ fn strip_pod(p: &mut api::core::Pod) {
     s.init_containers.iter_mut().for_each(strip_container);
     s.containers.iter_mut().for_each(strip_container);
     s.ephemeral_containers.clear();
-    s.volumes.clear();
+    // Claims stay: the scheduler's volume filters and the PVC protection controller read them.
+    s.volumes.retain(|v| v.persistent_volume_claim.is_some());
     s.dns_policy = None;
     s.dns_config = None;
     s.host_aliases.clear();

@@ -48,6 +48,13 @@ pub const CACHED_KINDS: &[Kind] = &[
     // For the ServiceAccount controller and token authenticator.
     Kind::Namespace,
     Kind::ServiceAccount,
+    // For the PV binder, the protection controllers and the scheduler's volume filters.
+    Kind::PersistentVolume,
+    Kind::PersistentVolumeClaim,
+    Kind::StorageClass,
+    // For the StatefulSet controller.
+    Kind::StatefulSet,
+    Kind::ControllerRevision,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).

@@ -34,6 +34,8 @@ pub enum Reason {
     PodAffinity,
     PodAntiAffinity,
     ExistingAntiAffinity,
+    VolumeNodeAffinity,
+    VolumeBind,
 }
 
 impl fmt::Display for Reason {
@@ -58,6 +60,10 @@ impl fmt::Display for Reason {
             Reason::PodAntiAffinity => f.write_str("node(s) didn't match pod anti-affinity rules"),
             Reason::ExistingAntiAffinity => {
                 f.write_str("node(s) didn't satisfy existing pods anti-affinity rules")
+            }
+            Reason::VolumeNodeAffinity => f.write_str("node(s) had volume node affinity conflict"),
+            Reason::VolumeBind => {
+                f.write_str("node(s) didn't find available persistent volumes to bind")
             }
         }
     }

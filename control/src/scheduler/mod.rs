@@ -28,6 +28,7 @@ pub mod cache;
 pub mod filter;
 pub mod preempt;
 pub mod score;
+pub mod volumes;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -47,6 +48,7 @@ use crate::registry::{Part, Registry};
 
 use cache::{key_of, occupies_node, ClusterState, NodeChange, PodFacts};
 use filter::{AffinityPlan, Reason};
+use volumes::{VolumeCheck, VolumeLister};
 
 /// The `spec.schedulerName` this scheduler serves (also the default).
 pub const SCHEDULER_NAME: &str = "default-scheduler";
@@ -74,12 +76,18 @@ const MIN_FEASIBLE_NODES: usize = 100;
 pub struct FitError {
     pub nodes: usize,
     pub reasons: HashMap<Reason, usize>,
+    /// Why the pod fits no node whatever the node (kube-scheduler's PreFilter message, such
+    /// as a missing claim).
+    pub pre_filter: Option<String>,
 }
 
 impl FitError {
     /// `0/3 nodes are available: ...` (the PodScheduled message and the event).
     pub fn message(&self) -> String {
-        filter::unschedulable_message(self.nodes, &self.reasons)
+        match &self.pre_filter {
+            Some(m) if self.nodes > 0 => format!("0/{} nodes are available: {m}.", self.nodes),
+            _ => filter::unschedulable_message(self.nodes, &self.reasons),
+        }
     }
 }
 
@@ -109,11 +117,26 @@ pub fn find_node(
     facts: &PodFacts,
     cursor: &mut Cursor,
 ) -> Result<String, FitError> {
+    find_node_with_volumes(state, pod, facts, &VolumeCheck::default(), cursor)
+}
+
+/// [`find_node`] for a pod with claims: `volumes` is its [`VolumeCheck`].
+pub fn find_node_with_volumes(
+    state: &ClusterState,
+    pod: &Pod,
+    facts: &PodFacts,
+    volumes: &VolumeCheck,
+    cursor: &mut Cursor,
+) -> Result<String, FitError> {
     let nodes = state.nodes();
     let total = nodes.len();
     let mut reasons: HashMap<Reason, usize> = HashMap::new();
     if total == 0 {
-        return Err(FitError { nodes: 0, reasons });
+        return Err(FitError {
+            nodes: 0,
+            reasons,
+            pre_filter: None,
+        });
     }
     let want = nodes_to_find(total);
     let plan = AffinityPlan::build(pod, state);
@@ -126,7 +149,14 @@ pub fn find_node(
         examined += 1;
         // Room that preempting pods of at least this priority wait for is not free.
         let held = state.with_nominated(info, &key, facts.priority);
-        match filter::filter(pod, facts, &plan, held.as_ref().unwrap_or(info)) {
+        let fits =
+            filter::filter(pod, facts, &plan, held.as_ref().unwrap_or(info)).and_then(|()| {
+                if volumes.is_empty() {
+                    return Ok(());
+                }
+                volumes.check(&info.node).map_err(|r| vec![r])
+            });
+        match fits {
             Ok(()) => {
                 feasible.push(info);
                 if feasible.len() >= want {
@@ -145,11 +175,33 @@ pub fn find_node(
         return Err(FitError {
             nodes: total,
             reasons,
+            pre_filter: None,
         });
     }
     let scores = score::score_nodes(pod, facts, &feasible);
     let best = score::select(&scores, &mut cursor.turn).unwrap_or(0);
     Ok(feasible[best].name().to_string())
+}
+
+/// The scheduler's view of claims, volumes and classes: the shared informer cache.
+struct CacheLister<'a>(&'a crate::machinery::informer::Cache);
+
+impl VolumeLister for CacheLister<'_> {
+    fn claim(&self, ns: &str, name: &str) -> Option<api::storage::PersistentVolumeClaim> {
+        self.0.get(ns, name)
+    }
+    fn volume(&self, name: &str) -> Option<api::storage::PersistentVolume> {
+        self.0.get("", name)
+    }
+    fn class(&self, name: &str) -> Option<api::storage::StorageClass> {
+        self.0.get("", name)
+    }
+    fn volumes(&self) -> Vec<api::storage::PersistentVolume> {
+        self.0.list(None)
+    }
+    fn pods(&self, ns: &str) -> Vec<Pod> {
+        self.0.list(Some(ns))
+    }
 }
 
 /// Whether this scheduler should place `pod`.
@@ -278,7 +330,13 @@ struct Failing {
 
 /// Starts the scheduler on its own thread.
 pub fn start(ctx: &Context) {
-    let changes = ctx.informers.subscribe(&[Kind::Node, Kind::Pod]);
+    let changes = ctx.informers.subscribe(&[
+        Kind::Node,
+        Kind::Pod,
+        Kind::PersistentVolumeClaim,
+        Kind::PersistentVolume,
+        Kind::StorageClass,
+    ]);
     let (tx, rx) = async_channel::unbounded();
     let scheduler = Scheduler {
         // Its writes are kube-scheduler's in managedFields, as in Kubernetes.
@@ -493,6 +551,10 @@ impl Scheduler {
             AnyObject::Node(_) if self.state.node_changed(obj, false) == NodeChange::Relevant => {
                 self.request_flush();
             }
+            // A claim created or bound, a volume or a class added: waiting pods may fit.
+            AnyObject::PersistentVolumeClaim(_)
+            | AnyObject::PersistentVolume(_)
+            | AnyObject::StorageClass(_) => self.request_flush(),
             _ => {}
         }
     }
@@ -655,8 +717,25 @@ impl Scheduler {
             };
             let pod = &pod;
             let facts = PodFacts::of(pod);
-            match find_node(&self.state, pod, &facts, &mut self.cursor) {
+            let volumes = if pod.spec.volumes.is_empty() {
+                Ok(VolumeCheck::default())
+            } else {
+                VolumeCheck::build(pod, &CacheLister(self.informers.cache()))
+            };
+            let found = match &volumes {
+                Ok(v) => find_node_with_volumes(&self.state, pod, &facts, v, &mut self.cursor),
+                Err(m) => Err(FitError {
+                    nodes: self.state.len(),
+                    reasons: HashMap::new(),
+                    pre_filter: Some(m.clone()),
+                }),
+            };
+            match found {
                 Ok(node) => {
+                    let select: Vec<(String, String)> = volumes
+                        .as_ref()
+                        .map(|v| v.delayed_claims(&node))
+                        .unwrap_or_default();
                     self.state
                         .add_pod(key.clone(), pod, packed, node.clone(), true);
                     // The Scheduled event is written with the binding, in the same write.
@@ -672,6 +751,29 @@ impl Scheduler {
                     let registry = self.registry.clone();
                     let tx = self.tx.clone();
                     smol::spawn(async move {
+                        // The claims waiting for their first consumer learn its node before
+                        // the pod is bound (kube-scheduler's VolumeBinding PreBind); the PV
+                        // controller then binds or provisions, and the agent waits for that.
+                        for (ns, claim) in select {
+                            let node = node.clone();
+                            let r = registry
+                                .mutate::<api::storage::PersistentVolumeClaim>(
+                                    &ns,
+                                    &claim,
+                                    Part::Main,
+                                    move |c| {
+                                        c.metadata.annotations.insert(
+                                            api::storage::SELECTED_NODE_ANNOTATION.into(),
+                                            node,
+                                        );
+                                        Ok(())
+                                    },
+                                )
+                                .await;
+                            if let Err(e) = r {
+                                tracing::debug!(claim = %claim, error = %e, "selecting the claim's node failed");
+                            }
+                        }
                         let result = registry
                             .bind_recording(&key.0, &key.1, node.clone(), Some(event))
                             .await;
