@@ -182,10 +182,12 @@ pub fn resolve(class: Option<&str>, classes: &[PriorityClass]) -> Result<Resolve
                     priority: c.value,
                     preemption_policy: c.preemption_policy.clone(),
                 },
+                // Kubernetes' Priority admission: priority 0 and PreemptLowerPriority when
+                // no class is the global default.
                 None => Resolved {
                     class_name: None,
                     priority: 0,
-                    preemption_policy: None,
+                    preemption_policy: Some(PREEMPT_LOWER_PRIORITY.to_string()),
                 },
             })
         }

@@ -13,7 +13,9 @@ fn backup_from_live_server_restores_objects_uids_and_pki() {
     std::thread::sleep(std::time::Duration::from_secs(2));
     let backup = dir.path().join("skiff.backup");
     let before = uids(&server, KINDS);
-    let out = server.cli(&["backup", backup.to_str().expect("path")]);
+    // With the secrets key: the fixture holds a Secret, and a restore without the key that
+    // sealed it refuses to start (tests/secrets_at_rest.rs checks that side).
+    let out = server.cli(&["backup", "--include-key", backup.to_str().expect("path")]);
     assert!(
         out.status.success(),
         "{}",

@@ -506,6 +506,9 @@ fn create_services_namespace_run_and_expose() {
     // The ServiceAccount admission's default, under both names as kube-apiserver shows it.
     want["serviceAccountName"] = json!("default");
     want["serviceAccount"] = json!("default");
+    // The Priority admission's values when no PriorityClass is the global default.
+    want["priority"] = json!(0);
+    want["preemptionPolicy"] = json!("PreemptLowerPriority");
     want["tolerations"] = json!([
         {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
          "tolerationSeconds": 300},
