@@ -21,7 +21,8 @@ wait_port() {  # wait_port PORT
     return 1
 }
 
-build_release() {
+build_release() {  # SKIFF=path uses that binary instead of building one
+    if [ -n "${SKIFF:-}" ]; then return; fi
     (cd "$ROOT" && cargo build --release -q -p skiff-control)
     SKIFF="$ROOT/target/release/skiff"
 }
