@@ -445,3 +445,69 @@ fn delete_and_recreate_in_one_closure_emits_both_events() {
         assert_eq!(a, recreated);
     });
 }
+
+fn namespace(name: &str, value: &str) -> AnyObject {
+    let mut metadata = ObjectMeta {
+        name: name.into(),
+        ..Default::default()
+    };
+    metadata.labels.insert("v".into(), value.into());
+    AnyObject::Namespace(api::core::Namespace {
+        metadata,
+        ..Default::default()
+    })
+}
+
+/// Namespaces are among the kinds the writer decodes once per batch; a closure must still see
+/// what the earlier closures of its batch wrote, through `get` and `list` alike.
+#[test]
+fn reads_cached_for_a_batch_see_the_batch_s_earlier_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    smol::block_on(async {
+        put(&store, namespace("a", "0")).await.unwrap();
+        let holder = hold_writer(&store).await;
+        let read = |store: &Store| {
+            let s = store.clone();
+            smol::spawn(async move {
+                s.write(|txn| {
+                    let got = txn.get(Kind::Namespace, "", "a")?.unwrap();
+                    let all = txn.list(Kind::Namespace, None)?;
+                    let labels: Vec<String> = all.iter().map(|o| label(o).to_string()).collect();
+                    Ok::<_, StoreError>((label(&got).to_string(), names(&all), labels))
+                })
+                .await
+                .unwrap()
+            })
+        };
+        let first = read(&store);
+        smol::Timer::after(Duration::from_millis(20)).await;
+        let s = store.clone();
+        let change = smol::spawn(async move {
+            s.write(|txn| {
+                txn.put(namespace("a", "1"))?;
+                txn.put(namespace("b", "1"))
+            })
+            .await
+            .unwrap();
+        });
+        smol::Timer::after(Duration::from_millis(20)).await;
+        let second = read(&store);
+        holder.await;
+        change.await;
+        let (label_then, all_then, labels_then) = first.await;
+        assert_eq!(
+            (label_then.as_str(), all_then, labels_then),
+            ("0", vec!["/a".to_string()], vec!["0".to_string()])
+        );
+        let (label_now, all_now, labels_now) = second.await;
+        assert_eq!(label_now, "1");
+        assert_eq!(all_now, ["/a", "/b"]);
+        assert_eq!(labels_now, ["1", "1"]);
+        assert_eq!(
+            store.commit_stats().last_batch_size,
+            3,
+            "the three closures shared a batch"
+        );
+    });
+}

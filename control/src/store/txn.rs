@@ -5,7 +5,7 @@
 //! the revisions it took are handed to the next closure.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use api::{AnyObject, Kind};
@@ -35,6 +35,25 @@ pub(crate) struct Tables<'t> {
     keys: Option<&'t super::seal::Keyring>,
     objects: RefCell<Vec<(Kind, ObjectTable<'t>)>>,
     log: RefCell<Option<redb::Table<'t, u64, &'static [u8]>>>,
+    /// Committed objects of the kinds that admission reads on every create (see
+    /// [`read_often`]), decoded once per batch instead of once per closure. An applied
+    /// write drops what it makes stale.
+    reads: RefCell<HashMap<(Kind, String), Option<AnyObject>>>,
+    /// The same for lists of those kinds, by namespace (`None`: every namespace).
+    lists: RefCell<HashMap<(Kind, Option<String>), Vec<(String, AnyObject)>>>,
+}
+
+/// Kinds that a pod's create reads (its Namespace, ServiceAccount, PriorityClasses,
+/// LimitRanges and ResourceQuotas): few objects, read by nearly every closure of a batch.
+fn read_often(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Namespace
+            | Kind::ServiceAccount
+            | Kind::PriorityClass
+            | Kind::LimitRange
+            | Kind::ResourceQuota
+    )
 }
 
 impl<'t> Tables<'t> {
@@ -47,6 +66,16 @@ impl<'t> Tables<'t> {
             keys,
             objects: RefCell::new(Vec::new()),
             log: RefCell::new(None),
+            reads: RefCell::new(HashMap::new()),
+            lists: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Forgets what a write of `kind`/`key` makes stale.
+    fn written(&self, kind: Kind, key: &str) {
+        if read_often(kind) {
+            self.reads.borrow_mut().remove(&(kind, key.to_string()));
+            self.lists.borrow_mut().retain(|(k, _), _| *k != kind);
         }
     }
 
@@ -134,12 +163,25 @@ impl<'a, 't> Txn<'a, 't> {
     }
 
     fn get_committed(&self, kind: Kind, key: &str) -> Result<Option<AnyObject>, StoreError> {
-        self.tables.with(kind, |table| {
+        let cached = read_often(kind);
+        if cached {
+            if let Some(hit) = self.tables.reads.borrow().get(&(kind, key.to_string())) {
+                return Ok(hit.clone());
+            }
+        }
+        let found = self.tables.with(kind, |table| {
             table
                 .get(key)?
                 .map(|v| decode_object(kind, key, v.value(), self.tables.keys))
                 .transpose()
-        })
+        })?;
+        if cached {
+            self.tables
+                .reads
+                .borrow_mut()
+                .insert((kind, key.to_string()), found.clone());
+        }
+        Ok(found)
     }
 
     fn exists(&self, kind: Kind, key: &str) -> Result<bool, StoreError> {
@@ -152,36 +194,8 @@ impl<'a, 't> Txn<'a, 't> {
 
     /// Every object of `kind` (in `namespace` if given), sorted by namespace then name.
     pub fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<AnyObject>, StoreError> {
-        let mut merged: BTreeMap<String, AnyObject> = BTreeMap::new();
-        self.tables.with(kind, |table| {
-            let mut push = |entry: Result<
-                (redb::AccessGuard<'_, &str>, redb::AccessGuard<'_, &[u8]>),
-                redb::StorageError,
-            >|
-             -> Result<(), StoreError> {
-                let (k, v) = entry?;
-                let key = k.value();
-                merged.insert(
-                    key.to_string(),
-                    decode_object(kind, key, v.value(), self.tables.keys)?,
-                );
-                Ok(())
-            };
-            match namespace {
-                Some(ns) => {
-                    let (start, end) = codec::namespace_range(ns);
-                    for entry in table.range(start.as_str()..end.as_str())? {
-                        push(entry)?;
-                    }
-                }
-                None => {
-                    for entry in table.iter()? {
-                        push(entry)?;
-                    }
-                }
-            }
-            Ok(())
-        })?;
+        let mut merged: BTreeMap<String, AnyObject> =
+            self.list_committed(kind, namespace)?.into_iter().collect();
         let prefix = namespace.map(|ns| object_key(ns, ""));
         for ((k, key), slot) in &self.overlay {
             if *k != kind
@@ -201,6 +215,57 @@ impl<'a, 't> Txn<'a, 't> {
             }
         }
         Ok(merged.into_values().collect())
+    }
+
+    /// The committed objects of `kind` (in `namespace` if given) by key, in key order.
+    fn list_committed(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+    ) -> Result<Vec<(String, AnyObject)>, StoreError> {
+        let cache_key = (kind, namespace.map(str::to_string));
+        if read_often(kind) {
+            if let Some(hit) = self.tables.lists.borrow().get(&cache_key) {
+                return Ok(hit.clone());
+            }
+        }
+        let mut found = Vec::new();
+        self.tables.with(kind, |table| {
+            let mut push = |entry: Result<
+                (redb::AccessGuard<'_, &str>, redb::AccessGuard<'_, &[u8]>),
+                redb::StorageError,
+            >|
+             -> Result<(), StoreError> {
+                let (k, v) = entry?;
+                let key = k.value();
+                found.push((
+                    key.to_string(),
+                    decode_object(kind, key, v.value(), self.tables.keys)?,
+                ));
+                Ok(())
+            };
+            match namespace {
+                Some(ns) => {
+                    let (start, end) = codec::namespace_range(ns);
+                    for entry in table.range(start.as_str()..end.as_str())? {
+                        push(entry)?;
+                    }
+                }
+                None => {
+                    for entry in table.iter()? {
+                        push(entry)?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        if read_often(kind) {
+            self.tables
+                .lists
+                .borrow_mut()
+                .insert(cache_key, found.clone());
+        }
+        Ok(found)
     }
 
     /// Stores `obj` (an Added event if it is new, Modified otherwise) and returns it with its new
@@ -325,6 +390,7 @@ impl EncodedWrites<'_, '_> {
     /// the caller must abandon it.
     pub(crate) fn apply(self) -> Result<(Vec<PackedEvent>, u64), StoreError> {
         for (kind, key, value) in &self.objects {
+            self.tables.written(*kind, key);
             self.tables.with(*kind, |table| {
                 match value {
                     Some(bytes) => {
