@@ -61,6 +61,8 @@ if [ -n "$with_python" ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
     # The dashboard's tests drive a real headless browser.
     [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+    # The etcd datastore's tests run real etcd members.
+    have etcd || need_apt+=(etcd-server)
 fi
 if [ "${#need_apt[@]}" -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}" >&2

@@ -870,7 +870,9 @@ fn parse_server(server: &str) -> Result<(String, u16), ClientError> {
     Ok((host.to_string(), port))
 }
 
-fn tls_config(config: &ClientConfig) -> Result<rustls::ClientConfig, ClientError> {
+/// The rustls configuration that trusts `config`'s CA and presents its client certificate; also
+/// used by the server's etcd client, which trusts and authenticates the same way.
+pub fn tls_config(config: &ClientConfig) -> Result<rustls::ClientConfig, ClientError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
