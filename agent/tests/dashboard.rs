@@ -966,8 +966,8 @@ fn dashboard_in_a_real_browser() {
 
     // A user with only the `view` role (a ServiceAccount's token, under RBAC) sees the
     // workloads, and a scale is refused with the API's 403 message: the page never has more
-    // rights than its user. (The role is bound cluster-wide: the lists are cluster-wide, and
-    // a user who may read one namespace only sees the 403 of the cluster-wide list.)
+    // rights than its user. (Users who may read one namespace only:
+    // dashboard_namespaces_and_client_certificates.)
     let viewer_args: [&[&str]; 2] = [
         &["create", "serviceaccount", "viewer"],
         &[

@@ -22,6 +22,14 @@ const LAST_NAMESPACE = 'skiff.lastNamespace';
 // The kinds a view shows from one namespace only, as the user may not list them all.
 const narrowedKinds = new Set();
 
+// Who the user is, asked once a session (beside the first lists, not before them).
+let learning = null;
+function whoIsUser() {
+  if (session.user) return Promise.resolve(session.user);
+  if (!learning) learning = learnUser().finally(() => { learning = null; });
+  return learning;
+}
+
 const ui = {
   error(e) {
     bannerText.textContent = e && e.message ? e.message : String(e);
@@ -30,8 +38,12 @@ const ui = {
   clearError() { banner.hidden = true; bannerText.textContent = ''; },
   // A watch is back: a lost-connection notice no longer holds.
   recovered() { if (bannerText.textContent === RECONNECTING) ui.clearError(); },
-  // Where a view falls back to when the user may not list every namespace.
-  ownNamespace() { return (session.user || {}).namespace || localStorage.getItem(LAST_NAMESPACE) || ''; },
+  // Where a view falls back to when the user may not list every namespace (a promise: who
+  // the user is may still be being asked).
+  ownNamespace() {
+    const last = () => localStorage.getItem(LAST_NAMESPACE) || '';
+    return whoIsUser().then((u) => u.namespace || last(), last);
+  },
   // A list across all namespaces was forbidden: it shows `own` instead (or nothing, when
   // there is no namespace to fall back to).
   narrowed(plural, own, e) {
@@ -164,10 +176,9 @@ function route() {
   notice.hidden = true;
   main.replaceChildren();
   if (!session.loggedIn) { hidePicker(); whoami.textContent = ''; stop = loginView(); return; }
-  // Who the user is decides where a forbidden list falls back to: learnt once a session.
-  if (!session.user) { learnUser().then(route, () => {}); return; }
   nav.hidden = false;
-  whoami.textContent = session.user.username;
+  whoami.textContent = session.user ? session.user.username : '';
+  if (!session.user) whoIsUser().then((u) => { if (session.loggedIn) whoami.textContent = u.username; }, () => {});
   const [path, query] = location.hash.replace(/^#\/?/, '').split('?');
   const [name, ...args] = path.split('/').map(decodeURIComponent);
   const params = new URLSearchParams(query || '');

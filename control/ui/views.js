@@ -67,15 +67,18 @@ export const collection = (base, plural, ns) => (ns ? `${base}/namespaces/${enc(
 // bare 403; with no namespace to fall back to, it asks for one.
 function scopedWatch(ui, ns, base, plural, handlers) {
   let stop = () => {};
+  let stopped = false;
   const start = (where) => {
     stop = watch(collection(base, plural, where), {
       ...handlers,
       error: (e) => {
         if (where === '' && e instanceof ApiError && e.code === 403) {
           stop();
-          const own = ui.ownNamespace();
-          ui.narrowed(plural, own, e);
-          if (own) start(own);
+          ui.ownNamespace().then((own) => {
+            if (stopped) return;
+            ui.narrowed(plural, own, e);
+            if (own) start(own);
+          });
           return;
         }
         (handlers.error || ((x) => ui.error(x)))(e);
@@ -83,7 +86,7 @@ function scopedWatch(ui, ns, base, plural, handlers) {
     });
   };
   start(ns);
-  return () => stop();
+  return () => { stopped = true; stop(); };
 }
 
 // scopedWatch into a LiveTable.
@@ -600,7 +603,8 @@ async function applyOne(doc, defaultNs, force) {
 
 export function applyView(root, ui, ns) {
   const text = h('textarea', { class: 'manifest', rows: 18, spellcheck: 'false', placeholder: 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: example\ndata:\n  key: value', 'aria-label': 'Manifest (YAML or JSON)' });
-  const nsInput = h('input', { type: 'text', value: ns || ui.ownNamespace() || 'default', class: 'namespace', 'aria-label': 'Namespace' });
+  const nsInput = h('input', { type: 'text', value: ns || 'default', class: 'namespace', 'aria-label': 'Namespace' });
+  if (!ns) ui.ownNamespace().then((own) => { if (own && nsInput.value === 'default') nsInput.value = own; });
   const force = h('input', { type: 'checkbox', class: 'force' });
   const results = h('ul', { class: 'results' });
   const run = async () => {
