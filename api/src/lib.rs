@@ -28,6 +28,7 @@ pub mod selector;
 pub mod stats;
 pub mod storage;
 pub mod table;
+pub mod tls;
 pub mod transport;
 pub mod validation;
 

@@ -230,7 +230,7 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
         Kind::CertificateSigningRequest => vec![
             name(),
             age(),
-            col("SignerName", "string", "Only one signer is supported: kubernetes.io/kube-apiserver-client.", 0),
+            col("SignerName", "string", "The signer: kubernetes.io/kube-apiserver-client or kubernetes.io/kube-apiserver-client-kubelet.", 0),
             col("Requestor", "string", "Name of the user who created the request.", 0),
             col("RequestedDuration", "string", "Requested validity of the issued certificate.", 0),
             col("Condition", "string", "Approved, Denied or Pending, then Failed and Issued.", 0),

@@ -41,6 +41,19 @@ pub struct ServerArgs {
     /// Extra names or addresses for the serving certificate (repeatable).
     #[arg(long = "tls-san", env = "SKIFF_TLS_SAN", value_delimiter = ',')]
     pub tls_san: Vec<String>,
+    /// The longest a client certificate signed by the cluster CA may be valid (nodes',
+    /// users', CSRs'), and how long one is when its request asks for no shorter time
+    /// (kube-controller-manager's flag).
+    #[arg(long, env = "SKIFF_CLUSTER_SIGNING_DURATION", default_value = "8760h", value_parser = humantime::parse_duration)]
+    pub cluster_signing_duration: std::time::Duration,
+    /// How long node certificates (from a join or a renewal) are valid; agents renew theirs
+    /// at 70-90% of it [default: the cluster signing duration].
+    #[arg(long, env = "SKIFF_NODE_CERT_TTL", value_parser = humantime::parse_duration)]
+    pub node_cert_ttl: Option<std::time::Duration>,
+    /// How long the serving certificate (and the server's client certificate for agents)
+    /// is valid; the server renews it at 80% of it, without a restart.
+    #[arg(long, env = "SKIFF_SERVING_CERT_TTL", default_value = "8760h", value_parser = humantime::parse_duration)]
+    pub serving_cert_ttl: std::time::Duration,
     /// Bearer tokens for users, in kube-apiserver's static token file format: one
     /// `token,user,uid,"group1,group2"` per line.
     #[arg(long, env = "SKIFF_TOKEN_AUTH_FILE", value_name = "FILE")]
@@ -278,7 +291,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.service_cidr,
         advertise,
     ));
-    let pki = Pki::load_or_create(&args.data_dir, &sans, &local_url(args.listen))
+    let lifetimes = lifetimes(&args)?;
+    let pki = Pki::load_or_create_with(&args.data_dir, &sans, &local_url(args.listen), lifetimes)
         .context("preparing the PKI")?;
     let tls = pki
         .server_config()
@@ -369,6 +383,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         crate::apiservice::start(&registry, args.service_cidr, advertise, args.listen.port());
         crate::rbac::aggregation::start(&loops);
         crate::certificates::start(&loops, state.pki.clone());
+        start_certificate_renewal(state.pki.clone());
         crate::controllers::start_all(&loops);
         crate::scheduler::start(&loops);
         let listener = async_net::TcpListener::bind(args.listen)
@@ -394,6 +409,56 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     smol::block_on(store.close());
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The certificate lifetimes of the flags; one under 10 s is refused (nothing could renew
+/// in time).
+fn lifetimes(args: &ServerArgs) -> anyhow::Result<crate::pki::Lifetimes> {
+    let l = crate::pki::Lifetimes {
+        cluster_signing: args.cluster_signing_duration,
+        node: args.node_cert_ttl.unwrap_or(args.cluster_signing_duration),
+        serving: args.serving_cert_ttl,
+    };
+    for (flag, d) in [
+        ("--cluster-signing-duration", l.cluster_signing),
+        ("--node-cert-ttl", l.node),
+        ("--serving-cert-ttl", l.serving),
+    ] {
+        if d < std::time::Duration::from_secs(10) {
+            anyhow::bail!(
+                "{flag} must be at least 10s, got {}",
+                humantime::format_duration(d)
+            );
+        }
+    }
+    Ok(l)
+}
+
+/// Renews the serving certificate (and the server's client certificate for agents) at 80%
+/// of its lifetime, for as long as the server runs; new connections get the new one.
+fn start_certificate_renewal(pki: Arc<Pki>) {
+    smol::spawn(async move {
+        loop {
+            let p = pki.clone();
+            let next = match smol::unblock(move || p.renew_due()).await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::error!("renewing the server's certificates: {e}");
+                    std::time::SystemTime::now() + std::time::Duration::from_secs(60)
+                }
+            };
+            // Woken at least hourly, so a clock that jumps is noticed.
+            let wait = next
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default()
+                .clamp(
+                    std::time::Duration::from_secs(1),
+                    std::time::Duration::from_secs(3600),
+                );
+            smol::Timer::after(wait).await;
+        }
+    })
+    .detach();
 }
 
 #[cfg(feature = "embedded-agent")]

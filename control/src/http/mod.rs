@@ -382,14 +382,14 @@ async fn handle(
                     "users cannot be put in system:nodes: nodes get certificates by joining",
                 ));
             }
+            // No --ttl (0): the cluster signing duration; longer is cut to it.
+            let validity = state
+                .pki
+                .lifetimes()
+                .client(Some(std::time::Duration::from_secs(r.ttl_seconds)));
             let certificate = state
                 .pki
-                .sign_user_csr(
-                    &r.csr,
-                    &r.name,
-                    &r.groups,
-                    std::time::Duration::from_secs(r.ttl_seconds),
-                )
+                .sign_user_csr(&r.csr, &r.name, &r.groups, validity)
                 .map_err(|e| ApiError::bad_request(e.to_string()))?;
             let answer = api::join::UserCertResponse {
                 certificate,
@@ -840,6 +840,15 @@ async fn authorize_node(
             }
         }
         Kind::Event if *method == Method::Post || *method == Method::Patch => Ok(()),
+        // Renewing its certificate (the system:node role's create, get, list and watch on
+        // certificatesigningrequests); what is approved and signed is the approver's and the
+        // signer's to decide.
+        Kind::CertificateSigningRequest
+            if path.subresource.is_none()
+                && (reading || (*method == Method::Post && path.name.is_none())) =>
+        {
+            Ok(())
+        }
         // Tokens for the projected volumes of its pods: only bound to a pod of this node
         // that runs as that ServiceAccount (the Node authorizer and NodeRestriction).
         Kind::ServiceAccount
