@@ -1325,4 +1325,376 @@ mod tests {
         let (n, why) = h.normalize(0, 10, 1, 1, 10, &up, &slow);
         assert_eq!((n, why.reason), (8, "ScaleDownLimit"));
     }
+
+    mod plan {
+        use super::super::*;
+        use api::autoscaling::{
+            CrossVersionObjectReference, HorizontalPodAutoscalerBehavior, MetricSpec,
+            PodsMetricSource, ResourceMetricSource,
+        };
+        use api::core::{Container, PodCondition, ResourceRequirements};
+
+        fn hpa(
+            metrics: Vec<MetricSpec>,
+            behavior: Option<HorizontalPodAutoscalerBehavior>,
+        ) -> HorizontalPodAutoscaler {
+            let mut h = HorizontalPodAutoscaler::default();
+            h.metadata.name = "web".into();
+            h.spec.scale_target_ref = CrossVersionObjectReference {
+                kind: "Deployment".into(),
+                name: "web".into(),
+                api_version: Some("apps/v1".into()),
+            };
+            h.spec.min_replicas = Some(1);
+            h.spec.max_replicas = 4;
+            h.spec.metrics = metrics;
+            h.spec.behavior = behavior;
+            h
+        }
+
+        fn burst_down() -> Option<HorizontalPodAutoscalerBehavior> {
+            Some(HorizontalPodAutoscalerBehavior {
+                scale_down: Some(HPAScalingRules {
+                    stabilization_window_seconds: Some(0),
+                    ..Default::default()
+                }),
+                scale_up: None,
+            })
+        }
+
+        fn pod(uid: &str, cpu_request: &str, memory_request: &str) -> Pod {
+            let mut p = Pod::default();
+            p.metadata.name = format!("web-{uid}");
+            p.metadata.uid = uid.into();
+            p.status.phase = Some("Running".into());
+            p.status.conditions = vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }];
+            p.spec.containers = vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: [
+                        ("cpu".to_string(), Quantity(cpu_request.into())),
+                        ("memory".to_string(), Quantity(memory_request.into())),
+                    ]
+                    .into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }];
+            p
+        }
+
+        fn target(replicas: i32) -> TargetScale {
+            TargetScale {
+                replicas,
+                selector: None,
+            }
+        }
+
+        fn find<'a>(p: &'a Plan, type_: &str) -> &'a Cond {
+            p.conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .unwrap_or_else(|| panic!("no {type_} in {p:?}"))
+        }
+
+        #[test]
+        fn scales_up_on_cpu_utilisation_with_the_reason_and_status() {
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let pods = [pod("a", "100m", "1Mi"), pod("b", "100m", "1Mi")];
+            let usage = usage_of(&[("a", 90), ("b", 90)]);
+            let p = plan(
+                &h,
+                &target(2),
+                &pods,
+                &usage,
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            assert_eq!(
+                p.rescale_reason.as_deref(),
+                Some("cpu resource utilization (percentage of request) above target")
+            );
+            let cpu = p.current_metrics[0].resource.as_ref().unwrap();
+            assert_eq!(cpu.current.average_utilization, Some(90));
+            assert_eq!(cpu.current.average_value, Some(Quantity("90m".into())));
+            assert_eq!(find(&p, "AbleToScale").reason, "SucceededGetScale");
+            let active = find(&p, "ScalingActive");
+            assert_eq!(
+                (active.status, active.reason.as_str()),
+                ("True", "ValidMetricFound")
+            );
+            assert_eq!(
+                active.message,
+                "the HPA was able to successfully calculate a replica count from cpu resource utilization (percentage of request)"
+            );
+            let limited = find(&p, "ScalingLimited");
+            assert_eq!(
+                (limited.status, limited.reason.as_str()),
+                ("False", "DesiredWithinRange")
+            );
+        }
+
+        #[test]
+        fn the_maximum_limits_and_says_so() {
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let pods = [pod("a", "100m", "1Mi")];
+            let usage = usage_of(&[("a", 1000)]);
+            let p = plan(
+                &h,
+                &target(1),
+                &pods,
+                &usage,
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            let limited = find(&p, "ScalingLimited");
+            assert_eq!(
+                (limited.status, limited.reason.as_str()),
+                ("True", "TooManyReplicas")
+            );
+        }
+
+        #[test]
+        fn without_behavior_scale_down_waits_for_the_window_and_with_zero_it_does_not() {
+            let pods: Vec<Pod> = ["a", "b", "c", "d"]
+                .iter()
+                .map(|u| pod(u, "100m", "1Mi"))
+                .collect();
+            let busy = usage_of(&[("a", 50), ("b", 50), ("c", 50), ("d", 50)]);
+            let idle = usage_of(&[("a", 1), ("b", 1), ("c", 1), ("d", 1)]);
+            let settings = Settings::default();
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let mut history = History::default();
+            let p = plan(
+                &h,
+                &target(4),
+                &pods,
+                &busy,
+                &mut history,
+                &settings,
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            assert_eq!(p.rescale_reason, None);
+            assert_eq!(find(&p, "AbleToScale").reason, "ReadyForNewScale");
+            // 15 s later the pods idle, but the 5-minute window remembers 4.
+            let p = plan(
+                &h,
+                &target(4),
+                &pods,
+                &idle,
+                &mut history,
+                &settings,
+                Time(1015),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            assert_eq!(p.rescale_reason, None);
+            // After the window: down to the minimum.
+            let p = plan(
+                &h,
+                &target(4),
+                &pods,
+                &idle,
+                &mut history,
+                &settings,
+                Time(1400),
+            );
+            assert_eq!(p.desired_replicas, Some(1));
+            assert_eq!(
+                p.rescale_reason.as_deref(),
+                Some("All metrics below target")
+            );
+            // A zero window scales down at once.
+            let h = hpa(
+                vec![api::autoscaling::cpu_utilization_metric(50)],
+                burst_down(),
+            );
+            let mut history = History::default();
+            plan(
+                &h,
+                &target(4),
+                &pods,
+                &busy,
+                &mut history,
+                &settings,
+                Time(1000),
+            );
+            let p = plan(
+                &h,
+                &target(4),
+                &pods,
+                &idle,
+                &mut history,
+                &settings,
+                Time(1015),
+            );
+            assert_eq!(p.desired_replicas, Some(1));
+        }
+
+        #[test]
+        fn memory_average_value_ignores_requests() {
+            let metric = MetricSpec {
+                type_: "Resource".into(),
+                resource: Some(ResourceMetricSource {
+                    name: "memory".into(),
+                    target: MetricTarget {
+                        type_: "AverageValue".into(),
+                        average_value: Some(Quantity("10Mi".into())),
+                        ..Default::default()
+                    },
+                }),
+                ..Default::default()
+            };
+            let h = hpa(vec![metric], None);
+            let pods = [pod("a", "100m", "1Mi")];
+            let usage: HashMap<String, Vec<ContainerUsage>> = [(
+                "a".to_string(),
+                vec![ContainerUsage {
+                    name: "c".into(),
+                    cpu_milli: 1,
+                    memory_bytes: 30 << 20,
+                }],
+            )]
+            .into();
+            let p = plan(
+                &h,
+                &target(1),
+                &pods,
+                &usage,
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(3));
+            assert_eq!(
+                p.rescale_reason.as_deref(),
+                Some("memory resource above target")
+            );
+            let m = p.current_metrics[0].resource.as_ref().unwrap();
+            assert_eq!(
+                m.current.average_value,
+                Some(Quantity((30i64 << 20).to_string()))
+            );
+            assert_eq!(m.current.average_utilization, None);
+        }
+
+        #[test]
+        fn metrics_without_a_source_stop_scaling_with_kubernetes_reasons() {
+            let pods_metric = MetricSpec {
+                type_: "Pods".into(),
+                pods: Some(PodsMetricSource {
+                    metric: api::autoscaling::MetricIdentifier {
+                        name: "rps".into(),
+                        selector: None,
+                    },
+                    target: MetricTarget {
+                        type_: "AverageValue".into(),
+                        average_value: Some(Quantity("10".into())),
+                        ..Default::default()
+                    },
+                }),
+                ..Default::default()
+            };
+            let h = hpa(vec![pods_metric], None);
+            let pods = [pod("a", "100m", "1Mi")];
+            let p = plan(
+                &h,
+                &target(2),
+                &pods,
+                &usage_of(&[("a", 5)]),
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, None);
+            assert_eq!(p.rescale_reason, None);
+            let active = find(&p, "ScalingActive");
+            assert_eq!(
+                (active.status, active.reason.as_str()),
+                ("False", "FailedGetPodsMetric")
+            );
+            assert!(
+                active.message.starts_with(
+                    "the HPA was unable to compute the replica count: unable to get metric rps"
+                ),
+                "{active:?}"
+            );
+            assert!(p
+                .events
+                .iter()
+                .any(|e| e.reason == "FailedComputeMetricsReplicas"
+                    && e.message
+                        .starts_with("invalid metrics (1 invalid out of 1)")));
+            // CPU with no samples at all.
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let p = plan(
+                &h,
+                &target(2),
+                &pods,
+                &HashMap::new(),
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(find(&p, "ScalingActive").reason, "FailedGetResourceMetric");
+        }
+
+        #[test]
+        fn a_target_at_zero_disables_and_out_of_range_targets_are_brought_in() {
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let p = plan(
+                &h,
+                &target(0),
+                &[],
+                &HashMap::new(),
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(0));
+            assert_eq!(p.rescale_reason, None);
+            assert_eq!(find(&p, "ScalingActive").reason, "ScalingDisabled");
+            let p = plan(
+                &h,
+                &target(9),
+                &[],
+                &HashMap::new(),
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            assert_eq!(
+                p.rescale_reason.as_deref(),
+                Some("Current number of replicas above Spec.MaxReplicas")
+            );
+        }
+
+        #[test]
+        fn conditions_keep_their_transition_time_while_their_status_stays() {
+            let old = vec![HorizontalPodAutoscalerCondition {
+                type_: "AbleToScale".into(),
+                status: "True".into(),
+                last_transition_time: Some(Time(5)),
+                reason: Some("SucceededGetScale".into()),
+                message: None,
+            }];
+            let new = [
+                cond("AbleToScale", true, "ReadyForNewScale", "x"),
+                cond("ScalingActive", false, "ScalingDisabled", "y"),
+            ];
+            let merged = merge_conditions(&old, &new, Time(50));
+            assert_eq!(merged[0].last_transition_time, Some(Time(5)));
+            assert_eq!(merged[0].reason.as_deref(), Some("ReadyForNewScale"));
+            assert_eq!(merged[1].last_transition_time, Some(Time(50)));
+        }
+    }
 }
