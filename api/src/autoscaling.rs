@@ -1486,6 +1486,11 @@ mod tests {
         h
     }
 
+    /// A v2 object from its Kubernetes JSON (with apiVersion and kind).
+    fn decode(v: Value) -> HorizontalPodAutoscaler {
+        crate::codec::from_json(v).expect("a v2 object")
+    }
+
     #[test]
     fn defaults_as_kubernetes() {
         let mut h = hpa();
@@ -1628,7 +1633,7 @@ mod tests {
             .unwrap()
             .contains("ReadyForNewScale"));
         let back = from_v1(&v1);
-        let back: HorizontalPodAutoscaler = serde_json::from_value(back).unwrap();
+        let back = decode(back);
         // The CPU metric comes back after the annotation's ones, as Kubernetes orders them.
         assert_eq!(back.spec.metrics.len(), 2);
         assert_eq!(back.spec.metrics[1], cpu_utilization_metric(50));
@@ -1643,7 +1648,7 @@ mod tests {
         let v1 = json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": "web"},
             "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 3}});
-        let v2: HorizontalPodAutoscaler = serde_json::from_value(from_v1(&v1)).unwrap();
+        let v2 = decode(from_v1(&v1));
         assert_eq!(v2.spec.metrics, vec![cpu_utilization_metric(80)]);
         assert_eq!(v2.spec.max_replicas, 3);
     }

@@ -184,7 +184,8 @@ pub fn group_versions(group: &str) -> Vec<&'static str> {
 }
 
 fn serves_version(group: &str, version: &str) -> bool {
-    group_versions(group).iter().any(|v| *v == version)
+    let versions: Vec<&str> = group_versions(group);
+    versions.contains(&version)
 }
 
 /// The older version a kind is also served at, converted at the edge.
