@@ -2,6 +2,7 @@
 //! field selectors, and the HTTPS client. No server code lives here.
 
 pub mod apps;
+pub mod autoscaling;
 pub mod batch;
 pub mod certificates;
 pub mod cidr;

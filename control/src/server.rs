@@ -61,6 +61,20 @@ pub struct ServerArgs {
     /// A node without a heartbeat for this long is marked unreachable.
     #[arg(long, env = "SKIFF_NODE_MONITOR_GRACE_PERIOD", default_value = "40s", value_parser = humantime::parse_duration)]
     pub node_monitor_grace_period: std::time::Duration,
+    /// How often the horizontal pod autoscaler syncs every HorizontalPodAutoscaler.
+    #[arg(long, env = "SKIFF_HORIZONTAL_POD_AUTOSCALER_SYNC_PERIOD", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub horizontal_pod_autoscaler_sync_period: std::time::Duration,
+    /// How long the autoscaler looks back before scaling down an autoscaler without a
+    /// behavior (the highest recommendation in this window wins).
+    #[arg(long, env = "SKIFF_HORIZONTAL_POD_AUTOSCALER_DOWNSCALE_STABILIZATION", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub horizontal_pod_autoscaler_downscale_stabilization: std::time::Duration,
+    /// The ratio of usage to target within which the autoscaler does not scale.
+    #[arg(
+        long,
+        env = "SKIFF_HORIZONTAL_POD_AUTOSCALER_TOLERANCE",
+        default_value_t = 0.1
+    )]
+    pub horizontal_pod_autoscaler_tolerance: f64,
     /// Seconds pods tolerate an unreachable or not-ready node before they are evicted
     /// (unless their tolerations say otherwise).
     #[arg(long, env = "SKIFF_DEFAULT_TOLERATION_SECONDS", default_value_t = 300)]
@@ -385,6 +399,17 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         crate::certificates::start(&loops, state.pki.clone());
         start_certificate_renewal(state.pki.clone());
         crate::controllers::start_all(&loops);
+        crate::controllers::podautoscaler::start(
+            &loops,
+            http::pod_metrics(state.clone()),
+            crate::controllers::podautoscaler::Settings {
+                sync_period: args.horizontal_pod_autoscaler_sync_period,
+                tolerance: args.horizontal_pod_autoscaler_tolerance,
+                downscale_stabilization_seconds: args
+                    .horizontal_pod_autoscaler_downscale_stabilization
+                    .as_secs() as i64,
+            },
+        );
         crate::scheduler::start(&loops);
         let listener = async_net::TcpListener::bind(args.listen)
             .await

@@ -2,6 +2,7 @@
 //! requests handled by a tide server with one endpoint that parses the path into a typed
 //! [`route::Route`] and dispatches on it.
 
+mod autoscaling_v1;
 mod backup;
 mod conn;
 pub use backup::PATH as BACKUP_PATH;
@@ -231,15 +232,7 @@ fn object_response(
     code: StatusCode,
     v: &impl serde::Serialize,
 ) -> tide::Response {
-    let wants_protobuf = header(req, "Accept").is_some_and(|a| {
-        let first = a.split(',').next().unwrap_or("");
-        let mut parts = first.split(';').map(str::trim);
-        parts
-            .next()
-            .is_some_and(|m| m.eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
-            && parts.all(|p| !p.starts_with("as="))
-    });
-    if wants_protobuf {
+    if wants_protobuf(req) {
         match serde_json::to_value(v).map(|json| protobuf::encode(&json)) {
             Ok(Ok(bytes)) => {
                 let mut r = tide::Response::new(code);
@@ -252,6 +245,23 @@ fn object_response(
         }
     }
     json_response(code, v)
+}
+
+/// The server's resource metrics as the horizontal pod autoscaler reads them.
+pub fn pod_metrics(state: State) -> Arc<dyn crate::controllers::podautoscaler::PodMetrics> {
+    Arc::new(resource_metrics::ServerPodMetrics(state))
+}
+
+/// The first media type the client accepts is Kubernetes' protobuf (not a table).
+fn wants_protobuf(req: &tide::Request<State>) -> bool {
+    header(req, "Accept").is_some_and(|a| {
+        let first = a.split(',').next().unwrap_or("");
+        let mut parts = first.split(';').map(str::trim);
+        parts
+            .next()
+            .is_some_and(|m| m.eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
+            && parts.all(|p| !p.starts_with("as="))
+    })
 }
 
 fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
@@ -485,6 +495,13 @@ async fn handle(
                 let name = path.name.clone().unwrap_or_default();
                 return eviction::serve(&state, &req, &ns, &name, &body).await;
             }
+            let legacy = if path.legacy_version {
+                let (converted, answer) = autoscaling_v1::request(&mut req, body)?;
+                body = converted;
+                Some(answer)
+            } else {
+                None
+            };
             let mut warnings = openapi::check_request(&req, &path, &mut body)?;
             // Admission (Pod Security) adds its warnings through the request's writer.
             let admission = registry::Warnings::default();
@@ -495,6 +512,9 @@ async fn handle(
             warnings.extend(std::mem::take(
                 &mut *admission.lock().unwrap_or_else(|e| e.into_inner()),
             ));
+            if let Some(answer) = legacy {
+                response = autoscaling_v1::response(response, answer).await?;
+            }
             openapi::add_warnings(&mut response, &warnings);
             Ok(response)
         }
