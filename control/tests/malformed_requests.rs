@@ -149,7 +149,7 @@ fn malformed(t: &Target, n: usize) -> Case {
         fresh_connection_after: true,
     };
     // Every 40th round of each case uses its largest variant.
-    let big = (n / 32) % 40 == 0;
+    let big = (n / 32).is_multiple_of(40);
     match n % 32 {
         0 => case(
             "deep JSON object",
@@ -312,7 +312,7 @@ fn malformed(t: &Target, n: usize) -> Case {
         ),
         30 => {
             // A head line far past any limit, without an end.
-            let mut r = format!("GET /api/v1/namespaces HTTP/1.1\r\nX-Long: ").into_bytes();
+            let mut r = b"GET /api/v1/namespaces HTTP/1.1\r\nX-Long: ".to_vec();
             r.extend(std::iter::repeat_n(b'a', if big { 4 * 1024 * 1024 } else { 70 * 1024 }));
             closing("endless header line", r)
         }

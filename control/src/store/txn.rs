@@ -40,8 +40,11 @@ pub(crate) struct Tables<'t> {
     /// write drops what it makes stale.
     reads: RefCell<HashMap<(Kind, String), Option<AnyObject>>>,
     /// The same for lists of those kinds, by namespace (`None`: every namespace).
-    lists: RefCell<HashMap<(Kind, Option<String>), Vec<(String, AnyObject)>>>,
+    lists: RefCell<HashMap<(Kind, Option<String>), CachedList>>,
 }
+
+/// A cached list: the objects of one kind (in one namespace) by key.
+type CachedList = Vec<(String, AnyObject)>;
 
 /// Kinds that a pod's create reads (its Namespace, ServiceAccount, PriorityClasses,
 /// LimitRanges and ResourceQuotas): few objects, read by nearly every closure of a batch.
