@@ -58,6 +58,8 @@ have shellcheck || need_apt+=(shellcheck)
 have systemd-analyze || need_apt+=(systemd)
 have qemu-aarch64-static || need_apt+=(qemu-user-static)
 have setpriv || need_apt+=(util-linux)
+# scripts/fuzz.sh: libFuzzer, which the fuzz targets link, is built from C++.
+have g++ || need_apt+=(g++)
 if [ -n "$with_python" ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
     # The dashboard's tests drive a real headless browser, and give it a client certificate

@@ -257,6 +257,29 @@ fn local_url(listen: SocketAddr) -> String {
     format!("https://{host}:{}", listen.port())
 }
 
+/// Lifts the soft limit on open files to the hard one (as Go programs, kube-apiserver among
+/// them, do at start): every client connection is a descriptor, and systemd's default soft
+/// limit of 1024 would otherwise cap the server at about a thousand connections.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed to them.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                tracing::warn!(
+                    "cannot raise the open files limit: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+}
+
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     // Signals go to one thread that waits for them; block them before any other thread starts
@@ -273,6 +296,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         // No other thread exists yet, so nothing reads the environment concurrently.
         std::env::set_var("SMOL_THREADS", n.to_string());
     }
+
+    raise_open_files_limit();
 
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;

@@ -10,6 +10,7 @@ pub use logs::LocalAgent;
 pub mod discovery;
 mod eviction;
 mod exec;
+mod guard;
 mod logs;
 pub mod metrics;
 mod openapi;
@@ -23,7 +24,7 @@ mod ui;
 mod watch;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use api::meta::DeleteOptions;
 use api::object::Resource;
@@ -42,6 +43,10 @@ use route::{ResourcePath, Route};
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Bounds of the pause after a failed accept (EMFILE and the like), doubled on each failure.
+const ACCEPT_DELAY_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_DELAY_MAX: Duration = Duration::from_secs(1);
 
 /// Everything a request handler needs.
 pub struct AppState {
@@ -87,16 +92,38 @@ pub async fn serve(
     app.at("/").all(endpoint);
     app.at("*").all(endpoint);
     let acceptor = futures_rustls::TlsAcceptor::from(tls);
+    let mut accept_delay = Duration::ZERO;
     loop {
-        let (tcp, peer) = listener.accept().await?;
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => {
+                accept_delay = Duration::ZERO;
+                accepted
+            }
+            // Out of file descriptors or memory for a moment: wait and accept again, as Go's
+            // net/http does, rather than stop serving.
+            Err(e) => {
+                accept_delay = (accept_delay * 2).clamp(ACCEPT_DELAY_MIN, ACCEPT_DELAY_MAX);
+                tracing::warn!(error = %e, "accepting a connection failed; retrying in {accept_delay:?}");
+                smol::Timer::after(accept_delay).await;
+                continue;
+            }
+        };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
         smol::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(s) => s,
-                Err(e) => {
+            let handshake = async { Some(acceptor.accept(tcp).await) }.or(async {
+                smol::Timer::after(guard::HANDSHAKE_TIMEOUT).await;
+                None
+            });
+            let tls = match handshake.await {
+                Some(Ok(s)) => s,
+                Some(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                None => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
@@ -106,7 +133,9 @@ pub async fn serve(
                 .peer_certificates()
                 .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
             let peer_certs = PeerCerts(certs);
-            let io = async_dup::Arc::new(async_dup::Mutex::new(conn::HeadWithBody::new(tls)));
+            let io = async_dup::Arc::new(async_dup::Mutex::new(guard::Guarded::new(
+                conn::HeadWithBody::new(tls),
+            )));
             let result = async_h1::accept(io, |mut req| {
                 req.ext_mut().insert(peer_certs.clone());
                 req.ext_mut().insert(Peer(peer));
