@@ -211,6 +211,7 @@ impl EtcdClient {
                 client_key_pem: config.client_key_pem.clone(),
                 insecure_skip_tls_verify: false,
                 tls_server_name: None,
+                client_identity: None,
             })
             .map_err(|e| EtcdError::Tls(e.to_string()))?
         } else {
