@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 python=$(scripts/setup.sh --python)
 # Tests that ask the Python kubernetes client (protobuf field names) run `python3`: the venv's.
-export PATH="$(dirname "$python"):$PATH"
+PATH="$(dirname "$python"):$PATH"
+export PATH
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast
 # The server without its embedded agent (the 32-bit ARM build in cross/build.sh).
