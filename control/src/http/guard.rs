@@ -77,15 +77,13 @@ impl Phase {
 /// The Content-Length a request head declares, if any (the last one; async-h1 refuses
 /// requests whose lengths disagree).
 fn content_length(head: &[u8]) -> Option<u64> {
-    head.split(|&b| b == b'\n')
-        .filter_map(|line| {
-            let line = std::str::from_utf8(line).ok()?;
-            let (name, value) = line.split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse().ok())?
-        })
-        .last()
+    head.split(|&b| b == b'\n').rev().find_map(|line| {
+        let line = std::str::from_utf8(line).ok()?;
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse().ok())?
+    })
 }
 
 pub struct Guarded<S> {
