@@ -15,7 +15,7 @@ use api::apps::Deployment;
 use api::autoscaling::HorizontalPodAutoscaler;
 use api::client::Client;
 use api::core::Pod;
-use common::{free_port, wait_for, NodeServer as Server};
+use common::{wait_for, NodeServer as Server};
 
 const IMAGE: &str = "skiff.test/hpa:v1";
 
@@ -41,34 +41,13 @@ fn ok(server: &Server, args: &[&str], stdin: Option<&[u8]>) -> String {
 
 fn start(extra: &[&str]) -> (Server, Client) {
     image_util::require_root_and_busybox();
-    let dir = tempfile::tempdir().expect("data dir");
-    let run = tempfile::tempdir().expect("run dir");
-    let archive = dir.path().join("image.tar");
-    let image = image_util::build_image(
-        vec![
-            image_util::lower_layer_tar(),
-            image_util::upper_layer_tar("hpa"),
-        ],
-        image_util::host_arch(),
-        &["sh"],
-    );
-    image_util::write_oci_archive(&archive, &image, IMAGE);
-    common::import_image(&archive, &dir.path().join("agent"));
-    let node = format!("hpa-{}", std::process::id());
-    let cgroup_parent = format!("skiff-hpa-{}", std::process::id());
-    let port = free_port();
-    let child = common::node_server_command(dir.path(), run.path(), port, &node, &cgroup_parent)
-        .args(extra)
-        .spawn()
-        .expect("start skiff server");
-    let server = Server {
-        child,
-        dir,
-        run,
-        cgroup_parent,
-    };
-    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
-    (server, client)
+    let id = std::process::id();
+    common::start_node_server_with_image(
+        &format!("hpa-{id}"),
+        &format!("skiff-hpa-{id}"),
+        extra,
+        |archive| image_util::write_busybox_archive(archive, IMAGE, "hpa"),
+    )
 }
 
 /// Pods that burn CPU until /data/stop exists, then idle; each asks for 20m of CPU.
