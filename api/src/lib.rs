@@ -10,6 +10,7 @@ pub mod client;
 pub mod codec;
 #[cfg(feature = "config")]
 pub mod config;
+pub mod coordination;
 pub mod core;
 pub mod join;
 pub mod kubeconfig;

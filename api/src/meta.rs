@@ -82,6 +82,77 @@ impl<'de> Deserialize<'de> for Time {
     }
 }
 
+/// A point in time with microsecond precision (Kubernetes' MicroTime), RFC 3339 with six
+/// fractional digits in JSON (`2026-11-21T11:44:00.123456Z`); Leases renew with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct MicroTime(pub i64);
+
+impl MicroTime {
+    pub fn now() -> MicroTime {
+        MicroTime::from_system(SystemTime::now())
+    }
+
+    pub fn from_system(t: SystemTime) -> MicroTime {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => MicroTime(d.as_micros() as i64),
+            Err(e) => MicroTime(-(e.duration().as_micros() as i64)),
+        }
+    }
+
+    pub fn to_system(self) -> SystemTime {
+        if self.0 >= 0 {
+            UNIX_EPOCH + Duration::from_micros(self.0 as u64)
+        } else {
+            UNIX_EPOCH - Duration::from_micros(self.0.unsigned_abs())
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<MicroTime, String> {
+        humantime::parse_rfc3339_weak(s.trim_end_matches('Z'))
+            .or_else(|_| humantime::parse_rfc3339(s))
+            .map(MicroTime::from_system)
+            .map_err(|e| format!("invalid timestamp {s:?}: {e}"))
+    }
+
+    /// The same instant to the second.
+    pub fn to_time(self) -> Time {
+        Time(self.0.div_euclid(1_000_000))
+    }
+}
+
+impl From<Time> for MicroTime {
+    fn from(t: Time) -> MicroTime {
+        MicroTime(t.0 * 1_000_000)
+    }
+}
+
+impl fmt::Display for MicroTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_rfc3339_micros(self.to_system()))
+    }
+}
+
+impl Serialize for MicroTime {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            s.collect_str(self)
+        } else {
+            s.serialize_i64(self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MicroTime {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MicroTime, D::Error> {
+        if d.is_human_readable() {
+            let s = String::deserialize(d)?;
+            MicroTime::parse(&s).map_err(de::Error::custom)
+        } else {
+            i64::deserialize(d).map(MicroTime)
+        }
+    }
+}
+
 /// An integer or a string, as in `maxSurge: 25%` or `targetPort: http`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum IntOrString {

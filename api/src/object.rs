@@ -211,6 +211,7 @@ kinds! {
     StatefulSet => apps::StatefulSet,
     ControllerRevision => apps::ControllerRevision,
     HorizontalPodAutoscaler => autoscaling::HorizontalPodAutoscaler,
+    Lease => coordination::Lease,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -370,6 +371,17 @@ impl Kind {
             has_status: false,
             categories: &[],
         };
+        static LEASE: KindInfo = KindInfo {
+            kind: "Lease",
+            group: crate::coordination::GROUP,
+            version: "v1",
+            plural: "leases",
+            singular: "lease",
+            short_names: &[],
+            namespaced: true,
+            has_status: false,
+            categories: &[],
+        };
         static REPLICATION_CONTROLLER: KindInfo = core(
             "ReplicationController",
             "replicationcontrollers",
@@ -523,6 +535,7 @@ impl Kind {
             Kind::StorageClass => &STORAGE_CLASS,
             Kind::StatefulSet => &STATEFUL_SET,
             Kind::ControllerRevision => &CONTROLLER_REVISION,
+            Kind::Lease => &LEASE,
         }
     }
 

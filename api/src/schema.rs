@@ -14,7 +14,7 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use crate::core::ByteString;
-use crate::meta::{IntOrString, Opaque, Quantity, Time};
+use crate::meta::{IntOrString, MicroTime, Opaque, Quantity, Time};
 use crate::object::Kind;
 
 /// Where OpenAPI v3 keeps its definitions; `$ref`s point below it.
@@ -29,6 +29,19 @@ impl JsonSchema for Time {
             "type": "string",
             "format": "date-time",
             "description": "Time is a timestamp in RFC 3339 form (2006-01-02T15:04:05Z), kept with second precision.",
+        })
+    }
+}
+
+impl JsonSchema for MicroTime {
+    fn schema_name() -> Cow<'static, str> {
+        "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "format": "date-time",
+            "description": "MicroTime is version of Time with microsecond level precision.",
         })
     }
 }

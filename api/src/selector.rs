@@ -923,6 +923,7 @@ mod tests {
                 crate::storage::PersistentVolumeClaim::default().into_any()
             }
             Kind::StorageClass => crate::storage::StorageClass::default().into_any(),
+            Kind::Lease => crate::coordination::Lease::default().into_any(),
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
             Kind::HorizontalPodAutoscaler => {

@@ -244,6 +244,11 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("RequestedDuration", "string", "Requested validity of the issued certificate.", 0),
             col("Condition", "string", "Approved, Denied or Pending, then Failed and Issued.", 0),
         ],
+        Kind::Lease => vec![
+            name(),
+            col("Holder", "string", "holderIdentity contains the identity of the holder of a current lease. If Coordinated Leader Election is used, the holder identity must be equal to the elected LeaseCandidate.metadata.name field.", 0),
+            age(),
+        ],
         Kind::PriorityClass => vec![
             name(),
             col("Value", "integer", "value represents the integer value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec.", 0),
@@ -591,6 +596,7 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
             json!(h.status.current_replicas.unwrap_or(0)),
             json!(age),
         ],
+        AnyObject::Lease(l) => vec![json!(name), json!(l.holder()), json!(age)],
         AnyObject::PriorityClass(p) => vec![
             json!(name),
             json!(p.value),
@@ -1428,6 +1434,7 @@ mod tests {
             crate::storage::StorageClass::default().into_any(),
             crate::apps::StatefulSet::default().into_any(),
             crate::apps::ControllerRevision::default().into_any(),
+            crate::coordination::Lease::default().into_any(),
         ];
         for o in &objs {
             assert_eq!(cells(o).len(), columns(o.kind()).len(), "{:?}", o.kind());

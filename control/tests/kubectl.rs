@@ -65,6 +65,8 @@ fn discovery_and_get_all() {
         "horizontalpodautoscalers",
         "hpa",
         "autoscaling/v2",
+        "leases",
+        "coordination.k8s.io/v1",
     ] {
         assert!(out.contains(needle), "api-resources lacks {needle}:\n{out}");
     }

@@ -614,3 +614,41 @@ fn created_data(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, St
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// A Lease as client-go's leader election sends it: the pointer fields keep their zero
+/// (`holderIdentity: ""` when released, `leaseTransitions: 0`), MicroTimes their
+/// microseconds, both ways.
+#[test]
+fn lease_pointer_zeros_and_micro_times() {
+    use k8s_pb::api::coordination::v1 as coordination;
+    let lease = coordination::Lease {
+        metadata: Some(meta::ObjectMeta {
+            name: Some("skiff-controller-manager".into()),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        }),
+        spec: Some(coordination::LeaseSpec {
+            holder_identity: Some(String::new()),
+            lease_duration_seconds: Some(15),
+            lease_transitions: Some(0),
+            renew_time: Some(meta::MicroTime {
+                seconds: Some(1_700_000_000),
+                nanos: Some(654_321_000),
+            }),
+            ..Default::default()
+        }),
+    };
+    let json = protobuf::decode(&envelope("coordination.k8s.io/v1", "Lease", &lease)).unwrap();
+    assert_eq!(
+        json["spec"],
+        json!({"holderIdentity": "", "leaseDurationSeconds": 15, "leaseTransitions": 0,
+               "renewTime": "2023-11-14T22:13:20.654321Z"})
+    );
+    let typed: api::coordination::Lease = api::codec::from_json(json.clone()).unwrap();
+    assert_eq!(typed.spec.lease_transitions, Some(0));
+    let back = protobuf::encode(&api::codec::to_json(&typed)).unwrap();
+    let decoded =
+        coordination::Lease::decode(&unwrap_envelope(&back, "coordination.k8s.io/v1", "Lease")[..])
+            .unwrap();
+    assert_eq!(decoded.spec, lease.spec);
+}

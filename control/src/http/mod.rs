@@ -889,6 +889,31 @@ async fn authorize_node(
             }
         }
         Kind::Event if *method == Method::Post || *method == Method::Patch => Ok(()),
+        // Its heartbeat Lease (the system:node role's rights on leases, and NodeRestriction's
+        // rule: only the Lease named after the node in kube-node-lease).
+        Kind::Lease if path.subresource.is_none() => {
+            let name = match (&path.name, method) {
+                (Some(n), _) => n.clone(),
+                (None, &Method::Post) => parse_object_body(req, body)
+                    .ok()
+                    .and_then(|v| {
+                        v.pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_default(),
+                (None, _) => return Err(forbidden("list or watch leases")),
+            };
+            let ns = path.namespace.as_deref().unwrap_or("");
+            if ns == api::coordination::NODE_LEASE_NAMESPACE && name == node {
+                Ok(())
+            } else {
+                Err(forbidden(&format!(
+                    "access lease \"{name}\" in namespace \"{ns}\": a node may only access its own lease in {}",
+                    api::coordination::NODE_LEASE_NAMESPACE
+                )))
+            }
+        }
         // Renewing its certificate (the system:node role's create, get, list and watch on
         // certificatesigningrequests); what is approved and signed is the approver's and the
         // signer's to decide.

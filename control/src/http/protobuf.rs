@@ -68,6 +68,10 @@ const PRESENCE_FIELDS: &[(&str, &[&str])] = &[
     ("ReplicationControllerSpec", &["replicas"]),
     ("PriorityClass", &["value"]),
     (
+        "LeaseSpec",
+        &["holderIdentity", "leaseDurationSeconds", "leaseTransitions"],
+    ),
+    (
         "HorizontalPodAutoscalerSpec",
         &["minReplicas", "targetCPUUtilizationPercentage"],
     ),
