@@ -30,6 +30,7 @@ use api::meta::{DeleteOptions, Preconditions, Quantity, Time};
 use api::object::Kind;
 use futures_lite::StreamExt;
 
+use crate::node::lease::NodeLease;
 use crate::node::register::{self, NodeSettings};
 use crate::node::NodeFacts;
 
@@ -349,9 +350,15 @@ pub async fn run(config: ClientConfig, cfg: SimConfig) -> Result<(), SimError> {
             let mine: Vec<usize> = (w..nodes.len()).step_by(HEARTBEAT_WORKERS).collect();
             let gap = cfg.heartbeat / mine.len().max(1) as u32;
             let since = Time::now();
+            // Each node's Lease in kube-node-lease, renewed with its heartbeat (as kubelets do).
+            let mut leases: Vec<NodeLease> =
+                mine.iter().map(|&i| NodeLease::new(&nodes[i].name)).collect();
             loop {
-                for &i in &mine {
+                for (k, &i) in mine.iter().enumerate() {
                     let started = std::time::Instant::now();
+                    if let Err(e) = leases[k].renew(&client, None).await {
+                        tracing::warn!(node = %nodes[i].name, "renewing the node lease failed: {e}");
+                    }
                     match register::heartbeat(&client, &nodes[i].name, since).await {
                         Ok(true) => {}
                         Ok(false) => {

@@ -1008,10 +1008,12 @@ fn pod_cells(pod: &Pod, name: String, age: String, now: SystemTime) -> Vec<Value
 fn node_cells(node: &Node, name: String, age: String) -> Vec<Value> {
     let status = &node.status;
     let mut states: Vec<&str> = Vec::new();
+    // Kubernetes' printNode: Ready, NotReady for False and Unknown alike, Unknown only
+    // when the node has no Ready condition.
     match status.condition("Ready").map(|c| c.status.as_str()) {
         Some("True") => states.push("Ready"),
-        Some("False") => states.push("NotReady"),
-        _ => states.push("Unknown"),
+        Some(_) => states.push("NotReady"),
+        None => states.push("Unknown"),
     }
     if node.spec.unschedulable == Some(true) {
         states.push("SchedulingDisabled");

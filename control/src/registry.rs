@@ -12,6 +12,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use api::codec::{self, DecodeError};
+use api::coordination::Lease;
 use api::core::{Namespace, Node, Pod, Service};
 use api::meta::{DeleteOptions, Time};
 use api::networking::Ingress;
@@ -24,7 +25,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::fieldmanager::{self, Manager, Managers, Scope};
-use crate::heartbeat::{heartbeat_only, Heartbeats};
+use crate::heartbeat::{heartbeat_only, is_node_lease, renewal_only, Heartbeats};
 use crate::ipalloc::ServiceRanges;
 use crate::store::{Store, Txn};
 
@@ -693,6 +694,10 @@ fn as_node<K: Resource>(obj: &K) -> Option<&Node> {
     (obj as &dyn Any).downcast_ref::<Node>()
 }
 
+fn as_lease<K: Resource>(obj: &K) -> Option<&Lease> {
+    (obj as &dyn Any).downcast_ref::<Lease>()
+}
+
 fn as_namespace_mut<K: Resource>(obj: &mut K) -> Option<&mut Namespace> {
     (obj as &mut dyn Any).downcast_mut::<Namespace>()
 }
@@ -1011,6 +1016,20 @@ fn apply_update_checked<K: Resource>(
             }
         }
     }
+    // So does a node Lease's renewal.
+    if part == Part::Main {
+        if let (Some(o), Some(n)) = (as_lease(&old), as_lease(&new)) {
+            if let Some(at) = renewal_only(o, n) {
+                beats.record_renewal(&name, at);
+                let mut shown = new;
+                shown.meta_mut().resource_version = old.meta().resource_version.clone();
+                return Ok(shown);
+            }
+            if is_node_lease(n) {
+                beats.forget_renewal_upto(&name, n.spec.renew_time);
+            }
+        }
+    }
     if let Ownership::Update(who) = &ownership {
         // Only the part the manager's scope can own is compared, so only that is written
         // out (this runs on the store's single writer thread).
@@ -1030,6 +1049,101 @@ fn apply_update_checked<K: Resource>(
         return typed(txn.delete(K::KIND, &ns, &name)?);
     }
     typed(txn.put(new.into_any())?)
+}
+
+/// A write that only moves a heartbeat (a Node status' heartbeat times, a node Lease's
+/// renewTime), decided against `old` as read outside the store's writer: recorded in memory
+/// and answered as [`apply_update`] would answer it, without queueing a transaction (even an
+/// empty one is a commit, which reaches the disk). None when the write is anything else; it
+/// then takes the ordinary path, which decides again under the write lock.
+fn heartbeat_write<K: Resource>(beats: &Heartbeats, old: &K, new: &K, part: Part) -> Option<K> {
+    let rv = &new.meta().resource_version;
+    if !rv.is_empty() && *rv != old.meta().resource_version {
+        return None;
+    }
+    if !new.meta().uid.is_empty() && new.meta().uid != old.meta().uid {
+        return None;
+    }
+    let mut merged = new.clone();
+    match part {
+        Part::Status => merged.copy_all_but_status_from(old),
+        Part::Main => {
+            if K::KIND.info().has_status {
+                merged.copy_status_from(old);
+            }
+            merged.set_defaults();
+        }
+    }
+    {
+        let (o, n) = (old.meta(), merged.meta_mut());
+        n.uid = o.uid.clone();
+        n.namespace = o.namespace.clone();
+        n.creation_timestamp = o.creation_timestamp;
+        n.deletion_timestamp = o.deletion_timestamp;
+        n.deletion_grace_period_seconds = o.deletion_grace_period_seconds;
+        n.generate_name = o.generate_name.clone();
+        n.resource_version = o.resource_version.clone();
+        n.generation = o.generation;
+        n.self_link = None;
+        if n.managed_fields.is_none() {
+            n.managed_fields = o.managed_fields.clone();
+        }
+    }
+    let name = &old.meta().name;
+    match part {
+        Part::Status => {
+            let at = heartbeat_only(as_node(old)?, as_node(&merged)?)?;
+            beats.record(name, at);
+        }
+        Part::Main => {
+            let at = renewal_only(as_lease(old)?, as_lease(&merged)?)?;
+            beats.record_renewal(name, at);
+        }
+    }
+    Some(merged)
+}
+
+/// Whether writes of `K` to `part` may be heartbeats ([`heartbeat_write`]).
+fn may_be_heartbeat<K: Resource>(part: Part) -> bool {
+    matches!(
+        (K::KIND, part),
+        (Kind::Node, Part::Status) | (Kind::Lease, Part::Main)
+    )
+}
+
+/// The object a PATCH makes of `old` (as reads show it).
+fn patched<K: Resource>(
+    beats: &Heartbeats,
+    old: &K,
+    ns: &str,
+    name: &str,
+    patch_type: PatchType,
+    patch: &[u8],
+) -> Result<K, ApiError> {
+    // The patch applies to the object as reads show it (a node Lease's renewal).
+    let mut current = old.clone();
+    if let Some(l) = (&mut current as &mut dyn Any).downcast_mut::<Lease>() {
+        beats.overlay_lease(l);
+    }
+    let current = codec::to_json(&current);
+    let patched = apply_patch(current, patch_type, patch)?;
+    let mut new: K = decode(patched)?;
+    if new.meta().name != name {
+        return Err(ApiError::bad_request(
+            "metadata.name may not be changed by a patch",
+        ));
+    }
+    if K::KIND.info().namespaced && new.meta().namespace() != ns {
+        return Err(ApiError::bad_request(
+            "metadata.namespace may not be changed by a patch",
+        ));
+    }
+    // A patch that names a resourceVersion makes it a precondition; otherwise the read is
+    // the base.
+    if new.meta().resource_version.is_empty() {
+        new.meta_mut().resource_version = old.meta().resource_version.clone();
+    }
+    Ok(new)
 }
 
 /// The part of an object whose ownership `who` can take.
@@ -1193,8 +1307,15 @@ impl Registry {
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         let findings = judge_pod_security(&obj, None);
-        self.write(move |txn| create_in(txn, &ranges, obj, generate, findings.as_ref(), &warnings))
-            .await
+        let created = self
+            .write(move |txn| create_in(txn, &ranges, obj, generate, findings.as_ref(), &warnings))
+            .await?;
+        // A node Lease made anew carries its own renewal.
+        if let Some(l) = as_lease(&created).filter(|l| is_node_lease(l)) {
+            self.heartbeats
+                .forget_renewal_upto(&l.metadata.name, l.spec.renew_time);
+        }
+        Ok(created)
     }
 
     /// A create's work before the write: namespace, defaults, identity, validation, and the
@@ -1284,6 +1405,13 @@ impl Registry {
             )));
         }
         let name = name.to_string();
+        if may_be_heartbeat::<K>(part) && !self.dry_run {
+            if let Ok(old) = self.get::<K>(obj.meta().namespace(), &name).await {
+                if let Some(shown) = heartbeat_write(&self.heartbeats, &old, &obj, part) {
+                    return Ok(shown);
+                }
+            }
+        }
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
@@ -1313,29 +1441,23 @@ impl Registry {
         }
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
+        if may_be_heartbeat::<K>(part) && !self.dry_run {
+            if let Ok(old) = self.get::<K>(&ns, &name).await {
+                let new = patched(&beats, &old, &ns, &name, patch_type, &patch);
+                if let Some(shown) = new
+                    .ok()
+                    .and_then(|new| heartbeat_write(&beats, &old, &new, part))
+                {
+                    return Ok(shown);
+                }
+            }
+        }
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
         self.write(move |txn| {
             let old: K = get_existing(txn, &ns, &name)?;
-            let current = codec::to_json(&old);
-            let patched = apply_patch(current, patch_type, &patch)?;
-            let mut new: K = decode(patched)?;
-            if new.meta().name != name {
-                return Err(ApiError::bad_request(
-                    "metadata.name may not be changed by a patch",
-                ));
-            }
-            if K::KIND.info().namespaced && new.meta().namespace() != ns {
-                return Err(ApiError::bad_request(
-                    "metadata.namespace may not be changed by a patch",
-                ));
-            }
-            // A patch that names a resourceVersion makes it a precondition; otherwise the
-            // read above is the base.
-            if new.meta().resource_version.is_empty() {
-                new.meta_mut().resource_version = old.meta().resource_version.clone();
-            }
+            let new: K = patched(&beats, &old, &ns, &name, patch_type, &patch)?;
             apply_update(txn, &beats, &ranges, old, new, part, who, &warnings)
         })
         .await

@@ -1,9 +1,17 @@
-//! coordination.k8s.io/v1 Lease through the machine's real kubectl: create, get, describe,
-//! explain and discovery.
+//! coordination.k8s.io/v1 Lease through the machine's real kubectl (create, get, describe,
+//! explain and discovery), and node Leases as heartbeats: an agent (`skiff-agent
+//! --simulate`) renews its node's Lease in kube-node-lease while nothing is written to the
+//! store, and the node lifecycle controller counts renewals as heartbeats.
 
 mod common;
 
-use common::{kubectl, TestServer};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use common::{kubectl, skiff_bin, TestServer};
+use serde_json::{json, Value};
 
 fn ok(s: &TestServer, args: &[&str]) -> String {
     let (success, out, err) = kubectl(s, args);
@@ -114,4 +122,199 @@ fn kubectl_creates_lists_describes_and_explains_leases() {
     ok(&s, &["delete", "lease", "pi-1", "-n", "kube-node-lease"]);
     let out = ok(&s, &["get", "leases", "-n", "kube-node-lease"]);
     assert!(!out.contains("pi-1"), "{out}");
+}
+
+/// The `skiff-agent` binary next to `skiff`; built if missing.
+fn agent_bin() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let bin = skiff_bin().with_file_name("skiff-agent");
+    BUILD.call_once(|| {
+        if bin.exists() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "skiff-agent", "--bin", "skiff-agent"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building skiff-agent failed");
+    });
+    bin
+}
+
+/// A child process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn revision(s: &TestServer) -> u64 {
+    let (code, list) = s.http("GET", "/api/v1/namespaces?limit=1", None);
+    assert_eq!(code, 200, "{list}");
+    list["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .expect("a list revision")
+}
+
+/// Durable store transactions so far (`skiff_store_commits_total`).
+fn commits(s: &TestServer) -> u64 {
+    let r = smol::block_on(s.client().request("GET", "/metrics", None, "text/plain")).unwrap();
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("skiff_store_commits_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no commit count in /metrics:\n{text}"))
+}
+
+/// Waits until the revision has not moved for three seconds; returns it.
+fn settled(s: &TestServer) -> u64 {
+    let mut last = revision(s);
+    loop {
+        std::thread::sleep(Duration::from_secs(3));
+        let now = revision(s);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+fn lease(s: &TestServer, name: &str) -> Option<Value> {
+    let (code, v) = s.http(
+        "GET",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"),
+        None,
+    );
+    (code == 200).then_some(v)
+}
+
+fn renew_time(l: &Value) -> String {
+    l["spec"]["renewTime"]
+        .as_str()
+        .expect("renewTime")
+        .to_string()
+}
+
+fn ready(s: &TestServer, node: &str) -> String {
+    let (code, n) = s.http("GET", &format!("/api/v1/nodes/{node}"), None);
+    assert_eq!(code, 200, "{n}");
+    n["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The agent makes its node's Lease and renews it; renewals move `renewTime` on reads but
+/// write nothing to the store; once the agent stops, the node becomes NotReady.
+#[test]
+fn agent_renews_its_node_lease_without_writes_and_a_stopped_agent_makes_the_node_not_ready() {
+    let s = TestServer::start_with(&["--node-monitor-grace-period", "8s"]);
+    let mut sim = Killed(
+        Command::new(agent_bin())
+            .args(["--simulate", "1", "--heartbeat-seconds", "1"])
+            .arg("--kubeconfig")
+            .arg(s.kubeconfig())
+            .env("SKIFF_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start skiff-agent --simulate"),
+    );
+    let first = wait_for("the node lease", Duration::from_secs(30), || {
+        lease(&s, "sim-0001")
+    });
+    assert_eq!(first["spec"]["holderIdentity"], "sim-0001", "{first}");
+    assert_eq!(first["spec"]["leaseDurationSeconds"], 40, "{first}");
+    wait_for("the node to be Ready", Duration::from_secs(30), || {
+        (ready(&s, "sim-0001") == "True").then_some(())
+    });
+
+    let (rev, writes) = (settled(&s), commits(&s));
+    let before = renew_time(&lease(&s, "sim-0001").unwrap());
+    std::thread::sleep(Duration::from_secs(5));
+    let after = lease(&s, "sim-0001").unwrap();
+    assert!(
+        renew_time(&after) > before,
+        "renewTime moved: {before} -> {}",
+        renew_time(&after)
+    );
+    // Shown on lists and watches too.
+    let (code, list) = s.http(
+        "GET",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+        None,
+    );
+    assert_eq!(code, 200, "{list}");
+    assert!(
+        renew_time(&list["items"][0]) >= renew_time(&after),
+        "{list}"
+    );
+    assert_eq!(revision(&s), rev, "renewals moved the store's revision");
+    assert_eq!(commits(&s), writes, "renewals were written to disk");
+    assert_eq!(
+        after["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"],
+        "{after}"
+    );
+
+    // The lifecycle controller notices the agent is gone.
+    let _ = sim.0.kill();
+    let _ = sim.0.wait();
+    wait_for("the node to be NotReady", Duration::from_secs(30), || {
+        (ready(&s, "sim-0001") == "Unknown").then_some(())
+    });
+    let out = ok(&s, &["get", "node", "sim-0001"]);
+    assert!(out.contains("NotReady"), "{out}");
+}
+
+/// A node whose status heartbeat stands still stays Ready while its Lease is renewed, and
+/// becomes NotReady once the renewals stop (Kubernetes' node lifecycle controller).
+#[test]
+fn lease_renewals_count_as_node_heartbeats() {
+    let s = TestServer::start_with(&["--node-monitor-grace-period", "6s"]);
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "leased"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    });
+    let (code, body) = s.json("POST", "/api/v1/nodes", &node);
+    assert_eq!(code, 201, "{body}");
+    let now = || humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+    let mut lease = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "leased", "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": "leased", "leaseDurationSeconds": 40, "renewTime": now()}
+    });
+    let path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    let (code, body) = s.json("POST", path, &lease);
+    assert_eq!(code, 201, "{body}");
+    lease = body;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(14) {
+        std::thread::sleep(Duration::from_secs(1));
+        lease["spec"]["renewTime"] = json!(now());
+        let (code, body) = s.json("PUT", &format!("{path}/leased"), &lease);
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(ready(&s, "leased"), "True", "after {:?}", started.elapsed());
+    }
+    wait_for("the node to be NotReady", Duration::from_secs(20), || {
+        (ready(&s, "leased") == "Unknown").then_some(())
+    });
 }

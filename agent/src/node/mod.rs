@@ -20,6 +20,7 @@
 pub mod credentials;
 pub mod exec;
 pub mod facts;
+pub mod lease;
 pub mod logs;
 pub mod portforward;
 pub mod register;
@@ -379,31 +380,43 @@ async fn start_log_endpoint(
     }
 }
 
-/// Registers the Node (retrying until the server answers), then heartbeats; re-registers
-/// if the Node was deleted.
+/// Registers the Node (retrying until the server answers), then renews its Lease in
+/// kube-node-lease every 10 s (more often if `every` is shorter) and heartbeats its status
+/// every `every`; re-registers if the Node was deleted.
 async fn keep_registered(
     client: api::client::Client,
     facts: NodeFacts,
     settings: NodeSettings,
     every: Duration,
 ) {
+    let mut node_lease = lease::NodeLease::new(&settings.name);
+    let tick = every.min(lease::RENEW_INTERVAL);
     loop {
         let ready_since = Time::now();
         let node = register::build_node(&facts, &settings, ready_since);
         let mut delay = Duration::from_millis(500);
-        loop {
+        let registered = loop {
             match register::register(&client, &node).await {
-                Ok(_) => break,
+                Ok(n) => break n,
                 Err(e) => {
                     tracing::warn!(node = %settings.name, "cannot register the node: {e}");
                     smol::Timer::after(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(10));
                 }
             }
-        }
+        };
         tracing::info!(node = %settings.name, "node registered");
+        let mut last_status = std::time::Instant::now();
         loop {
-            smol::Timer::after(every).await;
+            if let Err(e) = node_lease.renew(&client, Some(&registered)).await {
+                tracing::warn!(node = %settings.name, "renewing the node lease failed: {e}");
+            }
+            smol::Timer::after(tick).await;
+            // A tick early is on time: the status goes out every `every`, not every other.
+            if last_status.elapsed() + tick / 2 < every {
+                continue;
+            }
+            last_status = std::time::Instant::now();
             match register::heartbeat(&client, &settings.name, ready_since).await {
                 Ok(true) => tracing::debug!(node = %settings.name, "heartbeat"),
                 Ok(false) => break,

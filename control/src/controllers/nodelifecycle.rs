@@ -1,4 +1,5 @@
-//! Node lifecycle: a node whose heartbeat (kept in memory, see [`crate::heartbeat`]) has not
+//! Node lifecycle: a node whose heartbeats (its status' heartbeat times and the renewals of
+//! its Lease in kube-node-lease, both kept in memory, see [`crate::heartbeat`]) have not
 //! moved for the grace period becomes Ready=Unknown and gets the `unreachable` taints; a
 //! NotReady node gets the `not-ready` taints; a Ready node loses both. Pods on a node with a
 //! NoExecute taint are evicted when their tolerations run out (Kubernetes' taint manager):
@@ -8,8 +9,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use api::coordination::{Lease, NODE_LEASE_NAMESPACE};
 use api::core::{Node, NodeCondition, Pod, PodCondition, Taint, Toleration};
-use api::meta::{DeleteOptions, Time};
+use api::meta::{DeleteOptions, MicroTime, Time};
 
 use crate::error::ApiError;
 use crate::machinery::events::Recorder;
@@ -89,10 +91,11 @@ pub fn reconcile_taints(
     (out != current).then_some(out)
 }
 
-/// When the controller last saw each node's heartbeat move (by its own clock, as Kubernetes
-/// does, so clock skew between node and server does not matter).
+/// When the controller last saw each node's heartbeat or Lease renewal move (by its own
+/// clock, as Kubernetes does, so clock skew between node and server does not matter).
 struct Seen {
     beat: Option<Time>,
+    renewed: Option<MicroTime>,
     at: Instant,
 }
 
@@ -123,6 +126,17 @@ fn latest_beat(ctx: &Context, node: &Node) -> Option<Time> {
     stored.max(ctx.registry.heartbeats.latest(&node.metadata.name))
 }
 
+/// The latest renewal of the node's Lease (Kubernetes' node lifecycle controller counts it as
+/// a heartbeat: kubelets renew it every 10 s and post their status less often).
+fn latest_renewal(ctx: &Context, node: &str) -> Option<MicroTime> {
+    let stored = ctx
+        .informers
+        .cache()
+        .get::<Lease>(NODE_LEASE_NAMESPACE, node)
+        .and_then(|l| l.spec.renew_time);
+    stored.max(ctx.registry.heartbeats.renewal(node))
+}
+
 async fn pass(
     ctx: &Context,
     rec: &Recorder,
@@ -134,12 +148,15 @@ async fn pass(
     for node in nodes {
         let name = node.metadata.name.clone();
         let beat = latest_beat(ctx, &node);
+        let renewed = latest_renewal(ctx, &name);
         let entry = seen.entry(name.clone()).or_insert(Seen {
             beat,
+            renewed,
             at: Instant::now(),
         });
-        if beat > entry.beat {
-            entry.beat = beat;
+        if beat > entry.beat || renewed > entry.renewed {
+            entry.beat = entry.beat.max(beat);
+            entry.renewed = entry.renewed.max(renewed);
             entry.at = Instant::now();
         }
         let stale = entry.at.elapsed() > ctx.config.node_monitor_grace_period;

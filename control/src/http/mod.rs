@@ -1226,9 +1226,7 @@ async fn resource<K: Resource>(
                         if !object_matches(&o, filter_ns.as_deref(), &labels, &fields) {
                             return false;
                         }
-                        if let AnyObject::Node(n) = &mut o {
-                            beats.overlay(n);
-                        }
+                        beats.overlay_any(&mut o);
                         if !out.is_empty() {
                             out.push(b',');
                         }
@@ -1261,9 +1259,7 @@ async fn resource<K: Resource>(
         (Method::Get, Some(name), None | Some("status") | Some("approval")) => {
             let obj: K = state.registry.get(&ns_str, name).await?;
             let mut any = obj.into_any();
-            if let AnyObject::Node(n) = &mut any {
-                state.registry.heartbeats.overlay(n);
-            }
+            state.registry.heartbeats.overlay_any(&mut any);
             if wants_table(req) {
                 let rev = any.meta().resource_version.clone();
                 return Ok(json_response(

@@ -107,9 +107,14 @@ pub(super) async fn serve_watch(
     let (initial, watch) = match rv {
         None => {
             let (items, rev) = state.store.list(kind, ns.as_deref()).await?;
+            let beats = &state.registry.heartbeats;
             let items: Vec<AnyObject> = items
                 .into_iter()
                 .filter(|o| object_matches(o, ns.as_deref(), &labels, &fields))
+                .map(|mut o| {
+                    beats.overlay_any(&mut o);
+                    o
+                })
                 .collect();
             (items, state.store.watch(&[kind], Some(rev)).await?)
         }

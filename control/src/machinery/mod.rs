@@ -57,6 +57,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::ControllerRevision,
     // For the horizontal pod autoscaler.
     Kind::HorizontalPodAutoscaler,
+    // For the node lifecycle controller (node Leases are heartbeats).
+    Kind::Lease,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
