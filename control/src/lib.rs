@@ -15,6 +15,7 @@ pub mod heartbeat;
 pub mod http;
 pub mod ipalloc;
 pub mod join;
+pub mod leader;
 pub mod machinery;
 pub mod pki;
 pub mod podsecurity;

@@ -106,6 +106,23 @@ pub struct ServerArgs {
     /// Keep no audit log.
     #[arg(long, env = "SKIFF_DISABLE_AUDIT_LOG")]
     pub disable_audit_log: bool,
+    /// Run the scheduler and the controllers only while this server holds the Lease
+    /// kube-system/skiff-controller-manager, so that of several servers on one shared
+    /// datastore one runs them; a server that loses the Lease exits (as
+    /// kube-controller-manager does) [default: true with a shared datastore; false with the
+    /// embedded one, where a single server needs no election and writes no Lease].
+    #[arg(long, env = "SKIFF_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
+    /// How long the other servers wait, after they last saw the Lease renewed, before one
+    /// takes it over.
+    #[arg(long, env = "SKIFF_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub leader_elect_lease_duration: std::time::Duration,
+    /// How long the leader keeps trying to renew the Lease before it gives it up for lost.
+    #[arg(long, env = "SKIFF_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub leader_elect_renew_deadline: std::time::Duration,
+    /// How often servers try to take, and the leader to renew, the Lease.
+    #[arg(long, env = "SKIFF_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub leader_elect_retry_period: std::time::Duration,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -354,7 +371,28 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.service_node_port_range,
     ));
 
+    // The embedded store serves one server: nothing to elect (the shared datastore turns
+    // this on by default).
+    let shared_datastore = false;
+    let election = match args.leader_elect.unwrap_or(shared_datastore) {
+        false => None,
+        true => {
+            let config = crate::leader::Config {
+                lease_duration: args.leader_elect_lease_duration,
+                renew_deadline: args.leader_elect_renew_deadline,
+                retry_period: args.leader_elect_retry_period,
+                ..crate::leader::Config::new(crate::leader::default_identity())
+            };
+            Some(
+                crate::leader::Elector::new(registry.clone(), config)
+                    .map_err(|e| anyhow::anyhow!("--leader-elect: {e}"))?,
+            )
+        }
+    };
+    let lost_lease = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
     let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+    let lost_tx = stop_tx.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -417,25 +455,49 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         };
         authorizer.start(&loops.informers);
         sa_tokens.set_cache(loops.informers.cache().clone());
-        crate::serviceaccount::start(&loops);
-        crate::serviceaccount::start_root_ca_publisher(&loops, state.pki.ca_pem().to_string());
         crate::apiservice::start(&registry, args.service_cidr, advertise, args.listen.port());
-        crate::rbac::aggregation::start(&loops);
-        crate::certificates::start(&loops, state.pki.clone());
         start_certificate_renewal(state.pki.clone());
-        crate::controllers::start_all(&loops);
-        crate::controllers::podautoscaler::start(
-            &loops,
-            http::pod_metrics(state.clone()),
-            crate::controllers::podautoscaler::Settings {
+        // What kube-controller-manager and kube-scheduler run: with leader election, only
+        // while this server leads.
+        let start_loops = {
+            let (loops, state) = (loops.clone(), state.clone());
+            let autoscaler = crate::controllers::podautoscaler::Settings {
                 sync_period: args.horizontal_pod_autoscaler_sync_period,
                 tolerance: args.horizontal_pod_autoscaler_tolerance,
                 downscale_stabilization_seconds: args
                     .horizontal_pod_autoscaler_downscale_stabilization
                     .as_secs() as i64,
-            },
-        );
-        crate::scheduler::start(&loops);
+            };
+            move || {
+                crate::serviceaccount::start(&loops);
+                crate::serviceaccount::start_root_ca_publisher(
+                    &loops,
+                    state.pki.ca_pem().to_string(),
+                );
+                crate::rbac::aggregation::start(&loops);
+                crate::certificates::start(&loops, state.pki.clone());
+                crate::controllers::start_all(&loops);
+                crate::controllers::podautoscaler::start(
+                    &loops,
+                    http::pod_metrics(state.clone()),
+                    autoscaler,
+                );
+                crate::scheduler::start(&loops);
+            }
+        };
+        match election {
+            None => start_loops(),
+            Some(elector) => {
+                tracing::info!(identity = %elector.identity(), "waiting to lead the controllers");
+                let lost = lost_lease.clone();
+                smol::spawn(async move {
+                    crate::leader::run_while_leader(elector, start_loops).await;
+                    lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let _ = lost_tx.send(()).await;
+                })
+                .detach();
+            }
+        }
         let listener = async_net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
@@ -457,6 +519,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     smol::block_on(store.close());
+    if lost_lease.load(std::sync::atomic::Ordering::SeqCst) {
+        anyhow::bail!("leader election lost: the controllers stopped with the server");
+    }
     tracing::info!("stopped");
     Ok(())
 }
