@@ -274,6 +274,22 @@ fn agent_joins_registers_and_runs_pods() {
         || (heartbeat_of(&client, &node_name) > first_heartbeat).then_some(()),
     );
 
+    // Its Lease in kube-node-lease (the node authorizer lets it use that one): held by the
+    // node, owned by its Node, renewed.
+    let lease_of = || {
+        smol::block_on(client.get::<api::coordination::Lease>("kube-node-lease", &node_name)).ok()
+    };
+    let lease = wait_for("the node lease", Duration::from_secs(10), lease_of);
+    assert_eq!(lease.holder(), node_name);
+    assert_eq!(lease.spec.lease_duration_seconds, Some(40));
+    assert_eq!(lease.metadata.owner_references[0].kind, "Node");
+    assert_eq!(lease.metadata.owner_references[0].uid, node.metadata.uid);
+    wait_for(
+        "the node lease to be renewed",
+        Duration::from_secs(10),
+        || (lease_of()?.spec.renew_time > lease.spec.renew_time).then_some(()),
+    );
+
     // The local cache has the desired pods.
     assert!(agent.data_dir().join("pods.redb").exists());
 
