@@ -249,8 +249,8 @@ fn a_failing_closure_leaves_no_trace_while_the_rest_of_its_batch_commits() {
         let stats = store.commit_stats();
         assert_eq!(
             stats.commits,
-            commits_before + 2,
-            "the holder's commit, then one for the three writes"
+            commits_before + 1,
+            "the holder wrote nothing (no commit), then one commit for the three writes"
         );
         assert_eq!(stats.last_batch_size, 3);
         assert!(saw_x, "a closure sees the earlier closures of its batch");
@@ -267,6 +267,42 @@ fn a_failing_closure_leaves_no_trace_while_the_rest_of_its_batch_commits() {
         let (objs, rev) = store.list(Kind::ConfigMap, None).await.unwrap();
         assert_eq!(rev, 3);
         assert_eq!(names(&objs), ["default/base", "default/x", "default/z"]);
+    });
+}
+
+#[test]
+fn a_batch_that_writes_nothing_commits_nothing() {
+    // An empty redb commit still syncs the file: an idle SD card must not see one for a
+    // write closure that only read (a heartbeat that changed nothing), failed or was a dry run.
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    smol::block_on(async {
+        put(&store, cm("default", "a", "1")).await.unwrap();
+        let before = store.commit_stats().commits;
+        let seen = store
+            .write(|txn| -> Result<bool, StoreError> {
+                Ok(txn.get(Kind::ConfigMap, "default", "a")?.is_some())
+            })
+            .await
+            .unwrap();
+        assert!(seen);
+        let failed = store
+            .write(|txn| -> Result<(), StoreError> {
+                txn.put(cm("default", "b", "1"))?;
+                Err(StoreError::BadRequest("no".into()))
+            })
+            .await;
+        assert!(failed.is_err());
+        store
+            .write_dry_run(|txn| txn.put(cm("default", "c", "1")).map(drop))
+            .await
+            .unwrap();
+        assert_eq!(store.commit_stats().commits, before);
+        assert_eq!(store.revision(), 1);
+        // The store still commits what follows.
+        let d = put(&store, cm("default", "d", "1")).await.unwrap();
+        assert_eq!(d.meta().resource_version, "2");
+        assert_eq!(store.commit_stats().commits, before + 1);
     });
 }
 

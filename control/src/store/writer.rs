@@ -129,11 +129,19 @@ impl Writer {
                     }
                 }
             }
+            if events.is_empty() {
+                // Nothing was written (every closure failed, was a dry run or only read):
+                // redb would still sync the file for an empty commit, which an idle SD card
+                // should not see.
+                drop(tables);
+                wtx.abort()?;
+                return Ok((revision, self.compacted.load(Ordering::Acquire), None));
+            }
             let compacted = self.finish(&wtx, &tables, revision)?;
             drop(tables);
             let syncing = Instant::now();
             wtx.commit()?;
-            Ok((revision, compacted, syncing.elapsed()))
+            Ok((revision, compacted, Some(syncing.elapsed())))
         });
         let leftover: Vec<Job> = jobs.collect();
         let batch_size = batch_size - leftover.len();
@@ -144,11 +152,12 @@ impl Writer {
                 self.compacted.store(compacted, Ordering::Release);
                 {
                     let mut stats = lock(&self.stats);
-                    stats.commits += 1;
+                    // A batch that wrote nothing was abandoned, not committed.
+                    stats.commits += u64::from(sync_time.is_some());
                     stats.writes += batch_size as u64 - failed;
                     stats.failed_writes += failed;
                     stats.total_commit_time += elapsed;
-                    stats.total_sync_time += sync_time;
+                    stats.total_sync_time += sync_time.unwrap_or_default();
                     stats.last_commit_time = elapsed;
                     stats.last_batch_size = batch_size;
                     stats.max_batch_size = stats.max_batch_size.max(batch_size);
