@@ -83,7 +83,43 @@ use codec::{
     META_COMPACTED, META_REVISION, META_SCHEMA, META_TABLE, SCHEMA_VERSION,
 };
 use hub::{kind_bit, kind_mask, lock, Hub};
+use txn::{Plan, RecentWrites, Tables};
 use writer::{Job, JobOutcome, Msg, Writer};
+
+/// How often [`Store::guaranteed_write`] runs a closure on a fresh snapshot after its plan
+/// lost a race, before it runs it in the writer, where nothing can change under it.
+const OPTIMISTIC_ATTEMPTS: usize = 8;
+
+/// Maps the resourceVersions a closure run on a snapshot handed out (it numbered its writes
+/// after the snapshot's revision) to the revisions its writes were committed at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Renumber {
+    snapshot: u64,
+    writes: u64,
+    base: u64,
+}
+
+impl Renumber {
+    /// Gives `meta` the committed resourceVersion if it names one of the closure's writes.
+    pub fn fix(&self, meta: &mut api::meta::ObjectMeta) {
+        if self.writes == 0 {
+            return;
+        }
+        if let Ok(rv) = meta.resource_version.parse::<u64>() {
+            if rv > self.snapshot && rv <= self.snapshot + self.writes {
+                meta.resource_version = (rv - self.snapshot + self.base).to_string();
+            }
+        }
+    }
+}
+
+/// What a [`Store::guaranteed_write`] closure answered, with the [`Renumber`] its
+/// resourceVersions need.
+#[derive(Debug)]
+pub struct Committed<T> {
+    pub value: T,
+    pub renumber: Renumber,
+}
 
 /// Where a [`Store::list_page`] ended.
 #[derive(Debug)]
@@ -324,6 +360,7 @@ impl Store {
             .create(&cfg.path)
             .map_err(|e| StoreError::Db(format!("opening {}: {e}", cfg.path.display())))?;
         let (revision, compacted) = prepare(&db)?;
+        let recent = std::cell::RefCell::new(RecentWrites::new(revision));
         let db = Arc::new(db);
         let hub = Arc::new(Hub::new(revision, cfg.watch_queue_capacity));
         let revision = Arc::new(AtomicU64::new(revision));
@@ -338,6 +375,7 @@ impl Store {
             stats: stats.clone(),
             event_window: cfg.event_window,
             keys: cfg.keys.clone(),
+            recent,
         };
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
@@ -391,6 +429,89 @@ impl Store {
         F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
         self.submit(f, true).await
+    }
+
+    /// Runs `f` as kube-apiserver runs an update against etcd: on the caller's side, against
+    /// a snapshot of the committed state (read, mutate, validate), then sends only its writes
+    /// to the writer, which stores them if nothing `f` read has been written since the
+    /// snapshot (a compare-and-swap on each key's revision, and on each listed range), and
+    /// otherwise has `f` run again on a newer snapshot. After a few lost races `f` runs in
+    /// the writer as [`Store::write`] does. So `f` may run more than once: it must not act
+    /// outside the transaction, or only harmlessly. The resourceVersions in its answer are
+    /// numbered from the snapshot; [`Committed::renumber`] maps them to the committed ones.
+    /// A dry run (`dryRun=All`) or a closure that writes nothing never reaches the writer.
+    pub async fn guaranteed_write<T, E, F>(
+        &self,
+        mut f: F,
+        dry_run: bool,
+    ) -> Result<Committed<T>, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnMut(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
+    {
+        for _ in 0..OPTIMISTIC_ATTEMPTS {
+            let db = self.inner.db.clone();
+            let keys = self.inner.keys.clone();
+            let (back, planned) = smol::unblock(move || {
+                let planned = plan_on_snapshot(&db, keys.as_deref(), &mut f, dry_run);
+                (f, planned)
+            })
+            .await;
+            f = back;
+            let (value, plan) = planned?;
+            if dry_run || plan.events.is_empty() {
+                return Ok(Committed {
+                    value,
+                    renumber: Renumber::default(),
+                });
+            }
+            let (snapshot, writes) = (plan.snapshot, plan.events.len() as u64);
+            if let Some(base) = self.submit_plan(plan).await? {
+                return Ok(Committed {
+                    value,
+                    renumber: Renumber {
+                        snapshot,
+                        writes,
+                        base,
+                    },
+                });
+            }
+        }
+        let value = self.submit(f, dry_run).await?;
+        Ok(Committed {
+            value,
+            renumber: Renumber::default(),
+        })
+    }
+
+    /// Sends a plan to the writer; answers the revision before its first write once it is
+    /// durable, or `None` if something it read was written since its snapshot.
+    async fn submit_plan(&self, plan: Plan) -> Result<Option<u64>, StoreError> {
+        let (tx, rx) = async_channel::bounded(1);
+        let job: Job = Box::new(move |txn: &mut Txn<'_, '_>| {
+            if txn.changed_since(plan.snapshot, &plan.reads) {
+                return JobOutcome {
+                    ok: false,
+                    reply: Box::new(move |_| {
+                        let _ = tx.try_send(Ok(None));
+                    }),
+                };
+            }
+            let base = txn.next_revision() - 1;
+            txn.replay(plan.events);
+            JobOutcome {
+                ok: true,
+                reply: Box::new(move |commit: Result<(), StoreError>| {
+                    let _ = tx.try_send(commit.map(|()| Some(base)));
+                }),
+            }
+        });
+        self.inner
+            .sender
+            .send(Msg::Job(job))
+            .map_err(|_| StoreError::Closed)?;
+        rx.recv().await.map_err(|_| StoreError::Closed)?
     }
 
     async fn submit<T, E, F>(&self, f: F, dry_run: bool) -> Result<T, E>
@@ -608,6 +729,29 @@ impl Store {
             let _ = smol::unblock(move || handle.join()).await;
         }
     }
+}
+
+/// Runs `f` on a read snapshot; answers what it returned and the plan of its writes.
+fn plan_on_snapshot<T, E, F>(
+    db: &Database,
+    keys: Option<&seal::Keyring>,
+    f: &mut F,
+    dry_run: bool,
+) -> Result<(T, Plan), E>
+where
+    E: From<StoreError>,
+    F: FnMut(&mut Txn<'_, '_>) -> Result<T, E>,
+{
+    let rtx = db.begin_read().map_err(StoreError::from)?;
+    let meta = rtx.open_table(META_TABLE).map_err(StoreError::from)?;
+    let snapshot = read_meta(&meta, META_REVISION)?;
+    let tables = Tables::snapshot(&rtx, keys);
+    let mut txn = Txn::new(&tables, snapshot);
+    if dry_run {
+        txn.set_dry_run();
+    }
+    let value = f(&mut txn)?;
+    Ok((value, txn.into_plan()))
 }
 
 /// Creates missing tables, checks the layout version, and reads `(revision, compacted)`.

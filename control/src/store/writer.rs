@@ -5,6 +5,7 @@
 //! durability, publishes the batch's events to the hub in revision order, and only then
 //! answers each caller.
 
+use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -15,7 +16,7 @@ use redb::{Database, Durability, WriteTransaction};
 
 use super::codec::{META_COMPACTED, META_REVISION, META_TABLE};
 use super::hub::{lock, Hub};
-use super::txn::{PackedEvent, Tables, Txn};
+use super::txn::{PackedEvent, RecentWrites, Tables, Txn};
 use super::{CommitStats, StoreError, WatchEvent};
 
 /// Most closures run in one transaction; a bound keeps one batch from holding every caller
@@ -48,6 +49,8 @@ pub(crate) struct Writer {
     pub stats: Arc<Mutex<CommitStats>>,
     pub event_window: u64,
     pub keys: Option<Arc<super::seal::Keyring>>,
+    /// What the batches wrote lately, to check the plans of closures run on snapshots.
+    pub recent: RefCell<RecentWrites>,
 }
 
 impl Writer {
@@ -90,7 +93,7 @@ impl Writer {
         let mut jobs = jobs.into_iter();
         let result = self.begin().and_then(|wtx| {
             let mut revision = self.revision.load(Ordering::Acquire);
-            let tables = Tables::new(&wtx, self.keys.as_deref());
+            let tables = Tables::new(&wtx, self.keys.as_deref(), &self.recent);
             for job in jobs.by_ref() {
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     let mut txn = Txn::new(&tables, revision);
@@ -142,6 +145,7 @@ impl Writer {
             Ok((revision, compacted, sync_time)) => {
                 self.revision.store(revision, Ordering::Release);
                 self.compacted.store(compacted, Ordering::Release);
+                self.recent.borrow_mut().trim(revision);
                 {
                     let mut stats = lock(&self.stats);
                     stats.commits += 1;
@@ -168,6 +172,9 @@ impl Writer {
             }
             Err(e) => {
                 lock(&self.stats).failed_commits += 1;
+                self.recent
+                    .borrow_mut()
+                    .reset(self.revision.load(Ordering::Acquire));
                 tracing::error!(error = %e, "store commit failed; batch abandoned");
                 for (reply, error) in replies {
                     reply(Err(error.unwrap_or_else(|| e.clone())));
