@@ -1,6 +1,10 @@
 //! Registry: Kubernetes' write semantics on top of the store. Create, update, patch and
-//! delete each run as one closure inside the store's group-committed write transaction, so
-//! the read of the current object, the checks and the write are atomic.
+//! delete each run as one closure in a [`Store::guaranteed_write`]: on the request's side,
+//! against a snapshot (the read of the current object, admission's reads, defaults,
+//! managedFields, validation), after which the writer stores the closure's writes only if
+//! nothing it read has changed since, and otherwise the closure runs again on a newer
+//! snapshot. So the read, the checks and the write are atomic, as with kube-apiserver's
+//! compare-and-swap on etcd, and the single writer thread only checks revisions and stores.
 //!
 //! Rules kept here (Kubernetes' "strategies"): server-owned metadata (uid, creation time,
 //! generation, resourceVersion) is set by the server only; `generation` moves only when the
@@ -764,8 +768,21 @@ fn settle_namespace<K: Resource>(obj: &mut K, path_ns: Option<&str>) -> Result<(
 }
 
 fn validate<K: Resource>(obj: &K) -> Result<(), ApiError> {
-    let mut errors = api::validation::validate_meta(obj.meta(), K::KIND);
-    errors.extend(obj.validate());
+    validate_part(obj, Part::Main)
+}
+
+/// Validates what a write of `part` can change: a status write kept the stored spec and
+/// metadata, which were valid, so only its status is checked (as Kubernetes' status
+/// strategies validate the status alone).
+fn validate_part<K: Resource>(obj: &K, part: Part) -> Result<(), ApiError> {
+    let errors = match part {
+        Part::Main => {
+            let mut errors = api::validation::validate_meta(obj.meta(), K::KIND);
+            errors.extend(obj.validate());
+            errors
+        }
+        Part::Status => obj.validate_status(),
+    };
     if errors.is_empty() {
         Ok(())
     } else {
@@ -1004,7 +1021,7 @@ fn apply_update_checked<K: Resource>(
     if part == Part::Main && new.spec_fingerprint() != old.spec_fingerprint() {
         new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);
     }
-    validate(&new)?;
+    validate_part(&new, part)?;
     if part == Part::Main {
         admit_pod_security(txn, &new, Some(&old), warnings)?;
     }

@@ -123,6 +123,9 @@ fn concurrent_read_modify_writes_of_one_object_lose_no_update() {
     let counter = smol::block_on(store.get(Kind::ConfigMap, "default", "counter")).unwrap();
     assert_eq!(label(&counter), (TASKS * ROUNDS).to_string());
     assert_eq!(store.revision(), (TASKS * ROUNDS + 1) as u64);
+    let stats = store.commit_stats();
+    assert!(stats.conflicts > 0, "racing writes of one object conflict");
+    assert_eq!(stats.writes, (TASKS * ROUNDS + 1) as u64);
 }
 
 #[test]

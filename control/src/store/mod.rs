@@ -30,6 +30,17 @@
 //! itself fails, every caller of the batch gets [`StoreError::Db`]. A caller that stops waiting
 //! does not cancel its write.
 //!
+//! [`Store::guaranteed_write`] keeps that work off the writer thread: the closure runs on its
+//! caller's side against a read snapshot, which records every committed key and range it
+//! reads, and only its writes go to the writer. The writer applies them (each at the next
+//! revision) if none of those keys and ranges was written after the snapshot's revision, and
+//! otherwise answers a conflict, after which the closure runs again on a newer snapshot: a
+//! compare-and-swap on revisions, the shape of kube-apiserver's `GuaranteedUpdate` on etcd
+//! (the writer's side is "put/create/delete if the key's revision is still R, if no key of
+//! the range changed since S, then append the events", which a second backend can offer).
+//! The writer remembers the last writing revision of recent keys, of each namespace of a kind
+//! and of each kind; a snapshot older than what it remembers is a conflict.
+//!
 //! # Reads
 //!
 //! [`Store::get`] and [`Store::list`] run in a redb read transaction (a consistent snapshot) on
@@ -296,6 +307,9 @@ pub struct CommitStats {
     pub writes: u64,
     /// Write closures that returned `Err` (or panicked) in a committed batch.
     pub failed_writes: u64,
+    /// Planned writes refused because something they read was written after their snapshot
+    /// (each runs again on a newer one).
+    pub conflicts: u64,
     /// Batches abandoned because the transaction or commit failed.
     pub failed_commits: u64,
     /// Time from the start of a batch to its durable commit, summed.
@@ -493,6 +507,7 @@ impl Store {
             if txn.changed_since(plan.snapshot, &plan.reads) {
                 return JobOutcome {
                     ok: false,
+                    conflict: true,
                     reply: Box::new(move |_| {
                         let _ = tx.try_send(Ok(None));
                     }),
@@ -502,6 +517,7 @@ impl Store {
             txn.replay(plan.events);
             JobOutcome {
                 ok: true,
+                conflict: false,
                 reply: Box::new(move |commit: Result<(), StoreError>| {
                     let _ = tx.try_send(commit.map(|()| Some(base)));
                 }),
@@ -528,6 +544,7 @@ impl Store {
             let result = f(txn);
             JobOutcome {
                 ok: result.is_ok(),
+                conflict: false,
                 reply: Box::new(move |commit: Result<(), StoreError>| {
                     let answer = match result {
                         Err(e) => Err(e),

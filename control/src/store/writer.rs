@@ -27,6 +27,8 @@ const MAX_BATCH: usize = 1024;
 /// caller once the commit's fate is known.
 pub(crate) struct JobOutcome {
     pub ok: bool,
+    /// Not ok because what a planned write read has changed since its snapshot.
+    pub conflict: bool,
     pub reply: Reply,
 }
 
@@ -90,6 +92,7 @@ impl Writer {
         let mut replies: Vec<(Reply, Option<StoreError>)> = Vec::with_capacity(batch_size);
         let mut events: Vec<PackedEvent> = Vec::new();
         let mut failed = 0u64;
+        let mut conflicts = 0u64;
         let mut jobs = jobs.into_iter();
         let result = self.begin().and_then(|wtx| {
             let mut revision = self.revision.load(Ordering::Acquire);
@@ -107,6 +110,11 @@ impl Writer {
                     failed += 1;
                     continue;
                 };
+                if outcome.conflict {
+                    conflicts += 1;
+                    replies.push((outcome.reply, None));
+                    continue;
+                }
                 if !outcome.ok {
                     failed += 1;
                     replies.push((outcome.reply, None));
@@ -140,6 +148,7 @@ impl Writer {
         });
         let leftover: Vec<Job> = jobs.collect();
         let batch_size = batch_size - leftover.len();
+        let tried = batch_size as u64 - conflicts;
         let elapsed = started.elapsed();
         match result {
             Ok((revision, compacted, sync_time)) => {
@@ -149,8 +158,9 @@ impl Writer {
                 {
                     let mut stats = lock(&self.stats);
                     stats.commits += 1;
-                    stats.writes += batch_size as u64 - failed;
+                    stats.writes += tried - failed;
                     stats.failed_writes += failed;
+                    stats.conflicts += conflicts;
                     stats.total_commit_time += elapsed;
                     stats.total_sync_time += sync_time;
                     stats.last_commit_time = elapsed;
