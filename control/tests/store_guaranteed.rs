@@ -213,9 +213,7 @@ fn dry_runs_and_closures_that_write_nothing_never_reach_the_writer() {
         );
         let read = store
             .guaranteed_write(
-                |txn: &mut Txn<'_, '_>| {
-                    Ok::<_, StoreError>(txn.get(Kind::ConfigMap, "default", "a")?)
-                },
+                |txn: &mut Txn<'_, '_>| txn.get(Kind::ConfigMap, "default", "a"),
                 false,
             )
             .await

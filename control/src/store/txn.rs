@@ -31,6 +31,9 @@ pub(crate) struct PendingEvent {
 /// An event with its object's packed encoding.
 pub(crate) type PackedEvent = (PendingEvent, Arc<[u8]>);
 
+/// Objects by key, in key order.
+type KeyedObjects = Vec<(String, AnyObject)>;
+
 /// A kind's table, in the writer's transaction or in a read snapshot.
 enum ObjectTable<'t> {
     Write(redb::Table<'t, &'static str, &'static [u8]>),
@@ -147,7 +150,7 @@ pub(crate) struct Tables<'t> {
     /// write drops what it makes stale.
     reads: RefCell<HashMap<(Kind, String), Option<AnyObject>>>,
     /// The same for lists of those kinds, by namespace (`None`: every namespace).
-    lists: RefCell<HashMap<(Kind, Option<String>), Vec<(String, AnyObject)>>>,
+    lists: RefCell<HashMap<(Kind, Option<String>), KeyedObjects>>,
     /// In a snapshot: every committed key and range read.
     read_set: RefCell<Vec<Read>>,
     /// In the writer: the revisions of the recent writes, which applied writes update.
