@@ -3,38 +3,48 @@
 # ingress proxy (the agent's own code, `agent::ingress::start`, run alone by the ingress_proxy
 # example and fed by a real `skiff server`'s watches: Ingress -> Service -> Endpoints) and
 # through nginx configured as a reverse proxy to the same backend, with the same client (wrk)
-# in the same run, plus straight to the backend. Then both proxies' resident memory.
+# in the same run, plus straight to the backend; over HTTP and over HTTPS (TLS ended at the
+# proxy with the certificate chosen by SNI, nginx with the same certificate and key). Then
+# both proxies' resident memory.
 # Everything happens in two network namespaces the script creates and removes:
 #   node  10.42.0.1 on veth "pod0": skiff server (127.0.0.1), the ingress proxy on :8081,
 #         nginx on :8082, wrk
 #   pod   10.42.0.2 on veth "eth0": the backend (a small threaded HTTP responder) on :8080
-# Each case runs with keep-alive connections and with a new connection per request. The
-# ingress proxy runs its tasks on one executor thread (smol's default, as in the agent), so
-# nginx gets one worker by default (NGINX_WORKERS=N to change it).
+# Each case runs with keep-alive connections and with a new connection per request (a full
+# TLS handshake each over HTTPS: wrk resumes no session). The comparison is kept even: the
+# ingress proxy runs its tasks on as many executor threads (SMOL_THREADS) as nginx has
+# worker processes, one by default (WORKERS=N to change both).
 # Needs root, wrk and nginx (installed with apt if missing); never touches the host's network.
 #   bench/ingress.sh [SECONDS] [CONNECTIONS]     (defaults 10 32)
 # The server is only the proxy's source of objects (not on the measured path): SKIFF=PATH
-# picks an already built `skiff` instead of building the release one.
+# picks an already built `skiff` instead of building the release one. PROXY=PATH runs
+# another build of the ingress_proxy example (to compare two versions back to back), and
+# BACKEND=PATH another build of the service_sync example (the backend).
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 1
 
 SECONDS_RUN=${1:-10}
 CONNS=${2:-32}
-NGINX_WORKERS=${NGINX_WORKERS:-1}
+WORKERS=${WORKERS:-${NGINX_WORKERS:-1}}
 [ "$(id -u)" = 0 ] || { echo "ingress: run as root" >&2; exit 1; }
 need wrk wrk
 need nginx nginx-light
 need curl curl
 
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build -q --release -p skiff-agent --example ingress_proxy --example service_sync
+if [ -z "${PROXY:-}" ]; then
+    cargo build -q --release -p skiff-agent --example ingress_proxy
+    PROXY="$TARGET/release/examples/ingress_proxy"
+fi
+if [ -z "${BACKEND:-}" ]; then
+    cargo build -q --release -p skiff-agent --example service_sync
+    BACKEND="$TARGET/release/examples/service_sync"
+fi
 if [ -z "${SKIFF:-}" ]; then
     cargo build -q --release -p skiff-control --bin skiff
     SKIFF="$TARGET/release/skiff"
 fi
-PROXY="$TARGET/release/examples/ingress_proxy"
-TOOL="$TARGET/release/examples/service_sync"
 
 NODE=skiff-bench-ing-node-$$
 POD=skiff-bench-ing-pod-$$
@@ -45,7 +55,7 @@ cleanup() {
     wait 2>/dev/null || true
     ip netns del "$NODE" 2>/dev/null || true
     ip netns del "$POD" 2>/dev/null || true
-    rm -rf "$TMP"
+    rm -rf "$TMP" "/etc/netns/$NODE"
 }
 trap cleanup EXIT
 
@@ -60,6 +70,15 @@ ip -n "$NODE" link set pod0 up
 ip -n "$POD" link set eth0 up
 ip -n "$POD" route add default via 10.42.0.1
 
+# The name the HTTPS cases ask for (wrk and curl send it as SNI): `ip netns exec` mounts
+# /etc/netns/NAME/hosts over /etc/hosts for the commands it runs.
+TLS_HOST=bench.example
+mkdir -p "/etc/netns/$NODE"
+echo "10.42.0.1 $TLS_HOST" >"/etc/netns/$NODE/hosts"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj "/CN=$TLS_HOST" -addext "subjectAltName=DNS:$TLS_HOST" \
+    -keyout "$TMP/tls.key" -out "$TMP/tls.crt" 2>/dev/null
+
 in_node() { ip netns exec "$NODE" "$@"; }
 wait_in_node() {  # wait_in_node HOST PORT
     for _ in $(seq 1 300); do
@@ -70,7 +89,7 @@ wait_in_node() {  # wait_in_node HOST PORT
     return 1
 }
 
-ip netns exec "$POD" "$TOOL" serve 10.42.0.2:8080 &
+ip netns exec "$POD" "$BACKEND" serve 10.42.0.2:8080 &
 PIDS+=($!)
 wait_in_node 10.42.0.2 8080
 
@@ -83,6 +102,11 @@ PIDS+=($!)
 wait_in_node 127.0.0.1 6443
 KC="$TMP/server/admin.kubeconfig"
 for _ in $(seq 1 100); do [ -s "$KC" ] && break; sleep 0.1; done
+for _ in $(seq 1 100); do
+    in_node kubectl --kubeconfig "$KC" create secret tls bench-tls --cert "$TMP/tls.crt" \
+        --key "$TMP/tls.key" >/dev/null 2>&1 && break
+    sleep 0.2
+done
 for _ in $(seq 1 100); do
     in_node kubectl --kubeconfig "$KC" apply -f - >/dev/null 2>&1 <<'EOF' && break
 apiVersion: v1
@@ -103,6 +127,8 @@ kind: Ingress
 metadata: {name: web, namespace: default}
 spec:
   ingressClassName: skiff
+  tls:
+  - {hosts: [bench.example], secretName: bench-tls}
   rules:
   - http:
       paths:
@@ -111,7 +137,7 @@ EOF
     sleep 0.2
 done
 
-ip netns exec "$NODE" "$PROXY" "$KC" 10.42.0.1:8081 10.42.0.1:8443 &
+ip netns exec "$NODE" env SMOL_THREADS="$WORKERS" "$PROXY" "$KC" 10.42.0.1:8081 10.42.0.1:8443 &
 PROXY_PID=$!
 PIDS+=("$PROXY_PID")
 
@@ -119,7 +145,7 @@ mkdir -p "$TMP/nginx"
 cat >"$TMP/nginx.conf" <<EOF
 daemon off;
 user root;
-worker_processes $NGINX_WORKERS;
+worker_processes $WORKERS;
 pid $TMP/nginx.pid;
 error_log $TMP/nginx/error.log warn;
 events { worker_connections 4096; }
@@ -136,6 +162,12 @@ http {
     }
     server {
         listen 10.42.0.1:8082;
+        listen 10.42.0.1:8444 ssl;
+        server_name $TLS_HOST;
+        ssl_certificate $TMP/tls.crt;
+        ssl_certificate_key $TMP/tls.key;
+        # nginx 1.22 offers only up to TLS 1.2 by default; the proxy (rustls) offers 1.3.
+        ssl_protocols TLSv1.2 TLSv1.3;
         location / {
             proxy_pass http://backend;
             proxy_http_version 1.1;
@@ -161,9 +193,24 @@ for port in 8081 8082; do
     [ "$(in_node curl -s -o /dev/null -w '%{http_code}' "http://10.42.0.1:$port/")" = 200 ] ||
         { echo "ingress: the proxy on :$port does not answer 200" >&2; exit 1; }
 done
+# HTTPS: the proxy has its certificate once the Secret's watch event came.
+for port in 8443 8444; do
+    for _ in $(seq 1 300); do
+        [ "$(in_node curl -sk -o /dev/null -w '%{http_code}' "https://$TLS_HOST:$port/")" = 200 ] && break
+        sleep 0.1
+    done
+    [ "$(in_node curl -sk -o /dev/null -w '%{http_code}' "https://$TLS_HOST:$port/")" = 200 ] ||
+        { echo "ingress: the proxy on :$port does not answer 200 over HTTPS" >&2; exit 1; }
+done
 
 machine
-echo "nginx: $(nginx -v 2>&1 | sed 's/.*: //'), $NGINX_WORKERS worker(s); ingress proxy: 1 executor thread"
+echo "load average before the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "nginx: $(nginx -v 2>&1 | sed 's/.*: //'), $WORKERS worker process(es); ingress proxy: $WORKERS executor thread(s)"
+tls_of() {  # tls_of PORT: the protocol and cipher a TLS client gets
+    in_node openssl s_client -connect "$TLS_HOST:$1" -servername "$TLS_HOST" </dev/null 2>/dev/null |
+        awk '/^New, /{print $2, $5}' | head -1
+}
+echo "TLS (ECDSA P-256 certificate): ingress proxy $(tls_of 8443), nginx $(tls_of 8444)"
 echo "wrk: 2 threads, $CONNS connections, ${SECONDS_RUN}s per case; the machine may be shared"
 
 # to_us 1.23ms|850.00us|1.02s -> microseconds
@@ -200,6 +247,15 @@ run direct-new "direct to the backend" http://10.42.0.2:8080/ -H "Connection: cl
 run ingress-new "through the ingress proxy" http://10.42.0.1:8081/ -H "Connection: close"
 run nginx-new "through nginx" http://10.42.0.1:8082/ -H "Connection: close"
 ratio new
+echo "HTTPS, keep-alive connections:"
+run ingress-tls-ka "through the ingress proxy" "https://$TLS_HOST:8443/"
+run nginx-tls-ka "through nginx" "https://$TLS_HOST:8444/"
+ratio tls-ka
+echo "HTTPS, a new connection (and handshake) per request:"
+run ingress-tls-new "through the ingress proxy" "https://$TLS_HOST:8443/" -H "Connection: close"
+run nginx-tls-new "through nginx" "https://$TLS_HOST:8444/" -H "Connection: close"
+ratio tls-new
+echo "load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # kB of VmRSS (now) and VmHWM (peak) of PIDs, summed.
 mem() {

@@ -5,7 +5,8 @@
 #   scripts/setup.sh            Debian packages, and a check of the Rust toolchain
 #   scripts/setup.sh --python   also the Python kubernetes client and pytest, in a virtual
 #                               environment of skiff's own (Debian's python3 refuses a global
-#                               pip install: PEP 668), and chromium for the dashboard tests;
+#                               pip install: PEP 668), and chromium and libnss3-tools for
+#                               the dashboard tests;
 #                               prints its python's path last
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,10 +58,17 @@ have shellcheck || need_apt+=(shellcheck)
 have systemd-analyze || need_apt+=(systemd)
 have qemu-aarch64-static || need_apt+=(qemu-user-static)
 have setpriv || need_apt+=(util-linux)
+# scripts/fuzz.sh: libFuzzer, which the fuzz targets link, is built from C++.
+have g++ || need_apt+=(g++)
 if [ -n "$with_python" ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
-    # The dashboard's tests drive a real headless browser.
+    # The dashboard's tests drive a real headless browser, and give it a client certificate
+    # in an NSS database of its own (certutil, pk12util; the PKCS#12 file from openssl).
     [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+    have certutil && have pk12util || need_apt+=(libnss3-tools)
+    have openssl || need_apt+=(openssl)
+    # The etcd datastore's tests run real etcd members.
+    have etcd || need_apt+=(etcd-server)
 fi
 if [ "${#need_apt[@]}" -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}" >&2

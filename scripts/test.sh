@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=$(scripts/setup.sh --python)
+# Tests that ask the Python kubernetes client (protobuf field names) run `python3`: the venv's.
+PATH="$(dirname "$python"):$PATH"
+export PATH
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast
 # The server without its embedded agent (the 32-bit ARM build in cross/build.sh).

@@ -4,7 +4,9 @@
 //! Running without starting anything: a status with the Ready conditions, running container
 //! statuses and a fake pod IP. Terminating pods are confirmed deleted at once, as the real
 //! agent does after stopping their containers (a delete with grace 0 and a uid
-//! precondition).
+//! precondition). With `--sim-complete-seconds S`, pods that do not always restart
+//! (restartPolicy Never or OnFailure: Jobs' pods) exit 0 and succeed S seconds after they
+//! run, so batch work completes.
 //!
 //! It authenticates with an admin kubeconfig (one identity for all its nodes; a node
 //! certificate could only touch its own Node). It talks over a handful of connections, one
@@ -21,8 +23,8 @@ use std::time::Duration;
 
 use api::client::{resource_path, Client, ClientConfig, ClientError, WatchEvent, ACCEPT_JSON};
 use api::core::{
-    ContainerState, ContainerStateRunning, ContainerStatus, HostIp, Node, Pod, PodCondition,
-    PodStatus, Taint,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, HostIp, Node,
+    Pod, PodCondition, PodStatus, Taint,
 };
 use api::meta::{DeleteOptions, Preconditions, Quantity, Time};
 use api::object::Kind;
@@ -65,6 +67,8 @@ pub struct SimConfig {
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub heartbeat: Duration,
+    /// Pods that do not always restart succeed this long after they run (None: never).
+    pub complete_after: Option<Duration>,
 }
 
 impl Default for SimConfig {
@@ -79,6 +83,7 @@ impl Default for SimConfig {
             labels: BTreeMap::new(),
             taints: Vec::new(),
             heartbeat: Duration::from_secs(10),
+            complete_after: None,
         }
     }
 }
@@ -152,6 +157,40 @@ fn condition(type_: &str, now: Time) -> PodCondition {
         last_transition_time: Some(now),
         ..Default::default()
     }
+}
+
+/// `running` (a simulated pod's status) after its containers exited 0, as the kubelet
+/// reports a pod that completed.
+pub fn succeeded_status(mut running: PodStatus, now: Time) -> PodStatus {
+    running.phase = Some("Succeeded".into());
+    for c in &mut running.conditions {
+        if c.type_ == "Ready" || c.type_ == "ContainersReady" {
+            c.status = "False".into();
+            c.reason = Some("PodCompleted".into());
+            c.last_transition_time = Some(now);
+        }
+    }
+    for c in &mut running.container_statuses {
+        let started_at = c
+            .state
+            .as_ref()
+            .and_then(|s| s.running.as_ref())
+            .and_then(|r| r.started_at);
+        c.ready = false;
+        c.started = Some(false);
+        c.state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".into()),
+                started_at,
+                finished_at: Some(now),
+                container_id: c.container_id.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    running
 }
 
 /// The status of a pod "running" on a simulated node.
@@ -230,6 +269,10 @@ pub struct SimArgs {
     /// Simulated nodes' memory.
     #[arg(long, default_value = "8Gi")]
     pub sim_memory: String,
+    /// Pods that do not always restart (Jobs' pods) exit 0 this many seconds after they run;
+    /// without it they run until deleted.
+    #[arg(long, value_name = "SECONDS")]
+    pub sim_complete_seconds: Option<f64>,
 }
 
 /// Runs `skiff-agent --simulate N` with the agent's node flags (labels, taints, max pods,
@@ -260,6 +303,10 @@ pub fn run_cli(
         labels,
         taints,
         heartbeat,
+        complete_after: args
+            .sim_complete_seconds
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64),
         ..Default::default()
     };
     smol::block_on(run(config, cfg))
@@ -330,7 +377,7 @@ pub async fn run(config: ClientConfig, cfg: SimConfig) -> Result<(), SimError> {
         })
         .detach();
     }
-    follow_pods(&new_client()?, &nodes, &jobs_tx).await;
+    follow_pods(&new_client()?, &nodes, &jobs_tx, cfg.complete_after).await;
     Ok(())
 }
 
@@ -443,12 +490,40 @@ impl Seen {
     }
 }
 
+/// For a pod that is being started and does not always restart: its success, reported
+/// `complete_after` later.
+fn schedule_completion(
+    job: &Job,
+    pod: &Pod,
+    complete_after: Option<Duration>,
+    jobs: &async_channel::Sender<Job>,
+) {
+    let (Some(after), Job::Run { ns, name, status }) = (complete_after, job) else {
+        return;
+    };
+    if matches!(pod.spec.restart_policy.as_deref(), None | Some("Always")) {
+        return;
+    }
+    let (ns, name, running, jobs) = (ns.clone(), name.clone(), (**status).clone(), jobs.clone());
+    smol::spawn(async move {
+        smol::Timer::after(after).await;
+        let status = Box::new(succeeded_status(running, Time::now()));
+        let _ = jobs.send(Job::Run { ns, name, status }).await;
+    })
+    .detach();
+}
+
 /// The pods a node may have to act on: bound ones (pending pods are the scheduler's).
 const BOUND_PODS: &str = "spec.nodeName!=";
 
 /// Lists and watches every bound pod (resuming, re-listing on 410) and hands work to the
 /// workers.
-async fn follow_pods(client: &Client, nodes: &[SimNode], jobs: &async_channel::Sender<Job>) {
+async fn follow_pods(
+    client: &Client,
+    nodes: &[SimNode],
+    jobs: &async_channel::Sender<Job>,
+    complete_after: Option<Duration>,
+) {
     let by_name: HashMap<&str, &SimNode> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     let mut seen = Seen::default();
     let mut rv = String::new();
@@ -458,6 +533,7 @@ async fn follow_pods(client: &Client, nodes: &[SimNode], jobs: &async_channel::S
                 Ok((pods, list_rv)) => {
                     for p in &pods {
                         if let Some(job) = seen.job_for(p, &by_name) {
+                            schedule_completion(&job, p, complete_after, jobs);
                             let _ = jobs.send(job).await;
                         }
                     }
@@ -490,6 +566,7 @@ async fn follow_pods(client: &Client, nodes: &[SimNode], jobs: &async_channel::S
                 Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => {
                     rv = p.metadata.resource_version.clone();
                     if let Some(job) = seen.job_for(&p, &by_name) {
+                        schedule_completion(&job, &p, complete_after, jobs);
                         let _ = jobs.send(job).await;
                     }
                 }
@@ -528,6 +605,27 @@ mod tests {
             ..Default::default()
         }];
         p
+    }
+
+    #[test]
+    fn completed_pods_report_success_as_the_kubelet() {
+        let node = SimNode::new(&SimConfig::default(), 0);
+        let running = running_status(&pod("a", Some("sim-0001")), &node, "10.128.0.2", Time(10));
+        let done = succeeded_status(running, Time(12));
+        assert_eq!(done.phase.as_deref(), Some("Succeeded"));
+        let ready = done.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some("PodCompleted"));
+        let t = done.container_statuses[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .expect("terminated");
+        assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+        assert_eq!(
+            (t.started_at, t.finished_at),
+            (Some(Time(10)), Some(Time(12)))
+        );
     }
 
     #[test]

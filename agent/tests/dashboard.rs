@@ -108,8 +108,37 @@ fn devtools_http(port: u16, method: &str, path: &str) -> Value {
 
 impl Browser {
     fn start(width: u32, height: u32) -> Browser {
+        Browser::start_as(width, height, None)
+    }
+
+    /// A chromium of a user whose client certificate is in `cert`'s NSS database, presenting
+    /// it to `cert`'s origin without asking.
+    ///
+    /// Chromium on Linux finds client certificates in `$HOME/.pki/nssdb`, so HOME is the
+    /// throw-away one. Which certificate to present without a prompt (headless has no one to
+    /// answer it) is the AutoSelectCertificateForUrls content setting: a policy sets it
+    /// system-wide (/etc/chromium/policies), but it is also a setting of the profile, kept
+    /// in its Preferences, so it is written there and nothing outside the test changes.
+    fn start_with_certificate(width: u32, height: u32, cert: &CertificateHome) -> Browser {
+        Browser::start_as(width, height, Some(cert))
+    }
+
+    fn start_as(width: u32, height: u32, cert: Option<&CertificateHome>) -> Browser {
         let profile = tempfile::tempdir().expect("profile dir");
-        let mut child = Command::new(CHROMIUM)
+        let mut command = Command::new(CHROMIUM);
+        if let Some(cert) = cert {
+            let prefs = json!({"profile": {"content_settings": {"exceptions": {"auto_select_certificate": {
+                format!("{},*", cert.origin): {"setting": {"filters": [{}]}}
+            }}}}});
+            std::fs::create_dir_all(profile.path().join("Default")).expect("profile Default");
+            std::fs::write(
+                profile.path().join("Default/Preferences"),
+                prefs.to_string(),
+            )
+            .expect("write Preferences");
+            command.env("HOME", cert.home.path());
+        }
+        let mut child = command
             .args([
                 "--headless=new",
                 "--no-sandbox",
@@ -937,8 +966,8 @@ fn dashboard_in_a_real_browser() {
 
     // A user with only the `view` role (a ServiceAccount's token, under RBAC) sees the
     // workloads, and a scale is refused with the API's 403 message: the page never has more
-    // rights than its user. (The role is bound cluster-wide: the lists are cluster-wide, and
-    // a user who may read one namespace only sees the 403 of the cluster-wide list.)
+    // rights than its user. (Users who may read one namespace only:
+    // dashboard_namespaces_and_client_certificates.)
     let viewer_args: [&[&str]; 2] = [
         &["create", "serviceaccount", "viewer"],
         &[
@@ -1195,4 +1224,399 @@ fn server_kubectl(server: &common::TestServer, args: &[&str]) {
         "kubectl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+// ---- client certificates, namespaces and expired tokens ----
+
+/// A throw-away HOME whose NSS database holds a user's client certificate and key, and the
+/// origin chromium presents them to.
+struct CertificateHome {
+    home: tempfile::TempDir,
+    origin: String,
+}
+
+fn run_tool(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (apt-get install libnss3-tools openssl)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl CertificateHome {
+    /// The certificate and key `skiff user create` embedded in `kubeconfig`, imported with
+    /// Debian's certutil and pk12util (libnss3-tools) into `$HOME/.pki/nssdb`, where chromium
+    /// on Linux looks for client certificates.
+    fn from_kubeconfig(kubeconfig: &Path, origin: &str) -> CertificateHome {
+        let kc = Kubeconfig::load(kubeconfig).expect("the user's kubeconfig");
+        let user = &kc.users.first().expect("a user in the kubeconfig").user;
+        let decode = |data: &Option<String>| {
+            base64::engine::general_purpose::STANDARD
+                .decode(data.as_deref().expect("embedded certificate data"))
+                .expect("base64")
+        };
+        let home = tempfile::tempdir().expect("home");
+        let cert = home.path().join("user.crt");
+        let key = home.path().join("user.key");
+        let p12 = home.path().join("user.p12");
+        std::fs::write(&cert, decode(&user.client_certificate_data)).expect("write cert");
+        std::fs::write(&key, decode(&user.client_key_data)).expect("write key");
+        run_tool(
+            Command::new("openssl")
+                .args([
+                    "pkcs12",
+                    "-export",
+                    "-passout",
+                    "pass:",
+                    "-name",
+                    "dashboard user",
+                ])
+                .arg("-in")
+                .arg(&cert)
+                .arg("-inkey")
+                .arg(&key)
+                .arg("-out")
+                .arg(&p12),
+        );
+        let db = home.path().join(".pki/nssdb");
+        std::fs::create_dir_all(&db).expect("nssdb dir");
+        let db = format!("sql:{}", db.display());
+        run_tool(Command::new("certutil").args(["-N", "-d", &db, "--empty-password"]));
+        run_tool(
+            Command::new("pk12util")
+                .args(["-d", &db, "-W", ""])
+                .arg("-i")
+                .arg(&p12),
+        );
+        for f in [cert, key, p12] {
+            std::fs::remove_file(f).expect("remove the key material");
+        }
+        CertificateHome {
+            home,
+            origin: origin.to_string(),
+        }
+    }
+}
+
+/// `token` (a ServiceAccount token of the server) signed again with the server's key with
+/// its claims kept but its lifetime moved: issued `issued_ago` seconds ago, valid for
+/// `seconds`. The server's own signature, so a refusal can only be for the times.
+fn resigned(token: &str, data_dir: &Path, issued_ago: i64, seconds: i64) -> String {
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let pem = std::fs::read_to_string(data_dir.join("pki/service-account.key"))
+        .expect("the server's ServiceAccount key");
+    let der: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = STANDARD.decode(der).expect("PEM base64");
+    let rng = ring::rand::SystemRandom::new();
+    let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        &der,
+        &rng,
+    )
+    .expect("an ECDSA P-256 key");
+    let mut parts = token.split('.');
+    let header = parts.next().expect("JWT header");
+    let mut claims: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(parts.next().expect("JWT claims"))
+            .expect("claims base64"),
+    )
+    .expect("claims JSON");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    claims["iat"] = json!(now - issued_ago);
+    claims["nbf"] = json!(now - issued_ago);
+    claims["exp"] = json!(now - issued_ago + seconds);
+    let mut jwt = format!("{header}.{}", URL_SAFE_NO_PAD.encode(claims.to_string()));
+    let sig = key.sign(&rng, jwt.as_bytes()).expect("sign");
+    jwt.push('.');
+    jwt.push_str(&URL_SAFE_NO_PAD.encode(sig.as_ref()));
+    jwt
+}
+
+/// A pod bound to a node that does not exist, in `namespace`.
+fn ghost_pod(client: &Client, namespace: &str, name: &str) {
+    let mut pod = common::pod(name, "ghost-node", &["sleep", "1"], None);
+    pod.metadata.namespace = Some(namespace.into());
+    smol::block_on(client.create(&pod)).expect("create pod");
+}
+
+/// The pod names of the pods view's visible rows, sorted.
+const POD_NAMES: &str = "[...document.querySelectorAll('main tbody tr')].filter(r => !r.hidden)\
+    .map(r => r.dataset.key.split('/')[1]).sort().join(' ')";
+
+/// The namespace picker: an admin picks a namespace from the list and the pods view and its
+/// watch follow it, remembered across a reload; a user made by `skiff user create` logs in
+/// with the client certificate chromium holds for it (in a throw-away NSS database) and,
+/// with a RoleBinding in one namespace only and no right to list namespaces, reaches that
+/// namespace's pods through the picker's free-text field, then the fallback to it; a
+/// ServiceAccount's token falls back to the ServiceAccount's namespace by itself; and a
+/// really expired token (the server's own signature, expired an hour ago) goes back to
+/// log-in. No containers: the pods are bound to a node that does not exist.
+#[test]
+fn dashboard_namespaces_and_client_certificates() {
+    if !browser_available() {
+        return;
+    }
+    private_network();
+    let server = common::TestServer::start();
+    let client = server.client();
+    let token = std::fs::read_to_string(server.dir.path().join("admin-token"))
+        .expect("admin token")
+        .trim()
+        .to_string();
+    for ns in ["team-a", "team-b"] {
+        server_kubectl(&server, &["create", "namespace", ns]);
+    }
+    ghost_pod(&client, "default", "d-1");
+    ghost_pod(&client, "team-a", "a-1");
+    ghost_pod(&client, "team-b", "b-1");
+    let origin = server.url();
+
+    // An admin: "All namespaces" and each namespace in a list; picking one narrows the view
+    // and its watch, and is kept in the URL and across a reload.
+    let mut b = Browser::start(1280, 900);
+    log_in_and_load(&mut b, &origin, &token, "#/pods");
+    b.wait(
+        "every namespace's pods",
+        Duration::from_secs(20),
+        &format!("{POD_NAMES} === 'a-1 b-1 d-1'"),
+    );
+    b.wait(
+        "the namespaces in the picker",
+        Duration::from_secs(10),
+        "(() => { const s = document.querySelector('select#namespace'); return s && \
+         [...s.options].map(o => o.text).join(',').match(/^All namespaces,default,(.*,)?team-a,team-b$/); })()",
+    );
+    b.eval(
+        "(() => { const s = document.querySelector('select#namespace'); s.value = 'team-b'; \
+         s.dispatchEvent(new Event('change')); })()",
+    );
+    b.wait(
+        "team-b's pods only",
+        Duration::from_secs(20),
+        &format!("location.hash === '#/pods?namespace=team-b' && {POD_NAMES} === 'b-1'"),
+    );
+    ghost_pod(&client, "team-a", "a-2");
+    ghost_pod(&client, "team-b", "b-2");
+    b.wait(
+        "team-b's new pod, live, and not team-a's",
+        Duration::from_secs(20),
+        &format!("{POD_NAMES} === 'b-1 b-2'"),
+    );
+    // Another view keeps the namespace, and so does a reload from a bare URL.
+    b.go("#/events");
+    b.wait(
+        "the events view in team-b",
+        Duration::from_secs(10),
+        "location.hash === '#/events?namespace=team-b' && document.querySelector('select#namespace').value === 'team-b'",
+    );
+    b.navigate(&format!("{origin}/ui/?again#/pods"));
+    b.wait(
+        "team-b still chosen after a reload",
+        Duration::from_secs(20),
+        &format!("location.hash === '#/pods?namespace=team-b' && {POD_NAMES} === 'b-1 b-2'"),
+    );
+    b.screenshot("pods-namespace");
+    b.eval(
+        "(() => { const s = document.querySelector('select#namespace'); s.value = ''; \
+         s.dispatchEvent(new Event('change')); })()",
+    );
+    b.wait(
+        "every namespace again",
+        Duration::from_secs(20),
+        &format!("location.hash === '#/pods' && {POD_NAMES} === 'a-1 a-2 b-1 b-2 d-1'"),
+    );
+
+    // alice, made by `skiff user create`, may read team-a only.
+    let alice_kubeconfig = server.dir.path().join("alice.kubeconfig");
+    let out = Command::new(common::skiff_bin())
+        .args(["user", "create", "alice", "-o"])
+        .arg(&alice_kubeconfig)
+        .env("KUBECONFIG", server.kubeconfig())
+        .output()
+        .expect("skiff user create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server_kubectl(
+        &server,
+        &[
+            "create",
+            "rolebinding",
+            "alice-view",
+            "--clusterrole=view",
+            "--user=alice",
+            "-n",
+            "team-a",
+        ],
+    );
+    // A ServiceAccount of team-b that may read team-b.
+    server_kubectl(
+        &server,
+        &["create", "serviceaccount", "robot", "-n", "team-b"],
+    );
+    server_kubectl(
+        &server,
+        &[
+            "create",
+            "rolebinding",
+            "robot-view",
+            "--clusterrole=view",
+            "--serviceaccount=team-b:robot",
+            "-n",
+            "team-b",
+        ],
+    );
+    // Bindings reach the authorizer through its watch, a moment after they are stored.
+    wait_for("alice's binding in force", Duration::from_secs(10), || {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&alice_kubeconfig)
+            .args(["auth", "can-i", "list", "pods", "-n", "team-a"])
+            .output()
+            .expect("kubectl");
+        (String::from_utf8_lossy(&out.stdout).trim() == "yes").then_some(())
+    });
+
+    // alice's browser holds her certificate and presents it to this server by itself.
+    let cert = CertificateHome::from_kubeconfig(&alice_kubeconfig, &origin);
+    let mut a = Browser::start_with_certificate(1280, 900, &cert);
+    a.navigate(&format!("{origin}/ui/"));
+    a.wait(
+        "the log-in form",
+        Duration::from_secs(20),
+        "!!document.querySelector('#cert-login')",
+    );
+    a.click("#cert-login");
+    a.wait(
+        "alice logged in with her certificate",
+        Duration::from_secs(20),
+        "!document.querySelector('#nav').hidden && document.querySelector('#whoami').innerText === 'alice'",
+    );
+    let mode =
+        a.eval("[sessionStorage.getItem('skiff.mode'), sessionStorage.getItem('skiff.token')]");
+    assert_eq!(
+        mode,
+        json!(["cert", null]),
+        "no token: the certificate is the credential"
+    );
+    // What RBAC lets alice see: no nodes, with the API's own message.
+    let banner = a.wait(
+        "the nodes refused",
+        Duration::from_secs(20),
+        "!document.querySelector('#error').hidden && document.querySelector('#error-text').innerText",
+    );
+    assert!(
+        banner.as_str().is_some_and(
+            |t| t.contains("nodes is forbidden: User \"alice\" cannot list resource \"nodes\"")
+        ),
+        "banner: {banner}"
+    );
+    // Every namespace's pods are refused, and alice may not list namespaces: a namespace
+    // field, and a notice asking for one instead of a bare 403.
+    a.go("#/pods");
+    a.wait(
+        "the notice asking for a namespace",
+        Duration::from_secs(20),
+        "!document.querySelector('#notice').hidden && document.querySelector('#notice').innerText.includes('You may not list pods in all namespaces: choose a namespace above')",
+    );
+    a.wait(
+        "the free-text namespace field",
+        Duration::from_secs(10),
+        "document.querySelector('input#namespace')",
+    );
+    assert_eq!(a.eval("document.querySelector('#error').hidden"), true);
+    a.set_value("input#namespace", "team-a");
+    a.eval("document.querySelector('input#namespace').dispatchEvent(new Event('change'))");
+    a.wait(
+        "team-a's pods",
+        Duration::from_secs(20),
+        &format!("location.hash === '#/pods?namespace=team-a' && {POD_NAMES} === 'a-1 a-2' && document.querySelector('#notice').hidden"),
+    );
+    ghost_pod(&client, "team-a", "a-3");
+    a.wait(
+        "team-a's new pod, live",
+        Duration::from_secs(20),
+        &format!("{POD_NAMES} === 'a-1 a-2 a-3'"),
+    );
+    a.screenshot("pods-certificate");
+    // Back to "all namespaces": the view falls back to the namespace alice chose last, and
+    // says why.
+    a.set_value("input#namespace", "");
+    a.eval("document.querySelector('input#namespace').dispatchEvent(new Event('change'))");
+    a.wait(
+        "the fallback to team-a",
+        Duration::from_secs(20),
+        &format!("location.hash === '#/pods' && {POD_NAMES} === 'a-1 a-2 a-3' && \
+                  document.querySelector('#notice').innerText.includes('showing namespace \"team-a\"')"),
+    );
+    a.screenshot("pods-fallback");
+    drop(a);
+
+    // A ServiceAccount's token: the page learns its namespace (SelfSubjectReview) and falls
+    // back to it by itself.
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig())
+        .args(["create", "token", "robot", "-n", "team-b"])
+        .output()
+        .expect("kubectl create token");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let robot = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut r = b.new_user();
+    log_in_and_load(&mut r, &origin, &robot, "#/pods");
+    r.wait(
+        "the fallback to team-b",
+        Duration::from_secs(20),
+        &format!("{POD_NAMES} === 'b-1 b-2' && document.querySelector('#notice').innerText.includes('showing namespace \"team-b\"') && \
+                  document.querySelector('#whoami').innerText === 'system:serviceaccount:team-b:robot'"),
+    );
+
+    // The same token signed again by the server's key: valid now it is accepted, expired an
+    // hour ago it is refused (401) ...
+    let fresh = resigned(&robot, server.dir.path(), 60, 3600);
+    let expired = resigned(&robot, server.dir.path(), 7200, 3600);
+    let status = |b: &mut Browser, t: &str| {
+        b.eval(&format!(
+            "fetch('/api/v1/namespaces/team-b/pods', {{headers: {{Authorization: 'Bearer ' + {}}}}}).then(r => r.status)",
+            json!(t)
+        ))
+    };
+    assert_eq!(status(&mut r, &fresh), 200);
+    assert_eq!(status(&mut r, &expired), 401);
+    // ... and the page, whose token expired while it was open, goes back to log-in.
+    r.eval(&format!(
+        "sessionStorage.setItem('skiff.token', {})",
+        json!(expired)
+    ));
+    r.go("#/events");
+    r.wait(
+        "the log-in form again",
+        Duration::from_secs(20),
+        "document.querySelector('#login-note') && document.querySelector('#login-note').innerText.includes('log in again')",
+    );
+    assert_eq!(
+        r.eval("sessionStorage.getItem('skiff.token') === null"),
+        true
+    );
+    for p in [&b, &r] {
+        assert!(
+            p.problems.iter().all(|p| !p.starts_with("exception")),
+            "the page threw: {:?}",
+            p.problems
+        );
+    }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use api::batch::{CronJob, Job};
 use api::client::Client;
 use api::core::Pod;
-use common::{free_port, wait_for};
+use common::wait_for;
 
 const IMAGE: &str = "skiff.test/jobs:v1";
 
@@ -45,33 +45,13 @@ fn text(b: &[u8]) -> String {
 
 fn start() -> (Server, Client) {
     image_util::require_root_and_busybox();
-    let dir = tempfile::tempdir().expect("data dir");
-    let run = tempfile::tempdir().expect("run dir");
-    let archive = dir.path().join("image.tar");
-    let image = image_util::build_image(
-        vec![
-            image_util::lower_layer_tar(),
-            image_util::upper_layer_tar("jobs"),
-        ],
-        image_util::host_arch(),
-        &["sh"],
-    );
-    image_util::write_oci_archive(&archive, &image, IMAGE);
-    common::import_image(&archive, &dir.path().join("agent"));
-    let node = format!("jobs-{}", std::process::id());
-    let cgroup_parent = format!("skiff-jobs-{}", std::process::id());
-    let port = free_port();
-    let child = common::node_server_command(dir.path(), run.path(), port, &node, &cgroup_parent)
-        .spawn()
-        .expect("start skiff server");
-    let server = Server {
-        child,
-        dir,
-        run,
-        cgroup_parent,
-    };
-    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
-    (server, client)
+    let id = std::process::id();
+    common::start_node_server_with_image(
+        &format!("jobs-{id}"),
+        &format!("skiff-jobs-{id}"),
+        &[],
+        |archive| image_util::write_busybox_archive(archive, IMAGE, "jobs"),
+    )
 }
 
 fn job_manifest(name: &str, extra_spec: &str, command: &str) -> String {

@@ -64,15 +64,7 @@ fn start(node: &str, port: u16, tag: &str) -> (Server, Client) {
     let dir = tempfile::tempdir().expect("data dir");
     let run = tempfile::tempdir().expect("run dir");
     let archive = dir.path().join("image.tar");
-    let image = image_util::build_image(
-        vec![
-            image_util::lower_layer_tar(),
-            image_util::upper_layer_tar("storage"),
-        ],
-        image_util::host_arch(),
-        &["sh"],
-    );
-    image_util::write_oci_archive(&archive, &image, IMAGE);
+    image_util::write_busybox_archive(&archive, IMAGE, "storage");
     common::import_image(&archive, &dir.path().join("agent"));
     let cgroup_parent = format!("skiff-{tag}-{}", std::process::id());
     let child = spawn_server(dir.path(), run.path(), port, node, &cgroup_parent);

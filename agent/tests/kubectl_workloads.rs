@@ -15,7 +15,7 @@ use std::time::Duration;
 use api::client::Client;
 use api::core::Pod;
 use api::replication::ReplicationController;
-use common::{free_port, wait_for};
+use common::wait_for;
 
 const IMAGE: &str = "skiff.test/workloads:v1";
 
@@ -55,34 +55,13 @@ fn text(b: &[u8]) -> String {
 /// the same time apart.
 fn start(tag: &str, extra: &[&str]) -> (Server, Client) {
     image_util::require_root_and_busybox();
-    let dir = tempfile::tempdir().expect("data dir");
-    let run = tempfile::tempdir().expect("run dir");
-    let archive = dir.path().join("image.tar");
-    let image = image_util::build_image(
-        vec![
-            image_util::lower_layer_tar(),
-            image_util::upper_layer_tar("workloads"),
-        ],
-        image_util::host_arch(),
-        &["sh"],
-    );
-    image_util::write_oci_archive(&archive, &image, IMAGE);
-    common::import_image(&archive, &dir.path().join("agent"));
-    let node = format!("wl{tag}-{}", std::process::id());
-    let cgroup_parent = format!("skiff-wl{tag}-{}", std::process::id());
-    let port = free_port();
-    let child = common::node_server_command(dir.path(), run.path(), port, &node, &cgroup_parent)
-        .args(extra)
-        .spawn()
-        .expect("start skiff server");
-    let server = Server {
-        child,
-        dir,
-        run,
-        cgroup_parent,
-    };
-    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
-    (server, client)
+    let id = std::process::id();
+    common::start_node_server_with_image(
+        &format!("wl{tag}-{id}"),
+        &format!("skiff-wl{tag}-{id}"),
+        extra,
+        |archive| image_util::write_busybox_archive(archive, IMAGE, "workloads"),
+    )
 }
 
 fn pods(client: &Client, selector: &str) -> Vec<Pod> {

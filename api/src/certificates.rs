@@ -14,6 +14,10 @@ use crate::validation::{self, FieldError};
 pub const GROUP: &str = "certificates.k8s.io";
 /// The signer of client certificates for the API server, the one skiff's server runs.
 pub const KUBE_APISERVER_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
+/// The signer of nodes' client certificates (CN system:node:NAME, O system:nodes), which
+/// agents renew theirs through.
+pub const KUBE_APISERVER_CLIENT_KUBELET_SIGNER: &str =
+    "kubernetes.io/kube-apiserver-client-kubelet";
 
 /// certificates/v1 CertificateSigningRequest.
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]

@@ -96,6 +96,9 @@ pub struct ClientConfig {
     pub insecure_skip_tls_verify: bool,
     /// The name to verify the server certificate against, if not the URL's host.
     pub tls_server_name: Option<String>,
+    /// A client certificate that may be replaced while the client is in use (a node's,
+    /// renewed before it expires); instead of `client_cert_pem` and `client_key_pem`.
+    pub client_identity: Option<Arc<crate::tls::LiveCertificate>>,
 }
 
 impl ClientConfig {
@@ -114,6 +117,7 @@ impl ClientConfig {
             client_key_pem: r.client_key_pem,
             insecure_skip_tls_verify: r.insecure_skip_tls_verify,
             tls_server_name: r.tls_server_name,
+            client_identity: None,
         }
     }
 }
@@ -356,6 +360,12 @@ impl Client {
     /// Connections currently idle in the pool (for tests and metrics).
     pub fn idle_connections(&self) -> usize {
         self.inner.transport.idle_connections()
+    }
+
+    /// Makes later requests open new connections (see [`Transport::close_idle`]): after the
+    /// client certificate was replaced, so the server sees the new one.
+    pub fn close_idle_connections(&self) {
+        self.inner.transport.close_idle();
     }
 
     /// Sends the request; the answer's body is unread.
@@ -870,7 +880,9 @@ fn parse_server(server: &str) -> Result<(String, u16), ClientError> {
     Ok((host.to_string(), port))
 }
 
-fn tls_config(config: &ClientConfig) -> Result<rustls::ClientConfig, ClientError> {
+/// The rustls configuration that trusts `config`'s CA and presents its client certificate; also
+/// used by the server's etcd client, which trusts and authenticates the same way.
+pub fn tls_config(config: &ClientConfig) -> Result<rustls::ClientConfig, ClientError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -897,25 +909,34 @@ fn tls_config(config: &ClientConfig) -> Result<rustls::ClientConfig, ClientError
         }
         builder.with_root_certificates(roots)
     };
-    let mut tls = match (&config.client_cert_pem, &config.client_key_pem) {
-        (Some(cert), Some(key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ClientError::Config(format!("client certificate: {e}")))?;
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
-                .map_err(|e| ClientError::Config(format!("client key: {e}")))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| ClientError::Config(format!("client certificate: {e}")))?
-        }
-        (None, None) => builder.with_no_client_auth(),
-        _ => {
-            return Err(ClientError::Config(
-                "a client certificate needs both the certificate and its key".into(),
-            ))
+    let mut tls = if let Some(live) = &config.client_identity {
+        builder.with_client_cert_resolver(live.clone())
+    } else {
+        match (&config.client_cert_pem, &config.client_key_pem) {
+            (Some(cert), Some(key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| ClientError::Config(format!("client certificate: {e}")))?;
+                let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+                    .map_err(|e| ClientError::Config(format!("client key: {e}")))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| ClientError::Config(format!("client certificate: {e}")))?
+            }
+            (None, None) => builder.with_no_client_auth(),
+            _ => {
+                return Err(ClientError::Config(
+                    "a client certificate needs both the certificate and its key".into(),
+                ))
+            }
         }
     };
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    if config.client_identity.is_some() {
+        // A resumed TLS session carries the client certificate of the handshake it resumes:
+        // after a renewal the server would go on seeing the old one, until it expires.
+        tls.resumption = rustls::client::Resumption::disabled();
+    }
     Ok(tls)
 }
 

@@ -28,6 +28,8 @@ pub struct UserCertRequest {
     pub name: String,
     #[serde(default)]
     pub groups: Vec<String>,
+    /// 0: the server's default (its cluster signing duration).
+    #[serde(default)]
     pub ttl_seconds: u64,
     /// PEM certificate signing request for the user's key (the key never leaves the client).
     pub csr: String,

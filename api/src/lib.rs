@@ -2,6 +2,7 @@
 //! field selectors, and the HTTPS client. No server code lives here.
 
 pub mod apps;
+pub mod autoscaling;
 pub mod batch;
 pub mod certificates;
 pub mod cidr;
@@ -28,6 +29,7 @@ pub mod selector;
 pub mod stats;
 pub mod storage;
 pub mod table;
+pub mod tls;
 pub mod transport;
 pub mod validation;
 

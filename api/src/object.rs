@@ -217,6 +217,7 @@ kinds! {
     StorageClass => storage::StorageClass,
     StatefulSet => apps::StatefulSet,
     ControllerRevision => apps::ControllerRevision,
+    HorizontalPodAutoscaler => autoscaling::HorizontalPodAutoscaler,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -354,6 +355,17 @@ impl Kind {
             false,
             &[],
         );
+        static HPA: KindInfo = KindInfo {
+            kind: "HorizontalPodAutoscaler",
+            group: crate::autoscaling::GROUP,
+            version: crate::autoscaling::VERSION,
+            plural: "horizontalpodautoscalers",
+            singular: "horizontalpodautoscaler",
+            short_names: &["hpa"],
+            namespaced: true,
+            has_status: true,
+            categories: ALL_CATEGORY,
+        };
         static PRIORITY_CLASS: KindInfo = KindInfo {
             kind: "PriorityClass",
             group: crate::scheduling::GROUP,
@@ -510,6 +522,7 @@ impl Kind {
             Kind::ServiceAccount => &SERVICE_ACCOUNT,
             Kind::ReplicationController => &REPLICATION_CONTROLLER,
             Kind::PriorityClass => &PRIORITY_CLASS,
+            Kind::HorizontalPodAutoscaler => &HPA,
             Kind::ResourceQuota => &RESOURCE_QUOTA,
             Kind::LimitRange => &LIMIT_RANGE,
             Kind::PersistentVolume => &PERSISTENT_VOLUME,

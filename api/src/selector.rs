@@ -925,6 +925,9 @@ mod tests {
             Kind::StorageClass => crate::storage::StorageClass::default().into_any(),
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
+            Kind::HorizontalPodAutoscaler => {
+                crate::autoscaling::HorizontalPodAutoscaler::default().into_any()
+            }
         }
     }
 

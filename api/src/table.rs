@@ -107,6 +107,15 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Data", "string", "Data contains the configuration data.", 0),
             age(),
         ],
+        Kind::HorizontalPodAutoscaler => vec![
+            name(),
+            col("Reference", "string", "scaleTargetRef points to the target resource to scale, and is used to the pods for which metrics should be collected, as well as to actually change the replica count.", 0),
+            col("Targets", "string", "metrics contains the specifications for which to use to calculate the desired replica count (the maximum replica count across all metrics will be used).", 0),
+            col("MinPods", "string", "minReplicas is the lower limit for the number of replicas to which the autoscaler can scale down. It defaults to 1 pod.", 0),
+            col("MaxPods", "string", "maxReplicas is the upper limit for the number of replicas to which the autoscaler can scale up. It cannot be less that minReplicas.", 0),
+            col("Replicas", "string", "currentReplicas is current number of replicas of pods managed by this autoscaler, as last seen by the autoscaler.", 0),
+            age(),
+        ],
         Kind::ControllerRevision => vec![
             name(),
             col("Controller", "string", "Controller of the object", 0),
@@ -230,7 +239,7 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
         Kind::CertificateSigningRequest => vec![
             name(),
             age(),
-            col("SignerName", "string", "Only one signer is supported: kubernetes.io/kube-apiserver-client.", 0),
+            col("SignerName", "string", "The signer: kubernetes.io/kube-apiserver-client or kubernetes.io/kube-apiserver-client-kubelet.", 0),
             col("Requestor", "string", "Name of the user who created the request.", 0),
             col("RequestedDuration", "string", "Requested validity of the issued certificate.", 0),
             col("Condition", "string", "Approved, Denied or Pending, then Failed and Issued.", 0),
@@ -563,6 +572,25 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Event(e) => event_cells(e, name, now),
         AnyObject::Deployment(d) => deployment_cells(d, name, age),
         AnyObject::ReplicaSet(r) => replica_set_cells(r, name, age),
+        AnyObject::HorizontalPodAutoscaler(h) => vec![
+            json!(name),
+            json!(format!(
+                "{}/{}",
+                h.spec.scale_target_ref.kind, h.spec.scale_target_ref.name
+            )),
+            json!(crate::autoscaling::format_metrics(
+                &h.spec.metrics,
+                &h.status.current_metrics
+            )),
+            json!(h
+                .spec
+                .min_replicas
+                .map(|m| m.to_string())
+                .unwrap_or_else(|| "<unset>".into())),
+            json!(h.spec.max_replicas),
+            json!(h.status.current_replicas.unwrap_or(0)),
+            json!(age),
+        ],
         AnyObject::PriorityClass(p) => vec![
             json!(name),
             json!(p.value),

@@ -9,6 +9,7 @@
 //! caller's: it hands in the rustls configuration.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -129,8 +130,12 @@ type Conn = async_dup::Arc<async_dup::Mutex<Stream>>;
 struct Shared {
     tls: TlsConnector,
     options: Options,
-    /// Idle connections, each with its origin (`scheme://host:port`).
-    idle: Mutex<Vec<(String, Conn)>>,
+    /// Idle connections, each with its origin (`scheme://host:port`) and the generation it
+    /// was made in.
+    idle: Mutex<Vec<(String, u64, Conn)>>,
+    /// Bumped by [`Transport::close_idle`]: connections of an older generation are not
+    /// pooled again once their answer is read.
+    generation: AtomicU64,
 }
 
 /// An HTTP/1.1 client with one TLS configuration; cheap to clone (clones share the pool).
@@ -170,6 +175,7 @@ impl Transport {
                 tls: TlsConnector::from(tls),
                 options,
                 idle: Mutex::new(Vec::new()),
+                generation: AtomicU64::new(0),
             }),
         }
     }
@@ -177,6 +183,17 @@ impl Transport {
     /// Connections currently idle in the pool (for tests and metrics).
     pub fn idle_connections(&self) -> usize {
         self.shared.idle.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// Closes the idle connections, and each busy one once its answer is read, so that
+    /// every later request makes a new handshake (after the client certificate changed, as
+    /// client-go closes its connections when its certificate rotates). Streams in progress,
+    /// such as watches, go on until they end.
+    pub fn close_idle(&self) {
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut idle) = self.shared.idle.lock() {
+            idle.clear();
+        }
     }
 
     async fn connect(&self, url: &Url) -> Result<Conn, TransportError> {
@@ -239,10 +256,11 @@ impl Transport {
         Ok(async_dup::Arc::new(async_dup::Mutex::new(stream)))
     }
 
-    fn take_idle(&self, origin: &str) -> Option<Conn> {
+    fn take_idle(&self, origin: &str) -> Option<(u64, Conn)> {
         let mut idle = self.shared.idle.lock().ok()?;
-        let i = idle.iter().rposition(|(o, _)| o == origin)?;
-        Some(idle.swap_remove(i).1)
+        let i = idle.iter().rposition(|(o, _, _)| o == origin)?;
+        let (_, generation, conn) = idle.swap_remove(i);
+        Some((generation, conn))
     }
 
     fn build(
@@ -302,21 +320,24 @@ impl Transport {
         let origin = url.origin().ascii_serialization();
         // Built (and its headers checked) before any connection is made.
         let mut req = self.build(m, url, headers, body)?;
-        if let Some(conn) = self.take_idle(&origin) {
+        if let Some((generation, conn)) = self.take_idle(&origin) {
             if let Ok(res) = self.exchange(&conn, req).await {
-                return Ok(self.response(origin, conn, m, res));
+                return Ok(self.response(origin, generation, conn, m, res));
             }
             // The server closed the idle connection; nothing was answered, so send again.
             req = self.build(m, url, headers, body)?;
         }
+        // The generation before the handshake: a close_idle during it retires this one.
+        let generation = self.shared.generation.load(Ordering::SeqCst);
         let conn = self.connect(url).await?;
         let res = self.exchange(&conn, req).await?;
-        Ok(self.response(origin, conn, m, res))
+        Ok(self.response(origin, generation, conn, m, res))
     }
 
     fn response(
         &self,
         origin: String,
+        generation: u64,
         conn: Conn,
         method: Method,
         mut res: http_types::Response,
@@ -358,6 +379,7 @@ impl Transport {
             reusable: !close && !matches!(framing, Framing::Unframed),
             framing,
             origin,
+            generation,
             shared: self.shared.clone(),
         };
         if matches!(r.framing, Framing::Length(0)) {
@@ -388,6 +410,8 @@ pub struct Response {
     framing: Framing,
     reusable: bool,
     origin: String,
+    /// The generation of its connection (see [`Transport::close_idle`]).
+    generation: u64,
     shared: Arc<Shared>,
 }
 
@@ -429,10 +453,11 @@ impl Response {
     fn finish(&mut self) {
         self.body = None;
         if let Some(conn) = self.conn.take() {
-            if self.reusable {
+            let current = self.shared.generation.load(Ordering::SeqCst) == self.generation;
+            if self.reusable && current {
                 if let Ok(mut idle) = self.shared.idle.lock() {
                     if idle.len() < self.shared.options.pool_size {
-                        idle.push((std::mem::take(&mut self.origin), conn));
+                        idle.push((std::mem::take(&mut self.origin), self.generation, conn));
                     }
                 }
             }

@@ -1,13 +1,27 @@
-//! The kubernetes.io/kube-apiserver-client signer: issues client certificates for approved
-//! CertificateSigningRequests, as kube-controller-manager's csrsigning controller does.
-//! The certificate carries the subject the request asks for (CN the user, O the groups): the
-//! approver, not the signer, decides whether that is acceptable.
+//! The signers and the node-client approver of CertificateSigningRequests, as
+//! kube-controller-manager's csrsigning and csrapproving controllers.
+//!
+//! * kubernetes.io/kube-apiserver-client issues client certificates for approved requests.
+//!   The certificate carries the subject the request asks for (CN the user, O the groups):
+//!   the approver, not the signer, decides whether that is acceptable.
+//! * kubernetes.io/kube-apiserver-client-kubelet issues node certificates (CN
+//!   system:node:NAME, O system:nodes). A node asking for a certificate of its own identity
+//!   with its current certificate is approved automatically (Kubernetes' `selfnodeclient`
+//!   rule, which the default `system:nodes` binding grants): that is how agents renew their
+//!   certificates before they expire, without a join token. A node whose certificate has
+//!   expired cannot authenticate to ask, and needs a new token, as in Kubernetes. skiff's
+//!   node certificate is also the serving certificate of the agent's endpoint, so it is
+//!   issued as the join issues it: with the node's name as DNS name and server auth too.
+//!
+//! Lifetimes: at most `--cluster-signing-duration`, node certificates `--node-cert-ttl`,
+//! shorter when the request's `expirationSeconds` asks for less.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use api::certificates::{
-    CertificateSigningRequest, CertificateSigningRequestCondition, KUBE_APISERVER_CLIENT_SIGNER,
+    CertificateSigningRequest, CertificateSigningRequestCondition,
+    KUBE_APISERVER_CLIENT_KUBELET_SIGNER, KUBE_APISERVER_CLIENT_SIGNER,
 };
 use api::core::ByteString;
 use api::Kind;
@@ -17,15 +31,32 @@ use crate::machinery::Context;
 use crate::pki::Pki;
 use crate::registry::Part;
 
-/// How long issued certificates are valid when the request names no duration.
-pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
-
 /// The subject a PEM certificate request asks for: (CN, every O).
 pub fn requested_subject(pem: &[u8]) -> Result<(String, Vec<String>), String> {
+    Ok(requested(pem)?.subject)
+}
+
+/// What a PEM certificate request asks for.
+struct Requested {
+    /// (CN, every O).
+    subject: (String, Vec<String>),
+    /// Whether it asks for subject alternative names of any kind.
+    has_alt_names: bool,
+}
+
+fn requested(pem: &[u8]) -> Result<Requested, String> {
     let (_, block) = x509_parser::pem::parse_x509_pem(pem).map_err(|e| e.to_string())?;
     let (_, csr) =
         x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
             .map_err(|e| e.to_string())?;
+    let has_alt_names = csr.requested_extensions().is_some_and(|mut exts| {
+        exts.any(|e| {
+            matches!(
+                e,
+                x509_parser::extensions::ParsedExtension::SubjectAlternativeName(_)
+            )
+        })
+    });
     let subject = &csr.certification_request_info.subject;
     let cn = subject
         .iter_common_name()
@@ -38,30 +69,107 @@ pub fn requested_subject(pem: &[u8]) -> Result<(String, Vec<String>), String> {
         .filter_map(|o| o.as_str().ok())
         .map(String::from)
         .collect();
-    Ok((cn, groups))
+    Ok(Requested {
+        subject: (cn, groups),
+        has_alt_names,
+    })
+}
+
+/// Why a request is not a node client certificate request (Kubernetes'
+/// `ValidateKubeletClientCSR`): O exactly system:nodes, CN system:node:NAME, no alternative
+/// names, usages client auth with at most digital signature and key encipherment.
+fn kubelet_client_problem(csr: &CertificateSigningRequest, req: &Requested) -> Option<String> {
+    let (cn, groups) = &req.subject;
+    if groups != &[crate::auth::NODES_GROUP.to_string()] {
+        return Some(format!(
+            "subject organization is not system:nodes: {groups:?}"
+        ));
+    }
+    if cn
+        .strip_prefix(crate::auth::NODE_PREFIX)
+        .is_none_or(str::is_empty)
+    {
+        return Some(format!(
+            "subject common name does not begin with system:node: {cn:?}"
+        ));
+    }
+    if req.has_alt_names {
+        return Some("subject alternative names are not allowed".into());
+    }
+    let usages = &csr.spec.usages;
+    if !usages.iter().any(|u| u == "client auth")
+        || usages.iter().any(|u| {
+            !matches!(
+                u.as_str(),
+                "client auth" | "digital signature" | "key encipherment"
+            )
+        })
+    {
+        return Some(format!(
+            "usages did not match [client auth] with optional [digital signature key encipherment]: {usages:?}"
+        ));
+    }
+    None
 }
 
 /// The certificate for an approved request, or why it cannot be issued.
 fn issue(pki: &Pki, csr: &CertificateSigningRequest) -> Result<String, String> {
     let pem = std::str::from_utf8(&csr.spec.request.0).map_err(|e| e.to_string())?;
-    let (cn, groups) = requested_subject(csr.spec.request.0.as_slice())?;
+    let req = requested(csr.spec.request.0.as_slice())?;
+    let (cn, groups) = &req.subject;
     if cn.is_empty() {
         return Err("the request's subject has no common name".into());
     }
-    let validity = csr
+    let asked = csr
         .spec
         .expiration_seconds
-        .map(|s| Duration::from_secs(s.max(600) as u64))
-        .unwrap_or(DEFAULT_VALIDITY)
-        .min(DEFAULT_VALIDITY);
-    pki.sign_user_csr(pem, &cn, &groups, validity)
+        .map(|s| Duration::from_secs(s.max(600) as u64));
+    if csr.spec.signer_name == KUBE_APISERVER_CLIENT_KUBELET_SIGNER {
+        if let Some(why) = kubelet_client_problem(csr, &req) {
+            return Err(why);
+        }
+        let node = cn.strip_prefix(crate::auth::NODE_PREFIX).unwrap_or(cn);
+        let lifetimes = pki.lifetimes();
+        let validity = asked.map_or(lifetimes.node(), |a| a.min(lifetimes.node()));
+        return pki
+            .sign_node_csr(pem, node, validity)
+            .map_err(|e| e.to_string());
+    }
+    pki.sign_user_csr(pem, cn, groups, pki.lifetimes().client(asked))
         .map_err(|e| e.to_string())
 }
 
-/// Whether the signer has work on `csr`: approved, for this signer, not denied, failed or
-/// issued yet.
+/// Whether a node asks for a certificate of its own identity (Kubernetes' `selfnodeclient`
+/// approval rule): the requestor is system:node:NAME in system:nodes, and the request is
+/// a node client request for exactly that name.
+fn is_self_node_client(csr: &CertificateSigningRequest) -> bool {
+    if csr.spec.signer_name != KUBE_APISERVER_CLIENT_KUBELET_SIGNER {
+        return false;
+    }
+    let requestor = crate::auth::User::new(
+        csr.spec.username.clone().unwrap_or_default(),
+        "",
+        csr.spec.groups.clone(),
+    );
+    if requestor.node_name().is_none() {
+        return false;
+    }
+    let Ok(req) = requested(csr.spec.request.0.as_slice()) else {
+        return false;
+    };
+    req.subject.0 == requestor.name && kubelet_client_problem(csr, &req).is_none()
+}
+
+/// Whether the approver has work on `csr`: no Approved, Denied or Failed condition yet.
+fn undecided(csr: &CertificateSigningRequest) -> bool {
+    !csr.has_condition("Approved") && !csr.has_condition("Denied") && !csr.has_condition("Failed")
+}
+
+/// Whether a signer has work on `csr`: approved, for a signer of this server, not denied,
+/// failed or issued yet.
 fn due(csr: &CertificateSigningRequest) -> bool {
-    csr.spec.signer_name == KUBE_APISERVER_CLIENT_SIGNER
+    (csr.spec.signer_name == KUBE_APISERVER_CLIENT_SIGNER
+        || csr.spec.signer_name == KUBE_APISERVER_CLIENT_KUBELET_SIGNER)
         && csr.has_condition("Approved")
         && !csr.has_condition("Denied")
         && !csr.has_condition("Failed")
@@ -80,7 +188,46 @@ pub fn start(ctx: &Context, pki: Arc<Pki>) {
         let registry = ctx
             .registry
             .with_manager("certificatesigningrequest-signing-controller");
+        let approver = ctx
+            .registry
+            .with_manager("certificatesigningrequest-approving-controller");
         loop {
+            let to_approve: Vec<String> = ctx
+                .informers
+                .cache()
+                .read()
+                .iter::<CertificateSigningRequest>(None)
+                .filter(|c| undecided(c) && is_self_node_client(c))
+                .map(|c| c.metadata.name.clone())
+                .collect();
+            for name in to_approve {
+                let result = approver
+                    .mutate::<CertificateSigningRequest>("", &name, Part::Status, |c| {
+                        if !undecided(c) || !is_self_node_client(c) {
+                            return Ok(());
+                        }
+                        let now = api::meta::Time::now();
+                        c.status
+                            .conditions
+                            .push(CertificateSigningRequestCondition {
+                                type_: "Approved".into(),
+                                status: "True".into(),
+                                reason: Some("AutoApproved".into()),
+                                message: Some(
+                                    "Auto approving self kubelet client certificate after SubjectAccessReview."
+                                        .into(),
+                                ),
+                                last_update_time: Some(now),
+                                last_transition_time: Some(now),
+                            });
+                        Ok(())
+                    })
+                    .await;
+                match result {
+                    Ok(_) => tracing::info!(csr = %name, "approved a node's renewal"),
+                    Err(e) => tracing::warn!(csr = %name, "approving: {e}"),
+                }
+            }
             let todo: Vec<CertificateSigningRequest> = ctx
                 .informers
                 .cache()

@@ -16,8 +16,6 @@ use crate::registry::Registry;
 
 /// The type of the Secrets that hold join tokens (as kubeadm's bootstrap tokens).
 pub const TOKEN_SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
-/// Node certificates last a year.
-const NODE_CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 const TOKEN_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
 fn secret_name(id: &str) -> String {
@@ -127,7 +125,7 @@ pub async fn join(
         return Err(refused());
     }
     let certificate = pki
-        .sign_node_csr(&req.csr, &req.node_name, NODE_CERT_VALIDITY)
+        .sign_node_csr(&req.csr, &req.node_name, pki.lifetimes().node())
         .map_err(|e| {
             ApiError::bad_request(format!("the certificate signing request was refused: {e}"))
         })?;

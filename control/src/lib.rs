@@ -9,6 +9,7 @@ pub mod certificates;
 pub mod cli;
 pub mod controllers;
 pub mod error;
+pub mod etcd;
 pub mod fieldmanager;
 pub mod heartbeat;
 pub mod http;

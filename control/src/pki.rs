@@ -1,6 +1,10 @@
 //! The server's own PKI: a CA made on first start, the serving certificate it signs, the
 //! admin bearer token and the admin kubeconfig. Later starts reuse all of it; the serving
-//! certificate alone is renewed when it nears expiry or its name list changes.
+//! certificate (and the server's client certificate for agents) is renewed when it nears
+//! expiry or its name list changes, on start and, while the server runs, by
+//! [`Pki::renew_due`], which swaps it in for new connections without a restart.
+//!
+//! How long what the CA signs is valid is [`Lifetimes`]: a year each by default.
 //!
 //! Layout under the data dir: `pki/ca.crt`, `pki/ca.key`, `pki/server.crt`,
 //! `pki/server.key`, `pki/apiserver-client.{crt,key}` (what the server shows agents when it
@@ -25,11 +29,60 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-const SERVER_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
-/// The serving certificate is renewed on start when it expires within this.
-const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// A year: the default lifetime of every certificate the CA signs (kube-controller-manager's
+/// `--cluster-signing-duration` default, 8760h).
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The share of its lifetime after which the server renews its own certificates (with a
+/// year's certificate, 73 days before it expires).
+const SERVER_RENEW_AT: f64 = 0.8;
 /// Backdating of `notBefore`, for clocks slightly behind ours.
 const CLOCK_SKEW: Duration = Duration::from_secs(3600);
+
+/// How far a certificate valid for `validity` is backdated: an hour for clocks behind ours,
+/// but never more than a tenth of its lifetime, so that a short-lived certificate (minutes,
+/// in tests seconds) is not mostly spent before it is issued and its holder's renewal
+/// deadline (a share of notBefore..notAfter) stays ahead of it.
+pub fn backdating(validity: Duration) -> Duration {
+    CLOCK_SKEW.min(validity / 10)
+}
+
+/// How long the certificates the CA signs are valid (`skiff server` flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lifetimes {
+    /// The longest a client certificate the cluster's signers issue may be valid, and how
+    /// long one is when its request names no shorter duration (CSRs without
+    /// `expirationSeconds`, `skiff user create` without `--ttl`): kube-controller-manager's
+    /// `--cluster-signing-duration`.
+    pub cluster_signing: Duration,
+    /// Node certificates, from a join or a renewal (at most `cluster_signing`).
+    pub node: Duration,
+    /// The serving certificate and the server's client certificate for agents.
+    pub serving: Duration,
+}
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Lifetimes {
+            cluster_signing: DEFAULT_LIFETIME,
+            node: DEFAULT_LIFETIME,
+            serving: DEFAULT_LIFETIME,
+        }
+    }
+}
+
+impl Lifetimes {
+    /// The lifetime of a client certificate whose request asks for `requested`.
+    pub fn client(&self, requested: Option<Duration>) -> Duration {
+        requested
+            .filter(|d| !d.is_zero())
+            .map_or(self.cluster_signing, |d| d.min(self.cluster_signing))
+    }
+
+    /// The lifetime of a node certificate.
+    pub fn node(&self) -> Duration {
+        self.node.min(self.cluster_signing)
+    }
+}
 /// The common name of the client certificate the server presents to agents (for logs). The
 /// agent accepts no other client; the same string is `agent::node::logs::APISERVER_CLIENT_CN`.
 pub const APISERVER_CLIENT_CN: &str = "skiff-apiserver";
@@ -66,12 +119,17 @@ pub struct Pki {
     ca_cert_pem: String,
     ca_cert_der: CertificateDer<'static>,
     ca_key_pem: String,
-    server_cert_pem: String,
-    server_key_pem: String,
-    apiserver_client_cert_pem: String,
-    apiserver_client_key_pem: String,
+    /// The serving certificate, swapped in place when renewed.
+    serving: Arc<api::tls::LiveCertificate>,
+    /// The serving certificate's PEM (what [`Pki::renew_due`] reads its dates from).
+    server_cert_pem: std::sync::RwLock<String>,
+    /// The names the serving certificate carries.
+    sans: BTreeSet<San>,
+    /// The certificate and key the server shows agents (PEM), renewed as the serving one.
+    apiserver_client: std::sync::RwLock<(String, String)>,
     admin_token: String,
     kubeconfig_path: PathBuf,
+    lifetimes: Lifetimes,
 }
 
 impl std::fmt::Debug for Pki {
@@ -89,6 +147,16 @@ impl Pki {
         data_dir: &Path,
         sans: &[String],
         server_url: &str,
+    ) -> Result<Pki, PkiError> {
+        Pki::load_or_create_with(data_dir, sans, server_url, Lifetimes::default())
+    }
+
+    /// [`Pki::load_or_create`] with the certificates' lifetimes.
+    pub fn load_or_create_with(
+        data_dir: &Path,
+        sans: &[String],
+        server_url: &str,
+        lifetimes: Lifetimes,
     ) -> Result<Pki, PkiError> {
         ensure_private_dir(data_dir)?;
         let dir = data_dir.join("pki");
@@ -138,7 +206,8 @@ impl Pki {
             tighten(&server_key_path)?;
             (read(&server_cert_path)?, read(&server_key_path)?)
         } else {
-            let (cert, key) = generate_server_cert(&ca_cert_pem, &ca_key_pem, &wanted_sans)?;
+            let (cert, key) =
+                generate_server_cert(&ca_cert_pem, &ca_key_pem, &wanted_sans, lifetimes.serving)?;
             write_file(&server_key_path, &key, 0o600)?;
             write_file(&server_cert_path, &cert, 0o644)?;
             (cert, key)
@@ -155,7 +224,8 @@ impl Pki {
             tighten(&client_key_path)?;
             (read(&client_cert_path)?, read(&client_key_path)?)
         } else {
-            let (cert, key) = generate_apiserver_client_cert(&ca_cert_pem, &ca_key_pem)?;
+            let (cert, key) =
+                generate_apiserver_client_cert(&ca_cert_pem, &ca_key_pem, lifetimes.serving)?;
             write_file(&client_key_path, &key, 0o600)?;
             write_file(&client_cert_path, &cert, 0o644)?;
             (cert, key)
@@ -191,46 +261,113 @@ impl Pki {
             tighten(&kubeconfig_path)?;
         }
 
+        let serving =
+            api::tls::LiveCertificate::new(&server_cert_pem, &server_key_pem).map_err(|e| {
+                PkiError::Invalid {
+                    path: server_cert_path.clone(),
+                    message: e.to_string(),
+                }
+            })?;
         Ok(Pki {
             dir,
             ca_cert_pem,
             ca_cert_der,
             ca_key_pem,
-            server_cert_pem,
-            server_key_pem,
-            apiserver_client_cert_pem,
-            apiserver_client_key_pem,
+            serving,
+            server_cert_pem: std::sync::RwLock::new(server_cert_pem),
+            sans: wanted_sans,
+            apiserver_client: std::sync::RwLock::new((
+                apiserver_client_cert_pem,
+                apiserver_client_key_pem,
+            )),
             admin_token,
             kubeconfig_path,
+            lifetimes,
         })
     }
 
-    /// TLS for the API: the serving certificate, ALPN `http/1.1`, client certificates
-    /// optional but verified against the CA when presented.
+    /// The lifetimes this server signs with.
+    pub fn lifetimes(&self) -> Lifetimes {
+        self.lifetimes
+    }
+
+    /// Renews the serving certificate and the server's client certificate that are past
+    /// their renewal point (80% of their lifetime): new keys, signed by the CA, written to
+    /// their files and put in use for the connections that follow. Answers when to call
+    /// again. Blocking (key generation, file writes).
+    pub fn renew_due(&self) -> Result<SystemTime, PkiError> {
+        let now = SystemTime::now();
+        let serving_pem = self
+            .server_cert_pem
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut serving_at = renewal_point(&serving_pem).unwrap_or(now);
+        if serving_at <= now {
+            let (cert, key) = generate_server_cert(
+                &self.ca_cert_pem,
+                &self.ca_key_pem,
+                &self.sans,
+                self.lifetimes.serving,
+            )?;
+            write_file(&self.dir.join("server.key"), &key, 0o600)?;
+            write_file(&self.dir.join("server.crt"), &cert, 0o644)?;
+            self.serving
+                .replace(&cert, &key)
+                .map_err(|e| PkiError::Tls(e.to_string()))?;
+            serving_at = renewal_point(&cert).unwrap_or(now + self.lifetimes.serving);
+            *self
+                .server_cert_pem
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = cert;
+            tracing::info!("renewed the serving certificate");
+        }
+        let client_pem = self
+            .apiserver_client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone();
+        let mut client_at = renewal_point(&client_pem).unwrap_or(now);
+        if client_at <= now {
+            let (cert, key) = generate_apiserver_client_cert(
+                &self.ca_cert_pem,
+                &self.ca_key_pem,
+                self.lifetimes.serving,
+            )?;
+            write_file(&self.dir.join("apiserver-client.key"), &key, 0o600)?;
+            write_file(&self.dir.join("apiserver-client.crt"), &cert, 0o644)?;
+            client_at = renewal_point(&cert).unwrap_or(now + self.lifetimes.serving);
+            *self
+                .apiserver_client
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = (cert, key);
+            tracing::info!("renewed the apiserver client certificate");
+        }
+        Ok(serving_at.min(client_at))
+    }
+
+    /// TLS for the API: the serving certificate (renewed in place, see [`Pki::renew_due`]),
+    /// ALPN `http/1.1`, and a client certificate asked for but not required. The handshake
+    /// only checks that the client holds the key of the certificate it shows; whether the
+    /// CA signed it and whether it is still valid is the authenticator's to say, so that an
+    /// expired or foreign certificate gets 401 Unauthorized, as from kube-apiserver, and not
+    /// a failed handshake.
     pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, PkiError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(self.ca_cert_der.clone())
-            .map_err(|e| PkiError::Tls(e.to_string()))?;
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            provider.clone(),
-        )
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| PkiError::Tls(e.to_string()))?;
-        let chain = CertificateDer::pem_slice_iter(self.server_cert_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| PkiError::Tls(format!("serving certificate: {e}")))?;
-        let key = PrivateKeyDer::from_pem_slice(self.server_key_pem.as_bytes())
-            .map_err(|e| PkiError::Tls(format!("serving key: {e}")))?;
+        let (_, ca) = x509_parser::parse_x509_certificate(&self.ca_cert_der)
+            .map_err(|e| PkiError::Tls(format!("CA certificate: {e}")))?;
+        let verifier = RequestClientCert {
+            hints: vec![rustls::DistinguishedName::from(
+                ca.subject().as_raw().to_vec(),
+            )],
+            provider: provider.clone(),
+        };
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| PkiError::Tls(e.to_string()))?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(chain, key)
-            .map_err(|e| PkiError::Tls(e.to_string()))?;
+            .with_client_cert_verifier(Arc::new(verifier))
+            .with_cert_resolver(self.serving.clone());
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
@@ -254,9 +391,12 @@ impl Pki {
         hex(ring::digest::digest(&ring::digest::SHA256, &self.ca_cert_der).as_ref())
     }
 
-    /// The serving certificate, PEM.
-    pub fn server_cert_pem(&self) -> &str {
-        &self.server_cert_pem
+    /// The serving certificate in use, PEM.
+    pub fn server_cert_pem(&self) -> String {
+        self.server_cert_pem
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// `<data-dir>/admin.kubeconfig`.
@@ -311,11 +451,11 @@ impl Pki {
 
     /// The certificate and key (PEM) the server presents to agents: CN
     /// [`APISERVER_CLIENT_CN`], client auth only, signed by the CA.
-    pub fn apiserver_client_pem(&self) -> (&str, &str) {
-        (
-            &self.apiserver_client_cert_pem,
-            &self.apiserver_client_key_pem,
-        )
+    pub fn apiserver_client_pem(&self) -> (String, String) {
+        self.apiserver_client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// TLS for connecting to an agent's log endpoint: the agent's certificate must chain to
@@ -327,10 +467,11 @@ impl Pki {
         roots
             .add(self.ca_cert_der.clone())
             .map_err(|e| PkiError::Tls(e.to_string()))?;
-        let chain = CertificateDer::pem_slice_iter(self.apiserver_client_cert_pem.as_bytes())
+        let (cert_pem, key_pem) = self.apiserver_client_pem();
+        let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| PkiError::Tls(format!("apiserver client certificate: {e}")))?;
-        let key = PrivateKeyDer::from_pem_slice(self.apiserver_client_key_pem.as_bytes())
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
             .map_err(|e| PkiError::Tls(format!("apiserver client key: {e}")))?;
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -421,7 +562,8 @@ impl Pki {
         params.use_authority_key_identifier_extension = true;
         params.serial_number = Some(random_serial()?);
         let now = unix_now();
-        params.not_before = rcgen::date_time_ymd(1970, 1, 1) + now.saturating_sub(CLOCK_SKEW);
+        params.not_before =
+            rcgen::date_time_ymd(1970, 1, 1) + now.saturating_sub(backdating(validity));
         params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + validity;
         csr.params = params;
         let issuer = self.issuer()?;
@@ -503,9 +645,7 @@ fn server_cert_is_current(cert_pem: &str, ca: &CertificateDer<'_>, wanted: &BTre
     if cert.issuer().as_raw() != ca_cert.subject().as_raw() {
         return false;
     }
-    let not_after = cert.validity().not_after.timestamp();
-    let renew_at = unix_now().as_secs().saturating_add(RENEW_BEFORE.as_secs());
-    if not_after < i64::try_from(renew_at).unwrap_or(i64::MAX) {
+    if renewal_point(cert_pem).is_none_or(|at| at <= SystemTime::now()) {
         return false;
     }
     let mut have = BTreeSet::new();
@@ -533,6 +673,80 @@ fn server_cert_is_current(cert_pem: &str, ca: &CertificateDer<'_>, wanted: &BTre
         }
     }
     &have == wanted
+}
+
+/// When a certificate the server holds is renewed: 80% into its validity.
+fn renewal_point(cert_pem: &str) -> Option<SystemTime> {
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    let from = cert.validity().not_before.timestamp();
+    let to = cert.validity().not_after.timestamp();
+    let total = to.checked_sub(from).filter(|t| *t > 0)? as f64;
+    let at = from as f64 + total * SERVER_RENEW_AT;
+    Some(UNIX_EPOCH + Duration::from_secs_f64(at.max(0.0)))
+}
+
+/// Asks TLS clients for a certificate (naming the CA as acceptable), takes none as well,
+/// and checks only the handshake signature: that the client holds the certificate's key.
+/// Go's `tls.RequestClientCert`, what kube-apiserver serves with; the chain and the dates
+/// are checked by [`crate::auth::Authenticator`].
+#[derive(Debug)]
+struct RequestClientCert {
+    hints: Vec<rustls::DistinguishedName>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::server::danger::ClientCertVerifier for RequestClientCert {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &self.hints
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 fn generate_ca() -> Result<(String, String), PkiError> {
@@ -564,6 +778,7 @@ fn generate_server_cert(
     ca_cert_pem: &str,
     ca_key_pem: &str,
     sans: &BTreeSet<San>,
+    validity: Duration,
 ) -> Result<(String, String), PkiError> {
     let gen = |error| PkiError::Generate {
         what: "serving certificate",
@@ -591,8 +806,8 @@ fn generate_server_cert(
     params.use_authority_key_identifier_extension = true;
     params.serial_number = Some(random_serial()?);
     let now = unix_now();
-    params.not_before = rcgen::date_time_ymd(1970, 1, 1) + now.saturating_sub(CLOCK_SKEW);
-    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + SERVER_VALIDITY;
+    params.not_before = rcgen::date_time_ymd(1970, 1, 1) + now.saturating_sub(backdating(validity));
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + validity;
     let cert = params.signed_by(&key, &issuer).map_err(gen)?;
     Ok((cert.pem(), key.serialize_pem()))
 }
@@ -600,6 +815,7 @@ fn generate_server_cert(
 fn generate_apiserver_client_cert(
     ca_cert_pem: &str,
     ca_key_pem: &str,
+    validity: Duration,
 ) -> Result<(String, String), PkiError> {
     let gen = |error| PkiError::Generate {
         what: "apiserver client certificate",
@@ -622,8 +838,8 @@ fn generate_apiserver_client_cert(
     params.use_authority_key_identifier_extension = true;
     params.serial_number = Some(random_serial()?);
     let now = unix_now();
-    params.not_before = rcgen::date_time_ymd(1970, 1, 1) + now.saturating_sub(CLOCK_SKEW);
-    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + SERVER_VALIDITY;
+    params.not_before = rcgen::date_time_ymd(1970, 1, 1) + now.saturating_sub(backdating(validity));
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + validity;
     let cert = params.signed_by(&key, &issuer).map_err(gen)?;
     Ok((cert.pem(), key.serialize_pem()))
 }
@@ -716,6 +932,64 @@ mod tests {
         assert!(s.contains(&San::Ip("::1".parse().unwrap())));
         assert!(s.contains(&San::Ip("10.0.0.5".parse().unwrap())));
         assert!(!s.contains(&San::Dns(String::new())));
+    }
+
+    #[test]
+    fn short_lifetimes_are_backdated_by_a_tenth_at_most() {
+        assert_eq!(backdating(DEFAULT_LIFETIME), CLOCK_SKEW);
+        assert_eq!(backdating(Duration::from_secs(40)), Duration::from_secs(4));
+        let l = Lifetimes {
+            cluster_signing: Duration::from_secs(600),
+            node: Duration::from_secs(3600),
+            serving: DEFAULT_LIFETIME,
+        };
+        assert_eq!(l.node(), Duration::from_secs(600));
+        assert_eq!(l.client(None), Duration::from_secs(600));
+        assert_eq!(l.client(Some(Duration::ZERO)), Duration::from_secs(600));
+        assert_eq!(
+            l.client(Some(Duration::from_secs(60))),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            l.client(Some(Duration::from_secs(6000))),
+            Duration::from_secs(600)
+        );
+    }
+
+    #[test]
+    fn the_server_renews_its_certificates_at_four_fifths_of_their_life() {
+        let dir = tempfile::tempdir().unwrap();
+        let lifetimes = Lifetimes {
+            serving: Duration::from_secs(100),
+            ..Lifetimes::default()
+        };
+        let pki =
+            Pki::load_or_create_with(dir.path(), &[], "https://127.0.0.1:1", lifetimes).unwrap();
+        let first = pki.server_cert_pem();
+        let next = pki.renew_due().unwrap();
+        // Issued now, backdated 10 s, valid 100 s from now: 80% of 110 s is 78 s from now.
+        let wait = next.duration_since(SystemTime::now()).unwrap();
+        assert!(
+            wait > Duration::from_secs(70) && wait <= Duration::from_secs(78),
+            "{wait:?}"
+        );
+        assert_eq!(pki.server_cert_pem(), first);
+        // A certificate past its point is renewed, in use and on disk.
+        *pki.server_cert_pem.write().unwrap() = String::new();
+        pki.renew_due().unwrap();
+        let second = pki.server_cert_pem();
+        assert_ne!(second, first);
+        assert_eq!(
+            fs::read_to_string(dir.path().join("pki/server.crt")).unwrap(),
+            second
+        );
+        let live = pki.serving.current();
+        assert_eq!(
+            live.cert[0].as_ref(),
+            CertificateDer::from_pem_slice(second.as_bytes())
+                .unwrap()
+                .as_ref()
+        );
     }
 
     #[test]

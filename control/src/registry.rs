@@ -1087,7 +1087,9 @@ fn conflict_error(c: &fieldmanager::Conflicts) -> ApiError {
     )
 }
 
-fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Result<Value, ApiError> {
+/// Applies a PATCH body of `patch_type` to the current object's JSON. Public for the fuzz
+/// targets (fuzz/), which feed it the bodies a client could send.
+pub fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Result<Value, ApiError> {
     match patch_type {
         PatchType::Merge => {
             let p: Value = serde_json::from_slice(patch)

@@ -41,6 +41,19 @@ pub struct ServerArgs {
     /// Extra names or addresses for the serving certificate (repeatable).
     #[arg(long = "tls-san", env = "SKIFF_TLS_SAN", value_delimiter = ',')]
     pub tls_san: Vec<String>,
+    /// The longest a client certificate signed by the cluster CA may be valid (nodes',
+    /// users', CSRs'), and how long one is when its request asks for no shorter time
+    /// (kube-controller-manager's flag).
+    #[arg(long, env = "SKIFF_CLUSTER_SIGNING_DURATION", default_value = "8760h", value_parser = humantime::parse_duration)]
+    pub cluster_signing_duration: std::time::Duration,
+    /// How long node certificates (from a join or a renewal) are valid; agents renew theirs
+    /// at 70-90% of it [default: the cluster signing duration].
+    #[arg(long, env = "SKIFF_NODE_CERT_TTL", value_parser = humantime::parse_duration)]
+    pub node_cert_ttl: Option<std::time::Duration>,
+    /// How long the serving certificate (and the server's client certificate for agents)
+    /// is valid; the server renews it at 80% of it, without a restart.
+    #[arg(long, env = "SKIFF_SERVING_CERT_TTL", default_value = "8760h", value_parser = humantime::parse_duration)]
+    pub serving_cert_ttl: std::time::Duration,
     /// Bearer tokens for users, in kube-apiserver's static token file format: one
     /// `token,user,uid,"group1,group2"` per line.
     #[arg(long, env = "SKIFF_TOKEN_AUTH_FILE", value_name = "FILE")]
@@ -48,6 +61,20 @@ pub struct ServerArgs {
     /// A node without a heartbeat for this long is marked unreachable.
     #[arg(long, env = "SKIFF_NODE_MONITOR_GRACE_PERIOD", default_value = "40s", value_parser = humantime::parse_duration)]
     pub node_monitor_grace_period: std::time::Duration,
+    /// How often the horizontal pod autoscaler syncs every HorizontalPodAutoscaler.
+    #[arg(long, env = "SKIFF_HORIZONTAL_POD_AUTOSCALER_SYNC_PERIOD", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub horizontal_pod_autoscaler_sync_period: std::time::Duration,
+    /// How long the autoscaler looks back before scaling down an autoscaler without a
+    /// behavior (the highest recommendation in this window wins).
+    #[arg(long, env = "SKIFF_HORIZONTAL_POD_AUTOSCALER_DOWNSCALE_STABILIZATION", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub horizontal_pod_autoscaler_downscale_stabilization: std::time::Duration,
+    /// The ratio of usage to target within which the autoscaler does not scale.
+    #[arg(
+        long,
+        env = "SKIFF_HORIZONTAL_POD_AUTOSCALER_TOLERANCE",
+        default_value_t = 0.1
+    )]
+    pub horizontal_pod_autoscaler_tolerance: f64,
     /// Seconds pods tolerate an unreachable or not-ready node before they are evicted
     /// (unless their tolerations say otherwise).
     #[arg(long, env = "SKIFF_DEFAULT_TOLERATION_SECONDS", default_value_t = 300)]
@@ -230,6 +257,29 @@ fn local_url(listen: SocketAddr) -> String {
     format!("https://{host}:{}", listen.port())
 }
 
+/// Lifts the soft limit on open files to the hard one (as Go programs, kube-apiserver among
+/// them, do at start): every client connection is a descriptor, and systemd's default soft
+/// limit of 1024 would otherwise cap the server at about a thousand connections.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed to them.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                tracing::warn!(
+                    "cannot raise the open files limit: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+}
+
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     // Signals go to one thread that waits for them; block them before any other thread starts
@@ -246,6 +296,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         // No other thread exists yet, so nothing reads the environment concurrently.
         std::env::set_var("SMOL_THREADS", n.to_string());
     }
+
+    raise_open_files_limit();
 
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;
@@ -278,7 +330,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         args.service_cidr,
         advertise,
     ));
-    let pki = Pki::load_or_create(&args.data_dir, &sans, &local_url(args.listen))
+    let lifetimes = lifetimes(&args)?;
+    let pki = Pki::load_or_create_with(&args.data_dir, &sans, &local_url(args.listen), lifetimes)
         .context("preparing the PKI")?;
     let tls = pki
         .server_config()
@@ -369,7 +422,19 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         crate::apiservice::start(&registry, args.service_cidr, advertise, args.listen.port());
         crate::rbac::aggregation::start(&loops);
         crate::certificates::start(&loops, state.pki.clone());
+        start_certificate_renewal(state.pki.clone());
         crate::controllers::start_all(&loops);
+        crate::controllers::podautoscaler::start(
+            &loops,
+            http::pod_metrics(state.clone()),
+            crate::controllers::podautoscaler::Settings {
+                sync_period: args.horizontal_pod_autoscaler_sync_period,
+                tolerance: args.horizontal_pod_autoscaler_tolerance,
+                downscale_stabilization_seconds: args
+                    .horizontal_pod_autoscaler_downscale_stabilization
+                    .as_secs() as i64,
+            },
+        );
         crate::scheduler::start(&loops);
         let listener = async_net::TcpListener::bind(args.listen)
             .await
@@ -394,6 +459,56 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     smol::block_on(store.close());
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The certificate lifetimes of the flags; one under 10 s is refused (nothing could renew
+/// in time).
+fn lifetimes(args: &ServerArgs) -> anyhow::Result<crate::pki::Lifetimes> {
+    let l = crate::pki::Lifetimes {
+        cluster_signing: args.cluster_signing_duration,
+        node: args.node_cert_ttl.unwrap_or(args.cluster_signing_duration),
+        serving: args.serving_cert_ttl,
+    };
+    for (flag, d) in [
+        ("--cluster-signing-duration", l.cluster_signing),
+        ("--node-cert-ttl", l.node),
+        ("--serving-cert-ttl", l.serving),
+    ] {
+        if d < std::time::Duration::from_secs(10) {
+            anyhow::bail!(
+                "{flag} must be at least 10s, got {}",
+                humantime::format_duration(d)
+            );
+        }
+    }
+    Ok(l)
+}
+
+/// Renews the serving certificate (and the server's client certificate for agents) at 80%
+/// of its lifetime, for as long as the server runs; new connections get the new one.
+fn start_certificate_renewal(pki: Arc<Pki>) {
+    smol::spawn(async move {
+        loop {
+            let p = pki.clone();
+            let next = match smol::unblock(move || p.renew_due()).await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::error!("renewing the server's certificates: {e}");
+                    std::time::SystemTime::now() + std::time::Duration::from_secs(60)
+                }
+            };
+            // Woken at least hourly, so a clock that jumps is noticed.
+            let wait = next
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default()
+                .clamp(
+                    std::time::Duration::from_secs(1),
+                    std::time::Duration::from_secs(3600),
+                );
+            smol::Timer::after(wait).await;
+        }
+    })
+    .detach();
 }
 
 #[cfg(feature = "embedded-agent")]

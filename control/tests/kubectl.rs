@@ -62,6 +62,9 @@ fn discovery_and_get_all() {
         "statefulsets",
         "sts",
         "controllerrevisions",
+        "horizontalpodautoscalers",
+        "hpa",
+        "autoscaling/v2",
     ] {
         assert!(out.contains(needle), "api-resources lacks {needle}:\n{out}");
     }

@@ -4,15 +4,21 @@
 
 const TOKEN = 'skiff.token';
 const MODE = 'skiff.mode';
+const USER = 'skiff.user';
 
 export const session = {
   get token() { return sessionStorage.getItem(TOKEN) || ''; },
   get loggedIn() { return sessionStorage.getItem(MODE) !== null; },
+  // Who the server says the user is ({ username, namespace }), or null before it is asked.
+  get user() {
+    try { return JSON.parse(sessionStorage.getItem(USER)); } catch { return null; }
+  },
   logIn(token) {
     sessionStorage.setItem(MODE, token ? 'token' : 'cert');
+    sessionStorage.removeItem(USER);
     if (token) sessionStorage.setItem(TOKEN, token); else sessionStorage.removeItem(TOKEN);
   },
-  logOut() { sessionStorage.removeItem(TOKEN); sessionStorage.removeItem(MODE); },
+  logOut() { for (const k of [TOKEN, MODE, USER]) sessionStorage.removeItem(k); },
 };
 
 // Called on any 401: the token expired or was revoked.
@@ -58,6 +64,33 @@ export async function request(method, path, body, contentType) {
 }
 
 export const get = (path) => request('GET', path);
+
+// The `kubernetes.io` claim of a ServiceAccount token (a JWT), or null for any other token.
+function tokenClaims(token) {
+  try {
+    const payload = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    return JSON.parse(atob(payload))['kubernetes.io'] || null;
+  } catch { return null; }
+}
+
+// Asks the server who the user is (a SelfSubjectReview, `kubectl auth whoami`) and keeps it
+// in the session. A ServiceAccount's namespace is where the page falls back to when the user
+// may not list every namespace; the token's own claims say it when the review is refused.
+export async function learnUser() {
+  let username = '';
+  try {
+    const review = await request('POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews',
+      { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' });
+    username = ((review.status || {}).userInfo || {}).username || '';
+  } catch (e) {
+    if (e.code === 401) throw e;
+  }
+  const sa = /^system:serviceaccount:([^:]+):/.exec(username);
+  const claims = sa ? null : tokenClaims(session.token);
+  const user = { username, namespace: sa ? sa[1] : (claims && claims.namespace) || '' };
+  sessionStorage.setItem(USER, JSON.stringify(user));
+  return user;
+}
 export const patch = (path, body, type = 'application/merge-patch+json') => request('PATCH', path, body, type);
 
 // A streamed GET: calls onChunk with each piece of text as it arrives, until the answer ends

@@ -58,6 +58,47 @@ function watchInto(ui, table, path, extra = {}) {
   });
 }
 
+// A namespaced collection: in `ns`, or across every namespace when `ns` is ''.
+export const collection = (base, plural, ns) => (ns ? `${base}/namespaces/${enc(ns)}/${plural}` : `${base}/${plural}`);
+
+// Lists and watches `plural` in the chosen namespace `ns`. When that is every namespace and
+// the user may not list them all (403), this falls back to the user's own namespace (a
+// ServiceAccount's, or the one last chosen in the picker) and says so, rather than leaving a
+// bare 403; with no namespace to fall back to, it asks for one.
+function scopedWatch(ui, ns, base, plural, handlers) {
+  let stop = () => {};
+  let stopped = false;
+  const start = (where) => {
+    stop = watch(collection(base, plural, where), {
+      ...handlers,
+      error: (e) => {
+        if (where === '' && e instanceof ApiError && e.code === 403) {
+          stop();
+          ui.ownNamespace().then((own) => {
+            if (stopped) return;
+            ui.narrowed(plural, own, e);
+            if (own) start(own);
+          });
+          return;
+        }
+        (handlers.error || ((x) => ui.error(x)))(e);
+      },
+    });
+  };
+  start(ns);
+  return () => { stopped = true; stop(); };
+}
+
+// scopedWatch into a LiveTable.
+function watchScoped(ui, table, ns, base, plural, extra = {}) {
+  return scopedWatch(ui, ns, base, plural, {
+    reset: (items) => { table.reset(items); extra.reset && extra.reset(items); },
+    event: (type, o) => { table.apply(type, o); extra.event && extra.event(type, o); },
+    error: extra.error,
+    recovered: () => ui.recovered(),
+  });
+}
+
 function filterBox(table, placeholder = 'Filter by namespace/name') {
   const input = h('input', { type: 'search', placeholder, class: 'filter', 'aria-label': placeholder });
   input.addEventListener('input', () => table.filter(input.value.trim()));
@@ -157,24 +198,24 @@ export function nodesView(root, ui) {
   root.append(section('Nodes',
     h('div', { class: 'bar' }, action(ui, 'Refresh usage', loadMetrics)),
     table.el));
-  const stops = [
-    watchInto(ui, table, '/api/v1/nodes'),
-    watch('/api/v1/pods', {
-      reset: (pods) => {
-        podNode.clear();
-        perNode.clear();
-        for (const p of pods) count(p, 1);
-        table.refresh(() => true);
-      },
-      event: (type, p) => {
-        const changed = count(p, type === 'DELETED' ? -1 : 1);
-        if (changed.length) table.refresh((n) => changed.includes(n.metadata.name));
-      },
-      error: (e) => ui.error(e),
-    }),
-  ];
+  // Pods are counted across every namespace; a user who may not list them all sees the
+  // nodes without their counts (the nodes' own refusal, if any, is the message to show).
+  const stopPods = watch('/api/v1/pods', {
+    reset: (pods) => {
+      podNode.clear();
+      perNode.clear();
+      for (const p of pods) count(p, 1);
+      table.refresh(() => true);
+    },
+    event: (type, p) => {
+      const changed = count(p, type === 'DELETED' ? -1 : 1);
+      if (changed.length) table.refresh((n) => changed.includes(n.metadata.name));
+    },
+    error: (e) => { if (e instanceof ApiError && e.code === 403) stopPods(); else ui.error(e); },
+  });
+  const stopNodes = watchInto(ui, table, '/api/v1/nodes');
   loadMetrics().catch((e) => ui.error(e));
-  return () => stops.forEach((s) => s());
+  return () => { stopNodes(); stopPods(); };
 }
 
 // ---- workloads ----
@@ -257,14 +298,14 @@ function workloadTable(ui, w) {
   ], { empty: `No ${w.plural}.` });
 }
 
-export function workloadsView(root, ui) {
+export function workloadsView(root, ui, ns) {
   const stops = WORKLOADS.map((w) => {
     const table = workloadTable(ui, w);
     const sec = section(`${w.kind}s`, table.el);
     sec.dataset.kind = w.kind;
     sec.hidden = true;
     root.append(sec);
-    return watchInto(ui, table, `${w.base}/${w.plural}`, {
+    return watchScoped(ui, table, ns, w.base, w.plural, {
       reset: () => { sec.hidden = false; },
       error: (e) => { if (!(e instanceof ApiError && e.code === 404)) ui.error(e); },
     });
@@ -303,7 +344,7 @@ const restarts = (p) => ((p.status || {}).containerStatuses || []).reduce((n, c)
 
 const podLink = (ns, name) => h('a', { href: `#/pod/${enc(ns)}/${enc(name)}` }, name);
 
-export function podsView(root, ui) {
+export function podsView(root, ui, ns) {
   const table = new LiveTable([
     { title: 'Namespace', value: (p) => p.metadata.namespace, cls: 'opt' },
     { title: 'Name', value: (p) => podLink(p.metadata.namespace, p.metadata.name) },
@@ -322,7 +363,7 @@ export function podsView(root, ui) {
   const total = h('span', { class: 'count' });
   const shown = () => { total.textContent = `${table.size} pods`; };
   root.append(section('Pods', h('div', { class: 'bar' }, filterBox(table), total), table.el));
-  return watchInto(ui, table, '/api/v1/pods', { reset: shown, event: shown });
+  return watchScoped(ui, table, ns, '/api/v1', 'pods', { reset: shown, event: shown });
 }
 
 function kv(rows) {
@@ -434,7 +475,7 @@ function endpointsText(ep) {
   return out.join(', ') || '<none>';
 }
 
-export function servicesView(root, ui) {
+export function servicesView(root, ui, ns) {
   const endpoints = new Map();
   const services = new LiveTable([
     { title: 'Namespace', value: (s) => s.metadata.namespace, cls: 'opt' },
@@ -456,13 +497,13 @@ export function servicesView(root, ui) {
   root.append(section('Services', services.el), ingressSection);
   const refresh = (k) => services.refresh((s) => keyOf(s) === k);
   return [
-    watchInto(ui, services, '/api/v1/services'),
-    watch('/api/v1/endpoints', {
+    watchScoped(ui, services, ns, '/api/v1', 'services'),
+    scopedWatch(ui, ns, '/api/v1', 'endpoints', {
       reset: (items) => { endpoints.clear(); for (const e of items) endpoints.set(keyOf(e), e); services.refresh(() => true); },
       event: (type, e) => { if (type === 'DELETED') endpoints.delete(keyOf(e)); else endpoints.set(keyOf(e), e); refresh(keyOf(e)); },
       error: (e) => ui.error(e),
     }),
-    watchInto(ui, ingresses, '/apis/networking.k8s.io/v1/ingresses', {
+    watchScoped(ui, ingresses, ns, '/apis/networking.k8s.io/v1', 'ingresses', {
       reset: () => { ingressSection.hidden = false; },
       error: (e) => { if (!(e instanceof ApiError && e.code === 404)) ui.error(e); },
     }),
@@ -495,10 +536,10 @@ function eventsTable(withObject) {
   ].filter(Boolean), { compare: newestFirst, rowClass: (e) => (e.type === 'Warning' ? 'warning' : ''), empty: 'No events.' });
 }
 
-export function eventsView(root, ui) {
+export function eventsView(root, ui, ns) {
   const table = eventsTable(true);
   root.append(section('Events', h('div', { class: 'bar' }, filterBox(table)), table.el));
-  return watchInto(ui, table, '/api/v1/events');
+  return watchScoped(ui, table, ns, '/api/v1', 'events');
 }
 
 // ---- apply ----
@@ -560,9 +601,10 @@ async function applyOne(doc, defaultNs, force) {
   return `${doc.kind.toLowerCase()}${group}/${doc.name} serverside-applied`;
 }
 
-export function applyView(root, ui) {
+export function applyView(root, ui, ns) {
   const text = h('textarea', { class: 'manifest', rows: 18, spellcheck: 'false', placeholder: 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: example\ndata:\n  key: value', 'aria-label': 'Manifest (YAML or JSON)' });
-  const ns = h('input', { type: 'text', value: 'default', class: 'namespace', 'aria-label': 'Namespace' });
+  const nsInput = h('input', { type: 'text', value: ns || 'default', class: 'namespace', 'aria-label': 'Namespace' });
+  if (!ns) ui.ownNamespace().then((own) => { if (own && nsInput.value === 'default') nsInput.value = own; });
   const force = h('input', { type: 'checkbox', class: 'force' });
   const results = h('ul', { class: 'results' });
   const run = async () => {
@@ -572,7 +614,7 @@ export function applyView(root, ui) {
     if (!docs.length) { results.append(h('li', { class: 'bad' }, 'nothing to apply')); return; }
     for (const d of docs) {
       try {
-        results.append(h('li', { class: 'ok' }, await applyOne(d, ns.value.trim() || 'default', force.checked)));
+        results.append(h('li', { class: 'ok' }, await applyOne(d, nsInput.value.trim() || 'default', force.checked)));
       } catch (e) {
         if (e instanceof ApiError && e.code === 401) throw e;
         results.append(h('li', { class: 'bad' }, `${d.kind || '?'}/${d.name || '?'}: ${e.message}`));
@@ -582,7 +624,7 @@ export function applyView(root, ui) {
   root.append(section('Apply a manifest',
     h('p', { class: 'hint' }, 'YAML or JSON, several documents separated by ---. Applied with server-side apply, as the field manager skiff-dashboard.'),
     text,
-    h('div', { class: 'bar' }, h('label', {}, 'Default namespace ', ns), h('label', {}, force, ' Force conflicts'), action(ui, 'Apply', run, { class: 'primary apply' })),
+    h('div', { class: 'bar' }, h('label', {}, 'Default namespace ', nsInput), h('label', {}, force, ' Force conflicts'), action(ui, 'Apply', run, { class: 'primary apply' })),
     results));
   return () => {};
 }

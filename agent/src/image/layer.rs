@@ -100,11 +100,7 @@ pub(crate) fn open_maybe_gzip(path: &Path) -> io::Result<(Box<dyn Read + Send>, 
 /// Unpacks the layer blob at `blob` into the new directory `dest` (which must not exist), and
 /// returns the layer's diff id (sha256 of the uncompressed tar) and unpacked size.
 /// `digest` names the blob in errors.
-pub(crate) fn unpack_layer(
-    blob: &Path,
-    dest: &Path,
-    digest: &str,
-) -> Result<(String, u64), ImageError> {
+pub fn unpack_layer(blob: &Path, dest: &Path, digest: &str) -> Result<(String, u64), ImageError> {
     let bad = |detail: String| ImageError::BadLayer {
         digest: digest.to_string(),
         detail,

@@ -40,6 +40,8 @@ use serde::{Deserialize, Serialize};
 
 pub use error::ImageError;
 use error::IoContext;
+/// Public for the fuzz targets (fuzz/), which feed it arbitrary layer blobs.
+pub use layer::unpack_layer;
 pub use layer::{sha256_bytes, sha256_file};
 pub use mount::{unmount_rootfs, RootfsMount};
 pub use oci::Platform;
@@ -737,8 +739,9 @@ pub(crate) fn remove_path(p: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Turns an image config document into an [`ImageConfig`] and its diff ids.
-pub(crate) fn parse_config(
+/// Turns an image config document into an [`ImageConfig`] and its diff ids. Public for the
+/// fuzz targets (fuzz/).
+pub fn parse_config(
     reference: &str,
     data: &[u8],
 ) -> Result<(ImageConfig, Vec<String>), ImageError> {

@@ -3,7 +3,10 @@
 //! The join fetches the server's CA over an unverified connection, accepts it only if the
 //! SHA-256 of its DER encoding equals the token's pin, sends a CSR for a fresh ECDSA P-256 key
 //! together with the token, and stores the signed certificate. Files in the data dir:
-//! `ca.crt`, `node.crt`, `node.key`, `server` (the URL), all 0600, the dir 0700.
+//! `ca.crt`, `node.crt`, `node.key`, `server` (the URL), all 0600, the dir 0700. Renewed
+//! certificates (see [`super::rotation`]) are kept as the kubelet keeps them: certificate
+//! and key in one file, `node-<time>.pem`, beside the previous one, with the symbolic link
+//! `node-current.pem` naming the one in use; when it exists it wins over `node.crt`.
 
 use std::fs;
 use std::io::Write;
@@ -75,6 +78,59 @@ impl Credentials {
         Client::new(self.client_config())
     }
 
+    /// A client that authenticates with `live`, the node's certificate as it is renewed.
+    pub fn live_client(
+        &self,
+        live: std::sync::Arc<api::tls::LiveCertificate>,
+    ) -> Result<Client, ClientError> {
+        Client::new(ClientConfig {
+            server: self.server.clone(),
+            ca_pem: Some(self.ca_pem.clone()),
+            client_identity: Some(live),
+            ..Default::default()
+        })
+    }
+
+    /// Keeps a renewed certificate and its key: written as `node-<time>.pem` (0600), then
+    /// `node-current.pem` is pointed at it in one rename, so a crash leaves either pair
+    /// whole. The pair it replaces stays beside it; older ones are removed.
+    pub fn store_renewed(
+        data_dir: &Path,
+        cert_pem: &str,
+        key_pem: &str,
+        stamp: &str,
+    ) -> Result<std::path::PathBuf, JoinError> {
+        let name = format!("{PAIR_PREFIX}{stamp}.pem");
+        let file = data_dir.join(&name);
+        let mut pem = cert_pem.trim_end().to_string();
+        pem.push('\n');
+        pem.push_str(key_pem);
+        write_private(&file, pem.as_bytes())?;
+        let previous = fs::read_link(data_dir.join(CURRENT_PAIR)).ok();
+        let link_tmp = data_dir.join(format!(".{CURRENT_PAIR}.tmp"));
+        let _ = fs::remove_file(&link_tmp);
+        std::os::unix::fs::symlink(&name, &link_tmp).map_err(|e| io_err("link", &link_tmp, e))?;
+        fs::rename(&link_tmp, data_dir.join(CURRENT_PAIR))
+            .map_err(|e| io_err("rename", &link_tmp, e))?;
+        let keep: Vec<std::ffi::OsString> =
+            [Some(name.into()), previous.map(|p| p.into_os_string())]
+                .into_iter()
+                .flatten()
+                .collect();
+        if let Ok(entries) = fs::read_dir(data_dir) {
+            for e in entries.flatten() {
+                let n = e.file_name();
+                let ours = n.to_str().is_some_and(|s| {
+                    s.starts_with(PAIR_PREFIX) && s.ends_with(".pem") && s != CURRENT_PAIR
+                });
+                if ours && !keep.contains(&n) {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+        Ok(file)
+    }
+
     /// Loads stored credentials, or `None` if the node has not joined.
     pub fn load(data_dir: &Path) -> Result<Option<Credentials>, JoinError> {
         let read = |name: &str| -> Result<Option<String>, JoinError> {
@@ -85,12 +141,14 @@ impl Credentials {
                 Err(e) => Err(io_err("read", &p, e)),
             }
         };
-        let (Some(server), Some(ca_pem), Some(cert_pem), Some(key_pem)) = (
-            read("server")?,
-            read("ca.crt")?,
-            read("node.crt")?,
-            read("node.key")?,
-        ) else {
+        let renewed = read(CURRENT_PAIR)?.map(|pem| split_pair(&pem));
+        let (cert, key) = match renewed {
+            Some(pair) => (Some(pair.0), Some(pair.1)),
+            None => (read("node.crt")?, read("node.key")?),
+        };
+        let (Some(server), Some(ca_pem), Some(cert_pem), Some(key_pem)) =
+            (read("server")?, read("ca.crt")?, cert, key)
+        else {
             return Ok(None);
         };
         Ok(Some(Credentials {
@@ -119,6 +177,27 @@ impl Credentials {
     }
 }
 
+/// The link to the renewed certificate and key in use.
+pub const CURRENT_PAIR: &str = "node-current.pem";
+/// How renewed pairs are named: `node-<time>.pem`.
+const PAIR_PREFIX: &str = "node-";
+
+/// The certificate blocks and the key block of a combined PEM file.
+fn split_pair(pem: &str) -> (String, String) {
+    let mut cert = String::new();
+    let mut key = String::new();
+    let mut in_key = false;
+    for line in pem.lines() {
+        if line.starts_with("-----BEGIN") {
+            in_key = line.contains("PRIVATE KEY");
+        }
+        let out = if in_key { &mut key } else { &mut cert };
+        out.push_str(line);
+        out.push('\n');
+    }
+    (cert, key)
+}
+
 /// Writes `path` with mode 0600 via a temporary file and a rename.
 pub fn write_private(path: &Path, data: &[u8]) -> Result<(), JoinError> {
     let tmp = path.with_extension("tmp");
@@ -143,6 +222,29 @@ pub fn ca_fingerprint(pem: &str) -> Result<String, JoinError> {
         .map_err(|e| JoinError::BadCa(e.to_string()))?;
     let digest = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
     Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A fresh ECDSA P-256 key (PKCS#8 PEM) and a CSR (PEM) for a renewal of the node's client
+/// certificate: CN `system:node:<node_name>`, O `system:nodes` and nothing else, which is
+/// what the server's approver accepts from a node for its own identity (the signer adds the
+/// node's name for the endpoint's serving use).
+pub fn make_renewal_key_and_csr(node_name: &str) -> Result<(String, String), JoinError> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(|e| JoinError::Key(e.to_string()))?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("system:node:{node_name}"),
+    );
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|c| c.pem())
+        .map_err(|e| JoinError::Key(e.to_string()))?;
+    Ok((key.serialize_pem(), csr))
 }
 
 /// A fresh ECDSA P-256 key (PKCS#8 PEM) and a CSR (PEM) for `system:node:<node_name>`,
@@ -278,6 +380,40 @@ mod tests {
         assert_eq!(mode(&data.join("node.key")), 0o600);
         let back = Credentials::load(&data).expect("load").expect("joined");
         assert_eq!(back.server, creds.server);
+    }
+
+    #[test]
+    fn a_renewed_pair_wins_and_keeps_the_previous_one_beside_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let data = dir.path();
+        let creds = Credentials {
+            server: "https://127.0.0.1:6443".into(),
+            ca_pem: "ca".into(),
+            cert_pem: "joined-cert".into(),
+            key_pem: "joined-key".into(),
+        };
+        creds.store(data).expect("store");
+        let pem = |n: &str| {
+            (
+                format!("-----BEGIN CERTIFICATE-----\n{n}\n-----END CERTIFICATE-----\n"),
+                format!("-----BEGIN PRIVATE KEY-----\n{n}\n-----END PRIVATE KEY-----\n"),
+            )
+        };
+        for (i, stamp) in ["1", "2", "3"].iter().enumerate() {
+            let (c, k) = pem(&format!("renewed{i}"));
+            let file = Credentials::store_renewed(data, &c, &k, stamp).expect("renewed");
+            let mode = fs::metadata(&file).expect("meta").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            let back = Credentials::load(data).expect("load").expect("joined");
+            assert_eq!((back.cert_pem, back.key_pem), (c, k));
+        }
+        assert!(!data.join("node-1.pem").exists());
+        assert!(data.join("node-2.pem").exists());
+        assert!(data.join("node-3.pem").exists());
+        assert_eq!(
+            fs::read_link(data.join(CURRENT_PAIR)).expect("link"),
+            Path::new("node-3.pem")
+        );
     }
 
     #[test]

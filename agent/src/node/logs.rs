@@ -31,7 +31,7 @@ use std::time::Duration;
 use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
@@ -121,8 +121,12 @@ impl ClientCertVerifier for ApiServerOnly {
     }
 }
 
-/// TLS for the endpoint: the node's certificate, the API server as the only client.
-pub fn tls_config(creds: &Credentials) -> Result<Arc<rustls::ServerConfig>, LogServerError> {
+/// TLS for the endpoint: the node's certificate (`live`, swapped in place when the agent
+/// renews it), the API server as the only client.
+pub fn tls_config(
+    creds: &Credentials,
+    live: Arc<api::tls::LiveCertificate>,
+) -> Result<Arc<rustls::ServerConfig>, LogServerError> {
     let tls = |e: &dyn std::fmt::Display| LogServerError::Tls(e.to_string());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
@@ -135,16 +139,11 @@ pub fn tls_config(creds: &Credentials) -> Result<Arc<rustls::ServerConfig>, LogS
     )
     .build()
     .map_err(|e| tls(&e))?;
-    let chain = CertificateDer::pem_slice_iter(creds.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| tls(&e))?;
-    let key = PrivateKeyDer::from_pem_slice(creds.key_pem.as_bytes()).map_err(|e| tls(&e))?;
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| tls(&e))?
         .with_client_cert_verifier(Arc::new(ApiServerOnly { inner }))
-        .with_single_cert(chain, key)
-        .map_err(|e| tls(&e))?;
+        .with_cert_resolver(live);
     Ok(Arc::new(config))
 }
 

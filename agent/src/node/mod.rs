@@ -7,7 +7,8 @@
 //! Credentials::load(data_dir) -> Result<Option<Credentials>, JoinError>
 //! register::build_node(&NodeFacts, &NodeSettings, Time) -> Node
 //! register::register(&Client, &Node).await ; register::heartbeat(&Client, name, since).await
-//! logs::tls_config(&Credentials) -> Result<Arc<rustls::ServerConfig>, LogServerError>
+//! logs::tls_config(&Credentials, Arc<LiveCertificate>) -> Result<Arc<rustls::ServerConfig>, LogServerError>
+//! rotation::Rotation { .. }.run().await     // renews the node certificate before it expires
 //! logs::serve(TcpListener, Arc<ServerConfig>, Arc<LogSource>).await   // the log endpoint,
 //!     // which also serves exec/attach (exec.rs) and port-forward (portforward.rs, spdy.rs)
 //! ```
@@ -22,6 +23,7 @@ pub mod facts;
 pub mod logs;
 pub mod portforward;
 pub mod register;
+pub mod rotation;
 pub mod spdy;
 pub mod stats;
 
@@ -93,6 +95,8 @@ pub enum AgentError {
     Cache(#[from] crate::pods::CacheError),
     #[error("API client: {0}")]
     Client(#[from] api::client::ClientError),
+    #[error("the node certificate: {0}")]
+    Certificate(#[from] api::tls::LiveCertError),
     #[error("pod network: {0}")]
     Network(#[from] crate::net::NetError),
     #[error("{what} {path}: {source}")]
@@ -144,7 +148,21 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     })?;
     smol::block_on(async move {
         let creds = credentials(&cfg).await?;
-        let client = creds.client()?;
+        // The node's certificate, for the API client and the endpoint alike; renewed in
+        // place before it expires.
+        let live = api::tls::LiveCertificate::new(&creds.cert_pem, &creds.key_pem)?;
+        let client = creds.live_client(live.clone())?;
+        smol::spawn(
+            rotation::Rotation {
+                data_dir: cfg.data_dir.clone(),
+                node_name: cfg.node_name.clone(),
+                client: client.clone(),
+                live: live.clone(),
+                cert_pem: creds.cert_pem.clone(),
+            }
+            .run(),
+        )
+        .detach();
         let node_ip = match &cfg.node_ip {
             Some(ip) => ip.clone(),
             None => facts::local_address_towards(&creds.server)
@@ -185,7 +203,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         if let Some(local) = cfg.local_connections.clone() {
             smol::spawn(logs::serve_local(local, log_source.clone())).detach();
         }
-        let log_port = start_log_endpoint(&creds, cfg.log_port, log_source).await;
+        let log_port = start_log_endpoint(&creds, live, cfg.log_port, log_source).await;
 
         let mut labels: std::collections::BTreeMap<String, String> =
             cfg.labels.iter().cloned().collect();
@@ -316,14 +334,19 @@ fn start_log_keeper(pods_dir: PathBuf, limits: LogLimits) {
 /// Starts the log endpoint; answers the port to publish. A port in use or a certificate
 /// that cannot serve does not stop the agent (its pods matter more than their logs): the
 /// first is retried in the background, the second is logged.
-async fn start_log_endpoint(creds: &Credentials, port: u16, source: Arc<logs::LogSource>) -> u16 {
+async fn start_log_endpoint(
+    creds: &Credentials,
+    live: Arc<api::tls::LiveCertificate>,
+    port: u16,
+    source: Arc<logs::LogSource>,
+) -> u16 {
     if !logs::can_serve(creds) {
         tracing::warn!(
             "the node certificate is not valid for serving (the node joined before the log \
              endpoint existed): logs cannot be served; re-join the node to get one"
         );
     }
-    let tls = match logs::tls_config(creds) {
+    let tls = match logs::tls_config(creds, live) {
         Ok(t) => t,
         Err(e) => {
             tracing::error!("log endpoint disabled: {e}");

@@ -468,6 +468,34 @@ impl NodeServer {
     }
 }
 
+/// A [`NodeServer`] for node `node` (its containers under `cgroup_parent`, `extra` flags),
+/// with the OCI archive that `write_archive` writes imported into its agent first; returned
+/// with a client once the node is registered.
+pub fn start_node_server_with_image(
+    node: &str,
+    cgroup_parent: &str,
+    extra: &[&str],
+    write_archive: impl FnOnce(&Path),
+) -> (NodeServer, Client) {
+    let dir = tempfile::tempdir().expect("data dir");
+    let run = tempfile::tempdir().expect("run dir");
+    let archive = dir.path().join("image.tar");
+    write_archive(&archive);
+    import_image(&archive, &dir.path().join("agent"));
+    let child = node_server_command(dir.path(), run.path(), free_port(), node, cgroup_parent)
+        .args(extra)
+        .spawn()
+        .expect("start skiff server");
+    let server = NodeServer {
+        child,
+        dir,
+        run,
+        cgroup_parent: cgroup_parent.into(),
+    };
+    let client = wait_for_own_node(&server.kubeconfig(), node);
+    (server, client)
+}
+
 impl Drop for NodeServer {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -204,6 +204,17 @@ fn blob_name(digest: &str) -> String {
 }
 
 /// Writes an OCI image layout tar holding `image`, named by the `ref.name` annotation.
+/// The busybox test image (command `sh`; `marker` tells one test's image from another's)
+/// written as an OCI archive to `path` under `ref_name`.
+pub fn write_busybox_archive(path: &Path, ref_name: &str, marker: &str) {
+    let image = build_image(
+        vec![lower_layer_tar(), upper_layer_tar(marker)],
+        host_arch(),
+        &["sh"],
+    );
+    write_oci_archive(path, &image, ref_name);
+}
+
 pub fn write_oci_archive(path: &Path, image: &TestImage, ref_name: &str) {
     let mut b = tar::Builder::new(std::fs::File::create(path).unwrap());
     append_bytes(&mut b, "oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#);

@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod backup;
+pub mod certs;
 pub mod delete;
 pub mod get;
 pub mod logs;
@@ -95,6 +96,9 @@ pub enum Command {
     /// Manage the encryption of Secrets at rest.
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// Inspect the certificates of a server's or agent's data dir.
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,9 +121,10 @@ pub enum UserCommand {
         /// A group of the user (repeatable; at most two).
         #[arg(long = "group")]
         groups: Vec<String>,
-        /// How long the certificate is valid, e.g. `720h`, `365d`.
-        #[arg(long, default_value = "8760h", value_parser = humantime::parse_duration)]
-        ttl: std::time::Duration,
+        /// How long the certificate is valid, e.g. `720h`, `365d` [default: the server's
+        /// --cluster-signing-duration, a year unless set; longer is cut to it].
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
         /// Where to write the kubeconfig (default: NAME.kubeconfig; `-` for stdout).
         #[arg(short = 'o', long, value_name = "FILE")]
         output: Option<PathBuf>,
@@ -249,6 +254,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             smol::block_on(backup::run_backup(&session, args))
         }
         Command::Restore(args) => backup::run_restore(args),
+        Command::Certs(certs::CertsCommand::Check { data_dir }) => certs::check(data_dir),
         Command::Secrets(SecretsCommand::RotateKey { data_dir }) => {
             let r = crate::store::rotate::rotate_key(data_dir)?;
             println!(
@@ -276,7 +282,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let body = serde_json::to_value(api::join::UserCertRequest {
                 name: name.clone(),
                 groups: groups.clone(),
-                ttl_seconds: ttl.as_secs(),
+                ttl_seconds: ttl.map_or(0, |t| t.as_secs().max(1)),
                 csr,
             })?;
             let answer: api::join::UserCertResponse = smol::block_on(async {

@@ -1,11 +1,37 @@
-//! The arithmetic of Kubernetes' horizontal pod autoscaler (issue 16 part 6, first piece):
-//! the replica calculator for resource utilisation (tolerance, missing metrics, unready
-//! pods) and the normalisation of a recommendation (stabilisation windows, scaling
-//! policies with their periods, min/max). Pure functions over plain inputs, with times in
-//! seconds, so the controller that will feed them from the metrics and the scale
-//! subresource stays thin and these rules are tested on their own.
+//! Kubernetes' horizontal pod autoscaler. The arithmetic: the replica calculator for
+//! resource utilisation (tolerance, missing metrics, unready pods) and the normalisation of
+//! a recommendation (stabilisation windows, scaling policies with their periods, min/max),
+//! pure functions over plain inputs with times in seconds. Around it, [`plan`] decides one
+//! autoscaler's sync from its target's scale, the target's pods and their usage (also pure,
+//! so it is tested without a server), and the loop ([`start`]) feeds it every sync period
+//! from the informer cache and the server's own resource metrics (`metrics.k8s.io`, read
+//! from the agents in memory), then writes the target's scale, the autoscaler's status and
+//! Kubernetes' events. Nothing but the status and the scale is written: the recommendations
+//! and scale events the windows need stay in memory, as in kube-controller-manager.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::apps::{Deployment, ReplicaSet, StatefulSet};
+use api::autoscaling::{
+    HPAScalingRules, HorizontalPodAutoscaler, HorizontalPodAutoscalerCondition,
+    HorizontalPodAutoscalerStatus, MetricSpec, MetricStatus, MetricTarget, MetricValueStatus,
+    ResourceMetricStatus,
+};
+use api::core::Pod;
+use api::meta::{LabelSelector, Quantity, Time};
+use api::replication::ReplicationController;
+use api::selector::Selector;
+use api::Kind;
+
+use crate::error::ApiError;
+use crate::machinery::events::Recorder;
+use crate::machinery::informer::Change;
+use crate::machinery::Context;
+use crate::registry::Part;
 
 /// Kubernetes' default tolerance: no scaling while the usage ratio is within 10% of 1.
 pub const TOLERANCE: f64 = 0.1;
@@ -373,6 +399,812 @@ impl History {
     }
 }
 
+/// Kubernetes' default sync period (--horizontal-pod-autoscaler-sync-period).
+pub const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(15);
+
+/// The autoscaler's flags.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// How often every autoscaler is synced.
+    pub sync_period: Duration,
+    /// --horizontal-pod-autoscaler-tolerance.
+    pub tolerance: f64,
+    /// --horizontal-pod-autoscaler-downscale-stabilization, for autoscalers without a
+    /// behavior.
+    pub downscale_stabilization_seconds: i64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            sync_period: DEFAULT_SYNC_PERIOD,
+            tolerance: TOLERANCE,
+            downscale_stabilization_seconds: DOWNSCALE_STABILIZATION_SECONDS,
+        }
+    }
+}
+
+/// One container's usage: CPU in millicores, memory in bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerUsage {
+    pub name: String,
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+}
+
+/// A boxed future, as the metrics source returns it.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where the autoscaler reads the pods' usage: the server's resource metrics, the figures
+/// `kubectl top pod` shows.
+pub trait PodMetrics: Send + Sync + 'static {
+    /// The usage of each of `pods` that has a sample, by pod uid, per container.
+    fn usage<'a>(&'a self, pods: &'a [Pod]) -> BoxFuture<'a, HashMap<String, Vec<ContainerUsage>>>;
+}
+
+/// What the autoscaler read of its target through the scale subresource.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetScale {
+    pub replicas: i32,
+    pub selector: Option<LabelSelector>,
+}
+
+/// An HPA condition as [`plan`] sets it: type, status, reason, message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cond {
+    pub type_: &'static str,
+    pub status: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+fn cond(type_: &'static str, ok: bool, reason: &str, message: impl Into<String>) -> Cond {
+    Cond {
+        type_,
+        status: if ok { "True" } else { "False" },
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+/// An event [`plan`] asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedEvent {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What one sync decided: the replicas to write (when they differ from the current ones)
+/// and why, the status figures and conditions, and events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub current_replicas: i32,
+    /// None when the metrics gave no answer (the status keeps its previous figure).
+    pub desired_replicas: Option<i32>,
+    /// Some when the target's scale is to change: the reason for the event.
+    pub rescale_reason: Option<String>,
+    pub current_metrics: Vec<MetricStatus>,
+    pub conditions: Vec<Cond>,
+    pub events: Vec<PlannedEvent>,
+}
+
+/// The resource a Resource or ContainerResource metric names, in the units the calculator
+/// counts (millicores, or thousandths of a byte), for one pod.
+fn pod_request(pod: &Pod, resource: &str, container: Option<&str>) -> Option<i64> {
+    let mut total = 0;
+    for c in &pod.spec.containers {
+        if container.is_some_and(|n| n != c.name) {
+            continue;
+        }
+        let q = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.get(resource))?;
+        total += q.milli_value().ok()?;
+    }
+    Some(total)
+}
+
+fn pod_usage(
+    usage: Option<&Vec<ContainerUsage>>,
+    resource: &str,
+    container: Option<&str>,
+) -> Option<i64> {
+    let usage = usage?;
+    let mut total = 0;
+    let mut seen = false;
+    for c in usage {
+        if container.is_some_and(|n| n != c.name) {
+            continue;
+        }
+        seen = true;
+        total += match resource {
+            "cpu" => c.cpu_milli,
+            "memory" => c.memory_bytes.saturating_mul(1000),
+            _ => return None,
+        };
+    }
+    seen.then_some(total)
+}
+
+/// A quantity of `milli` thousandths of `resource` as Kubernetes would print it.
+fn quantity(resource: &str, milli: i64) -> Quantity {
+    if resource == "cpu" {
+        Quantity::from_milli(milli)
+    } else if milli % 1000 == 0 {
+        Quantity((milli / 1000).to_string())
+    } else {
+        Quantity::from_milli(milli)
+    }
+}
+
+/// The replicas one Resource or ContainerResource metric asks for, with its status and
+/// the words Kubernetes uses for it in a rescale reason.
+fn resource_metric(
+    resource: &str,
+    container: Option<&str>,
+    target: &MetricTarget,
+    current: i32,
+    pods: &[Pod],
+    usage: &HashMap<String, Vec<ContainerUsage>>,
+    tolerance: f64,
+) -> Result<(i32, MetricValueStatus, String), String> {
+    if !matches!(resource, "cpu" | "memory") {
+        return Err(format!(
+            "unable to get metrics for resource {resource}: no metrics returned from resource metrics API"
+        ));
+    }
+    let samples: Vec<PodSample> = pods
+        .iter()
+        .map(|p| PodSample {
+            name: p.metadata.name.clone(),
+            ready: crate::controllers::workload::pod_ready(p)
+                || p.status.phase.as_deref() == Some("Succeeded"),
+            gone: p.metadata.deletion_timestamp.is_some()
+                || p.status.phase.as_deref() == Some("Failed"),
+            request: pod_request(p, resource, container),
+            usage: pod_usage(usage.get(&p.metadata.uid), resource, container),
+        })
+        .collect();
+    if samples.iter().all(|s| s.usage.is_none()) {
+        return Err(format!(
+            "unable to get metrics for resource {resource}: no metrics returned from resource metrics API"
+        ));
+    }
+    let measured: Vec<i64> = samples
+        .iter()
+        .filter(|s| !s.gone)
+        .filter_map(|s| s.usage)
+        .collect();
+    let average = measured.iter().sum::<i64>() / measured.len().max(1) as i64;
+    if let Some(percent) = target.average_utilization {
+        let r = resource_replicas(resource, current, percent, &samples, tolerance)
+            .map_err(|e| format!("failed to get {resource} utilization: {e}"))?;
+        return Ok((
+            r.replicas,
+            MetricValueStatus {
+                average_utilization: Some(r.utilization),
+                average_value: Some(quantity(resource, average)),
+                value: None,
+            },
+            format!("{resource} resource utilization (percentage of request)"),
+        ));
+    }
+    let Some(value) = &target.average_value else {
+        return Err(format!(
+            "invalid target for {resource}: neither averageUtilization nor averageValue is set"
+        ));
+    };
+    let target_milli = value.milli_value().map_err(|e| e.to_string())?;
+    // A raw average target is the utilisation of a request equal to the target.
+    let raw: Vec<PodSample> = samples
+        .into_iter()
+        .map(|s| PodSample {
+            request: Some(target_milli),
+            ..s
+        })
+        .collect();
+    let r = resource_replicas(resource, current, 100, &raw, tolerance)
+        .map_err(|e| format!("failed to get {resource} usage: {e}"))?;
+    Ok((
+        r.replicas,
+        MetricValueStatus {
+            average_value: Some(quantity(resource, average)),
+            ..Default::default()
+        },
+        format!("{resource} resource"),
+    ))
+}
+
+/// The reason and message of a metric type this server cannot read.
+fn unsupported_metric(m: &MetricSpec) -> (&'static str, String) {
+    let name = |n: Option<&String>| n.cloned().unwrap_or_default();
+    match m.type_.as_str() {
+        "Pods" => (
+            "FailedGetPodsMetric",
+            format!(
+                "unable to get metric {}: no custom metrics API (custom.metrics.k8s.io) registered",
+                name(m.pods.as_ref().map(|p| &p.metric.name))
+            ),
+        ),
+        "Object" => (
+            "FailedGetObjectMetric",
+            format!(
+                "unable to get metric {}: no custom metrics API (custom.metrics.k8s.io) registered",
+                name(m.object.as_ref().map(|p| &p.metric.name))
+            ),
+        ),
+        "External" => (
+            "FailedGetExternalMetric",
+            format!(
+                "unable to get external metric {}: no external metrics API (external.metrics.k8s.io) registered",
+                name(m.external.as_ref().map(|p| &p.metric.name))
+            ),
+        ),
+        other => (
+            "InvalidMetricSourceType",
+            format!("unknown metric source type {other:?}"),
+        ),
+    }
+}
+
+/// Kubernetes' computeReplicasForMetrics: the largest proposal of the valid metrics.
+fn replicas_for_metrics(
+    hpa: &HorizontalPodAutoscaler,
+    current: i32,
+    pods: &[Pod],
+    usage: &HashMap<String, Vec<ContainerUsage>>,
+    settings: &Settings,
+    events: &mut Vec<PlannedEvent>,
+) -> (Result<(i32, String), Cond>, Vec<MetricStatus>) {
+    let mut statuses = Vec::new();
+    let mut best: Option<(i32, String)> = None;
+    let mut first_invalid: Option<Cond> = None;
+    let mut invalid = 0;
+    for m in &hpa.spec.metrics {
+        let computed = match (m.type_.as_str(), &m.resource, &m.container_resource) {
+            ("Resource", Some(r), _) => resource_metric(
+                &r.name,
+                None,
+                &r.target,
+                current,
+                pods,
+                usage,
+                settings.tolerance,
+            )
+            .map(|(n, value, words)| {
+                let status = MetricStatus {
+                    type_: "Resource".into(),
+                    resource: Some(ResourceMetricStatus {
+                        name: r.name.clone(),
+                        current: value,
+                    }),
+                    ..Default::default()
+                };
+                (n, status, words)
+            })
+            .map_err(|e| ("FailedGetResourceMetric", e)),
+            ("ContainerResource", _, Some(r)) => resource_metric(
+                &r.name,
+                Some(&r.container),
+                &r.target,
+                current,
+                pods,
+                usage,
+                settings.tolerance,
+            )
+            .map(|(n, value, words)| {
+                let status = MetricStatus {
+                    type_: "ContainerResource".into(),
+                    container_resource: Some(api::autoscaling::ContainerResourceMetricStatus {
+                        name: r.name.clone(),
+                        container: r.container.clone(),
+                        current: value,
+                    }),
+                    ..Default::default()
+                };
+                (n, status, format!("{words} on container {}", r.container))
+            })
+            .map_err(|e| ("FailedGetContainerResourceMetric", e)),
+            _ => Err(unsupported_metric(m)),
+        };
+        match computed {
+            Ok((n, status, words)) => {
+                statuses.push(status);
+                if best.as_ref().is_none_or(|(b, _)| n > *b) {
+                    best = Some((n, words));
+                }
+            }
+            Err((reason, message)) => {
+                invalid += 1;
+                // An empty status keeps the positions of the others (kubectl's TARGETS).
+                statuses.push(MetricStatus {
+                    type_: String::new(),
+                    ..Default::default()
+                });
+                events.push(PlannedEvent {
+                    warning: true,
+                    reason,
+                    message: message.clone(),
+                });
+                first_invalid.get_or_insert(cond(
+                    "ScalingActive",
+                    false,
+                    reason,
+                    format!("the HPA was unable to compute the replica count: {message}"),
+                ));
+            }
+        }
+    }
+    statuses.retain(|s| !s.type_.is_empty());
+    let metrics = hpa.spec.metrics.len();
+    match (best, first_invalid) {
+        (Some((n, words)), None) => (Ok((n, words)), statuses),
+        // Kubernetes scales on the valid metrics only when that is no scale-down.
+        (Some((n, words)), Some(_)) if n >= current => (Ok((n, words)), statuses),
+        (_, Some(c)) => {
+            events.push(PlannedEvent {
+                warning: true,
+                reason: "FailedComputeMetricsReplicas",
+                message: format!(
+                    "invalid metrics ({invalid} invalid out of {metrics}), first error is: {}",
+                    c.message
+                        .trim_start_matches("the HPA was unable to compute the replica count: ")
+                ),
+            });
+            (Err(c), statuses)
+        }
+        (None, None) => (
+            Err(cond(
+                "ScalingActive",
+                false,
+                "InvalidMetricSourceType",
+                "the HPA was unable to compute the replica count: no metrics to compute",
+            )),
+            statuses,
+        ),
+    }
+}
+
+fn rules(r: &HPAScalingRules) -> Rules {
+    Rules {
+        stabilization_window_seconds: r.stabilization_window_seconds.unwrap_or(0) as i64,
+        select_policy: r.select_policy.clone().unwrap_or_else(|| "Max".into()),
+        policies: r
+            .policies
+            .iter()
+            .map(|p| Policy {
+                type_: p.type_.clone(),
+                value: p.value,
+                period_seconds: p.period_seconds as i64,
+            })
+            .collect(),
+    }
+}
+
+/// One sync of `hpa` (Kubernetes' reconcileAutoscaler) against its target's scale, the
+/// target's pods and their usage, at `now` (seconds). `history` is the autoscaler's memory
+/// of recommendations and scale events, updated here.
+pub fn plan(
+    hpa: &HorizontalPodAutoscaler,
+    target: &TargetScale,
+    pods: &[Pod],
+    usage: &HashMap<String, Vec<ContainerUsage>>,
+    history: &mut History,
+    settings: &Settings,
+    now: Time,
+) -> Plan {
+    let current = target.replicas;
+    let min = hpa.spec.min_replicas.unwrap_or(1);
+    let max = hpa.spec.max_replicas;
+    let mut events = Vec::new();
+    let mut conditions = vec![cond(
+        "AbleToScale",
+        true,
+        "SucceededGetScale",
+        "the HPA controller was able to get the target's current scale",
+    )];
+    let mut current_metrics = Vec::new();
+    let (desired, reason) = if current == 0 && min != 0 {
+        conditions.push(cond(
+            "ScalingActive",
+            false,
+            "ScalingDisabled",
+            "scaling is disabled since the replica count of the target is zero",
+        ));
+        (0, None)
+    } else if current > max {
+        (
+            max,
+            Some("Current number of replicas above Spec.MaxReplicas".to_string()),
+        )
+    } else if current < min {
+        (
+            min,
+            Some("Current number of replicas below Spec.MinReplicas".to_string()),
+        )
+    } else {
+        let (computed, statuses) =
+            replicas_for_metrics(hpa, current, pods, usage, settings, &mut events);
+        current_metrics = statuses;
+        let (proposal, words) = match computed {
+            Ok(p) => p,
+            Err(c) => {
+                conditions.push(c);
+                return Plan {
+                    current_replicas: current,
+                    desired_replicas: None,
+                    rescale_reason: None,
+                    current_metrics,
+                    conditions,
+                    events,
+                };
+            }
+        };
+        conditions.push(cond(
+            "ScalingActive",
+            true,
+            "ValidMetricFound",
+            format!("the HPA was able to successfully calculate a replica count from {words}"),
+        ));
+        let (up, down) = match &hpa.spec.behavior {
+            Some(b) => (
+                rules(&HPAScalingRules::scale_up_defaults(b.scale_up.as_ref())),
+                rules(&HPAScalingRules::scale_down_defaults(b.scale_down.as_ref())),
+            ),
+            None => (
+                Rules::default_up(),
+                Rules::default_down(settings.downscale_stabilization_seconds),
+            ),
+        };
+        let (desired, limit) = history.normalize(now.0, current, proposal, min, max, &up, &down);
+        let limited = limit.reason != WITHIN.reason;
+        conditions.push(cond("ScalingLimited", limited, limit.reason, limit.message));
+        let reason = if desired > current {
+            Some(format!("{words} above target"))
+        } else if desired < current {
+            Some("All metrics below target".to_string())
+        } else {
+            None
+        };
+        (desired, reason)
+    };
+    let rescale = desired != current;
+    if !rescale {
+        conditions[0] = cond(
+            "AbleToScale",
+            true,
+            "ReadyForNewScale",
+            "recommended size matches current size",
+        );
+    }
+    Plan {
+        current_replicas: current,
+        desired_replicas: Some(desired),
+        rescale_reason: rescale.then(|| reason.unwrap_or_default()),
+        current_metrics,
+        conditions,
+        events,
+    }
+}
+
+/// The conditions of `plan` in the status, keeping a condition's lastTransitionTime while
+/// its status stays.
+fn merge_conditions(
+    old: &[HorizontalPodAutoscalerCondition],
+    new: &[Cond],
+    now: Time,
+) -> Vec<HorizontalPodAutoscalerCondition> {
+    new.iter()
+        .map(|c| {
+            let since = old
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == c.status)
+                .and_then(|o| o.last_transition_time)
+                .unwrap_or(now);
+            HorizontalPodAutoscalerCondition {
+                type_: c.type_.into(),
+                status: c.status.into(),
+                last_transition_time: Some(since),
+                reason: Some(c.reason.clone()),
+                message: Some(c.message.clone()),
+            }
+        })
+        .collect()
+}
+
+/// Starts the autoscaler: every autoscaler is synced each `settings.sync_period`, and a new
+/// or changed one at once.
+pub fn start(ctx: &Context, metrics: Arc<dyn PodMetrics>, settings: Settings) {
+    smol::spawn(run(ctx.clone(), metrics, settings)).detach();
+}
+
+async fn run(ctx: Context, metrics: Arc<dyn PodMetrics>, settings: Settings) {
+    let recorder = Recorder::start(ctx.registry.clone(), "horizontal-pod-autoscaler");
+    let changes = ctx.informers.subscribe(&[Kind::HorizontalPodAutoscaler]);
+    let mut histories: HashMap<String, History> = HashMap::new();
+    loop {
+        let hpas: Vec<HorizontalPodAutoscaler> = ctx.informers.cache().list(None);
+        histories.retain(|uid, _| hpas.iter().any(|h| &h.metadata.uid == uid));
+        for hpa in hpas {
+            if hpa.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let history = histories.entry(hpa.metadata.uid.clone()).or_default();
+            if let Err(e) = sync(&ctx, &recorder, metrics.as_ref(), &settings, &hpa, history).await
+            {
+                if e.code() != 404 && e.code() != 409 {
+                    tracing::warn!(hpa = %hpa.metadata.name, namespace = %hpa.metadata.namespace(), error = %e, "syncing the HorizontalPodAutoscaler failed");
+                }
+            }
+        }
+        // Our own status writes change the autoscalers too: only a new autoscaler or a
+        // changed spec cuts the period short.
+        let deadline = std::time::Instant::now() + settings.sync_period;
+        loop {
+            let next = futures_lite::future::or(async { Some(changes.recv().await) }, async {
+                smol::Timer::at(deadline).await;
+                None
+            })
+            .await;
+            match next {
+                None => break,
+                Some(Err(_)) => return,
+                Some(Ok(change)) => {
+                    let spec_changed = match &change {
+                        Change::Added { .. } => true,
+                        Change::Modified { new, .. } => change
+                            .old_meta()
+                            .is_none_or(|m| m.generation != new.meta().generation),
+                        _ => false,
+                    };
+                    if spec_changed {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The scale of the target `hpa` names, from the cache: replicas and selector, or the
+/// error Kubernetes reports when it cannot get it.
+fn target_scale(
+    ctx: &Context,
+    hpa: &HorizontalPodAutoscaler,
+) -> Result<(Kind, TargetScale), String> {
+    let r = &hpa.spec.scale_target_ref;
+    let ns = hpa.metadata.namespace();
+    let group = r
+        .api_version
+        .as_deref()
+        .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
+        .unwrap_or("");
+    let kind = match (r.kind.as_str(), group) {
+        ("Deployment", "apps") => Kind::Deployment,
+        ("ReplicaSet", "apps") => Kind::ReplicaSet,
+        ("StatefulSet", "apps") => Kind::StatefulSet,
+        ("ReplicationController", "") => Kind::ReplicationController,
+        (k, g) => return Err(format!("no matches for kind \"{k}\" in group \"{g}\"")),
+    };
+    let cache = ctx.informers.cache();
+    let not_found = || {
+        format!(
+            "{} \"{}\" not found",
+            kind.info().qualified_plural(),
+            r.name
+        )
+    };
+    let scale = match kind {
+        Kind::Deployment => cache
+            .get::<Deployment>(ns, &r.name)
+            .map(|d| (d.spec.replicas, d.spec.selector)),
+        Kind::ReplicaSet => cache
+            .get::<ReplicaSet>(ns, &r.name)
+            .map(|d| (d.spec.replicas, d.spec.selector)),
+        Kind::StatefulSet => cache
+            .get::<StatefulSet>(ns, &r.name)
+            .map(|d| (d.spec.replicas, d.spec.selector)),
+        _ => cache.get::<ReplicationController>(ns, &r.name).map(|d| {
+            (
+                d.spec.replicas,
+                Some(LabelSelector {
+                    match_labels: d.spec.selector,
+                    ..Default::default()
+                }),
+            )
+        }),
+    }
+    .ok_or_else(not_found)?;
+    Ok((
+        kind,
+        TargetScale {
+            replicas: scale.0.unwrap_or(1),
+            selector: scale.1,
+        },
+    ))
+}
+
+async fn set_replicas(
+    ctx: &Context,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    n: i32,
+) -> Result<(), ApiError> {
+    let registry = ctx.registry.via_scale();
+    match kind {
+        Kind::Deployment => registry
+            .mutate::<Deployment>(ns, name, Part::Main, move |d| {
+                d.spec.replicas = Some(n);
+                Ok(())
+            })
+            .await
+            .map(drop),
+        Kind::ReplicaSet => registry
+            .mutate::<ReplicaSet>(ns, name, Part::Main, move |d| {
+                d.spec.replicas = Some(n);
+                Ok(())
+            })
+            .await
+            .map(drop),
+        Kind::StatefulSet => registry
+            .mutate::<StatefulSet>(ns, name, Part::Main, move |d| {
+                d.spec.replicas = Some(n);
+                Ok(())
+            })
+            .await
+            .map(drop),
+        _ => registry
+            .mutate::<ReplicationController>(ns, name, Part::Main, move |d| {
+                d.spec.replicas = Some(n);
+                Ok(())
+            })
+            .await
+            .map(drop),
+    }
+}
+
+async fn sync(
+    ctx: &Context,
+    recorder: &Recorder,
+    metrics: &dyn PodMetrics,
+    settings: &Settings,
+    hpa: &HorizontalPodAutoscaler,
+    history: &mut History,
+) -> Result<(), ApiError> {
+    let ns = hpa.metadata.namespace().to_string();
+    let now = Time::now();
+    let mut status = hpa.status.clone();
+    status.observed_generation = hpa.metadata.generation;
+    match target_scale(ctx, hpa) {
+        Err(e) => {
+            let message =
+                format!("the HPA controller was unable to get the target's current scale: {e}");
+            recorder.warning(hpa, "FailedGetScale", e);
+            status.conditions = merge_conditions(
+                &hpa.status.conditions,
+                &[cond("AbleToScale", false, "FailedGetScale", message)],
+                now,
+            );
+        }
+        Ok((kind, target)) => {
+            let selector = target
+                .selector
+                .as_ref()
+                .and_then(|s| Selector::from_label_selector(s).ok());
+            let pods: Vec<Pod> = match &selector {
+                Some(sel) => ctx
+                    .informers
+                    .cache()
+                    .list::<Pod>(Some(&ns))
+                    .into_iter()
+                    .filter(|p| sel.matches(&p.metadata.labels))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let usage = if pods.is_empty() {
+                HashMap::new()
+            } else {
+                metrics.usage(&pods).await
+            };
+            let mut plan = plan(hpa, &target, &pods, &usage, history, settings, now);
+            for e in &plan.events {
+                if e.warning {
+                    recorder.warning(hpa, e.reason, e.message.clone());
+                } else {
+                    recorder.normal(hpa, e.reason, e.message.clone());
+                }
+            }
+            if let (Some(desired), Some(reason)) = (plan.desired_replicas, &plan.rescale_reason) {
+                let r = &hpa.spec.scale_target_ref;
+                match set_replicas(ctx, kind, &ns, &r.name, desired).await {
+                    Ok(()) => {
+                        history.record_scale(now.0, plan.current_replicas, desired);
+                        recorder.normal(
+                            hpa,
+                            "SuccessfulRescale",
+                            format!("New size: {desired}; reason: {reason}"),
+                        );
+                        plan.conditions[0] = cond(
+                            "AbleToScale",
+                            true,
+                            "SucceededRescale",
+                            format!("the HPA controller was able to update the target scale to {desired}"),
+                        );
+                        status.last_scale_time = Some(now);
+                    }
+                    Err(e) => {
+                        recorder.warning(
+                            hpa,
+                            "FailedRescale",
+                            format!("New size: {desired}; reason: {reason}; error: {e}"),
+                        );
+                        plan.conditions[0] = cond(
+                            "AbleToScale",
+                            false,
+                            "FailedUpdateScale",
+                            format!(
+                                "the HPA controller was unable to update the target scale: {e}"
+                            ),
+                        );
+                    }
+                }
+            }
+            status.current_replicas = Some(plan.current_replicas);
+            if let Some(d) = plan.desired_replicas {
+                status.desired_replicas = d;
+            }
+            status.current_metrics = plan.current_metrics;
+            status.conditions = merge_conditions(&hpa.status.conditions, &plan.conditions, now);
+        }
+    }
+    write_status(ctx, hpa, status).await
+}
+
+async fn write_status(
+    ctx: &Context,
+    hpa: &HorizontalPodAutoscaler,
+    status: HorizontalPodAutoscalerStatus,
+) -> Result<(), ApiError> {
+    if status == hpa.status {
+        return Ok(());
+    }
+    let uid = hpa.metadata.uid.clone();
+    ctx.registry
+        .mutate::<HorizontalPodAutoscaler>(
+            hpa.metadata.namespace(),
+            &hpa.metadata.name,
+            Part::Status,
+            move |h| {
+                if h.metadata.uid == uid {
+                    h.status = status;
+                }
+                Ok(())
+            },
+        )
+        .await
+        .map(drop)
+}
+
+/// CPU usage by pod uid, one container each.
+#[cfg(test)]
+fn usage_of(pods: &[(&str, i64)]) -> HashMap<String, Vec<ContainerUsage>> {
+    pods.iter()
+        .map(|(uid, cpu)| {
+            (
+                uid.to_string(),
+                vec![ContainerUsage {
+                    name: "c".into(),
+                    cpu_milli: *cpu,
+                    memory_bytes: 0,
+                }],
+            )
+        })
+        .collect::<HashMap<_, _>>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,5 +1324,377 @@ mod tests {
         let mut h = History::default();
         let (n, why) = h.normalize(0, 10, 1, 1, 10, &up, &slow);
         assert_eq!((n, why.reason), (8, "ScaleDownLimit"));
+    }
+
+    mod plan {
+        use super::super::*;
+        use api::autoscaling::{
+            CrossVersionObjectReference, HorizontalPodAutoscalerBehavior, MetricSpec,
+            PodsMetricSource, ResourceMetricSource,
+        };
+        use api::core::{Container, PodCondition, ResourceRequirements};
+
+        fn hpa(
+            metrics: Vec<MetricSpec>,
+            behavior: Option<HorizontalPodAutoscalerBehavior>,
+        ) -> HorizontalPodAutoscaler {
+            let mut h = HorizontalPodAutoscaler::default();
+            h.metadata.name = "web".into();
+            h.spec.scale_target_ref = CrossVersionObjectReference {
+                kind: "Deployment".into(),
+                name: "web".into(),
+                api_version: Some("apps/v1".into()),
+            };
+            h.spec.min_replicas = Some(1);
+            h.spec.max_replicas = 4;
+            h.spec.metrics = metrics;
+            h.spec.behavior = behavior;
+            h
+        }
+
+        fn burst_down() -> Option<HorizontalPodAutoscalerBehavior> {
+            Some(HorizontalPodAutoscalerBehavior {
+                scale_down: Some(HPAScalingRules {
+                    stabilization_window_seconds: Some(0),
+                    ..Default::default()
+                }),
+                scale_up: None,
+            })
+        }
+
+        fn pod(uid: &str, cpu_request: &str, memory_request: &str) -> Pod {
+            let mut p = Pod::default();
+            p.metadata.name = format!("web-{uid}");
+            p.metadata.uid = uid.into();
+            p.status.phase = Some("Running".into());
+            p.status.conditions = vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }];
+            p.spec.containers = vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: [
+                        ("cpu".to_string(), Quantity(cpu_request.into())),
+                        ("memory".to_string(), Quantity(memory_request.into())),
+                    ]
+                    .into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }];
+            p
+        }
+
+        fn target(replicas: i32) -> TargetScale {
+            TargetScale {
+                replicas,
+                selector: None,
+            }
+        }
+
+        fn find<'a>(p: &'a Plan, type_: &str) -> &'a Cond {
+            p.conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .unwrap_or_else(|| panic!("no {type_} in {p:?}"))
+        }
+
+        #[test]
+        fn scales_up_on_cpu_utilisation_with_the_reason_and_status() {
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let pods = [pod("a", "100m", "1Mi"), pod("b", "100m", "1Mi")];
+            let usage = usage_of(&[("a", 90), ("b", 90)]);
+            let p = plan(
+                &h,
+                &target(2),
+                &pods,
+                &usage,
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            assert_eq!(
+                p.rescale_reason.as_deref(),
+                Some("cpu resource utilization (percentage of request) above target")
+            );
+            let cpu = p.current_metrics[0].resource.as_ref().unwrap();
+            assert_eq!(cpu.current.average_utilization, Some(90));
+            assert_eq!(cpu.current.average_value, Some(Quantity("90m".into())));
+            assert_eq!(find(&p, "AbleToScale").reason, "SucceededGetScale");
+            let active = find(&p, "ScalingActive");
+            assert_eq!(
+                (active.status, active.reason.as_str()),
+                ("True", "ValidMetricFound")
+            );
+            assert_eq!(
+                active.message,
+                "the HPA was able to successfully calculate a replica count from cpu resource utilization (percentage of request)"
+            );
+            let limited = find(&p, "ScalingLimited");
+            assert_eq!(
+                (limited.status, limited.reason.as_str()),
+                ("False", "DesiredWithinRange")
+            );
+        }
+
+        #[test]
+        fn the_maximum_limits_and_says_so() {
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let pods = [pod("a", "100m", "1Mi")];
+            let usage = usage_of(&[("a", 1000)]);
+            let p = plan(
+                &h,
+                &target(1),
+                &pods,
+                &usage,
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            let limited = find(&p, "ScalingLimited");
+            assert_eq!(
+                (limited.status, limited.reason.as_str()),
+                ("True", "TooManyReplicas")
+            );
+        }
+
+        #[test]
+        fn without_behavior_scale_down_waits_for_the_window_and_with_zero_it_does_not() {
+            let pods: Vec<Pod> = ["a", "b", "c", "d"]
+                .iter()
+                .map(|u| pod(u, "100m", "1Mi"))
+                .collect();
+            let busy = usage_of(&[("a", 50), ("b", 50), ("c", 50), ("d", 50)]);
+            let idle = usage_of(&[("a", 1), ("b", 1), ("c", 1), ("d", 1)]);
+            let settings = Settings::default();
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let mut history = History::default();
+            let p = plan(
+                &h,
+                &target(4),
+                &pods,
+                &busy,
+                &mut history,
+                &settings,
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            assert_eq!(p.rescale_reason, None);
+            assert_eq!(find(&p, "AbleToScale").reason, "ReadyForNewScale");
+            // 15 s later the pods idle, but the 5-minute window remembers 4.
+            let p = plan(
+                &h,
+                &target(4),
+                &pods,
+                &idle,
+                &mut history,
+                &settings,
+                Time(1015),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            assert_eq!(p.rescale_reason, None);
+            // After the window: down to the minimum.
+            let p = plan(
+                &h,
+                &target(4),
+                &pods,
+                &idle,
+                &mut history,
+                &settings,
+                Time(1400),
+            );
+            assert_eq!(p.desired_replicas, Some(1));
+            assert_eq!(
+                p.rescale_reason.as_deref(),
+                Some("All metrics below target")
+            );
+            // A zero window scales down at once.
+            let h = hpa(
+                vec![api::autoscaling::cpu_utilization_metric(50)],
+                burst_down(),
+            );
+            let mut history = History::default();
+            plan(
+                &h,
+                &target(4),
+                &pods,
+                &busy,
+                &mut history,
+                &settings,
+                Time(1000),
+            );
+            let p = plan(
+                &h,
+                &target(4),
+                &pods,
+                &idle,
+                &mut history,
+                &settings,
+                Time(1015),
+            );
+            assert_eq!(p.desired_replicas, Some(1));
+        }
+
+        #[test]
+        fn memory_average_value_ignores_requests() {
+            let metric = MetricSpec {
+                type_: "Resource".into(),
+                resource: Some(ResourceMetricSource {
+                    name: "memory".into(),
+                    target: MetricTarget {
+                        type_: "AverageValue".into(),
+                        average_value: Some(Quantity("10Mi".into())),
+                        ..Default::default()
+                    },
+                }),
+                ..Default::default()
+            };
+            let h = hpa(vec![metric], None);
+            let pods = [pod("a", "100m", "1Mi")];
+            let usage: HashMap<String, Vec<ContainerUsage>> = [(
+                "a".to_string(),
+                vec![ContainerUsage {
+                    name: "c".into(),
+                    cpu_milli: 1,
+                    memory_bytes: 30 << 20,
+                }],
+            )]
+            .into();
+            let p = plan(
+                &h,
+                &target(1),
+                &pods,
+                &usage,
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(3));
+            assert_eq!(
+                p.rescale_reason.as_deref(),
+                Some("memory resource above target")
+            );
+            let m = p.current_metrics[0].resource.as_ref().unwrap();
+            assert_eq!(
+                m.current.average_value,
+                Some(Quantity((30i64 << 20).to_string()))
+            );
+            assert_eq!(m.current.average_utilization, None);
+        }
+
+        #[test]
+        fn metrics_without_a_source_stop_scaling_with_kubernetes_reasons() {
+            let pods_metric = MetricSpec {
+                type_: "Pods".into(),
+                pods: Some(PodsMetricSource {
+                    metric: api::autoscaling::MetricIdentifier {
+                        name: "rps".into(),
+                        selector: None,
+                    },
+                    target: MetricTarget {
+                        type_: "AverageValue".into(),
+                        average_value: Some(Quantity("10".into())),
+                        ..Default::default()
+                    },
+                }),
+                ..Default::default()
+            };
+            let h = hpa(vec![pods_metric], None);
+            let pods = [pod("a", "100m", "1Mi")];
+            let p = plan(
+                &h,
+                &target(2),
+                &pods,
+                &usage_of(&[("a", 5)]),
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, None);
+            assert_eq!(p.rescale_reason, None);
+            let active = find(&p, "ScalingActive");
+            assert_eq!(
+                (active.status, active.reason.as_str()),
+                ("False", "FailedGetPodsMetric")
+            );
+            assert!(
+                active.message.starts_with(
+                    "the HPA was unable to compute the replica count: unable to get metric rps"
+                ),
+                "{active:?}"
+            );
+            assert!(p
+                .events
+                .iter()
+                .any(|e| e.reason == "FailedComputeMetricsReplicas"
+                    && e.message
+                        .starts_with("invalid metrics (1 invalid out of 1)")));
+            // CPU with no samples at all.
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let p = plan(
+                &h,
+                &target(2),
+                &pods,
+                &HashMap::new(),
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(find(&p, "ScalingActive").reason, "FailedGetResourceMetric");
+        }
+
+        #[test]
+        fn a_target_at_zero_disables_and_out_of_range_targets_are_brought_in() {
+            let h = hpa(vec![api::autoscaling::cpu_utilization_metric(50)], None);
+            let p = plan(
+                &h,
+                &target(0),
+                &[],
+                &HashMap::new(),
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(0));
+            assert_eq!(p.rescale_reason, None);
+            assert_eq!(find(&p, "ScalingActive").reason, "ScalingDisabled");
+            let p = plan(
+                &h,
+                &target(9),
+                &[],
+                &HashMap::new(),
+                &mut History::default(),
+                &Settings::default(),
+                Time(1000),
+            );
+            assert_eq!(p.desired_replicas, Some(4));
+            assert_eq!(
+                p.rescale_reason.as_deref(),
+                Some("Current number of replicas above Spec.MaxReplicas")
+            );
+        }
+
+        #[test]
+        fn conditions_keep_their_transition_time_while_their_status_stays() {
+            let old = vec![HorizontalPodAutoscalerCondition {
+                type_: "AbleToScale".into(),
+                status: "True".into(),
+                last_transition_time: Some(Time(5)),
+                reason: Some("SucceededGetScale".into()),
+                message: None,
+            }];
+            let new = [
+                cond("AbleToScale", true, "ReadyForNewScale", "x"),
+                cond("ScalingActive", false, "ScalingDisabled", "y"),
+            ];
+            let merged = merge_conditions(&old, &new, Time(50));
+            assert_eq!(merged[0].last_transition_time, Some(Time(5)));
+            assert_eq!(merged[0].reason.as_deref(), Some("ReadyForNewScale"));
+            assert_eq!(merged[1].last_transition_time, Some(Time(50)));
+        }
     }
 }

@@ -23,11 +23,19 @@ pub fn core_versions() -> Value {
 }
 
 fn group_entry(group: &str) -> Value {
-    let gv = format!("{group}/v1");
+    // The preferred (stored) version first; review groups are served at v1 only.
+    let mut versions = super::route::group_versions(group);
+    if versions.is_empty() {
+        versions.push("v1");
+    }
+    let entries: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
     json!({
         "name": group,
-        "versions": [{"groupVersion": gv, "version": "v1"}],
-        "preferredVersion": {"groupVersion": gv, "version": "v1"},
+        "versions": entries,
+        "preferredVersion": entries[0],
     })
 }
 
@@ -65,10 +73,10 @@ pub fn resource_list(group: &str, version: &str) -> Value {
         return super::resource_metrics::resource_list();
     }
     let mut resources = super::review::resources(group);
-    for kind in Kind::ALL
-        .iter()
-        .filter(|k| k.info().group == group && k.info().version == version)
-    {
+    for kind in Kind::ALL.iter().filter(|k| {
+        k.info().group == group
+            && (k.info().version == version || super::route::legacy_version(**k) == Some(version))
+    }) {
         let i = kind.info();
         let mut r = json!({
             "name": i.plural,

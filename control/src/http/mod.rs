@@ -2,6 +2,7 @@
 //! requests handled by a tide server with one endpoint that parses the path into a typed
 //! [`route::Route`] and dispatches on it.
 
+mod autoscaling_v1;
 mod backup;
 mod conn;
 pub use backup::PATH as BACKUP_PATH;
@@ -9,6 +10,7 @@ pub use logs::LocalAgent;
 pub mod discovery;
 mod eviction;
 mod exec;
+mod guard;
 mod logs;
 pub mod metrics;
 mod openapi;
@@ -22,7 +24,7 @@ mod ui;
 mod watch;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use api::meta::DeleteOptions;
 use api::object::Resource;
@@ -41,6 +43,10 @@ use route::{ResourcePath, Route};
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Bounds of the pause after a failed accept (EMFILE and the like), doubled on each failure.
+const ACCEPT_DELAY_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_DELAY_MAX: Duration = Duration::from_secs(1);
 
 /// Everything a request handler needs.
 pub struct AppState {
@@ -86,16 +92,38 @@ pub async fn serve(
     app.at("/").all(endpoint);
     app.at("*").all(endpoint);
     let acceptor = futures_rustls::TlsAcceptor::from(tls);
+    let mut accept_delay = Duration::ZERO;
     loop {
-        let (tcp, peer) = listener.accept().await?;
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => {
+                accept_delay = Duration::ZERO;
+                accepted
+            }
+            // Out of file descriptors or memory for a moment: wait and accept again, as Go's
+            // net/http does, rather than stop serving.
+            Err(e) => {
+                accept_delay = (accept_delay * 2).clamp(ACCEPT_DELAY_MIN, ACCEPT_DELAY_MAX);
+                tracing::warn!(error = %e, "accepting a connection failed; retrying in {accept_delay:?}");
+                smol::Timer::after(accept_delay).await;
+                continue;
+            }
+        };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
         smol::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(s) => s,
-                Err(e) => {
+            let handshake = async { Some(acceptor.accept(tcp).await) }.or(async {
+                smol::Timer::after(guard::HANDSHAKE_TIMEOUT).await;
+                None
+            });
+            let tls = match handshake.await {
+                Some(Ok(s)) => s,
+                Some(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                None => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
@@ -105,7 +133,9 @@ pub async fn serve(
                 .peer_certificates()
                 .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
             let peer_certs = PeerCerts(certs);
-            let io = async_dup::Arc::new(async_dup::Mutex::new(conn::HeadWithBody::new(tls)));
+            let io = async_dup::Arc::new(async_dup::Mutex::new(guard::Guarded::new(
+                conn::HeadWithBody::new(tls),
+            )));
             let result = async_h1::accept(io, |mut req| {
                 req.ext_mut().insert(peer_certs.clone());
                 req.ext_mut().insert(Peer(peer));
@@ -231,15 +261,7 @@ fn object_response(
     code: StatusCode,
     v: &impl serde::Serialize,
 ) -> tide::Response {
-    let wants_protobuf = header(req, "Accept").is_some_and(|a| {
-        let first = a.split(',').next().unwrap_or("");
-        let mut parts = first.split(';').map(str::trim);
-        parts
-            .next()
-            .is_some_and(|m| m.eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
-            && parts.all(|p| !p.starts_with("as="))
-    });
-    if wants_protobuf {
+    if wants_protobuf(req) {
         match serde_json::to_value(v).map(|json| protobuf::encode(&json)) {
             Ok(Ok(bytes)) => {
                 let mut r = tide::Response::new(code);
@@ -252,6 +274,23 @@ fn object_response(
         }
     }
     json_response(code, v)
+}
+
+/// The server's resource metrics as the horizontal pod autoscaler reads them.
+pub fn pod_metrics(state: State) -> Arc<dyn crate::controllers::podautoscaler::PodMetrics> {
+    Arc::new(resource_metrics::ServerPodMetrics(state))
+}
+
+/// The first media type the client accepts is Kubernetes' protobuf (not a table).
+fn wants_protobuf(req: &tide::Request<State>) -> bool {
+    header(req, "Accept").is_some_and(|a| {
+        let first = a.split(',').next().unwrap_or("");
+        let mut parts = first.split(';').map(str::trim);
+        parts
+            .next()
+            .is_some_and(|m| m.eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
+            && parts.all(|p| !p.starts_with("as="))
+    })
 }
 
 fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
@@ -382,14 +421,14 @@ async fn handle(
                     "users cannot be put in system:nodes: nodes get certificates by joining",
                 ));
             }
+            // No --ttl (0): the cluster signing duration; longer is cut to it.
+            let validity = state
+                .pki
+                .lifetimes()
+                .client(Some(std::time::Duration::from_secs(r.ttl_seconds)));
             let certificate = state
                 .pki
-                .sign_user_csr(
-                    &r.csr,
-                    &r.name,
-                    &r.groups,
-                    std::time::Duration::from_secs(r.ttl_seconds),
-                )
+                .sign_user_csr(&r.csr, &r.name, &r.groups, validity)
                 .map_err(|e| ApiError::bad_request(e.to_string()))?;
             let answer = api::join::UserCertResponse {
                 certificate,
@@ -485,6 +524,13 @@ async fn handle(
                 let name = path.name.clone().unwrap_or_default();
                 return eviction::serve(&state, &req, &ns, &name, &body).await;
             }
+            let legacy = if path.legacy_version {
+                let (converted, answer) = autoscaling_v1::request(&mut req, body)?;
+                body = converted;
+                Some(answer)
+            } else {
+                None
+            };
             let mut warnings = openapi::check_request(&req, &path, &mut body)?;
             // Admission (Pod Security) adds its warnings through the request's writer.
             let admission = registry::Warnings::default();
@@ -495,6 +541,9 @@ async fn handle(
             warnings.extend(std::mem::take(
                 &mut *admission.lock().unwrap_or_else(|e| e.into_inner()),
             ));
+            if let Some(answer) = legacy {
+                response = autoscaling_v1::response(response, answer).await?;
+            }
             openapi::add_warnings(&mut response, &warnings);
             Ok(response)
         }
@@ -840,6 +889,15 @@ async fn authorize_node(
             }
         }
         Kind::Event if *method == Method::Post || *method == Method::Patch => Ok(()),
+        // Renewing its certificate (the system:node role's create, get, list and watch on
+        // certificatesigningrequests); what is approved and signed is the approver's and the
+        // signer's to decide.
+        Kind::CertificateSigningRequest
+            if path.subresource.is_none()
+                && (reading || (*method == Method::Post && path.name.is_none())) =>
+        {
+            Ok(())
+        }
         // Tokens for the projected volumes of its pods: only bound to a pod of this node
         // that runs as that ServiceAccount (the Node authorizer and NodeRestriction).
         Kind::ServiceAccount

@@ -67,6 +67,25 @@ const PRESENCE_FIELDS: &[(&str, &[&str])] = &[
     ("ReplicaSetStatus", &["replicas"]),
     ("ReplicationControllerSpec", &["replicas"]),
     ("PriorityClass", &["value"]),
+    (
+        "HorizontalPodAutoscalerSpec",
+        &["minReplicas", "targetCPUUtilizationPercentage"],
+    ),
+    (
+        "HorizontalPodAutoscalerStatus",
+        &[
+            "observedGeneration",
+            "currentReplicas",
+            "desiredReplicas",
+            "currentCPUUtilizationPercentage",
+        ],
+    ),
+    ("MetricTarget", &["averageUtilization"]),
+    ("MetricValueStatus", &["averageUtilization"]),
+    (
+        "HPAScalingRules",
+        &["stabilizationWindowSeconds", "selectPolicy"],
+    ),
     ("ReplicationControllerStatus", &["replicas"]),
     ("StatefulSetSpec", &["replicas", "revisionHistoryLimit"]),
     ("RollingUpdateStatefulSetStrategy", &["partition"]),
@@ -843,6 +862,7 @@ mod tests {
             ("networking.k8s.io/v1", "Ingress"),
             ("policy/v1", "PodDisruptionBudget"),
             ("autoscaling/v2", "HorizontalPodAutoscaler"),
+            ("autoscaling/v1", "HorizontalPodAutoscaler"),
             ("storage.k8s.io/v1", "CSIDriver"),
             ("coordination.k8s.io/v1", "Lease"),
             ("certificates.k8s.io/v1", "CertificateSigningRequest"),

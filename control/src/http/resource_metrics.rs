@@ -520,6 +520,62 @@ async fn serve_pods(
     }
 }
 
+/// The pods' usage for the horizontal pod autoscaler: the figures `kubectl top pod` shows,
+/// from the same in-memory readings of the agents.
+pub struct ServerPodMetrics(pub State);
+
+impl crate::controllers::podautoscaler::PodMetrics for ServerPodMetrics {
+    fn usage<'a>(
+        &'a self,
+        pods: &'a [Pod],
+    ) -> crate::controllers::podautoscaler::BoxFuture<
+        'a,
+        HashMap<String, Vec<crate::controllers::podautoscaler::ContainerUsage>>,
+    > {
+        Box::pin(async move {
+            let state = &self.0;
+            let mut node_names: Vec<String> = pods
+                .iter()
+                .filter(|p| p.status.phase.as_deref() == Some("Running"))
+                .filter_map(|p| p.spec.node_name.clone())
+                .filter(|n| !n.is_empty())
+                .collect();
+            node_names.sort();
+            node_names.dedup();
+            let scraper = &state.resource_metrics;
+            let tasks: Vec<_> = node_names
+                .into_iter()
+                .map(|name| async move {
+                    let node = state.registry.get::<Node>("", &name).await.ok()?;
+                    if !ready(&node) || agent_address(&node).is_none() {
+                        return None;
+                    }
+                    scraper.usage(state, &node).await
+                })
+                .collect();
+            let mut out = HashMap::new();
+            for u in futures_util_join_all(tasks).await.into_iter().flatten() {
+                for pod in pods {
+                    if let Some(containers) = u.pods.get(&pod.metadata.uid) {
+                        let usage = containers
+                            .iter()
+                            .map(
+                                |(name, c)| crate::controllers::podautoscaler::ContainerUsage {
+                                    name: name.clone(),
+                                    cpu_milli: (c.cpu_nano_cores / 1_000_000) as i64,
+                                    memory_bytes: c.memory_bytes as i64,
+                                },
+                            )
+                            .collect();
+                        out.insert(pod.metadata.uid.clone(), usage);
+                    }
+                }
+            }
+            out
+        })
+    }
+}
+
 /// Runs the futures concurrently and answers their outputs in order.
 async fn futures_util_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();

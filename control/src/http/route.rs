@@ -67,6 +67,9 @@ pub struct ResourcePath {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Option<String>,
+    /// The path names the kind's older version (autoscaling/v1 for a HorizontalPodAutoscaler
+    /// stored as v2): bodies are converted at the edge.
+    pub legacy_version: bool,
 }
 
 /// A path of the resource metrics API.
@@ -120,14 +123,19 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
             group: String::new(),
             version: "v1".into(),
         }),
-        ["apis", group, "v1"] if is_served_group(group) || review_group(group).is_some() => {
+        ["apis", group, version]
+            if serves_version(group, version)
+                || (review_group(group).is_some() && *version == "v1") =>
+        {
             Ok(Route::ResourceList {
                 group: group.to_string(),
-                version: "v1".into(),
+                version: version.to_string(),
             })
         }
-        ["api", "v1", rest @ ..] => resource("", rest),
-        ["apis", group, "v1", rest @ ..] if is_served_group(group) => resource(group, rest),
+        ["api", "v1", rest @ ..] => resource("", "v1", rest),
+        ["apis", group, version, rest @ ..] if serves_version(group, version) => {
+            resource(group, version, rest)
+        }
         ["apis", group, "v1", rest @ ..] => {
             let group = review_group(group).ok_or(NoRoute)?;
             let (namespace, plural) = match rest {
@@ -158,6 +166,33 @@ pub fn is_served_group(group: &str) -> bool {
     !group.is_empty() && Kind::ALL.iter().any(|k| k.info().group == group)
 }
 
+/// The versions a served group is served at, the preferred (stored) one first: autoscaling
+/// also at v1, converted at the edge (see [`api::autoscaling::to_v1`]).
+pub fn group_versions(group: &str) -> Vec<&'static str> {
+    if !is_served_group(group) {
+        return Vec::new();
+    }
+    let mut versions: Vec<&'static str> = Vec::new();
+    for k in Kind::ALL.iter().filter(|k| k.info().group == group) {
+        for v in std::iter::once(k.info().version).chain(legacy_version(*k)) {
+            if !versions.contains(&v) {
+                versions.push(v);
+            }
+        }
+    }
+    versions
+}
+
+fn serves_version(group: &str, version: &str) -> bool {
+    let versions: Vec<&str> = group_versions(group);
+    versions.contains(&version)
+}
+
+/// The older version a kind is also served at, converted at the edge.
+pub fn legacy_version(kind: Kind) -> Option<&'static str> {
+    (kind == Kind::HorizontalPodAutoscaler).then_some(api::autoscaling::LEGACY_VERSION)
+}
+
 /// The named API groups of the stored kinds, in the order they first appear.
 pub fn served_groups() -> Vec<&'static str> {
     let mut groups: Vec<&'static str> = Vec::new();
@@ -170,8 +205,12 @@ pub fn served_groups() -> Vec<&'static str> {
     groups
 }
 
-fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {
-    let kind_of = |plural: &str| Kind::from_plural(group, plural).ok_or(NoRoute);
+fn resource(group: &str, version: &str, rest: &[&str]) -> Result<Route, NoRoute> {
+    let kind_of = |plural: &str| {
+        Kind::from_plural(group, plural)
+            .filter(|k| k.info().version == version || legacy_version(*k) == Some(version))
+            .ok_or(NoRoute)
+    };
     let path = match rest {
         // The namespace object itself and its subresources (`status`, `finalize`) are not
         // plurals, which tells them apart from the collections inside a namespace.
@@ -186,6 +225,7 @@ fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {
                 namespace: Some(ns.to_string()),
                 name,
                 subresource,
+                legacy_version: false,
             }
         }
         [plural, tail @ ..] => {
@@ -200,6 +240,7 @@ fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {
                 namespace: None,
                 name,
                 subresource,
+                legacy_version: false,
             }
         }
         [] => return Err(NoRoute),
@@ -207,6 +248,10 @@ fn resource(group: &str, rest: &[&str]) -> Result<Route, NoRoute> {
     if path.name.as_deref() == Some("") {
         return Err(NoRoute);
     }
+    let path = ResourcePath {
+        legacy_version: path.kind.info().version != version,
+        ..path
+    };
     Ok(Route::Resource(path))
 }
 
@@ -249,6 +294,7 @@ mod tests {
             namespace: ns.map(Into::into),
             name: name.map(Into::into),
             subresource: sub.map(Into::into),
+            legacy_version: false,
         })
     }
 
@@ -336,6 +382,40 @@ mod tests {
         );
         assert_eq!(
             parse("/apis/authentication.k8s.io/v1/widgets"),
+            Err(NoRoute)
+        );
+    }
+
+    #[test]
+    fn autoscaling_is_served_at_v2_and_v1() {
+        assert_eq!(group_versions("autoscaling"), ["v2", "v1"]);
+        assert_eq!(group_versions("apps"), ["v1"]);
+        assert_eq!(
+            parse("/apis/autoscaling/v2/namespaces/d/horizontalpodautoscalers/web"),
+            Ok(res(
+                Kind::HorizontalPodAutoscaler,
+                Some("d"),
+                Some("web"),
+                None
+            ))
+        );
+        let Ok(Route::Resource(p)) =
+            parse("/apis/autoscaling/v1/namespaces/d/horizontalpodautoscalers")
+        else {
+            panic!("v1 not served");
+        };
+        assert!(p.legacy_version);
+        assert_eq!(p.kind, Kind::HorizontalPodAutoscaler);
+        assert_eq!(
+            parse("/apis/autoscaling/v2"),
+            Ok(Route::ResourceList {
+                group: "autoscaling".into(),
+                version: "v2".into()
+            })
+        );
+        assert_eq!(parse("/apis/apps/v2/deployments"), Err(NoRoute));
+        assert_eq!(
+            parse("/apis/autoscaling/v3/horizontalpodautoscalers"),
             Err(NoRoute)
         );
     }

@@ -55,6 +55,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     // For the StatefulSet controller.
     Kind::StatefulSet,
     Kind::ControllerRevision,
+    // For the horizontal pod autoscaler.
+    Kind::HorizontalPodAutoscaler,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).

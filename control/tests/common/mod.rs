@@ -15,6 +15,8 @@ pub struct TestServer {
     pub dir: tempfile::TempDir,
     pub addr: SocketAddr,
     pub extra_args: Vec<String>,
+    /// A command the server runs under (e.g. `prlimit --nofile=...`), if any.
+    pub wrapper: Vec<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -34,17 +36,24 @@ impl TestServer {
     }
 
     pub fn start_with(extra: &[&str]) -> TestServer {
+        Self::start_wrapped(&[], extra)
+    }
+
+    /// Starts the server as the last arguments of `wrapper` (a command such as `prlimit`).
+    pub fn start_wrapped(wrapper: &[&str], extra: &[&str]) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
             .expect("address");
         let extra_args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let child = spawn_server(dir.path(), addr, &extra_args);
+        let wrapper: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
+        let child = spawn_server(dir.path(), addr, &extra_args, &wrapper);
         let s = TestServer {
             child,
             dir,
             addr,
             extra_args,
+            wrapper,
         };
         s.wait_ready();
         s
@@ -83,7 +92,7 @@ impl TestServer {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn_server(self.dir.path(), self.addr, &self.extra_args);
+        self.child = spawn_server(self.dir.path(), self.addr, &self.extra_args, &self.wrapper);
         self.wait_ready();
     }
 
@@ -117,11 +126,19 @@ impl TestServer {
     }
 }
 
-/// Starts `skiff server`; without its own agent unless `extra` names the node
-/// (`--node-name`).
-fn spawn_server(dir: &Path, addr: SocketAddr, extra: &[String]) -> Child {
+/// Starts `skiff server` (under `wrapper` if given); without its own agent unless `extra`
+/// names the node (`--node-name`).
+fn spawn_server(dir: &Path, addr: SocketAddr, extra: &[String], wrapper: &[String]) -> Child {
     let own_agent = extra.iter().any(|a| a == "--node-name");
-    Command::new(skiff_bin())
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(skiff_bin());
+            c
+        }
+        None => Command::new(skiff_bin()),
+    };
+    command
         .arg("server")
         .arg("--data-dir")
         .arg(dir)
