@@ -26,7 +26,11 @@ fn label(obj: &AnyObject) -> &str {
 }
 
 fn open(dir: &tempfile::TempDir) -> Store {
-    Store::open(StoreConfig::in_dir(dir.path())).unwrap()
+    Store::open(StoreConfig {
+        optimistic_writes: true,
+        ..StoreConfig::in_dir(dir.path())
+    })
+    .unwrap()
 }
 
 /// A guaranteed write whose answer is the object it wrote, with its committed

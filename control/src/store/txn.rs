@@ -56,6 +56,9 @@ enum Source<'t> {
     Batch(&'t WriteTransaction),
     /// A committed snapshot: reads are recorded, writes are only planned.
     Snapshot(&'t ReadTransaction),
+    /// The etcd datastore: reads go to etcd, each recording the revision it saw, and writes
+    /// are planned for one etcd transaction.
+    Remote(&'t super::remote::Reader<'t>),
 }
 
 /// A committed key or range a snapshot closure read: its plan holds only if nothing in it has
@@ -187,6 +190,14 @@ impl<'t> Tables<'t> {
         Tables::with_source(Source::Snapshot(rtx), keys, None)
     }
 
+    /// The tables of a closure run against etcd.
+    pub(crate) fn remote(
+        reader: &'t super::remote::Reader<'t>,
+        keys: Option<&'t super::seal::Keyring>,
+    ) -> Tables<'t> {
+        Tables::with_source(Source::Remote(reader), keys, None)
+    }
+
     fn with_source(
         source: Source<'t>,
         keys: Option<&'t super::seal::Keyring>,
@@ -244,6 +255,9 @@ impl<'t> Tables<'t> {
                 let table = match self.source {
                     Source::Batch(wtx) => ObjectTable::Write(wtx.open_table(kind_table(kind))?),
                     Source::Snapshot(rtx) => ObjectTable::Read(rtx.open_table(kind_table(kind))?),
+                    Source::Remote(_) => {
+                        return Err(StoreError::Db("etcd has no redb tables".into()));
+                    }
                 };
                 open.push((kind, table));
                 open.len() - 1
@@ -370,6 +384,9 @@ impl<'a, 't> Txn<'a, 't> {
     }
 
     fn get_committed(&self, kind: Kind, key: &str) -> Result<Option<AnyObject>, StoreError> {
+        if let Source::Remote(reader) = self.tables.source {
+            return reader.get(kind, key);
+        }
         self.tables.note(Read::Key(kind, key.to_string()));
         let cached = read_often(kind);
         if cached {
@@ -395,6 +412,9 @@ impl<'a, 't> Txn<'a, 't> {
     fn exists(&self, kind: Kind, key: &str) -> Result<bool, StoreError> {
         if let Some(slot) = self.overlay.get(&(kind, key.to_string())) {
             return Ok(slot.is_some());
+        }
+        if let Source::Remote(reader) = self.tables.source {
+            return Ok(reader.get(kind, key)?.is_some());
         }
         self.tables.note(Read::Key(kind, key.to_string()));
         self.tables.with(
@@ -434,6 +454,9 @@ impl<'a, 't> Txn<'a, 't> {
         kind: Kind,
         namespace: Option<&str>,
     ) -> Result<Vec<(String, AnyObject)>, StoreError> {
+        if let Source::Remote(reader) = self.tables.source {
+            return reader.list(kind, namespace);
+        }
         let cache_key = (kind, namespace.map(str::to_string));
         self.tables
             .note(Read::Range(kind, namespace.map(str::to_string)));
