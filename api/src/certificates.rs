@@ -169,6 +169,12 @@ impl Resource for CertificateSigningRequest {
                 ));
             }
         }
+        errs.extend(self.validate_status());
+        errs
+    }
+
+    fn validate_status(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
         if self.has_condition("Approved") && self.has_condition("Denied") {
             errs.push(FieldError::invalid(
                 "status.conditions",

@@ -1592,6 +1592,12 @@ impl Resource for Namespace {
                 errs.push(FieldError::invalid(format!("spec.finalizers[{i}]"), f, why));
             }
         }
+        errs.extend(self.validate_status());
+        errs
+    }
+
+    fn validate_status(&self) -> Vec<FieldError> {
+        let mut errs = Vec::new();
         if let Some(p) = &self.status.phase {
             if !["Active", "Terminating"].contains(&p.as_str()) {
                 errs.push(FieldError::not_supported(

@@ -65,6 +65,13 @@ pub trait Resource:
         Vec::new()
     }
 
+    /// The part of [`Resource::validate`] that looks at the status: all a status write needs,
+    /// since it keeps the stored (valid) spec and metadata. Kinds that check their status
+    /// call it from `validate` too.
+    fn validate_status(&self) -> Vec<FieldError> {
+        Vec::new()
+    }
+
     /// Encoded form of the fields whose change bumps `metadata.generation` (the spec).
     fn spec_fingerprint(&self) -> Vec<u8>;
 

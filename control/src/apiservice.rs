@@ -135,7 +135,7 @@ pub async fn reconcile(
         Ok(e) if e.subsets == wanted => Ok(()),
         Ok(_) => registry
             .mutate::<Endpoints>(NAMESPACE, NAME, Part::Main, move |e| {
-                e.subsets = wanted;
+                e.subsets = wanted.clone();
                 Ok(())
             })
             .await

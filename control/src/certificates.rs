@@ -244,7 +244,7 @@ pub fn start(ctx: &Context, pki: Arc<Pki>) {
                         if !due(c) {
                             return Ok(());
                         }
-                        match issued {
+                        match issued.clone() {
                             Ok(cert) => c.status.certificate = Some(ByteString(cert.into_bytes())),
                             Err(why) => {
                                 let now = api::meta::Time::now();

@@ -96,6 +96,13 @@ pub enum Compare {
     ModRevision(Vec<u8>, i64),
     /// The key does not exist (its create revision is 0).
     Absent(Vec<u8>),
+    /// Every key in `[key, range_end)` was last changed before `revision` (nothing in the
+    /// range was written at or after it; keys deleted since are not seen).
+    ModRevisionBelow {
+        key: Vec<u8>,
+        range_end: Vec<u8>,
+        revision: i64,
+    },
 }
 
 /// One operation of a transaction.
@@ -374,6 +381,15 @@ impl EtcdClient {
                 Compare::Absent(key) => json!({
                     "result": "EQUAL", "target": "CREATE",
                     "key": B64.encode(key), "create_revision": "0",
+                }),
+                Compare::ModRevisionBelow {
+                    key,
+                    range_end,
+                    revision,
+                } => json!({
+                    "result": "LESS", "target": "MOD",
+                    "key": B64.encode(key), "range_end": B64.encode(range_end),
+                    "mod_revision": revision.to_string(),
                 }),
             })
             .collect();

@@ -1,6 +1,10 @@
 //! Registry: Kubernetes' write semantics on top of the store. Create, update, patch and
-//! delete each run as one closure inside the store's group-committed write transaction, so
-//! the read of the current object, the checks and the write are atomic.
+//! delete each run as one closure in a [`Store::guaranteed_write`]: on the request's side,
+//! against a snapshot (the read of the current object, admission's reads, defaults,
+//! managedFields, validation), after which the writer stores the closure's writes only if
+//! nothing it read has changed since, and otherwise the closure runs again on a newer
+//! snapshot. So the read, the checks and the write are atomic, as with kube-apiserver's
+//! compare-and-swap on etcd, and the single writer thread only checks revisions and stores.
 //!
 //! Rules kept here (Kubernetes' "strategies"): server-owned metadata (uid, creation time,
 //! generation, resourceVersion) is set by the server only; `generation` moves only when the
@@ -27,7 +31,7 @@ use crate::error::ApiError;
 use crate::fieldmanager::{self, Manager, Managers, Scope};
 use crate::heartbeat::{heartbeat_only, is_node_lease, renewal_only, Heartbeats};
 use crate::ipalloc::ServiceRanges;
-use crate::store::{Store, Txn};
+use crate::store::{Committed, Renumber, Store, Txn};
 
 /// Which part of an object a write addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +77,23 @@ pub struct Registry {
 
 /// Warnings collected while a request is handled.
 pub type Warnings = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+fn lock_warnings(warnings: &Warnings) -> std::sync::MutexGuard<'_, Vec<String>> {
+    warnings.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A written object's committed resourceVersion (see [`Registry::write`]).
+fn fix_object<K: Resource>(obj: &mut K, renumber: &Renumber) {
+    renumber.fix(obj.meta_mut());
+}
+
+/// The same for an answer that is an object and a flag.
+fn fix_first<K: Resource, B>(answer: &mut (K, B), renumber: &Renumber) {
+    renumber.fix(answer.0.meta_mut());
+}
+
+/// An answer without objects.
+fn fix_nothing(_: &mut (), _: &Renumber) {}
 
 /// A namespace whose enforced Pod Security level changes: warnings naming the pods already
 /// in it that the new level would refuse (Kubernetes evicts none of them).
@@ -247,6 +268,7 @@ fn enforce_pod_security<K: Resource>(
 pub const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 
 /// How a write records field ownership.
+#[derive(Clone)]
 enum Ownership {
     /// Leave `managedFields` as they are (Kubernetes' binding does not record a manager).
     Keep,
@@ -751,8 +773,21 @@ fn settle_namespace<K: Resource>(obj: &mut K, path_ns: Option<&str>) -> Result<(
 }
 
 fn validate<K: Resource>(obj: &K) -> Result<(), ApiError> {
-    let mut errors = api::validation::validate_meta(obj.meta(), K::KIND);
-    errors.extend(obj.validate());
+    validate_part(obj, Part::Main)
+}
+
+/// Validates what a write of `part` can change: a status write kept the stored spec and
+/// metadata, which were valid, so only its status is checked (as Kubernetes' status
+/// strategies validate the status alone).
+fn validate_part<K: Resource>(obj: &K, part: Part) -> Result<(), ApiError> {
+    let errors = match part {
+        Part::Main => {
+            let mut errors = api::validation::validate_meta(obj.meta(), K::KIND);
+            errors.extend(obj.validate());
+            errors
+        }
+        Part::Status => obj.validate_status(),
+    };
     if errors.is_empty() {
         Ok(())
     } else {
@@ -991,7 +1026,7 @@ fn apply_update_checked<K: Resource>(
     if part == Part::Main && new.spec_fingerprint() != old.spec_fingerprint() {
         new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);
     }
-    validate(&new)?;
+    validate_part(&new, part)?;
     if part == Part::Main {
         admit_pod_security(txn, &new, Some(&old), warnings)?;
     }
@@ -1229,17 +1264,35 @@ impl Registry {
         }
     }
 
-    /// Runs a write closure in the store: stored, or only checked in a dry run.
-    async fn write<T, F>(&self, f: F) -> Result<T, ApiError>
+    /// Runs a write closure as the store's guaranteed write (read, checks and changes on a
+    /// snapshot, then a compare-and-swap in the writer, run again on a newer snapshot if it
+    /// lost a race): stored, or only checked in a dry run. `fix` gives the answer the
+    /// resourceVersions it was committed at.
+    async fn write<T, F>(
+        &self,
+        mut f: F,
+        fix: impl FnOnce(&mut T, &Renumber),
+    ) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Txn<'_, '_>) -> Result<T, ApiError> + Send + 'static,
+        F: FnMut(&mut Txn<'_, '_>) -> Result<T, ApiError> + Send + 'static,
     {
-        if self.dry_run {
-            self.store.write_dry_run(f).await
-        } else {
-            self.store.write(f).await
-        }
+        let warnings = self.warnings.clone();
+        let before = lock_warnings(&warnings).len();
+        let mut ran = false;
+        let once = move |txn: &mut Txn<'_, '_>| {
+            if std::mem::replace(&mut ran, true) {
+                // The run that lost its race gave its warnings already.
+                lock_warnings(&warnings).truncate(before);
+            }
+            f(txn)
+        };
+        let Committed {
+            mut value,
+            renumber,
+        } = self.store.guaranteed_write(once, self.dry_run).await?;
+        fix(&mut value, &renumber);
+        Ok(value)
     }
 
     /// This registry with its admission warnings going to `sink`.
@@ -1308,7 +1361,19 @@ impl Registry {
         let warnings = self.warnings.clone();
         let findings = judge_pod_security(&obj, None);
         let created = self
-            .write(move |txn| create_in(txn, &ranges, obj, generate, findings.as_ref(), &warnings))
+            .write(
+                move |txn| {
+                    create_in(
+                        txn,
+                        &ranges,
+                        obj.clone(),
+                        generate,
+                        findings.as_ref(),
+                        &warnings,
+                    )
+                },
+                fix_object,
+            )
             .await?;
         // A node Lease made anew carries its own renewal.
         if let Some(l) = as_lease(&created).filter(|l| is_node_lease(l)) {
@@ -1416,11 +1481,23 @@ impl Registry {
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
-        self.write(move |txn| {
-            let ns = obj.meta().namespace().to_string();
-            let old: K = get_existing(txn, &ns, &name)?;
-            apply_update(txn, &beats, &ranges, old, obj, part, who, &warnings)
-        })
+        self.write(
+            move |txn| {
+                let ns = obj.meta().namespace().to_string();
+                let old: K = get_existing(txn, &ns, &name)?;
+                apply_update(
+                    txn,
+                    &beats,
+                    &ranges,
+                    old,
+                    obj.clone(),
+                    part,
+                    who.clone(),
+                    &warnings,
+                )
+            },
+            fix_object,
+        )
         .await
     }
 
@@ -1455,11 +1532,14 @@ impl Registry {
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
-        self.write(move |txn| {
-            let old: K = get_existing(txn, &ns, &name)?;
-            let new: K = patched(&beats, &old, &ns, &name, patch_type, &patch)?;
-            apply_update(txn, &beats, &ranges, old, new, part, who, &warnings)
-        })
+        self.write(
+            move |txn| {
+                let old: K = get_existing(txn, &ns, &name)?;
+                let new: K = patched(&beats, &old, &ns, &name, patch_type, &patch)?;
+                apply_update(txn, &beats, &ranges, old, new, part, who.clone(), &warnings)
+            },
+            fix_object,
+        )
         .await
     }
 
@@ -1528,7 +1608,19 @@ impl Registry {
             let warnings = self.warnings.clone();
             let findings = judge_pod_security(&obj, None);
             let created = self
-                .write(move |txn| create_in(txn, &ranges, obj, false, findings.as_ref(), &warnings))
+                .write(
+                    move |txn| {
+                        create_in(
+                            txn,
+                            &ranges,
+                            obj.clone(),
+                            false,
+                            findings.as_ref(),
+                            &warnings,
+                        )
+                    },
+                    fix_object,
+                )
                 .await?;
             return Ok((created, true));
         }
@@ -1536,53 +1628,56 @@ impl Registry {
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
-        self.write(move |txn| {
-            let old: K = get_existing(txn, &ns, &name)?;
-            let live = codec::to_json(&old);
-            let mut merged = live.clone();
-            crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
-            let before = managers_of(&old);
-            let mut managers = before.clone();
-            let now = Time::now();
-            let mut merged = match managers.apply(
-                &live,
-                &config,
-                merged.clone(),
-                &who,
-                &api_version,
-                force,
-                now,
-            ) {
-                Ok(m) => m,
-                // kubectl's server-side apply takes over what it applied client-side.
-                Err(c)
-                    if who.name == fieldmanager::KUBECTL_APPLY
-                        && fieldmanager::last_applied_fields(&live, who.scope)
-                            .is_some_and(|allowed| c.within(&allowed)) =>
-                {
-                    managers = before;
-                    managers
-                        .apply(&live, &config, merged, &who, &api_version, true, now)
-                        .map_err(|c| conflict_error(&c))?
+        self.write(
+            move |txn| {
+                let old: K = get_existing(txn, &ns, &name)?;
+                let live = codec::to_json(&old);
+                let mut merged = live.clone();
+                crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
+                let before = managers_of(&old);
+                let mut managers = before.clone();
+                let now = Time::now();
+                let mut merged = match managers.apply(
+                    &live,
+                    &config,
+                    merged.clone(),
+                    &who,
+                    &api_version,
+                    force,
+                    now,
+                ) {
+                    Ok(m) => m,
+                    // kubectl's server-side apply takes over what it applied client-side.
+                    Err(c)
+                        if who.name == fieldmanager::KUBECTL_APPLY
+                            && fieldmanager::last_applied_fields(&live, who.scope)
+                                .is_some_and(|allowed| c.within(&allowed)) =>
+                    {
+                        managers = before;
+                        managers
+                            .apply(&live, &config, merged, &who, &api_version, true, now)
+                            .map_err(|c| conflict_error(&c))?
+                    }
+                    Err(c) => return Err(conflict_error(&c)),
+                };
+                if who.name == fieldmanager::KUBECTL_APPLY {
+                    fieldmanager::sync_last_applied(&mut merged, &config);
                 }
-                Err(c) => return Err(conflict_error(&c)),
-            };
-            if who.name == fieldmanager::KUBECTL_APPLY {
-                fieldmanager::sync_last_applied(&mut merged, &config);
-            }
-            let mut new: K = decode(merged)?;
-            if K::KIND.info().namespaced && new.meta().namespace() != ns {
-                return Err(ApiError::bad_request(
-                    "metadata.namespace may not be changed by a patch",
-                ));
-            }
-            if new.meta().resource_version.is_empty() {
-                new.meta_mut().resource_version = old.meta().resource_version.clone();
-            }
-            let ownership = Ownership::Applied(managers);
-            apply_update(txn, &beats, &ranges, old, new, part, ownership, &warnings)
-                .map(|o| (o, false))
-        })
+                let mut new: K = decode(merged)?;
+                if K::KIND.info().namespaced && new.meta().namespace() != ns {
+                    return Err(ApiError::bad_request(
+                        "metadata.namespace may not be changed by a patch",
+                    ));
+                }
+                if new.meta().resource_version.is_empty() {
+                    new.meta_mut().resource_version = old.meta().resource_version.clone();
+                }
+                let ownership = Ownership::Applied(managers);
+                apply_update(txn, &beats, &ranges, old, new, part, ownership, &warnings)
+                    .map(|o| (o, false))
+            },
+            fix_first,
+        )
         .await
     }
 
@@ -1592,19 +1687,22 @@ impl Registry {
         ns: &str,
         name: &str,
         part: Part,
-        f: impl FnOnce(&mut K) -> Result<(), ApiError> + Send + 'static,
+        mut f: impl FnMut(&mut K) -> Result<(), ApiError> + Send + 'static,
     ) -> Result<K, ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
-        self.write(move |txn| {
-            let old: K = get_existing(txn, &ns, &name)?;
-            let mut new = old.clone();
-            f(&mut new)?;
-            apply_update(txn, &beats, &ranges, old, new, part, who, &warnings)
-        })
+        self.write(
+            move |txn| {
+                let old: K = get_existing(txn, &ns, &name)?;
+                let mut new = old.clone();
+                f(&mut new)?;
+                apply_update(txn, &beats, &ranges, old, new, part, who.clone(), &warnings)
+            },
+            fix_object,
+        )
         .await
     }
 
@@ -1613,22 +1711,26 @@ impl Registry {
     /// in one write, so it cannot race the admission that raises it.
     pub async fn sync_quota(&self, ns: &str, name: &str) -> Result<(), ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
-        self.write(move |txn| {
-            let Some(AnyObject::ResourceQuota(mut q)) = txn.get(Kind::ResourceQuota, &ns, &name)?
-            else {
-                return Ok(());
-            };
-            if q.metadata.deletion_timestamp.is_some() {
-                return Ok(());
-            }
-            let used = quota_usage(txn, &q, &ns)?;
-            let status = api::quota::status_for(&q, &used);
-            if status != q.status {
-                q.status = status;
-                txn.put(q.into_any())?;
-            }
-            Ok(())
-        })
+        self.write(
+            move |txn| {
+                let Some(AnyObject::ResourceQuota(mut q)) =
+                    txn.get(Kind::ResourceQuota, &ns, &name)?
+                else {
+                    return Ok(());
+                };
+                if q.metadata.deletion_timestamp.is_some() {
+                    return Ok(());
+                }
+                let used = quota_usage(txn, &q, &ns)?;
+                let status = api::quota::status_for(&q, &used);
+                if status != q.status {
+                    q.status = status;
+                    txn.put(q.into_any())?;
+                }
+                Ok(())
+            },
+            fix_nothing,
+        )
         .await
     }
 
@@ -1655,47 +1757,50 @@ impl Registry {
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
-        self.write(move |txn| {
-            let old: Pod = get_existing(txn, &ns, &name)?;
-            if old.metadata.deletion_timestamp.is_some() {
-                return Err(ApiError::conflict(
-                    Kind::Pod,
-                    &name,
-                    "the pod is being deleted",
-                ));
-            }
-            if let Some(current) = old.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
-                return Err(ApiError::conflict(
-                    Kind::Pod,
-                    &name,
-                    &format!("pod {name} is already assigned to node \"{current}\""),
-                ));
-            }
-            // As kube-apiserver's binding does, the same write says PodScheduled=True
-            // (the status is carried over from `base` by the main-part update).
-            let mut base = old;
-            crate::scheduler::set_scheduled_condition(&mut base.status, "True", None, None);
-            let mut new = base.clone();
-            new.spec.node_name = Some(node);
-            apply_update_checked(
-                txn,
-                &beats,
-                &ranges,
-                base,
-                new,
-                Part::Main,
-                false,
-                Ownership::Keep,
-                &warnings,
-            )?;
-            if let Some((event, generate)) = event {
-                // Nothing of a failed create reaches the transaction.
-                if let Err(e) = create_in(txn, &ranges, event, generate, None, &warnings) {
-                    tracing::debug!(error = %e, "recording a binding's event failed");
+        self.write(
+            move |txn| {
+                let old: Pod = get_existing(txn, &ns, &name)?;
+                if old.metadata.deletion_timestamp.is_some() {
+                    return Err(ApiError::conflict(
+                        Kind::Pod,
+                        &name,
+                        "the pod is being deleted",
+                    ));
                 }
-            }
-            Ok(())
-        })
+                if let Some(current) = old.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+                    return Err(ApiError::conflict(
+                        Kind::Pod,
+                        &name,
+                        &format!("pod {name} is already assigned to node \"{current}\""),
+                    ));
+                }
+                // As kube-apiserver's binding does, the same write says PodScheduled=True
+                // (the status is carried over from `base` by the main-part update).
+                let mut base = old;
+                crate::scheduler::set_scheduled_condition(&mut base.status, "True", None, None);
+                let mut new = base.clone();
+                new.spec.node_name = Some(node.clone());
+                apply_update_checked(
+                    txn,
+                    &beats,
+                    &ranges,
+                    base,
+                    new,
+                    Part::Main,
+                    false,
+                    Ownership::Keep,
+                    &warnings,
+                )?;
+                if let Some((event, generate)) = event.clone() {
+                    // Nothing of a failed create reaches the transaction.
+                    if let Err(e) = create_in(txn, &ranges, event, generate, None, &warnings) {
+                        tracing::debug!(error = %e, "recording a binding's event failed");
+                    }
+                }
+                Ok(())
+            },
+            fix_nothing,
+        )
         .await
     }
 
@@ -1792,7 +1897,7 @@ impl Registry {
                 }
                 obj = typed(txn.put(marked.into_any())?)?;
                 Ok((obj, false))
-            })
+            }, fix_first)
             .await
     }
 }

@@ -468,7 +468,7 @@ async fn sync(
             .registry
             .mutate::<CronJob>(ns, name, Part::Status, move |c| {
                 if c.metadata.uid == uid {
-                    c.status = status;
+                    c.status = status.clone();
                 }
                 Ok(())
             })

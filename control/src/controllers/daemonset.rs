@@ -439,7 +439,7 @@ async fn sync(
             .registry
             .mutate::<DaemonSet>(ns, name, Part::Status, move |d| {
                 if d.metadata.uid == uid {
-                    d.status = st;
+                    d.status = st.clone();
                 }
                 Ok(())
             })

@@ -278,8 +278,10 @@ impl Pass<'_> {
                     r.spec.replicas = Some(replicas);
                     r.metadata
                         .annotations
-                        .insert(DESIRED_REPLICAS.into(), desired);
-                    r.metadata.annotations.insert(MAX_REPLICAS.into(), max);
+                        .insert(DESIRED_REPLICAS.into(), desired.clone());
+                    r.metadata
+                        .annotations
+                        .insert(MAX_REPLICAS.into(), max.clone());
                     Ok(())
                 },
             )
@@ -342,8 +344,10 @@ impl Pass<'_> {
                                 }
                                 r.metadata
                                     .annotations
-                                    .insert(DESIRED_REPLICAS.into(), desired);
-                                r.metadata.annotations.insert(MAX_REPLICAS.into(), max);
+                                    .insert(DESIRED_REPLICAS.into(), desired.clone());
+                                r.metadata
+                                    .annotations
+                                    .insert(MAX_REPLICAS.into(), max.clone());
                                 Ok(())
                             },
                         )
@@ -366,7 +370,9 @@ impl Pass<'_> {
                 .ctx
                 .registry
                 .mutate::<Deployment>(&self.ns(), &self.d.metadata.name, Part::Main, move |d| {
-                    d.metadata.annotations.insert(REVISION.into(), rs_revision);
+                    d.metadata
+                        .annotations
+                        .insert(REVISION.into(), rs_revision.clone());
                     Ok(())
                 })
                 .await?;
@@ -852,7 +858,7 @@ impl Pass<'_> {
             .mutate::<Deployment>(&self.ns(), &self.d.metadata.name, Part::Status, move |d| {
                 if d.metadata.uid == uid {
                     let collisions = d.status.collision_count;
-                    d.status = st;
+                    d.status = st.clone();
                     d.status.collision_count = collisions;
                 }
                 Ok(())

@@ -229,7 +229,7 @@ async fn run(ctx: Context) {
                         && p.metadata.generation == generation
                         && p.status == seen
                     {
-                        p.status = want;
+                        p.status = want.clone();
                     }
                     Ok(())
                 })

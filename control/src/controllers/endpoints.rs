@@ -125,8 +125,8 @@ async fn sync(ctx: &Context, (ns, name): &Key, s: &mut Synced) -> Result<(), Api
             let r = ctx
                 .registry
                 .mutate::<Endpoints>(ns, name, Part::Main, move |e| {
-                    e.subsets = subsets;
-                    e.metadata.labels = labels;
+                    e.subsets = subsets.clone();
+                    e.metadata.labels = labels.clone();
                     Ok(())
                 })
                 .await;

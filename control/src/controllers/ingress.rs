@@ -100,7 +100,7 @@ async fn run(ctx: Context) {
                 .registry
                 .mutate::<Ingress>(&ns, &name, Part::Status, move |i| {
                     if i.metadata.uid == uid {
-                        i.status.load_balancer = Some(status);
+                        i.status.load_balancer = Some(status.clone());
                     }
                     Ok(())
                 })

@@ -630,7 +630,7 @@ async fn sync(
             .registry
             .mutate::<Job>(ns, name, Part::Status, move |j| {
                 if j.metadata.uid == uid {
-                    j.status = status;
+                    j.status = status.clone();
                 }
                 Ok(())
             })

@@ -151,7 +151,7 @@ async fn assign(ctx: &Context, name: &str, cidr: Ipv4Cidr) -> Result<Option<Node
         .mutate::<Node>("", name, Part::Main, move |n| {
             if n.spec.pod_cidr.as_deref().unwrap_or("").is_empty() {
                 n.spec.pod_cidr = Some(value.clone());
-                n.spec.pod_cidrs = vec![value];
+                n.spec.pod_cidrs = vec![value.clone()];
             }
             Ok(())
         })

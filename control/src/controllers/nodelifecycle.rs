@@ -177,7 +177,7 @@ async fn pass(
             node = ctx
                 .registry
                 .mutate::<Node>("", &name, Part::Main, move |n| {
-                    n.spec.taints = taints;
+                    n.spec.taints = taints.clone();
                     Ok(())
                 })
                 .await?;

@@ -1179,7 +1179,7 @@ async fn write_status(
             Part::Status,
             move |h| {
                 if h.metadata.uid == uid {
-                    h.status = status;
+                    h.status = status.clone();
                 }
                 Ok(())
             },

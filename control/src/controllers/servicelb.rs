@@ -211,7 +211,7 @@ async fn run(ctx: Context) {
                 .registry
                 .mutate::<Service>(&ns, &name, Part::Status, move |svc| {
                     if svc.metadata.uid == uid {
-                        svc.status.load_balancer = Some(want);
+                        svc.status.load_balancer = Some(want.clone());
                     }
                     Ok(())
                 })

@@ -432,7 +432,7 @@ async fn sync(
             .registry
             .mutate::<StatefulSet>(ns, name, Part::Status, move |set| {
                 if set.metadata.uid == uid {
-                    set.status = status;
+                    set.status = status.clone();
                 }
                 Ok(())
             })

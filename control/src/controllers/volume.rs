@@ -648,7 +648,7 @@ async fn bind(
                         .annotations
                         .insert(st::BOUND_BY_CONTROLLER_ANNOTATION.into(), "yes".into());
                 }
-                v.spec.claim_ref = Some(reference);
+                v.spec.claim_ref = Some(reference.clone());
             }
             Ok(())
         })
@@ -682,7 +682,7 @@ async fn bind(
             .registry
             .mutate::<PersistentVolumeClaim>(&ns, &name, Part::Main, move |c| {
                 if c.metadata.uid == uid {
-                    c.spec.volume_name = Some(pv_name_c);
+                    c.spec.volume_name = Some(pv_name_c.clone());
                     c.metadata
                         .annotations
                         .insert(st::BIND_COMPLETED_ANNOTATION.into(), "yes".into());
@@ -711,8 +711,8 @@ async fn bind(
             .mutate::<PersistentVolumeClaim>(&ns, &name, Part::Status, move |c| {
                 if c.metadata.uid == uid {
                     c.status.phase = Some("Bound".into());
-                    c.status.access_modes = modes;
-                    c.status.capacity = capacity;
+                    c.status.access_modes = modes.clone();
+                    c.status.capacity = capacity.clone();
                 }
                 Ok(())
             })
@@ -848,7 +848,7 @@ async fn sync_volume(
                 .mutate::<PersistentVolume>("", name, Part::Status, move |v| {
                     if v.metadata.uid == uid {
                         set_volume_phase(v, phase);
-                        if let Some((reason, message)) = failed {
+                        if let Some((reason, message)) = failed.clone() {
                             v.status.reason = Some(reason.into());
                             v.status.message = Some(message);
                         }

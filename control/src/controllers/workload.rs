@@ -182,7 +182,7 @@ pub async fn write_claims<K: Resource, O: Resource>(
                     && m.deletion_timestamp.is_none()
                     && sel.matches(&m.labels)
                 {
-                    m.owner_references.push(reference);
+                    m.owner_references.push(reference.clone());
                 }
                 Ok(())
             })

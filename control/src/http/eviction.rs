@@ -142,7 +142,7 @@ async fn check_budget(state: &State, ns: &str, pod: &Pod, dry: bool) -> Result<(
                 )));
             }
             b.status.disruptions_allowed -= 1;
-            b.status.disrupted_pods.insert(pod_name, Time::now());
+            b.status.disrupted_pods.insert(pod_name.clone(), Time::now());
             Ok(())
         })
         .await?;

@@ -102,6 +102,9 @@ impl Metrics {
         out.push_str("# HELP skiff_store_writes_total Writes carried by store transactions.\n");
         out.push_str("# TYPE skiff_store_writes_total counter\n");
         let _ = writeln!(out, "skiff_store_writes_total {}", store.writes);
+        out.push_str("# HELP skiff_store_conflicts_total Writes refused because what they read changed after their snapshot; each runs again.\n");
+        out.push_str("# TYPE skiff_store_conflicts_total counter\n");
+        let _ = writeln!(out, "skiff_store_conflicts_total {}", store.conflicts);
         out.push_str("# HELP skiff_store_commit_duration_seconds Time spent committing store transactions.\n");
         out.push_str("# TYPE skiff_store_commit_duration_seconds summary\n");
         let _ = writeln!(

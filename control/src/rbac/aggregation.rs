@@ -65,7 +65,7 @@ pub fn start(ctx: &Context) {
             for (name, rules) in stale {
                 let result = registry
                     .mutate::<ClusterRole>("", &name, Part::Main, move |r| {
-                        r.rules = rules;
+                        r.rules = rules.clone();
                         Ok(())
                     })
                     .await;

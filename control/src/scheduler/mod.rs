@@ -764,7 +764,7 @@ impl Scheduler {
                                     move |c| {
                                         c.metadata.annotations.insert(
                                             api::storage::SELECTED_NODE_ANNOTATION.into(),
-                                            node,
+                                            node.clone(),
                                         );
                                         Ok(())
                                     },
@@ -879,7 +879,7 @@ impl Scheduler {
             let r = registry
                 .mutate::<Pod>(&ns, &name, Part::Status, move |p| {
                     if p.metadata.uid == uid && wants_scheduling(p) {
-                        p.status.nominated_node_name = Some(node);
+                        p.status.nominated_node_name = Some(node.clone());
                     }
                     Ok(())
                 })

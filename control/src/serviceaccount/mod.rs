@@ -205,7 +205,7 @@ pub fn start_root_ca_publisher(ctx: &Context, ca_pem: String) {
                                 ROOT_CA_CONFIG_MAP,
                                 crate::registry::Part::Main,
                                 move |cm| {
-                                    cm.data = [("ca.crt".to_string(), pem)].into();
+                                    cm.data = [("ca.crt".to_string(), pem.clone())].into();
                                     cm.binary_data.clear();
                                     Ok(())
                                 },

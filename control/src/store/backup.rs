@@ -42,7 +42,7 @@ impl Store {
         dest: &Path,
         files: &[(String, Vec<u8>)],
     ) -> Result<u64, StoreError> {
-        let rtx = self.inner.db.begin_read()?;
+        let rtx = self.db()?.begin_read()?;
         let revision = read_meta(&rtx.open_table(META_TABLE)?, META_REVISION)?;
         let out = Database::create(dest)
             .map_err(|e| StoreError::Db(format!("creating {}: {e}", dest.display())))?;

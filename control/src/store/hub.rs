@@ -172,6 +172,20 @@ impl Hub {
         state.published = state.published.max(last_revision);
     }
 
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.state).closed
+    }
+
+    /// Ends every stream as if each had fallen behind (its client resumes or re-lists), and
+    /// moves the published revision to `revision`: the events before it are lost.
+    pub(crate) fn expire_all(&self, revision: u64) {
+        let mut state = lock(&self.state);
+        for (_, watcher) in state.watchers.drain() {
+            watcher.queue.end(WatchEnd::TooSlow);
+        }
+        state.published = state.published.max(revision);
+    }
+
     /// Ends every stream and refuses new watchers.
     pub(crate) fn close(&self) {
         let mut state = lock(&self.state);
@@ -192,6 +206,9 @@ pub struct Watch {
     /// The revision of the last event handed out (or the starting point); later events at or
     /// below it are skipped.
     pub(crate) last: u64,
+    /// The [`WatchEvent::index`] of the last event handed out within `last` (`u32::MAX`:
+    /// every event of `last`).
+    pub(crate) last_index: u32,
 }
 
 impl Watch {
@@ -223,18 +240,29 @@ impl Watch {
     }
 
     fn take_ready(&mut self) -> Option<Arc<WatchEvent>> {
-        if let Some(event) = self.replay.pop_front() {
-            self.last = event.revision;
-            return Some(event);
+        while let Some(event) = self.replay.pop_front() {
+            if self.is_new(&event) {
+                return Some(event);
+            }
         }
         let mut state = lock(&self.queue.state);
         while let Some(event) = state.events.pop_front() {
-            if event.revision > self.last {
-                self.last = event.revision;
+            if self.is_new(&event) {
                 return Some(event);
             }
         }
         None
+    }
+
+    /// Whether `event` comes after the last one handed out (then it is the last one).
+    fn is_new(&mut self, event: &WatchEvent) -> bool {
+        if (event.revision, event.index) > (self.last, self.last_index) {
+            self.last = event.revision;
+            self.last_index = event.index;
+            true
+        } else {
+            false
+        }
     }
 
     /// Why the stream ended (or will end once the queued events are read); `None` while live.

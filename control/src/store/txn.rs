@@ -3,13 +3,20 @@
 //! A closure's writes go to an in-memory overlay first; the writer applies the overlay to the
 //! redb transaction only if the closure returns `Ok`, so a failing closure leaves no trace and
 //! the revisions it took are handed to the next closure.
+//!
+//! A closure runs either inside the writer's batch (reading the batch's write transaction) or
+//! on its caller's thread against a read snapshot ([`Tables::snapshot`]). In a snapshot every
+//! committed key and range it reads is recorded; its writes become a [`Plan`] that the writer
+//! applies only if none of those reads has been written since the snapshot
+//! ([`RecentWrites`]): a compare-and-swap on revisions, as kube-apiserver's
+//! `GuaranteedUpdate` does with etcd's `mod_revision`.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use api::{AnyObject, Kind};
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 
 use super::codec::{self, decode_object, kind_table, object_key};
 use super::{EventType, StoreError};
@@ -24,13 +31,119 @@ pub(crate) struct PendingEvent {
 /// An event with its object's packed encoding.
 pub(crate) type PackedEvent = (PendingEvent, Arc<[u8]>);
 
-type ObjectTable<'t> = redb::Table<'t, &'static str, &'static [u8]>;
+/// Objects by key, in key order.
+type KeyedObjects = Vec<(String, AnyObject)>;
 
-/// The tables of one batch's transaction, each opened once and then shared by the batch's
-/// closures and their writes: opening a redb table takes a lock and a walk of the table tree,
-/// which cost more than the reads and writes themselves. Dropped before the commit.
+/// A kind's table, in the writer's transaction or in a read snapshot.
+enum ObjectTable<'t> {
+    Write(redb::Table<'t, &'static str, &'static [u8]>),
+    Read(redb::ReadOnlyTable<&'static str, &'static [u8]>),
+}
+
+/// Runs `$body` with `$t` bound to the table, whichever transaction it belongs to.
+macro_rules! readable {
+    ($table:expr, $t:ident => $body:expr) => {
+        match $table {
+            ObjectTable::Write($t) => $body,
+            ObjectTable::Read($t) => $body,
+        }
+    };
+}
+
+/// Where a [`Tables`] reads from.
+enum Source<'t> {
+    /// The writer's batch: reads see the earlier closures of the batch; writes are applied.
+    Batch(&'t WriteTransaction),
+    /// A committed snapshot: reads are recorded, writes are only planned.
+    Snapshot(&'t ReadTransaction),
+    /// The etcd datastore: reads go to etcd, each recording the revision it saw, and writes
+    /// are planned for one etcd transaction.
+    Remote(&'t super::remote::Reader<'t>),
+}
+
+/// A committed key or range a snapshot closure read: its plan holds only if nothing in it has
+/// been written since the snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Read {
+    Key(Kind, String),
+    /// Every object of the kind in the namespace (`None`: in every namespace).
+    Range(Kind, Option<String>),
+}
+
+/// The last revision that wrote each recently written key, namespace and kind: what the
+/// writer checks a [`Plan`]'s reads against. Keys written at or below `horizon` are
+/// forgotten, so a plan read from a snapshot older than that is refused as a conflict (and
+/// retried from a newer snapshot).
+#[derive(Default)]
+pub(crate) struct RecentWrites {
+    keys: HashMap<(Kind, String), u64>,
+    namespaces: HashMap<(Kind, String), u64>,
+    kinds: HashMap<Kind, u64>,
+    horizon: u64,
+}
+
+impl RecentWrites {
+    /// How many written keys are remembered before the older ones are forgotten.
+    const MAX_KEYS: usize = 65_536;
+    /// How many of the latest revisions are kept when forgetting.
+    const KEEP_REVISIONS: u64 = 16_384;
+
+    pub(crate) fn new(committed: u64) -> RecentWrites {
+        RecentWrites {
+            horizon: committed,
+            ..Default::default()
+        }
+    }
+
+    fn record(&mut self, kind: Kind, key: &str, revision: u64) {
+        let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+        self.keys.insert((kind, key.to_string()), revision);
+        match self.namespaces.get_mut(&(kind, namespace.to_string())) {
+            Some(r) => *r = revision,
+            None => {
+                self.namespaces
+                    .insert((kind, namespace.to_string()), revision);
+            }
+        }
+        self.kinds.insert(kind, revision);
+    }
+
+    /// Whether anything `read` covers was written after `snapshot`.
+    pub(crate) fn changed_since(&self, snapshot: u64, read: &Read) -> bool {
+        if snapshot < self.horizon {
+            return true;
+        }
+        let last = match read {
+            Read::Key(kind, key) => self.keys.get(&(*kind, key.clone())),
+            Read::Range(kind, Some(ns)) => self.namespaces.get(&(*kind, ns.clone())),
+            Read::Range(kind, None) => self.kinds.get(kind),
+        };
+        last.is_some_and(|r| *r > snapshot)
+    }
+
+    /// Forgets the oldest keys once there are too many; `committed` is the last revision.
+    pub(crate) fn trim(&mut self, committed: u64) {
+        if self.keys.len() <= Self::MAX_KEYS {
+            return;
+        }
+        let cut = committed.saturating_sub(Self::KEEP_REVISIONS);
+        self.keys.retain(|_, r| *r > cut);
+        self.horizon = self.horizon.max(cut);
+    }
+
+    /// After a failed commit the recorded revisions name writes that never happened (and
+    /// will be taken again): forget everything, and refuse plans read before `committed`.
+    pub(crate) fn reset(&mut self, committed: u64) {
+        *self = RecentWrites::new(committed);
+    }
+}
+
+/// The tables of one batch's transaction (or of one snapshot), each opened once and then
+/// shared by the batch's closures and their writes: opening a redb table takes a lock and a
+/// walk of the table tree, which cost more than the reads and writes themselves. Dropped
+/// before the commit.
 pub(crate) struct Tables<'t> {
-    wtx: &'t WriteTransaction,
+    source: Source<'t>,
     /// The keys Secrets are sealed with.
     keys: Option<&'t super::seal::Keyring>,
     objects: RefCell<Vec<(Kind, ObjectTable<'t>)>>,
@@ -41,10 +154,11 @@ pub(crate) struct Tables<'t> {
     reads: RefCell<HashMap<(Kind, String), Option<AnyObject>>>,
     /// The same for lists of those kinds, by namespace (`None`: every namespace).
     lists: RefCell<HashMap<(Kind, Option<String>), KeyedObjects>>,
+    /// In a snapshot: every committed key and range read.
+    read_set: RefCell<Vec<Read>>,
+    /// In the writer: the revisions of the recent writes, which applied writes update.
+    recent: Option<&'t RefCell<RecentWrites>>,
 }
-
-/// A list of one kind's objects, each with its `namespace/name` key.
-type KeyedObjects = Vec<(String, AnyObject)>;
 
 /// Kinds that a pod's create reads (its Namespace, ServiceAccount, PriorityClasses,
 /// LimitRanges and ResourceQuotas): few objects, read by nearly every closure of a batch.
@@ -63,23 +177,69 @@ impl<'t> Tables<'t> {
     pub(crate) fn new(
         wtx: &'t WriteTransaction,
         keys: Option<&'t super::seal::Keyring>,
+        recent: &'t RefCell<RecentWrites>,
+    ) -> Tables<'t> {
+        Tables::with_source(Source::Batch(wtx), keys, Some(recent))
+    }
+
+    /// The tables of a read snapshot, for a closure run before the write ([`Plan`]).
+    pub(crate) fn snapshot(
+        rtx: &'t ReadTransaction,
+        keys: Option<&'t super::seal::Keyring>,
+    ) -> Tables<'t> {
+        Tables::with_source(Source::Snapshot(rtx), keys, None)
+    }
+
+    /// The tables of a closure run against etcd.
+    pub(crate) fn remote(
+        reader: &'t super::remote::Reader<'t>,
+        keys: Option<&'t super::seal::Keyring>,
+    ) -> Tables<'t> {
+        Tables::with_source(Source::Remote(reader), keys, None)
+    }
+
+    fn with_source(
+        source: Source<'t>,
+        keys: Option<&'t super::seal::Keyring>,
+        recent: Option<&'t RefCell<RecentWrites>>,
     ) -> Tables<'t> {
         Tables {
-            wtx,
+            source,
             keys,
             objects: RefCell::new(Vec::new()),
             log: RefCell::new(None),
             reads: RefCell::new(HashMap::new()),
             lists: RefCell::new(HashMap::new()),
+            read_set: RefCell::new(Vec::new()),
+            recent,
         }
     }
 
-    /// Forgets what a write of `kind`/`key` makes stale.
-    fn written(&self, kind: Kind, key: &str) {
+    /// Notes a committed read of a snapshot closure.
+    fn note(&self, read: Read) {
+        if matches!(self.source, Source::Snapshot(_)) {
+            self.read_set.borrow_mut().push(read);
+        }
+    }
+
+    /// Forgets what a write of `kind`/`key` makes stale, and remembers its revision.
+    fn written(&self, kind: Kind, key: &str, revision: u64) {
         if read_often(kind) {
             self.reads.borrow_mut().remove(&(kind, key.to_string()));
             self.lists.borrow_mut().retain(|(k, _), _| *k != kind);
         }
+        if let Some(recent) = self.recent {
+            recent.borrow_mut().record(kind, key, revision);
+        }
+    }
+
+    /// Whether anything a plan read from `snapshot` has been written since.
+    pub(crate) fn changed_since(&self, snapshot: u64, reads: &[Read]) -> bool {
+        let Some(recent) = self.recent else {
+            return false;
+        };
+        let recent = recent.borrow();
+        reads.iter().any(|r| recent.changed_since(snapshot, r))
     }
 
     /// Runs `f` on the table of `kind`, opening it on first use.
@@ -92,7 +252,14 @@ impl<'t> Tables<'t> {
         let i = match open.iter().position(|(k, _)| *k == kind) {
             Some(i) => i,
             None => {
-                open.push((kind, self.wtx.open_table(kind_table(kind))?));
+                let table = match self.source {
+                    Source::Batch(wtx) => ObjectTable::Write(wtx.open_table(kind_table(kind))?),
+                    Source::Snapshot(rtx) => ObjectTable::Read(rtx.open_table(kind_table(kind))?),
+                    Source::Remote(_) => {
+                        return Err(StoreError::Db("etcd has no redb tables".into()));
+                    }
+                };
+                open.push((kind, table));
                 open.len() - 1
             }
         };
@@ -104,10 +271,15 @@ impl<'t> Tables<'t> {
         &self,
         f: impl FnOnce(&mut redb::Table<'t, u64, &'static [u8]>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
+        let Source::Batch(wtx) = self.source else {
+            return Err(StoreError::Db(
+                "the event log is written only by the writer".into(),
+            ));
+        };
         let mut log = self.log.borrow_mut();
         let table = match &mut *log {
             Some(table) => table,
-            None => log.insert(self.wtx.open_table(codec::EVENT_TABLE)?),
+            None => log.insert(wtx.open_table(codec::EVENT_TABLE)?),
         };
         f(table)
     }
@@ -124,6 +296,17 @@ pub struct Txn<'a, 't> {
     events: Vec<PendingEvent>,
     /// A dry run (`dryRun=All`): the writes are checked and answered but never stored.
     dry_run: bool,
+    /// The last revision before this closure's first write: in a snapshot, the snapshot's.
+    base_revision: u64,
+}
+
+/// What a closure run on a snapshot would write, and what it read to decide so: the writer
+/// applies the events (each taking the next revision) only if nothing read has been written
+/// since `snapshot`.
+pub(crate) struct Plan {
+    pub snapshot: u64,
+    pub reads: Vec<Read>,
+    pub events: Vec<PendingEvent>,
 }
 
 impl<'a, 't> Txn<'a, 't> {
@@ -134,6 +317,41 @@ impl<'a, 't> Txn<'a, 't> {
             overlay: BTreeMap::new(),
             events: Vec::new(),
             dry_run: false,
+            base_revision: last_revision,
+        }
+    }
+
+    /// Whether anything read from `snapshot` by a plan has been written since (always `false`
+    /// outside the writer).
+    pub(crate) fn changed_since(&self, snapshot: u64, reads: &[Read]) -> bool {
+        self.tables.changed_since(snapshot, reads)
+    }
+
+    /// The closure's writes and reads, once it has run on a snapshot.
+    pub(crate) fn into_plan(self) -> Plan {
+        Plan {
+            snapshot: self.base_revision,
+            reads: self.tables.read_set.take(),
+            events: self.events,
+        }
+    }
+
+    /// Makes the writes of `plan` again, in order, each at the next revision of this batch.
+    /// The writer checks the plan's reads first ([`Tables::changed_since`]), so each key is
+    /// still as the plan saw it and its events' types still hold.
+    pub(crate) fn replay(&mut self, plan: Vec<PendingEvent>) {
+        for event in plan {
+            let revision = self.take_revision();
+            let mut object = event.object;
+            object.meta_mut().resource_version = revision.to_string();
+            let key = object_key(object.meta().namespace(), &object.meta().name);
+            let slot = (event.event_type != EventType::Deleted).then_some(self.events.len());
+            self.overlay.insert((object.kind(), key), slot);
+            self.events.push(PendingEvent {
+                event_type: event.event_type,
+                revision,
+                object,
+            });
         }
     }
 
@@ -166,6 +384,10 @@ impl<'a, 't> Txn<'a, 't> {
     }
 
     fn get_committed(&self, kind: Kind, key: &str) -> Result<Option<AnyObject>, StoreError> {
+        if let Source::Remote(reader) = self.tables.source {
+            return reader.get(kind, key);
+        }
+        self.tables.note(Read::Key(kind, key.to_string()));
         let cached = read_often(kind);
         if cached {
             if let Some(hit) = self.tables.reads.borrow().get(&(kind, key.to_string())) {
@@ -173,10 +395,10 @@ impl<'a, 't> Txn<'a, 't> {
             }
         }
         let found = self.tables.with(kind, |table| {
-            table
+            readable!(table, t => t
                 .get(key)?
                 .map(|v| decode_object(kind, key, v.value(), self.tables.keys))
-                .transpose()
+                .transpose())
         })?;
         if cached {
             self.tables
@@ -191,8 +413,14 @@ impl<'a, 't> Txn<'a, 't> {
         if let Some(slot) = self.overlay.get(&(kind, key.to_string())) {
             return Ok(slot.is_some());
         }
-        self.tables
-            .with(kind, |table| Ok(table.get(key)?.is_some()))
+        if let Source::Remote(reader) = self.tables.source {
+            return Ok(reader.get(kind, key)?.is_some());
+        }
+        self.tables.note(Read::Key(kind, key.to_string()));
+        self.tables.with(
+            kind,
+            |table| readable!(table, t => Ok(t.get(key)?.is_some())),
+        )
     }
 
     /// Every object of `kind` (in `namespace` if given), sorted by namespace then name.
@@ -226,7 +454,12 @@ impl<'a, 't> Txn<'a, 't> {
         kind: Kind,
         namespace: Option<&str>,
     ) -> Result<Vec<(String, AnyObject)>, StoreError> {
+        if let Source::Remote(reader) = self.tables.source {
+            return reader.list(kind, namespace);
+        }
         let cache_key = (kind, namespace.map(str::to_string));
+        self.tables
+            .note(Read::Range(kind, namespace.map(str::to_string)));
         if read_often(kind) {
             if let Some(hit) = self.tables.lists.borrow().get(&cache_key) {
                 return Ok(hit.clone());
@@ -247,19 +480,19 @@ impl<'a, 't> Txn<'a, 't> {
                 ));
                 Ok(())
             };
-            match namespace {
+            readable!(table, t => match namespace {
                 Some(ns) => {
                     let (start, end) = codec::namespace_range(ns);
-                    for entry in table.range(start.as_str()..end.as_str())? {
+                    for entry in t.range(start.as_str()..end.as_str())? {
                         push(entry)?;
                     }
                 }
                 None => {
-                    for entry in table.iter()? {
+                    for entry in t.iter()? {
                         push(entry)?;
                     }
                 }
-            }
+            });
             Ok(())
         })?;
         if read_often(kind) {
@@ -366,9 +599,22 @@ impl<'a, 't> Txn<'a, 't> {
                 Ok((e.revision, codec::seal_for(e.object.kind(), framed, keys)?))
             })
             .collect::<Result<_, StoreError>>()?;
+        let touched = self
+            .events
+            .iter()
+            .map(|e| {
+                let meta = e.object.meta();
+                (
+                    e.object.kind(),
+                    object_key(meta.namespace(), &meta.name),
+                    e.revision,
+                )
+            })
+            .collect();
         Ok(EncodedWrites {
             tables: self.tables,
             objects,
+            touched,
             log,
             events: self.events.into_iter().zip(packed).collect(),
             last_revision: self.next_revision - 1,
@@ -381,6 +627,8 @@ pub(crate) struct EncodedWrites<'a, 't> {
     tables: &'a Tables<'t>,
     /// (kind, key, value); `None` deletes. Sorted by kind, then key.
     objects: Vec<(Kind, String, Option<Vec<u8>>)>,
+    /// (kind, key, revision) of every write, in revision order.
+    touched: Vec<(Kind, String, u64)>,
     log: Vec<(u64, Vec<u8>)>,
     /// Each event with its object's packed encoding.
     events: Vec<PackedEvent>,
@@ -393,8 +641,10 @@ impl EncodedWrites<'_, '_> {
     /// the caller must abandon it.
     pub(crate) fn apply(self) -> Result<(Vec<PackedEvent>, u64), StoreError> {
         for (kind, key, value) in &self.objects {
-            self.tables.written(*kind, key);
             self.tables.with(*kind, |table| {
+                let ObjectTable::Write(table) = table else {
+                    return Err(StoreError::Db("a snapshot cannot be written".into()));
+                };
                 match value {
                     Some(bytes) => {
                         table.insert(key.as_str(), bytes.as_slice())?;
@@ -405,6 +655,9 @@ impl EncodedWrites<'_, '_> {
                 }
                 Ok(())
             })?;
+        }
+        for (kind, key, revision) in &self.touched {
+            self.tables.written(*kind, key, *revision);
         }
         self.tables.with_log(|log| {
             for (revision, bytes) in &self.log {

@@ -5,6 +5,7 @@
 //! durability, publishes the batch's events to the hub in revision order, and only then
 //! answers each caller.
 
+use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -15,7 +16,7 @@ use redb::{Database, Durability, WriteTransaction};
 
 use super::codec::{META_COMPACTED, META_REVISION, META_TABLE};
 use super::hub::{lock, Hub};
-use super::txn::{PackedEvent, Tables, Txn};
+use super::txn::{PackedEvent, RecentWrites, Tables, Txn};
 use super::{CommitStats, StoreError, WatchEvent};
 
 /// Most closures run in one transaction; a bound keeps one batch from holding every caller
@@ -26,6 +27,8 @@ const MAX_BATCH: usize = 1024;
 /// caller once the commit's fate is known.
 pub(crate) struct JobOutcome {
     pub ok: bool,
+    /// Not ok because what a planned write read has changed since its snapshot.
+    pub conflict: bool,
     pub reply: Reply,
 }
 
@@ -48,6 +51,8 @@ pub(crate) struct Writer {
     pub stats: Arc<Mutex<CommitStats>>,
     pub event_window: u64,
     pub keys: Option<Arc<super::seal::Keyring>>,
+    /// What the batches wrote lately, to check the plans of closures run on snapshots.
+    pub recent: RefCell<RecentWrites>,
 }
 
 impl Writer {
@@ -87,10 +92,11 @@ impl Writer {
         let mut replies: Vec<(Reply, Option<StoreError>)> = Vec::with_capacity(batch_size);
         let mut events: Vec<PackedEvent> = Vec::new();
         let mut failed = 0u64;
+        let mut conflicts = 0u64;
         let mut jobs = jobs.into_iter();
         let result = self.begin().and_then(|wtx| {
             let mut revision = self.revision.load(Ordering::Acquire);
-            let tables = Tables::new(&wtx, self.keys.as_deref());
+            let tables = Tables::new(&wtx, self.keys.as_deref(), &self.recent);
             for job in jobs.by_ref() {
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     let mut txn = Txn::new(&tables, revision);
@@ -104,6 +110,11 @@ impl Writer {
                     failed += 1;
                     continue;
                 };
+                if outcome.conflict {
+                    conflicts += 1;
+                    replies.push((outcome.reply, None));
+                    continue;
+                }
                 if !outcome.ok {
                     failed += 1;
                     replies.push((outcome.reply, None));
@@ -145,17 +156,20 @@ impl Writer {
         });
         let leftover: Vec<Job> = jobs.collect();
         let batch_size = batch_size - leftover.len();
+        let tried = batch_size as u64 - conflicts;
         let elapsed = started.elapsed();
         match result {
             Ok((revision, compacted, sync_time)) => {
                 self.revision.store(revision, Ordering::Release);
                 self.compacted.store(compacted, Ordering::Release);
+                self.recent.borrow_mut().trim(revision);
                 {
                     let mut stats = lock(&self.stats);
                     // A batch that wrote nothing was abandoned, not committed.
                     stats.commits += u64::from(sync_time.is_some());
-                    stats.writes += batch_size as u64 - failed;
+                    stats.writes += tried - failed;
                     stats.failed_writes += failed;
+                    stats.conflicts += conflicts;
                     stats.total_commit_time += elapsed;
                     stats.total_sync_time += sync_time.unwrap_or_default();
                     stats.last_commit_time = elapsed;
@@ -177,6 +191,9 @@ impl Writer {
             }
             Err(e) => {
                 lock(&self.stats).failed_commits += 1;
+                self.recent
+                    .borrow_mut()
+                    .reset(self.revision.load(Ordering::Acquire));
                 tracing::error!(error = %e, "store commit failed; batch abandoned");
                 for (reply, error) in replies {
                     reply(Err(error.unwrap_or_else(|| e.clone())));

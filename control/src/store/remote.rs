@@ -1,0 +1,557 @@
+//! The etcd datastore (`skiff server --datastore-endpoint`): the same store over an etcd v3
+//! cluster, so that several servers share one state (see docs/etcd.md).
+//!
+//! * **Keys:** `/registry/<plural>/<namespace>/<name>`, and `/registry/<plural>/<name>` for
+//!   cluster-scoped kinds, as kube-apiserver lays them out. **Values:** the redb store's
+//!   postcard envelope, Secrets sealed the same way.
+//! * **Revisions:** an object's resourceVersion is its key's `mod_revision`; the value's own
+//!   copy is ignored on reads. etcd gives every write of one transaction the same revision,
+//!   so the events of a closure that wrote several objects share it (each with its index).
+//! * **Writes:** a closure runs on a blocking thread against the live store, each read
+//!   recording the `mod_revision` it saw; its writes then go in one etcd transaction whose
+//!   compares require every key read to be unchanged (absent keys still absent; listed
+//!   ranges without a key modified since the list). A lost race runs the closure again, as
+//!   kube-apiserver's `GuaranteedUpdate` does.
+//! * **Watches:** one etcd watch of `/registry/` per server feeds the hub, and a window of the
+//!   latest events (kube-apiserver's watch cache) lets watches resume; older ones get 410.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use api::{AnyObject, Kind};
+
+use super::codec::{self, decode_object, object_key};
+use super::hub::{kind_bit, lock, Hub};
+use super::seal::Keyring;
+use super::txn::PendingEvent;
+use super::{EventType, Page, StoreError, WatchEvent};
+use crate::etcd::{prefix_end, Compare, EtcdClient, EtcdError, KeyValue, Op};
+
+/// Where every object lives.
+pub(crate) const PREFIX: &str = "/registry/";
+
+/// Where the resourceVersions a closure hands out before its commit start: the committed
+/// revision is known only after the transaction, and the registry maps these placeholders to
+/// it ([`super::Renumber`]). No etcd revision gets this high.
+pub(crate) const PLACEHOLDER_BASE: u64 = 1 << 62;
+
+/// How many of the latest events a server keeps for watches that resume.
+const WINDOW_EVENTS: usize = 20_000;
+
+/// How often the server compacts etcd's history, keeping the last period's revisions
+/// (kube-apiserver's default interval).
+const COMPACT_EVERY: Duration = Duration::from_secs(300);
+
+impl From<EtcdError> for StoreError {
+    fn from(e: EtcdError) -> StoreError {
+        match e {
+            EtcdError::Compacted {
+                requested,
+                compacted,
+            } => StoreError::Expired {
+                requested: requested.max(0) as u64,
+                oldest: compacted.max(0) as u64,
+            },
+            other => StoreError::Db(format!("etcd: {other}")),
+        }
+    }
+}
+
+/// The etcd key of the object at `key` ([`object_key`]) of `kind`.
+pub(crate) fn etcd_key(kind: Kind, key: &str) -> Vec<u8> {
+    let plural = kind.info().plural;
+    let rest = key.strip_prefix('/').unwrap_or(key);
+    format!("{PREFIX}{plural}/{rest}").into_bytes()
+}
+
+/// The etcd range `[start, end)` of every object of `kind` (in `namespace` if given).
+pub(crate) fn etcd_range(kind: Kind, namespace: Option<&str>) -> (Vec<u8>, Vec<u8>) {
+    let plural = kind.info().plural;
+    let start = match namespace {
+        Some(ns) if kind.info().namespaced => format!("{PREFIX}{plural}/{ns}/"),
+        _ => format!("{PREFIX}{plural}/"),
+    }
+    .into_bytes();
+    let end = prefix_end(&start);
+    (start, end)
+}
+
+/// The kind and [`object_key`] an etcd key names, if it is one of the store's.
+pub(crate) fn parse_key(key: &[u8]) -> Option<(Kind, String)> {
+    let rest = std::str::from_utf8(key).ok()?.strip_prefix(PREFIX)?;
+    let (plural, name) = rest.split_once('/')?;
+    let kind = *Kind::ALL.iter().find(|k| k.info().plural == plural)?;
+    if kind.info().namespaced {
+        name.contains('/').then(|| (kind, name.to_string()))
+    } else {
+        (!name.contains('/')).then(|| (kind, format!("/{name}")))
+    }
+}
+
+fn revision_of(kv: &KeyValue) -> u64 {
+    kv.mod_revision.max(0) as u64
+}
+
+/// Decodes a stored value, giving it the key's `mod_revision` as its resourceVersion.
+pub(crate) fn decode_kv(
+    kind: Kind,
+    key: &str,
+    kv: &KeyValue,
+    keys: Option<&Keyring>,
+) -> Result<AnyObject, StoreError> {
+    let mut obj = decode_object(kind, key, &kv.value, keys)?;
+    obj.meta_mut().resource_version = revision_of(kv).to_string();
+    Ok(obj)
+}
+
+/// A closure's committed reads against etcd, each with the revision it saw: what its
+/// transaction compares.
+#[derive(Default)]
+pub(crate) struct Observed {
+    /// etcd key -> `mod_revision` seen (0: absent).
+    keys: HashMap<Vec<u8>, i64>,
+    /// Ranges listed, with the store revision they were read at.
+    ranges: Vec<(Vec<u8>, Vec<u8>, i64)>,
+}
+
+/// The reads of a closure run against etcd (from a blocking thread).
+pub(crate) struct Reader<'a> {
+    pub(crate) client: &'a EtcdClient,
+    pub(crate) keys: Option<&'a Keyring>,
+    pub(crate) observed: RefCell<Observed>,
+}
+
+impl Reader<'_> {
+    pub(crate) fn get(&self, kind: Kind, key: &str) -> Result<Option<AnyObject>, StoreError> {
+        let ek = etcd_key(kind, key);
+        let range = smol::block_on(self.client.range(&ek, None, None, 1))?;
+        let kv = range.kvs.into_iter().next();
+        self.observed
+            .borrow_mut()
+            .keys
+            .entry(ek)
+            .or_insert_with(|| kv.as_ref().map_or(0, |kv| kv.mod_revision));
+        kv.map(|kv| decode_kv(kind, key, &kv, self.keys)).transpose()
+    }
+
+    pub(crate) fn list(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+    ) -> Result<Vec<(String, AnyObject)>, StoreError> {
+        let (start, end) = etcd_range(kind, namespace);
+        let range = smol::block_on(self.client.range(&start, Some(&end), None, 0))?;
+        let mut found = Vec::with_capacity(range.kvs.len());
+        for kv in &range.kvs {
+            let Some((k, key)) = parse_key(&kv.key) else {
+                continue;
+            };
+            if k == kind {
+                found.push((key.clone(), decode_kv(kind, &key, kv, self.keys)?));
+            }
+        }
+        self.observed
+            .borrow_mut()
+            .ranges
+            .push((start, end, range.revision));
+        Ok(found)
+    }
+}
+
+/// A closure's writes as one etcd transaction: the compares of everything it read, and the
+/// final state of each key it wrote.
+pub(crate) fn transaction(
+    observed: Observed,
+    events: &[PendingEvent],
+    keys: Option<&Keyring>,
+) -> Result<(Vec<Compare>, Vec<Op>), StoreError> {
+    let mut compares: Vec<Compare> = observed
+        .keys
+        .into_iter()
+        .map(|(key, rev)| {
+            if rev == 0 {
+                Compare::Absent(key)
+            } else {
+                Compare::ModRevision(key, rev)
+            }
+        })
+        .collect();
+    compares.extend(
+        observed
+            .ranges
+            .into_iter()
+            .map(|(start, end, rev)| Compare::ModRevisionBelow {
+                key: start,
+                range_end: end,
+                revision: rev + 1,
+            }),
+    );
+    // etcd refuses a transaction that names a key twice: the last write of each key stands.
+    let mut last: Vec<(Vec<u8>, Option<&PendingEvent>)> = Vec::new();
+    for e in events {
+        let meta = e.object.meta();
+        let key = etcd_key(e.object.kind(), &object_key(meta.namespace(), &meta.name));
+        let state = (e.event_type != EventType::Deleted).then_some(e);
+        match last.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = state,
+            None => last.push((key, state)),
+        }
+    }
+    let mut ops = Vec::with_capacity(last.len());
+    for (key, state) in last {
+        ops.push(match state {
+            Some(e) => {
+                let packed = codec::pack_object(&e.object)?;
+                let value = codec::seal_for(e.object.kind(), codec::frame_object(&packed), keys)?;
+                Op::Put {
+                    key,
+                    value,
+                    lease: 0,
+                }
+            }
+            None => Op::Delete { key },
+        });
+    }
+    Ok((compares, ops))
+}
+
+/// The latest events, for watches that resume.
+struct Window {
+    events: VecDeque<Arc<WatchEvent>>,
+    /// A watch may resume after any revision at or above this.
+    oldest: u64,
+}
+
+/// The state a server keeps for an etcd datastore.
+pub(crate) struct Remote {
+    pub(crate) client: EtcdClient,
+    pub(crate) keys: Option<Arc<Keyring>>,
+    window: Mutex<Window>,
+    /// The last revision handed to the hub.
+    pub(crate) published: Arc<AtomicU64>,
+}
+
+impl Remote {
+    /// Connects and notes etcd's current revision, from which this server's watch starts.
+    pub(crate) async fn connect(
+        client: EtcdClient,
+        keys: Option<Arc<Keyring>>,
+    ) -> Result<(Remote, u64), StoreError> {
+        let head = client.range(PREFIX.as_bytes(), None, None, 1).await?;
+        let revision = head.revision.max(0) as u64;
+        Ok((
+            Remote {
+                client,
+                keys,
+                window: Mutex::new(Window {
+                    events: VecDeque::new(),
+                    oldest: revision,
+                }),
+                published: Arc::new(AtomicU64::new(revision)),
+            },
+            revision,
+        ))
+    }
+
+    pub(crate) fn oldest_resumable(&self) -> u64 {
+        lock(&self.window).oldest
+    }
+
+    pub(crate) async fn get(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<AnyObject, StoreError> {
+        let key = object_key(namespace, name);
+        match self.client.get(&etcd_key(kind, &key)).await? {
+            Some(kv) => decode_kv(kind, &key, &kv, self.keys.as_deref()),
+            None => Err(StoreError::NotFound {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// One page of `kind` in key order after `after`, as [`super::Store::list_page`].
+    pub(crate) async fn list_page<T, F>(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        after: Option<String>,
+        limit: usize,
+        mut sink: T,
+        mut visit: F,
+    ) -> Result<(T, Page), StoreError>
+    where
+        F: FnMut(&mut T, AnyObject) -> bool,
+    {
+        let (start, end) = etcd_range(kind, namespace);
+        let mut from = match &after {
+            Some(a) => {
+                let mut k = etcd_key(kind, a);
+                k.push(0);
+                k
+            }
+            None => start,
+        };
+        // Pages of the range are read at one revision, so a list is one snapshot.
+        let mut at: Option<i64> = None;
+        let mut counted = 0;
+        let mut last_key: Option<String> = None;
+        let chunk = if limit > 0 { (limit + 1) as i64 } else { 0 };
+        loop {
+            let range = self.client.range(&from, Some(&end), at, chunk).await?;
+            at.get_or_insert(range.revision);
+            let more = range.more;
+            for kv in &range.kvs {
+                let Some((k, key)) = parse_key(&kv.key) else {
+                    continue;
+                };
+                if k != kind {
+                    continue;
+                }
+                if limit > 0 && counted == limit {
+                    return Ok((
+                        sink,
+                        Page {
+                            revision: at.unwrap_or(0).max(0) as u64,
+                            next: last_key,
+                        },
+                    ));
+                }
+                let obj = decode_kv(kind, &key, kv, self.keys.as_deref())?;
+                if visit(&mut sink, obj) {
+                    counted += 1;
+                    last_key = Some(key);
+                }
+            }
+            match (more, range.kvs.last()) {
+                (true, Some(kv)) => {
+                    from = kv.key.clone();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok((
+            sink,
+            Page {
+                revision: at.unwrap_or(0).max(0) as u64,
+                next: None,
+            },
+        ))
+    }
+
+    /// The window's events of `mask` after `after` up to `upto`; `Expired` if `after` is older
+    /// than the window.
+    pub(crate) fn replay(
+        &self,
+        after: u64,
+        upto: u64,
+        mask: u64,
+    ) -> Result<VecDeque<Arc<WatchEvent>>, StoreError> {
+        let window = lock(&self.window);
+        if after < window.oldest {
+            return Err(StoreError::Expired {
+                requested: after,
+                oldest: window.oldest,
+            });
+        }
+        Ok(window
+            .events
+            .iter()
+            .filter(|e| {
+                e.revision > after
+                    && e.revision <= upto
+                    && mask & kind_bit(e.object.kind()) != 0
+            })
+            .cloned()
+            .collect())
+    }
+
+    /// Turns one etcd watch batch into the hub's events, each revision's numbered in order.
+    fn convert(&self, batch: crate::etcd::WatchBatch) -> Vec<Arc<WatchEvent>> {
+        let mut out = Vec::with_capacity(batch.events.len());
+        let mut index: (u64, u32) = (0, 0);
+        for event in batch.events {
+            let (kv, prev, deleted) = match event {
+                crate::etcd::WatchEvent::Put { kv, prev } => (kv, prev, false),
+                crate::etcd::WatchEvent::Delete { kv, prev } => (kv, prev, true),
+            };
+            let Some((kind, key)) = parse_key(&kv.key) else {
+                continue;
+            };
+            let revision = revision_of(&kv);
+            let (event_type, source) = if deleted {
+                match prev {
+                    Some(p) => (EventType::Deleted, p),
+                    // Without the previous value there is nothing to tell watchers.
+                    None => continue,
+                }
+            } else if kv.create_revision == kv.mod_revision {
+                (EventType::Added, kv)
+            } else {
+                (EventType::Modified, kv)
+            };
+            let mut obj = match decode_object(kind, &key, &source.value, self.keys.as_deref()) {
+                Ok(obj) => obj,
+                Err(e) => {
+                    tracing::error!(error = %e, "an etcd watch event could not be decoded; skipped");
+                    continue;
+                }
+            };
+            obj.meta_mut().resource_version = revision.to_string();
+            let packed = match codec::pack_object(&obj) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(error = %e, "an etcd watch event could not be packed; skipped");
+                    continue;
+                }
+            };
+            index = if index.0 == revision {
+                (revision, index.1 + 1)
+            } else {
+                (revision, 0)
+            };
+            let mut event = WatchEvent::new(event_type, revision, obj, packed.into());
+            event.index = index.1;
+            out.push(Arc::new(event));
+        }
+        out
+    }
+
+    /// Feeds the hub from one etcd watch of every object, resuming it when its stream ends,
+    /// until the hub closes. A gap that etcd compacted away cannot be bridged: every watcher
+    /// is then ended, so clients re-list.
+    pub(crate) async fn feed(self: Arc<Remote>, hub: Arc<Hub>) {
+        let end = prefix_end(PREFIX.as_bytes());
+        loop {
+            if hub.is_closed() {
+                return;
+            }
+            let from = self.published.load(Ordering::Acquire) + 1;
+            let mut watch = match self
+                .client
+                .watch(PREFIX.as_bytes(), Some(&end), from as i64)
+                .await
+            {
+                Ok(w) => w,
+                Err(EtcdError::Compacted { .. }) => {
+                    self.lost_history(&hub).await;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "etcd watch failed; retrying");
+                    smol::Timer::after(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            loop {
+                match watch.next().await {
+                    Ok(Some(batch)) => {
+                        let revision = batch.revision.max(0) as u64;
+                        let events = self.convert(batch);
+                        let last = events.last().map_or(revision, |e| e.revision);
+                        {
+                            let mut window = lock(&self.window);
+                            window.events.extend(events.iter().cloned());
+                            while window.events.len() > WINDOW_EVENTS {
+                                if let Some(old) = window.events.pop_front() {
+                                    window.oldest = window.oldest.max(old.revision);
+                                }
+                            }
+                        }
+                        if !events.is_empty() {
+                            hub.publish(&events, last);
+                        }
+                        self.published.fetch_max(last, Ordering::AcqRel);
+                    }
+                    Ok(None) => break,
+                    Err(EtcdError::Compacted { .. }) => {
+                        self.lost_history(&hub).await;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "etcd watch ended; resuming");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The watch fell behind a compaction: start again from etcd's current revision, with an
+    /// empty window, and end every watch so its client re-lists.
+    async fn lost_history(&self, hub: &Hub) {
+        tracing::warn!("etcd compacted revisions this server had not seen; watchers re-list");
+        loop {
+            match self.client.range(PREFIX.as_bytes(), None, None, 1).await {
+                Ok(head) => {
+                    let revision = head.revision.max(0) as u64;
+                    let mut window = lock(&self.window);
+                    window.events.clear();
+                    window.oldest = revision;
+                    self.published.store(revision, Ordering::Release);
+                    drop(window);
+                    hub.expire_all(revision);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "etcd unreachable");
+                    smol::Timer::after(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    /// Compacts etcd every [`COMPACT_EVERY`] to the revision it had one period earlier.
+    pub(crate) async fn compact_periodically(self: Arc<Remote>, hub: Arc<Hub>) {
+        let mut previous: Option<i64> = None;
+        loop {
+            smol::Timer::after(COMPACT_EVERY).await;
+            if hub.is_closed() {
+                return;
+            }
+            if let Some(rev) = previous {
+                if let Err(e) = self.client.compact(rev).await {
+                    // Another server compacted as far already, or etcd is away for now.
+                    tracing::debug!(error = %e, "etcd compaction skipped");
+                }
+            }
+            previous = self
+                .client
+                .range(PREFIX.as_bytes(), None, None, 1)
+                .await
+                .ok()
+                .map(|r| r.revision);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_for_namespaced_and_cluster_kinds() {
+        let k = etcd_key(Kind::Pod, "default/web");
+        assert_eq!(k, b"/registry/pods/default/web");
+        assert_eq!(parse_key(&k), Some((Kind::Pod, "default/web".to_string())));
+        let n = etcd_key(Kind::Node, "/n1");
+        assert_eq!(n, b"/registry/nodes/n1");
+        assert_eq!(parse_key(&n), Some((Kind::Node, "/n1".to_string())));
+        assert_eq!(parse_key(b"/registry/nodes/a/b"), None);
+        assert_eq!(parse_key(b"/registry/pods/web"), None);
+        assert_eq!(parse_key(b"/other/pods/a/b"), None);
+        let (start, end) = etcd_range(Kind::Pod, Some("default"));
+        assert_eq!(start, b"/registry/pods/default/");
+        assert_eq!(end, b"/registry/pods/default0");
+        let (start, _) = etcd_range(Kind::Node, Some("ignored"));
+        assert_eq!(start, b"/registry/nodes/");
+    }
+}
