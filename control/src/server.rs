@@ -123,6 +123,21 @@ pub struct ServerArgs {
     /// How often servers try to take, and the leader to renew, the Lease.
     #[arg(long, env = "SKIFF_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = humantime::parse_duration)]
     pub leader_elect_retry_period: std::time::Duration,
+    /// Keep the cluster's state in an etcd v3 cluster instead of the embedded redb file, so
+    /// that several servers share it: its client URLs, comma-separated
+    /// (`https://h1:2379,https://h2:2379`), as k3s takes them. The servers must share the
+    /// data dir's `pki/ca.*`, `pki/service-account.key` and `secrets.key`.
+    #[arg(long, env = "SKIFF_DATASTORE_ENDPOINT", value_name = "URLS")]
+    pub datastore_endpoint: Option<String>,
+    /// The CA certificate (PEM) that signs the etcd members' serving certificates.
+    #[arg(long, env = "SKIFF_DATASTORE_CAFILE", value_name = "FILE")]
+    pub datastore_cafile: Option<PathBuf>,
+    /// A client certificate (PEM) for etcd's `--client-cert-auth`.
+    #[arg(long, env = "SKIFF_DATASTORE_CERTFILE", value_name = "FILE")]
+    pub datastore_certfile: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, env = "SKIFF_DATASTORE_KEYFILE", value_name = "FILE")]
+    pub datastore_keyfile: Option<PathBuf>,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -297,6 +312,37 @@ fn raise_open_files_limit() {
     }
 }
 
+/// Connects to the etcd datastore named by `--datastore-endpoint`.
+fn open_etcd(
+    args: &ServerArgs,
+    endpoints: &str,
+    keys: crate::store::seal::Keyring,
+) -> anyhow::Result<Store> {
+    let read = |flag: &str, path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
+        path.as_ref()
+            .map(|p| std::fs::read_to_string(p).with_context(|| format!("{flag} {}", p.display())))
+            .transpose()
+    };
+    let config = crate::etcd::EtcdConfig {
+        endpoints: endpoints
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_string)
+            .collect(),
+        ca_pem: read("--datastore-cafile", &args.datastore_cafile)?,
+        client_cert_pem: read("--datastore-certfile", &args.datastore_certfile)?,
+        client_key_pem: read("--datastore-keyfile", &args.datastore_keyfile)?,
+    };
+    let client = crate::etcd::EtcdClient::new(&config).context("--datastore-endpoint")?;
+    smol::block_on(Store::open_etcd(
+        client,
+        StoreConfig::DEFAULT_WATCH_QUEUE_CAPACITY,
+        Some(Arc::new(keys)),
+    ))
+    .with_context(|| format!("connecting to the etcd datastore at {endpoints}"))
+}
+
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     // Signals go to one thread that waits for them; block them before any other thread starts
@@ -323,12 +369,15 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 
     let keys = crate::store::seal::Keyring::load_or_create(&args.data_dir)
         .context("loading the secrets key")?;
-    let store = Store::open(StoreConfig {
-        event_window: args.event_window,
-        keys: Some(Arc::new(keys)),
-        ..StoreConfig::in_dir(&args.data_dir)
-    })
-    .context("opening the state database")?;
+    let store = match &args.datastore_endpoint {
+        Some(endpoints) => open_etcd(&args, endpoints, keys)?,
+        None => Store::open(StoreConfig {
+            event_window: args.event_window,
+            keys: Some(Arc::new(keys)),
+            ..StoreConfig::in_dir(&args.data_dir)
+        })
+        .context("opening the state database")?,
+    };
     // A key that does not open the stored Secrets (a data dir restored from a backup taken
     // without its key, say) is found now rather than on the first read of each Secret.
     smol::block_on(store.list(api::Kind::Secret, None)).with_context(|| {
@@ -373,7 +422,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 
     // The embedded store serves one server: nothing to elect (the shared datastore turns
     // this on by default).
-    let shared_datastore = false;
+    let shared_datastore = store.is_shared();
     let election = match args.leader_elect.unwrap_or(shared_datastore) {
         false => None,
         true => {
@@ -391,6 +440,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let lost_lease = Arc::new(std::sync::atomic::AtomicBool::new(false));
 
+    let leading = election.as_ref().map(crate::leader::Elector::leading);
     let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
     let lost_tx = stop_tx.clone();
     std::thread::Builder::new()
@@ -433,6 +483,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             )
         },
     });
+    if let Some(flag) = leading {
+        state.metrics.set_leading(flag);
+    }
     smol::block_on(async {
         ensure_system_namespaces(&registry).await?;
         ensure_default_ingress_class(&registry).await?;

@@ -57,6 +57,8 @@ struct Inner {
 #[derive(Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    /// Whether this server leads the controllers, when it takes part in an election.
+    leading: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Metrics {
@@ -71,6 +73,12 @@ impl Metrics {
                 .or_default()
                 .observe(elapsed.as_secs_f64());
         }
+    }
+
+    /// Reports leadership from now on (`leader_election_master_status`, as
+    /// kube-controller-manager names it).
+    pub fn set_leading(&self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        let _ = self.leading.set(flag);
     }
 
     /// Renders request metrics plus the store's figures given by the caller.
@@ -94,6 +102,16 @@ impl Metrics {
                 &mut out,
                 "apiserver_request_duration_seconds",
                 &format!("verb=\"{verb}\",resource=\"{resource}\""),
+            );
+        }
+        if let Some(flag) = self.leading.get() {
+            out.push_str("# HELP leader_election_master_status Whether this server leads the controllers (1) or not (0).\n");
+            out.push_str("# TYPE leader_election_master_status gauge\n");
+            let _ = writeln!(
+                out,
+                "leader_election_master_status{{name=\"{}\"}} {}",
+                crate::leader::LEASE_NAME,
+                u8::from(flag.load(std::sync::atomic::Ordering::Relaxed))
             );
         }
         out.push_str("# HELP skiff_store_commits_total Durable store transactions.\n");

@@ -245,7 +245,8 @@ impl Watch {
                 return Some(event);
             }
         }
-        let mut state = lock(&self.queue.state);
+        let queue = self.queue.clone();
+        let mut state = lock(&queue.state);
         while let Some(event) = state.events.pop_front() {
             if self.is_new(&event) {
                 return Some(event);

@@ -521,11 +521,8 @@ impl Store {
                 }
                 let value = f(&mut txn)?;
                 let plan = txn.into_plan();
-                let writes = remote::transaction(
-                    reader.observed.take(),
-                    &plan.events,
-                    r.keys.as_deref(),
-                )?;
+                let writes =
+                    remote::transaction(reader.observed.take(), &plan.events, r.keys.as_deref())?;
                 Ok((value, plan.events.len() as u64, writes))
             })();
             (f, planned)
@@ -592,7 +589,7 @@ impl Store {
             Some(f) => f(txn),
             None => Err(E::from(StoreError::Closed)),
         };
-        match self.remote_attempt(remote, g, dry_run).await? {
+        match Box::pin(self.remote_attempt(remote, g, dry_run)).await? {
             // Objects in the answer carry placeholder resourceVersions: callers that answer
             // with objects use [`Store::guaranteed_write`], which renumbers them.
             (_, Some(c)) => Ok(c.value),
@@ -614,7 +611,7 @@ impl Store {
         F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
         if let Some(remote) = &self.inner.remote {
-            return self.remote_write_once(remote, f, false).await;
+            return Box::pin(self.remote_write_once(remote, f, false)).await;
         }
         self.submit(f, false).await
     }
@@ -629,7 +626,7 @@ impl Store {
         F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
         if let Some(remote) = &self.inner.remote {
-            return self.remote_write_once(remote, f, true).await;
+            return Box::pin(self.remote_write_once(remote, f, true)).await;
         }
         self.submit(f, true).await
     }
@@ -656,7 +653,9 @@ impl Store {
         if let Some(remote) = &self.inner.remote {
             // Every attempt reads afresh; etcd decides which of two racing servers wins.
             for attempt in 0..REMOTE_ATTEMPTS {
-                let (back, done) = self.remote_attempt(remote, f, dry_run).await?;
+                // Boxed: the etcd client's futures would otherwise make every write's future
+                // (and every request handler's) much larger, on the redb path too.
+                let (back, done) = Box::pin(self.remote_attempt(remote, f, dry_run)).await?;
                 f = back;
                 if let Some(committed) = done {
                     return Ok(committed);
@@ -781,7 +780,7 @@ impl Store {
         name: &str,
     ) -> Result<AnyObject, StoreError> {
         if let Some(remote) = &self.inner.remote {
-            return remote.get(kind, namespace, name).await;
+            return Box::pin(remote.get(kind, namespace, name)).await;
         }
         let db = self.db()?;
         let keys = self.inner.keys.clone();
@@ -860,9 +859,7 @@ impl Store {
         F: FnMut(&mut T, AnyObject) -> bool + Send + 'static,
     {
         if let Some(remote) = &self.inner.remote {
-            return remote
-                .list_page(kind, namespace, after, limit, sink, visit)
-                .await;
+            return Box::pin(remote.list_page(kind, namespace, after, limit, sink, visit)).await;
         }
         let db = self.db()?;
         let keys = self.inner.keys.clone();

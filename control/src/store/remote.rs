@@ -134,7 +134,8 @@ impl Reader<'_> {
             .keys
             .entry(ek)
             .or_insert_with(|| kv.as_ref().map_or(0, |kv| kv.mod_revision));
-        kv.map(|kv| decode_kv(kind, key, &kv, self.keys)).transpose()
+        kv.map(|kv| decode_kv(kind, key, &kv, self.keys))
+            .transpose()
     }
 
     pub(crate) fn list(
@@ -179,16 +180,13 @@ pub(crate) fn transaction(
             }
         })
         .collect();
-    compares.extend(
-        observed
-            .ranges
-            .into_iter()
-            .map(|(start, end, rev)| Compare::ModRevisionBelow {
-                key: start,
-                range_end: end,
-                revision: rev + 1,
-            }),
-    );
+    compares.extend(observed.ranges.into_iter().map(|(start, end, rev)| {
+        Compare::ModRevisionBelow {
+            key: start,
+            range_end: end,
+            revision: rev + 1,
+        }
+    }));
     // etcd refuses a transaction that names a key twice: the last write of each key stands.
     let mut last: Vec<(Vec<u8>, Option<&PendingEvent>)> = Vec::new();
     for e in events {
@@ -366,9 +364,7 @@ impl Remote {
             .events
             .iter()
             .filter(|e| {
-                e.revision > after
-                    && e.revision <= upto
-                    && mask & kind_bit(e.object.kind()) != 0
+                e.revision > after && e.revision <= upto && mask & kind_bit(e.object.kind()) != 0
             })
             .cloned()
             .collect())

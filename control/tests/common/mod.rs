@@ -41,7 +41,11 @@ impl TestServer {
 
     /// Starts the server as the last arguments of `wrapper` (a command such as `prlimit`).
     pub fn start_wrapped(wrapper: &[&str], extra: &[&str]) -> TestServer {
-        let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in(tempfile::tempdir().expect("temp dir"), wrapper, extra)
+    }
+
+    /// Starts the server on a data dir prepared beforehand (another server's PKI, say).
+    pub fn start_in(dir: tempfile::TempDir, wrapper: &[&str], extra: &[&str]) -> TestServer {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
             .expect("address");

@@ -1,0 +1,351 @@
+//! The etcd datastore (`skiff server --datastore-endpoint`) against a real 3-member etcd
+//! cluster (Debian's etcd-server, installed by `scripts/setup.sh --python`) on loopback ports,
+//! with two skiff servers sharing it: a write through one is read and watched through the
+//! other, optimistic concurrency holds across them, Secrets sealed by one open on the other,
+//! a killed etcd member changes nothing, and the controllers move to the other server within
+//! 20 s of a `kill -9` of the leader.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, TestServer};
+use serde_json::{json, Value};
+
+/// One member of a local etcd cluster, killed on drop.
+struct Member {
+    client_port: u16,
+    child: Option<Child>,
+}
+
+struct EtcdCluster {
+    members: Vec<Member>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut c) = m.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+fn healthy(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"") || body.contains("\"health\": \"true\"")
+}
+
+impl EtcdCluster {
+    fn start(size: usize) -> EtcdCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<(u16, u16)> = (0..size).map(|_| (free_port(), free_port())).collect();
+        let initial = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let members = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (client, peer))| {
+                let child = Command::new("etcd")
+                    .args(["--name", &format!("m{i}")])
+                    .arg("--data-dir")
+                    .arg(dir.path().join(format!("m{i}")))
+                    .args([
+                        "--listen-client-urls",
+                        &format!("http://127.0.0.1:{client}"),
+                    ])
+                    .args([
+                        "--advertise-client-urls",
+                        &format!("http://127.0.0.1:{client}"),
+                    ])
+                    .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+                    .args([
+                        "--initial-advertise-peer-urls",
+                        &format!("http://127.0.0.1:{peer}"),
+                    ])
+                    .args(["--initial-cluster", &initial])
+                    .args(["--initial-cluster-state", "new"])
+                    .args(["--initial-cluster-token", "skiff-test"])
+                    .args(["--log-level", "error"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start etcd (apt install etcd-server; scripts/setup.sh does)");
+                Member {
+                    client_port: *client,
+                    child: Some(child),
+                }
+            })
+            .collect::<Vec<_>>();
+        let cluster = EtcdCluster { members, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.members.iter().all(|m| healthy(m.client_port)) {
+            assert!(
+                Instant::now() < deadline,
+                "etcd cluster did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A data dir holding what the servers of one cluster share: the CA, the service-account
+/// key, the secrets key and the admin token (what `--join` is to fetch).
+fn shared_dir(from: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("pki")).unwrap();
+    for f in [
+        "secrets.key",
+        "admin-token",
+        "pki/ca.crt",
+        "pki/ca.key",
+        "pki/service-account.key",
+    ] {
+        std::fs::copy(from.join(f), dir.path().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    dir
+}
+
+fn start_pair(cluster: &EtcdCluster, extra: &[&str]) -> (TestServer, TestServer) {
+    let eps = cluster.endpoints();
+    let mut args = vec!["--datastore-endpoint", eps.as_str()];
+    args.extend_from_slice(extra);
+    let a = TestServer::start_with(&args);
+    let b = TestServer::start_in(shared_dir(a.data_dir()), &[], &args);
+    (a, b)
+}
+
+fn rv(v: &Value) -> String {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Retries `f` until it answers `Some` or `secs` pass.
+fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+const CMS: &str = "/api/v1/namespaces/default/configmaps";
+
+#[test]
+fn two_servers_share_reads_writes_watches_and_conflicts_through_etcd() {
+    let mut cluster = EtcdCluster::start(3);
+    let (a, b) = start_pair(&cluster, &[]);
+
+    // Created through one server, read through the other with the same resourceVersion.
+    let (code, created) = a.json(
+        "POST",
+        CMS,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "shared"}, "data": {"k": "v1"}}),
+    );
+    assert_eq!(code, 201, "{created}");
+    let (code, read) = b.http("GET", &format!("{CMS}/shared"), None);
+    assert_eq!(code, 200, "{read}");
+    assert_eq!(read["data"]["k"], "v1");
+    assert_eq!(rv(&read), rv(&created));
+
+    // Optimistic concurrency across servers: b's update wins, a's stale one gets 409.
+    let mut update = read.clone();
+    update["data"]["k"] = json!("v2");
+    let (code, updated) = b.json("PUT", &format!("{CMS}/shared"), &update);
+    assert_eq!(code, 200, "{updated}");
+    assert_ne!(rv(&updated), rv(&created));
+    let mut stale = created.clone();
+    stale["data"]["k"] = json!("v3");
+    let (code, refused) = a.json("PUT", &format!("{CMS}/shared"), &stale);
+    assert_eq!(code, 409, "{refused}");
+    let (_, now) = a.http("GET", &format!("{CMS}/shared"), None);
+    assert_eq!(now["data"]["k"], "v2");
+    assert_eq!(rv(&now), rv(&updated));
+
+    // A Secret sealed by one server opens on the other (they share secrets.key).
+    let (code, s) = a.json(
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "pw"}, "data": {"p": "aHVudGVyMg=="}}),
+    );
+    assert_eq!(code, 201, "{s}");
+    let (code, s) = b.http("GET", "/api/v1/namespaces/default/secrets/pw", None);
+    assert_eq!(code, 200, "{s}");
+    assert_eq!(s["data"]["p"], "aHVudGVyMg==");
+
+    // A watch on b from its list's revision sees a create made through a.
+    let (_, list) = b.http("GET", CMS, None);
+    let from = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let watcher = {
+        let client = b.client();
+        std::thread::spawn(move || {
+            let path = format!("{CMS}?watch=1&resourceVersion={from}&timeoutSeconds=4");
+            let r = smol::block_on(client.request("GET", &path, None, "application/json"))
+                .expect("watch");
+            String::from_utf8_lossy(&r.body).to_string()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, _) = a.json(
+        "POST",
+        CMS,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"}}),
+    );
+    assert_eq!(code, 201);
+    let events = watcher.join().unwrap();
+    let seen: Vec<Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        seen.iter()
+            .any(|e| e["type"] == "ADDED" && e["object"]["metadata"]["name"] == "late"),
+        "b's watch did not see a's create: {events}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|e| e["object"]["metadata"]["name"] == "shared"),
+        "the watch replayed events from before its revision: {events}"
+    );
+
+    // One etcd member down: writes and reads go on through both servers.
+    cluster.kill(0);
+    let made = eventually(20, "a create with one etcd member down", || {
+        let (code, v) = a.json(
+            "POST",
+            CMS,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after-kill"}}),
+        );
+        (code == 201 || code == 409).then_some(v)
+    });
+    let _ = made;
+    eventually(20, "b reads the create with one member down", || {
+        let (code, _) = b.http("GET", &format!("{CMS}/after-kill"), None);
+        (code == 200).then_some(())
+    });
+}
+
+/// Which of the servers leads the controllers (kube-controller-manager's
+/// `leader_election_master_status` gauge).
+fn leads(s: &TestServer) -> bool {
+    let c = s.client();
+    let Ok(r) = smol::block_on(c.request("GET", "/metrics", None, "text/plain")) else {
+        return false;
+    };
+    String::from_utf8_lossy(&r.body)
+        .lines()
+        .any(|l| l.starts_with("leader_election_master_status") && l.ends_with(" 1"))
+}
+
+#[test]
+fn the_controllers_move_to_the_other_server_when_the_leader_is_killed() {
+    let cluster = EtcdCluster::start(3);
+    let (mut a, mut b) = start_pair(&cluster, &[]);
+    // Exactly one leads.
+    let first = eventually(30, "one server leads", || match (leads(&a), leads(&b)) {
+        (true, false) => Some(0),
+        (false, true) => Some(1),
+        _ => None,
+    });
+    let (leader, other) = if first == 0 {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    // The leader's controllers act on a ReplicaSet made through the other server.
+    let rs = |name: &str, replicas: u32| {
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+               "metadata": {"name": name},
+               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}},
+                                     "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+    };
+    let pods_of = |s: &TestServer, app: &str| -> usize {
+        let (_, v) = s.http(
+            "GET",
+            &format!("/api/v1/namespaces/default/pods?labelSelector=app%3D{app}"),
+            None,
+        );
+        v["items"].as_array().map_or(0, Vec::len)
+    };
+    let (code, v) = other.json(
+        "POST",
+        "/apis/apps/v1/namespaces/default/replicasets",
+        &rs("before", 2),
+    );
+    assert_eq!(code, 201, "{v}");
+    eventually(
+        20,
+        "the leader's ReplicaSet controller makes 2 pods",
+        || (pods_of(other, "before") == 2).then_some(()),
+    );
+
+    // kill -9 the leader: the other server takes the Lease within 20 s and runs the
+    // controllers, so a ReplicaSet created afterwards gets its pods.
+    let _ = leader.child.kill();
+    let _ = leader.child.wait();
+    let killed = Instant::now();
+    eventually(25, "the other server leads", || leads(other).then_some(()));
+    let took = killed.elapsed();
+    assert!(took <= Duration::from_secs(20), "takeover took {took:?}");
+    let (code, v) = other.json(
+        "POST",
+        "/apis/apps/v1/namespaces/default/replicasets",
+        &rs("after", 3),
+    );
+    assert_eq!(code, 201, "{v}");
+    eventually(20, "the new leader's controllers make 3 pods", || {
+        (pods_of(other, "after") == 3).then_some(())
+    });
+    // Nothing acknowledged was lost.
+    assert_eq!(pods_of(other, "before"), 2);
+    eprintln!("takeover after kill -9 of the leader: {took:?}");
+}
