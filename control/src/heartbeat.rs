@@ -18,6 +18,9 @@ pub struct Heartbeats {
     latest: Mutex<HashMap<String, Time>>,
     /// The latest renewTime of each node Lease (by name), when newer than the stored one.
     renewals: Mutex<HashMap<String, MicroTime>>,
+    /// Heartbeats are written through to the store: with a datastore shared by several
+    /// servers, an agent's server may not be the one whose controllers judge its node.
+    write_through: bool,
 }
 
 /// Whether a Lease is a node's heartbeat (in kube-node-lease).
@@ -26,6 +29,19 @@ pub fn is_node_lease(lease: &Lease) -> bool {
 }
 
 impl Heartbeats {
+    /// Heartbeats that are written to the store like any other change (a shared datastore).
+    pub fn written_through() -> Heartbeats {
+        Heartbeats {
+            write_through: true,
+            ..Default::default()
+        }
+    }
+
+    /// Whether heartbeats may be held in memory instead of written.
+    pub fn in_memory(&self) -> bool {
+        !self.write_through
+    }
+
     pub fn record(&self, node: &str, at: Time) {
         let mut m = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         let slot = m.entry(node.to_string()).or_insert(at);

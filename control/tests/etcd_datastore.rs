@@ -256,6 +256,26 @@ fn two_servers_share_reads_writes_watches_and_conflicts_through_etcd() {
         "the watch replayed events from before its revision: {events}"
     );
 
+    // A node Lease's renewal through one server is seen through the other: with a shared
+    // datastore heartbeats are written through, not held in one server's memory.
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    let lease = |renew: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "n1"},
+               "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40,
+                        "renewTime": renew}})
+    };
+    let (code, v) = a.json("POST", leases, &lease("2026-11-27T06:00:00.000000Z"));
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = a.json(
+        "PUT",
+        &format!("{leases}/n1"),
+        &lease("2026-11-27T06:00:10.000000Z"),
+    );
+    assert_eq!(code, 200, "{v}");
+    let (_, v) = b.http("GET", &format!("{leases}/n1"), None);
+    assert_eq!(v["spec"]["renewTime"], "2026-11-27T06:00:10.000000Z", "{v}");
+
     // One etcd member down: writes and reads go on through both servers.
     cluster.kill(0);
     let made = eventually(20, "a create with one etcd member down", || {
