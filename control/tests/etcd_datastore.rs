@@ -369,3 +369,84 @@ fn the_controllers_move_to_the_other_server_when_the_leader_is_killed() {
     assert_eq!(pods_of(other, "before"), 2);
     eprintln!("takeover after kill -9 of the leader: {took:?}");
 }
+
+/// Runs `skiff migrate`; panics with its output when it fails.
+fn migrate(from: &str, to: &str) -> String {
+    let out = Command::new(common::skiff_bin())
+        .args(["migrate", "--from", from, "--to", to])
+        .output()
+        .expect("run skiff migrate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "skiff migrate {from} {to}: {text}");
+    text
+}
+
+#[test]
+fn migrate_copies_a_cluster_from_redb_to_etcd_and_back() {
+    let cluster = EtcdCluster::start(1);
+    let eps = cluster.endpoints();
+    // A cluster on the embedded store, with a ConfigMap and a sealed Secret.
+    let mut first = TestServer::start();
+    let (code, cm) = first.json(
+        "POST",
+        CMS,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "kept", "labels": {"a": "b"}}, "data": {"k": "v"}}),
+    );
+    assert_eq!(code, 201, "{cm}");
+    let (code, _) = first.json(
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        &json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "pw"}, "data": {"p": "aHVudGVyMg=="}}),
+    );
+    assert_eq!(code, 201);
+    assert!(first.terminate().success());
+    let redb = format!("redb:{}", first.data_dir().display());
+    let out = migrate(&redb, &format!("etcd:{eps}"));
+    assert!(out.contains("configmaps"), "{out}");
+    // A second migration into the now full etcd is refused, and changes nothing.
+    let again = Command::new(common::skiff_bin())
+        .args(["migrate", "--from", &redb, "--to", &format!("etcd:{eps}")])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds"));
+
+    // A server on etcd with the first one's keys serves what was copied.
+    let on_etcd = TestServer::start_in(
+        shared_dir(first.data_dir()),
+        &[],
+        &["--datastore-endpoint", &eps],
+    );
+    let (code, got) = on_etcd.http("GET", &format!("{CMS}/kept"), None);
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["data"]["k"], "v");
+    assert_eq!(got["metadata"]["uid"], cm["metadata"]["uid"]);
+    assert_eq!(got["metadata"]["labels"]["a"], "b");
+    let (code, s) = on_etcd.http("GET", "/api/v1/namespaces/default/secrets/pw", None);
+    assert_eq!(code, 200, "{s}");
+    assert_eq!(s["data"]["p"], "aHVudGVyMg==");
+    // A change made on etcd comes back with the reverse migration.
+    let (code, _) = on_etcd.json(
+        "POST",
+        CMS,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "made-on-etcd"}}),
+    );
+    assert_eq!(code, 201);
+    drop(on_etcd);
+    let back = shared_dir(first.data_dir());
+    migrate(&format!("etcd:{eps}"), &format!("redb:{}", back.path().display()));
+    let on_redb = TestServer::start_in(back, &[], &[]);
+    for name in ["kept", "made-on-etcd"] {
+        let (code, v) = on_redb.http("GET", &format!("{CMS}/{name}"), None);
+        assert_eq!(code, 200, "{name}: {v}");
+    }
+    let (code, s) = on_redb.http("GET", "/api/v1/namespaces/default/secrets/pw", None);
+    assert_eq!(code, 200, "{s}");
+    assert_eq!(s["data"]["p"], "aHVudGVyMg==");
+}

@@ -99,6 +99,29 @@ pub enum Command {
     /// Inspect the certificates of a server's or agent's data dir.
     #[command(subcommand)]
     Certs(certs::CertsCommand),
+    /// Copy a cluster's objects between the embedded store and an etcd datastore (offline:
+    /// stop the servers first).
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// Where the objects are: `redb:DATA_DIR` or `etcd:URL[,URL...]`.
+    #[arg(long)]
+    pub from: crate::store::migrate::Place,
+    /// Where they go, which must hold no objects: `redb:DATA_DIR` or `etcd:URL[,URL...]`. The
+    /// redb side's data dir holds the cluster's secrets.key.
+    #[arg(long)]
+    pub to: crate::store::migrate::Place,
+    /// The CA certificate (PEM) of the etcd members.
+    #[arg(long, value_name = "FILE")]
+    pub datastore_cafile: Option<PathBuf>,
+    /// A client certificate (PEM) for etcd.
+    #[arg(long, value_name = "FILE")]
+    pub datastore_certfile: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub datastore_keyfile: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -254,6 +277,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             smol::block_on(backup::run_backup(&session, args))
         }
         Command::Restore(args) => backup::run_restore(args),
+        Command::Migrate(args) => run_migrate(args),
         Command::Certs(certs::CertsCommand::Check { data_dir }) => certs::check(data_dir),
         Command::Secrets(SecretsCommand::RotateKey { data_dir }) => {
             let r = crate::store::rotate::rotate_key(data_dir)?;
@@ -420,4 +444,25 @@ mod tests {
         let e = anyhow::anyhow!("line one\nline two").context("reading x.yaml");
         assert_eq!(error_line(&e), "reading x.yaml: line one line two");
     }
+}
+
+fn run_migrate(args: &MigrateArgs) -> anyhow::Result<()> {
+    let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
+        path.as_ref()
+            .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+            .transpose()
+    };
+    let tls = crate::etcd::EtcdConfig {
+        endpoints: Vec::new(),
+        ca_pem: read(&args.datastore_cafile)?,
+        client_cert_pem: read(&args.datastore_certfile)?,
+        client_key_pem: read(&args.datastore_keyfile)?,
+    };
+    let copied = smol::block_on(crate::store::migrate::migrate(&args.from, &args.to, &tls))
+        .map_err(|e| anyhow::anyhow!("migrate: {e}"))?;
+    for (kind, n) in &copied.kinds {
+        println!("{:>8} {}", n, kind.info().plural);
+    }
+    println!("{} objects copied", copied.total());
+    Ok(())
 }

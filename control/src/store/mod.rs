@@ -68,6 +68,7 @@
 pub mod backup;
 mod codec;
 mod hub;
+pub mod migrate;
 mod remote;
 pub mod rotate;
 pub mod seal;
