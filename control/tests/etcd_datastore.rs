@@ -440,7 +440,10 @@ fn migrate_copies_a_cluster_from_redb_to_etcd_and_back() {
     assert_eq!(code, 201);
     drop(on_etcd);
     let back = shared_dir(first.data_dir());
-    migrate(&format!("etcd:{eps}"), &format!("redb:{}", back.path().display()));
+    migrate(
+        &format!("etcd:{eps}"),
+        &format!("redb:{}", back.path().display()),
+    );
     let on_redb = TestServer::start_in(back, &[], &[]);
     for name in ["kept", "made-on-etcd"] {
         let (code, v) = on_redb.http("GET", &format!("{CMS}/{name}"), None);

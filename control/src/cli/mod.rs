@@ -379,6 +379,27 @@ pub fn error_line(e: &anyhow::Error) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+fn run_migrate(args: &MigrateArgs) -> anyhow::Result<()> {
+    let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
+        path.as_ref()
+            .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+            .transpose()
+    };
+    let tls = crate::etcd::EtcdConfig {
+        endpoints: Vec::new(),
+        ca_pem: read(&args.datastore_cafile)?,
+        client_cert_pem: read(&args.datastore_certfile)?,
+        client_key_pem: read(&args.datastore_keyfile)?,
+    };
+    let copied = smol::block_on(crate::store::migrate::migrate(&args.from, &args.to, &tls))
+        .map_err(|e| anyhow::anyhow!("migrate: {e}"))?;
+    for (kind, n) in &copied.kinds {
+        println!("{:>8} {}", n, kind.info().plural);
+    }
+    println!("{} objects copied", copied.total());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,25 +465,4 @@ mod tests {
         let e = anyhow::anyhow!("line one\nline two").context("reading x.yaml");
         assert_eq!(error_line(&e), "reading x.yaml: line one line two");
     }
-}
-
-fn run_migrate(args: &MigrateArgs) -> anyhow::Result<()> {
-    let read = |path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
-        path.as_ref()
-            .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
-            .transpose()
-    };
-    let tls = crate::etcd::EtcdConfig {
-        endpoints: Vec::new(),
-        ca_pem: read(&args.datastore_cafile)?,
-        client_cert_pem: read(&args.datastore_certfile)?,
-        client_key_pem: read(&args.datastore_keyfile)?,
-    };
-    let copied = smol::block_on(crate::store::migrate::migrate(&args.from, &args.to, &tls))
-        .map_err(|e| anyhow::anyhow!("migrate: {e}"))?;
-    for (kind, n) in &copied.kinds {
-        println!("{:>8} {}", n, kind.info().plural);
-    }
-    println!("{} objects copied", copied.total());
-    Ok(())
 }

@@ -42,13 +42,13 @@ impl std::str::FromStr for Place {
                 .map(str::to_string)
                 .collect();
             if urls.is_empty() {
-                return Err("etcd: needs client URLs (etcd:https://h1:2379,https://h2:2379)".into());
+                return Err(
+                    "etcd: needs client URLs (etcd:https://h1:2379,https://h2:2379)".into(),
+                );
             }
             return Ok(Place::Etcd(urls));
         }
-        Err(format!(
-            "{s:?}: want redb:DATA_DIR or etcd:URL[,URL...]"
-        ))
+        Err(format!("{s:?}: want redb:DATA_DIR or etcd:URL[,URL...]"))
     }
 }
 
@@ -85,10 +85,10 @@ pub async fn migrate(from: &Place, to: &Place, tls: &EtcdConfig) -> Result<Copie
             dir.display()
         )));
     }
-    let keys = Arc::new(
-        Keyring::load_or_create(&dir)
-            .map_err(|e| StoreError::Db(format!("loading {}: {e}", dir.join(KEY_FILE).display())))?,
-    );
+    let keys =
+        Arc::new(Keyring::load_or_create(&dir).map_err(|e| {
+            StoreError::Db(format!("loading {}: {e}", dir.join(KEY_FILE).display()))
+        })?);
     let source = open(from, tls, keys.clone()).await?;
     let dest = open(to, tls, keys).await?;
     for kind in Kind::ALL {
@@ -171,6 +171,9 @@ mod tests {
         );
         assert!("redb:".parse::<Place>().is_err());
         assert!("etcd:".parse::<Place>().is_err());
-        assert!("/srv/skiff".parse::<Place>().unwrap_err().contains("redb:DATA_DIR"));
+        assert!("/srv/skiff"
+            .parse::<Place>()
+            .unwrap_err()
+            .contains("redb:DATA_DIR"));
     }
 }
