@@ -5,12 +5,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::Once;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{kubectl, skiff_bin, TestServer};
+use common::{agent_bin, kubectl, Killed, TestServer};
 use serde_json::{json, Value};
 
 fn ok(s: &TestServer, args: &[&str]) -> String {
@@ -122,35 +120,6 @@ fn kubectl_creates_lists_describes_and_explains_leases() {
     ok(&s, &["delete", "lease", "pi-1", "-n", "kube-node-lease"]);
     let out = ok(&s, &["get", "leases", "-n", "kube-node-lease"]);
     assert!(!out.contains("pi-1"), "{out}");
-}
-
-/// The `skiff-agent` binary next to `skiff`; built if missing.
-fn agent_bin() -> PathBuf {
-    static BUILD: Once = Once::new();
-    let bin = skiff_bin().with_file_name("skiff-agent");
-    BUILD.call_once(|| {
-        if bin.exists() {
-            return;
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "skiff-agent", "--bin", "skiff-agent"])
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building skiff-agent failed");
-    });
-    bin
-}
-
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {

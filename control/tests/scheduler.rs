@@ -4,36 +4,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use api::client::Client;
 use api::core::{Event, Node, Pod};
-use common::{skiff_bin, TestServer};
+use common::{agent_bin, TestServer};
 use serde_json::{json, Value};
-
-/// The `skiff-agent` binary next to `skiff`; built if missing (`cargo test --workspace`
-/// builds it anyway; building it each time would fight this test's own build over shared
-/// dependencies' fingerprints).
-fn agent_bin() -> PathBuf {
-    static BUILD: Once = Once::new();
-    let bin = skiff_bin().with_file_name("skiff-agent");
-    BUILD.call_once(|| {
-        if bin.exists() {
-            return;
-        }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "skiff-agent", "--bin", "skiff-agent"])
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building skiff-agent failed");
-    });
-    bin
-}
 
 struct Simulated(Child);
 

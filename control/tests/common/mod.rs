@@ -4,6 +4,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use api::client::Client;
@@ -178,4 +179,35 @@ pub fn kubectl(server: &TestServer, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The `skiff-agent` binary next to `skiff`; built if missing (`cargo test --workspace`
+/// builds it anyway; building it each time would fight this test's own build over shared
+/// dependencies' fingerprints).
+pub fn agent_bin() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let bin = skiff_bin().with_file_name("skiff-agent");
+    BUILD.call_once(|| {
+        if bin.exists() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "skiff-agent", "--bin", "skiff-agent"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building skiff-agent failed");
+    });
+    bin
+}
+
+/// A child process killed when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
