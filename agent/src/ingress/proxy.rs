@@ -8,12 +8,13 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_lite::io::{AsyncRead, AsyncWrite};
-use futures_lite::{AsyncReadExt, FutureExt};
+use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use http_types::{Body, Method, Request, Response, StatusCode};
 use smol::net::TcpStream;
+use smol::Timer;
 
 use super::routes::{Route, Upstream};
 use super::Shared;
@@ -160,12 +161,7 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 fn is_upgrade(req: &Request) -> bool {
-    req.header("upgrade").is_some()
-        && req.header("connection").is_some_and(|c| {
-            c.iter()
-                .flat_map(|v| v.as_str().split(','))
-                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-        })
+    req.header("upgrade").is_some() && connection_has(req.header("connection"), "upgrade")
 }
 
 /// A short plain-text answer of the proxy itself.
@@ -180,18 +176,161 @@ fn answer(status: StatusCode, text: &str) -> Response {
     r
 }
 
-/// Serves one client connection until it closes.
+/// How long a client may take to send a request's head, counted from the connection's start
+/// or the end of the previous answer (async-h1's default; nginx's client_header_timeout).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The deadline for a request's head: one timer per connection, registered with the reactor
+/// the first time a head is awaited and moved only when it fires early (a timer per request
+/// cost a reactor wake-up each: async-io notifies the reactor of every new timer).
+struct HeadDeadline {
+    timer: Timer,
+    /// When the head now awaited began to be awaited.
+    since: Instant,
+}
+
+impl HeadDeadline {
+    fn new() -> HeadDeadline {
+        let now = Instant::now();
+        HeadDeadline {
+            timer: Timer::at(now + HEAD_TIMEOUT),
+            since: now,
+        }
+    }
+
+    /// A head is awaited from now.
+    fn restart(&mut self) {
+        self.since = Instant::now();
+    }
+
+    /// Resolves when the head awaited since the last `restart` is overdue.
+    async fn expired(&mut self) {
+        loop {
+            (&mut self.timer).await;
+            let due = self.since + HEAD_TIMEOUT;
+            if Instant::now() >= due {
+                return;
+            }
+            self.timer.set_at(due);
+        }
+    }
+}
+
+/// Whether a `Connection` header holds `token` (any case, among others).
+fn connection_has(values: Option<&http_types::headers::HeaderValues>, token: &str) -> bool {
+    values.is_some_and(|c| {
+        c.iter()
+            .flat_map(|v| v.as_str().split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    })
+}
+
+/// Serves one client connection until it closes: async-h1 reads each request head and
+/// writes each answer (keep-alive). Unlike `async_h1::accept`, an answer to a request with
+/// `Connection: close` says so before the connection is closed (clients would otherwise send
+/// their next request on it and read its end), the answer's head and what its body has ready
+/// go out in one write, and the head deadline uses one timer per connection.
 pub async fn serve<IO>(io: IO, shared: Arc<Shared>, peer: SocketAddr, https: bool)
 where
     IO: AsyncRead + AsyncWrite + Clone + Send + Sync + Unpin + 'static,
 {
-    let result = async_h1::accept(io, |req| {
-        let shared = shared.clone();
-        async move { Ok(handle(&shared, req, peer, https).await) }
-    })
-    .await;
-    if let Err(e) = result {
+    if let Err(e) = serve_requests(io, &shared, peer, https).await {
         tracing::debug!(%peer, error = %e, "ingress connection ended with an error");
+    }
+}
+
+async fn serve_requests<IO>(
+    mut io: IO,
+    shared: &Shared,
+    peer: SocketAddr,
+    https: bool,
+) -> http_types::Result<()>
+where
+    IO: AsyncRead + AsyncWrite + Clone + Send + Sync + Unpin + 'static,
+{
+    let mut deadline = HeadDeadline::new();
+    loop {
+        deadline.restart();
+        let decoded = async_h1::server::decode(io.clone())
+            .or(async {
+                deadline.expired().await;
+                Ok(None)
+            })
+            .await?;
+        // The end of the connection, or no head in time.
+        let Some((req, mut body)) = decoded else {
+            return Ok(());
+        };
+        let close = connection_has(req.header("connection"), "close");
+        let upgrade_requested = is_upgrade(&req);
+        let method = req.method();
+
+        let mut res = handle(shared, req, peer, https).await;
+
+        if close {
+            res.insert_header("connection", "close");
+        }
+        let upgrade = (upgrade_requested
+            && res.status() == StatusCode::SwitchingProtocols
+            && res.has_upgrade())
+        .then(|| res.send_upgrade());
+        send(&mut async_h1::server::Encoder::new(res, method), &mut io).await?;
+        if let Some(upgrade) = upgrade {
+            upgrade
+                .send(http_types::upgrade::Connection::new(io.clone()))
+                .await;
+            return Ok(());
+        }
+        // What the handler left of the request's body: the next request follows it, and a
+        // close with unread bytes would be a reset that can destroy the answer in flight.
+        futures_lite::io::copy(&mut body, &mut futures_lite::io::sink()).await?;
+        if close {
+            // The end after the answer: dropping the last handle closes a TCP connection
+            // (a FIN after what was written); TLS first sends its close_notify.
+            if https {
+                io.close().await?;
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// The largest write [`send`] makes.
+const SEND_CHUNK: usize = 16 * 1024;
+
+/// Copies `src` (an encoder of async-h1: a message's head, then its body) to `dst` with as
+/// few writes as it can: everything `src` has ready, up to [`SEND_CHUNK`], goes in one write,
+/// so a head and a body at hand leave in one segment (async-h1's own copy wrote the head and
+/// the body apart). Flushes at the end.
+async fn send<R, W>(src: &mut R, dst: &mut W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; SEND_CHUNK];
+    loop {
+        let mut len = 0;
+        let mut end = false;
+        futures_lite::future::poll_fn(|cx| loop {
+            if len == buf.len() {
+                return Poll::Ready(Ok(()));
+            }
+            match Pin::new(&mut *src).poll_read(cx, &mut buf[len..]) {
+                Poll::Ready(Ok(0)) => {
+                    end = true;
+                    return Poll::Ready(Ok(()));
+                }
+                Poll::Ready(Ok(n)) => len += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending if len > 0 => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        })
+        .await?;
+        dst.write_all(&buf[..len]).await?;
+        if end {
+            return dst.flush().await;
+        }
     }
 }
 
@@ -495,7 +634,7 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read as _, Write as _};
+    use std::io::{BufRead as _, Read as _, Write as _};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Answers every request on a connection with a 3-byte Content-Length body; counts the
@@ -529,6 +668,95 @@ mod tests {
             }
         });
         (addr, accepted)
+    }
+
+    /// A proxy on a real socket (the agent's accept loop) that sends everything to `endpoint`.
+    fn proxy_to(endpoint: SocketAddr) -> SocketAddr {
+        let shared = Arc::new(Shared::new());
+        *shared.table.write().expect("table") =
+            Arc::new(super::super::routes::Table::everything_to(Upstream::new(
+                "default/web:80".into(),
+                vec![endpoint],
+            )));
+        let listener = smol::block_on(smol::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        smol::spawn(super::super::accept_loop(listener, shared, None)).detach();
+        addr
+    }
+
+    /// Reads one answer (a Content-Length body) from `r`: its head, lower-cased, and body.
+    fn read_answer(r: &mut impl std::io::BufRead) -> (String, Vec<u8>) {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            assert!(
+                r.read_line(&mut line).expect("head") > 0,
+                "the end within a head: {head:?}"
+            );
+            if line == "\r\n" {
+                break;
+            }
+            head.push_str(&line.to_ascii_lowercase());
+        }
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .expect("a Content-Length")
+            .trim()
+            .parse()
+            .expect("length");
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).expect("body");
+        (head, body)
+    }
+
+    /// A request with `Connection: close` gets its whole answer, which says
+    /// `Connection: close`, then the end of the connection (not a reset). wrk counted read
+    /// errors through the proxy until the answer said so: it sent its next request on the
+    /// connection and read the end.
+    #[test]
+    fn connection_close_is_answered_whole_with_connection_close_then_the_end() {
+        let (endpoint, _) = endpoint();
+        let proxy = proxy_to(endpoint);
+        for request in [
+            "GET / HTTP/1.1\r\nHost: web.example\r\nConnection: close\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: web.example\r\nConnection: Close\r\n\r\n",
+            "POST /b HTTP/1.1\r\nHost: web.example\r\nContent-Length: 4\r\nConnection: keep-alive, close\r\n\r\nbody",
+        ] {
+            let mut s = std::net::TcpStream::connect(proxy).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            s.write_all(request.as_bytes()).expect("request");
+            let mut all = Vec::new();
+            // Ends at the end of the connection: an error here is a reset or no end.
+            s.read_to_end(&mut all).expect("the whole answer, then the end");
+            let mut r = std::io::BufReader::new(&all[..]);
+            let (head, body) = read_answer(&mut r);
+            assert!(head.starts_with("http/1.1 200 "), "{head}");
+            assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+            assert_eq!(body, b"ok\n");
+            assert!(r.fill_buf().expect("rest").is_empty(), "bytes after the answer");
+        }
+    }
+
+    /// Without `Connection: close` the connection stays open for the next request, and the
+    /// answers do not say `Connection: close`.
+    #[test]
+    fn keep_alive_requests_share_a_connection() {
+        let (endpoint, _) = endpoint();
+        let proxy = proxy_to(endpoint);
+        let s = std::net::TcpStream::connect(proxy).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut r = std::io::BufReader::new(s.try_clone().expect("clone"));
+        let mut w = s;
+        for i in 0..3 {
+            write!(w, "GET /{i} HTTP/1.1\r\nHost: web.example\r\n\r\n").expect("request");
+            let (head, body) = read_answer(&mut r);
+            assert!(head.starts_with("http/1.1 200 "), "{head}");
+            assert!(!head.contains("connection:"), "{head}");
+            assert_eq!(body, b"ok\n");
+        }
     }
 
     /// Answers forwarded one after another share one endpoint connection, given back to the
