@@ -11,12 +11,12 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_lite::io::{AsyncRead, AsyncWrite};
-use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
+use futures_lite::{AsyncWriteExt, FutureExt};
 use http_types::{Body, Method, Request, Response, StatusCode};
-use smol::net::TcpStream;
 use smol::Timer;
 
 use super::routes::{Route, Upstream};
+use super::stream::Stream;
 use super::Shared;
 
 /// A backend connection: async-h1 takes it by value, the pool keeps another handle.
@@ -32,7 +32,7 @@ const HEAD_END: &[u8] = b"\r\n\r\n";
 /// the first bytes after a 101. The head itself is parsed by async-h1 (httparse); this only
 /// finds where it ends.
 pub struct Backend {
-    stream: TcpStream,
+    stream: Stream,
     buf: Box<[u8]>,
     /// Bytes read from `stream` and not handed out: `buf[start..end]`.
     start: usize,
@@ -43,7 +43,7 @@ pub struct Backend {
 }
 
 impl Backend {
-    fn new(stream: TcpStream) -> Backend {
+    fn new(stream: Stream) -> Backend {
         Backend {
             stream,
             buf: vec![0u8; 16 * 1024].into_boxed_slice(),
@@ -415,20 +415,19 @@ async fn connect(
     if pooled {
         for &addr in &order {
             while let Some(c) = shared.pool.take(addr) {
-                if still_open(&c).await {
+                if still_open(&c) {
                     return Some((addr, c, false));
                 }
             }
         }
     }
     for addr in order {
-        let attempt = async { TcpStream::connect(addr).await.map(Some) }.or(async {
-            smol::Timer::after(CONNECT_TIMEOUT).await;
+        let attempt = async { Stream::connect(addr).await.map(Some) }.or(async {
+            Timer::after(CONNECT_TIMEOUT).await;
             Ok(None)
         });
         match attempt.await {
             Ok(Some(s)) => {
-                let _ = s.set_nodelay(true);
                 let conn = async_dup::Arc::new(async_dup::Mutex::new(Backend::new(s)));
                 return Some((addr, conn, true));
             }
@@ -443,14 +442,16 @@ async fn connect(
     None
 }
 
-/// Whether an idle connection is still usable: a read that would wait means the endpoint
-/// has neither closed it nor sent anything unasked (either makes it unusable).
-async fn still_open(conn: &Conn) -> bool {
+/// Whether an idle connection is still usable: a peek that would block means the endpoint
+/// has neither closed it nor sent anything unasked (either makes it unusable). Without
+/// asking the reactor (a read through it would register the connection for nothing).
+fn still_open(conn: &Conn) -> bool {
+    let backend = conn.lock();
+    if backend.start != backend.end {
+        return false;
+    }
     let mut probe = [0u8; 1];
-    let mut c = conn.clone();
-    futures_lite::future::poll_once(c.read(&mut probe))
-        .await
-        .is_none()
+    matches!(backend.stream.get_ref().peek(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 fn bad_gateway(upstream: &Upstream) -> Response {
@@ -473,7 +474,12 @@ async fn forward(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
         let b = body.take().unwrap_or_else(Body::empty);
         let out = outgoing(&req, b, &[]);
         conn.lock().expect_head();
-        match async_h1::connect(conn.clone(), out).await {
+        // A request's head and a body at hand in one write, as answers are.
+        let exchange = async {
+            send(&mut async_h1::client::Encoder::new(out), &mut conn.clone()).await?;
+            async_h1::client::decode(conn.clone()).await
+        };
+        match exchange.await {
             Ok(res) => return relay(shared, addr, conn, req.method(), res),
             Err(e) if !fresh && replayable => {
                 // The endpoint closed the idle connection; nothing was answered.
@@ -594,8 +600,7 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
     let mut out = outgoing(&req, body, &["connection", "upgrade"]);
     out.insert_header("connection", "upgrade");
     let mut encoded = async_h1::client::Encoder::new(out);
-    let mut w = conn.clone();
-    if let Err(e) = futures_lite::io::copy(&mut encoded, &mut w).await {
+    if let Err(e) = send(&mut encoded, &mut conn.clone()).await {
         tracing::debug!(%addr, error = %e, "sending the upgrade request failed");
         return bad_gateway(upstream);
     }
@@ -634,6 +639,7 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_lite::AsyncReadExt;
     use std::io::{BufRead as _, Read as _, Write as _};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -678,8 +684,9 @@ mod tests {
                 "default/web:80".into(),
                 vec![endpoint],
             )));
-        let listener = smol::block_on(smol::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let listener =
+            smol::Async::<std::net::TcpListener>::bind(([127, 0, 0, 1], 0)).expect("bind");
+        let addr = listener.get_ref().local_addr().expect("addr");
         smol::spawn(super::super::accept_loop(listener, shared, None)).detach();
         addr
     }
