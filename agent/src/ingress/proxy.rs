@@ -297,6 +297,29 @@ where
 
 /// The largest write [`send`] makes.
 const SEND_CHUNK: usize = 16 * 1024;
+/// [`send`]'s buffers kept for the next messages (a new zeroed buffer for each message
+/// showed in profiles).
+static SEND_BUFFERS: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
+const SEND_BUFFERS_KEPT: usize = 64;
+
+/// A buffer of [`SEND_BUFFERS`], given back when dropped.
+struct SendBuffer(Box<[u8]>);
+
+impl SendBuffer {
+    fn take() -> SendBuffer {
+        let kept = SEND_BUFFERS.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        SendBuffer(kept.unwrap_or_else(|| vec![0u8; SEND_CHUNK].into_boxed_slice()))
+    }
+}
+
+impl Drop for SendBuffer {
+    fn drop(&mut self) {
+        let mut kept = SEND_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < SEND_BUFFERS_KEPT {
+            kept.push(std::mem::take(&mut self.0));
+        }
+    }
+}
 
 /// Copies `src` (an encoder of async-h1: a message's head, then its body) to `dst` with as
 /// few writes as it can: everything `src` has ready, up to [`SEND_CHUNK`], goes in one write,
@@ -307,7 +330,8 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; SEND_CHUNK];
+    let mut buffer = SendBuffer::take();
+    let buf = &mut buffer.0;
     loop {
         let mut len = 0;
         let mut end = false;
@@ -336,7 +360,7 @@ where
 
 async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool) -> Response {
     let host_header = req
-        .header("host")
+        .header(http_types::headers::HOST)
         .map(|h| h.last().as_str().to_string())
         .or_else(|| req.url().host_str().map(str::to_string))
         .unwrap_or_default();
@@ -346,11 +370,8 @@ async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool
         _ => host_header.as_str(),
     }
     .trim_start_matches('[')
-    .trim_end_matches(']')
-    .to_string();
-    let path = req.url().path().to_string();
-    let table = shared.table();
-    let upstream = match table.route(&host, &path) {
+    .trim_end_matches(']');
+    let upstream = match shared.table().route(host, req.url().path()) {
         Route::Upstream(u) => u.clone(),
         Route::NotFound => {
             return answer(
@@ -359,7 +380,6 @@ async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool
             )
         }
     };
-    drop(table);
     if upstream.endpoints.is_empty() {
         return answer(
             StatusCode::ServiceUnavailable,
@@ -386,9 +406,10 @@ async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool
 /// `body`.
 fn outgoing(req: &Request, body: Body, keep: &[&str]) -> Request {
     let mut out = Request::new(req.method(), req.url().clone());
+    // Header names are lower case in http-types.
     for (name, values) in req.iter() {
-        let n = name.as_str().to_ascii_lowercase();
-        if HOP_BY_HOP.contains(&n.as_str()) && !keep.contains(&n.as_str()) {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) && !keep.contains(&n) {
             continue;
         }
         // async-h1 answers the client's `Expect: 100-continue` itself; an endpoint's interim
@@ -396,9 +417,7 @@ fn outgoing(req: &Request, body: Body, keep: &[&str]) -> Request {
         if n == "expect" {
             continue;
         }
-        for v in values.iter() {
-            out.append_header(name.as_str(), v.as_str());
-        }
+        out.append_header(name, values);
     }
     out.set_body(body);
     out
@@ -474,7 +493,6 @@ async fn forward(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
         let b = body.take().unwrap_or_else(Body::empty);
         let out = outgoing(&req, b, &[]);
         conn.lock().expect_head();
-        // A request's head and a body at hand in one write, as answers are.
         let exchange = async {
             send(&mut async_h1::client::Encoder::new(out), &mut conn.clone()).await?;
             async_h1::client::decode(conn.clone()).await
@@ -496,7 +514,8 @@ async fn forward(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
 }
 
 /// The endpoint's answer as the client's: hop-by-hop headers dropped, the body streamed,
-/// and the connection pooled again once the body was read to its end.
+/// and the connection pooled again once the body was read to its end. Changed in place (a
+/// new Response is two channels and a copy of every header).
 fn relay(
     shared: &Shared,
     addr: SocketAddr,
@@ -504,47 +523,50 @@ fn relay(
     method: Method,
     mut res: Response,
 ) -> Response {
+    use http_types::headers::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
     let status = u16::from(res.status());
-    let header = |n: &str| {
+    let header = |n| {
         res.header(n)
             .map(|v| v.last().as_str().to_ascii_lowercase())
     };
-    let close = header("connection").is_some_and(|c| c.contains("close"));
-    let chunked = header("transfer-encoding").is_some_and(|t| t.contains("chunked"));
-    let length = header("content-length").and_then(|l| l.trim().parse::<u64>().ok());
+    let close = header(CONNECTION).is_some_and(|c| c.contains("close"));
+    let chunked = header(TRANSFER_ENCODING).is_some_and(|t| t.contains("chunked"));
+    let length = header(CONTENT_LENGTH).and_then(|l| l.trim().parse::<u64>().ok());
     let no_body = method == Method::Head || status == 204 || status == 304 || status < 200;
     let framed = no_body || chunked || length.is_some();
-    let mut out = Response::new(res.status());
-    for (name, values) in res.iter() {
-        let n = name.as_str().to_ascii_lowercase();
-        if HOP_BY_HOP.contains(&n.as_str()) {
-            continue;
-        }
-        for v in values.iter() {
-            // async-h1's client adds a Date of its own when there is none, malformed
-            // (`date: ...\r\n` as the value); the server writes a proper one.
-            if n == "date" && v.as_str().contains('\r') {
-                continue;
-            }
-            out.append_header(name.as_str(), v.as_str());
-        }
+    let hop: Vec<_> = res
+        .iter()
+        .map(|(name, _)| name)
+        .filter(|name| HOP_BY_HOP.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    for name in hop {
+        res.remove_header(name);
     }
+    // async-h1's client adds a Date of its own when there is none, malformed
+    // (`date: ...\r\n` as the value); the server writes a proper one.
+    if res
+        .header(DATE)
+        .is_some_and(|d| d.iter().any(|v| v.as_str().contains('\r')))
+    {
+        res.remove_header(DATE);
+    }
+    let body = res.take_body();
     if no_body {
         if !close {
             shared.pool.put(addr, conn);
         }
-        return out;
+        return res;
     }
     if !framed {
         // Delimited by the end of the connection (HTTP/1.0 style, busybox httpd's error
         // pages): async-h1 leaves it unread, and the connection holds it from its start.
-        out.set_body(Body::from_reader(
+        res.set_body(Body::from_reader(
             futures_lite::io::BufReader::new(conn),
             None,
         ));
-        return out;
+        return res;
     }
-    let body = res.take_body();
     let len = if chunked {
         None
     } else {
@@ -555,11 +577,8 @@ fn relay(
         back: (!close).then(|| (shared.pool_handle(), addr, conn)),
         remaining: len.map(|l| l as u64),
     };
-    out.set_body(Body::from_reader(
-        futures_lite::io::BufReader::new(reader),
-        len,
-    ));
-    out
+    res.set_body(Body::from_reader(reader, len));
+    res
 }
 
 /// A response body that gives its connection back to the pool when read to its end.
@@ -571,6 +590,20 @@ struct ReturnOnEnd {
     remaining: Option<u64>,
 }
 
+impl ReturnOnEnd {
+    /// `n` more bytes were handed on (0 with room for more: the end).
+    fn advance(&mut self, n: usize, at_end: bool) {
+        if let Some(left) = &mut self.remaining {
+            *left = left.saturating_sub(n as u64);
+        }
+        if at_end || self.remaining == Some(0) {
+            if let Some((pool, addr, conn)) = self.back.take() {
+                pool.put(addr, conn);
+            }
+        }
+    }
+}
+
 impl AsyncRead for ReturnOnEnd {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -578,15 +611,27 @@ impl AsyncRead for ReturnOnEnd {
         buf: &mut [u8],
     ) -> Poll<std::io::Result<usize>> {
         let n = std::task::ready!(Pin::new(&mut self.body).poll_read(cx, buf))?;
-        if let Some(left) = &mut self.remaining {
-            *left = left.saturating_sub(n as u64);
-        }
-        if (n == 0 && !buf.is_empty()) || self.remaining == Some(0) {
-            if let Some((pool, addr, conn)) = self.back.take() {
+        self.advance(n, n == 0 && !buf.is_empty());
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// The body's own buffer (a `BufReader` over this only copied once more).
+impl futures_lite::io::AsyncBufRead for ReturnOnEnd {
+    fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<&[u8]>> {
+        let this = self.get_mut();
+        let buf = std::task::ready!(Pin::new(&mut this.body).poll_fill_buf(cx))?;
+        if buf.is_empty() {
+            if let Some((pool, addr, conn)) = this.back.take() {
                 pool.put(addr, conn);
             }
         }
-        Poll::Ready(Ok(n))
+        Poll::Ready(Ok(buf))
+    }
+
+    fn consume(mut self: Pin<&mut Self>, amt: usize) {
+        Pin::new(&mut self.body).consume(amt);
+        self.advance(amt, false);
     }
 }
 
@@ -617,13 +662,11 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
     }
     let mut answer = Response::new(StatusCode::SwitchingProtocols);
     for (name, values) in res.iter() {
-        let n = name.as_str().to_ascii_lowercase();
+        let n = name.as_str();
         if n == "date" || n == "content-length" || n == "transfer-encoding" {
             continue;
         }
-        for v in values.iter() {
-            answer.append_header(name.as_str(), v.as_str());
-        }
+        answer.append_header(name, values);
     }
     // async-h1 hands over the client's connection once the 101 is written.
     let upgraded = answer.recv_upgrade().await;
