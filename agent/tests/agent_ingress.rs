@@ -171,7 +171,8 @@ spec:
     )
 }
 
-/// One request with `Connection: close`: the status and the body.
+/// One request with `Connection: close`: the status and the body of the whole answer, read to
+/// the end of the connection; the answer must say `Connection: close`.
 fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -182,7 +183,15 @@ fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
     .ok()?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).ok()?;
-    parse_answer(&out)
+    let answer = parse_answer(&out)?;
+    // The answer says the connection ends (clients would send their next request on it).
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    let head = text.split("\r\n\r\n").next().unwrap_or_default();
+    assert!(
+        head.contains("\r\nconnection: close\r\n"),
+        "an answer to Connection: close without it: {head:?}"
+    );
+    Some(answer)
 }
 
 /// Two requests on one client connection (keep-alive): both bodies.

@@ -15,6 +15,7 @@
 
 mod proxy;
 pub mod routes;
+mod stream;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -281,8 +282,8 @@ async fn list_and_watch<K: Watched>(client: &Client, shared: &Shared) -> Result<
 /// Binds the ports and starts the watchers and the listeners on the current executor.
 /// A port that cannot be bound is an error (the caller logs it; the node runs on).
 pub async fn start(client: Client, cfg: IngressConfig) -> std::io::Result<()> {
-    let http = smol::net::TcpListener::bind(cfg.http).await?;
-    let https = smol::net::TcpListener::bind(cfg.https).await?;
+    let http = smol::Async::<std::net::TcpListener>::bind(cfg.http)?;
+    let https = smol::Async::<std::net::TcpListener>::bind(cfg.https)?;
     let shared = Arc::new(Shared::new());
     smol::spawn(reflect::<IngressClass>(client.clone(), shared.clone())).detach();
     smol::spawn(reflect::<Ingress>(client.clone(), shared.clone())).detach();
@@ -307,7 +308,7 @@ pub async fn start(client: Client, cfg: IngressConfig) -> std::io::Result<()> {
 }
 
 async fn accept_loop(
-    listener: smol::net::TcpListener,
+    listener: smol::Async<std::net::TcpListener>,
     shared: Arc<Shared>,
     tls: Option<futures_rustls::TlsAcceptor>,
 ) {
@@ -321,7 +322,8 @@ async fn accept_loop(
                 continue;
             }
         };
-        let _ = tcp.set_nodelay(true);
+        let _ = tcp.get_ref().set_nodelay(true);
+        let tcp = stream::Stream::new(tcp);
         let shared = shared.clone();
         let tls = tls.clone();
         smol::spawn(async move {

@@ -8,14 +8,15 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_lite::io::{AsyncRead, AsyncWrite};
-use futures_lite::{AsyncReadExt, FutureExt};
+use futures_lite::{AsyncWriteExt, FutureExt};
 use http_types::{Body, Method, Request, Response, StatusCode};
-use smol::net::TcpStream;
+use smol::Timer;
 
 use super::routes::{Route, Upstream};
+use super::stream::Stream;
 use super::Shared;
 
 /// A backend connection: async-h1 takes it by value, the pool keeps another handle.
@@ -31,7 +32,7 @@ const HEAD_END: &[u8] = b"\r\n\r\n";
 /// the first bytes after a 101. The head itself is parsed by async-h1 (httparse); this only
 /// finds where it ends.
 pub struct Backend {
-    stream: TcpStream,
+    stream: Stream,
     buf: Box<[u8]>,
     /// Bytes read from `stream` and not handed out: `buf[start..end]`.
     start: usize,
@@ -42,7 +43,7 @@ pub struct Backend {
 }
 
 impl Backend {
-    fn new(stream: TcpStream) -> Backend {
+    fn new(stream: Stream) -> Backend {
         Backend {
             stream,
             buf: vec![0u8; 16 * 1024].into_boxed_slice(),
@@ -160,12 +161,7 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 fn is_upgrade(req: &Request) -> bool {
-    req.header("upgrade").is_some()
-        && req.header("connection").is_some_and(|c| {
-            c.iter()
-                .flat_map(|v| v.as_str().split(','))
-                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-        })
+    req.header("upgrade").is_some() && connection_has(req.header("connection"), "upgrade")
 }
 
 /// A short plain-text answer of the proxy itself.
@@ -180,24 +176,191 @@ fn answer(status: StatusCode, text: &str) -> Response {
     r
 }
 
-/// Serves one client connection until it closes.
+/// How long a client may take to send a request's head, counted from the connection's start
+/// or the end of the previous answer (async-h1's default; nginx's client_header_timeout).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The deadline for a request's head: one timer per connection, registered with the reactor
+/// the first time a head is awaited and moved only when it fires early (a timer per request
+/// cost a reactor wake-up each: async-io notifies the reactor of every new timer).
+struct HeadDeadline {
+    timer: Timer,
+    /// When the head now awaited began to be awaited.
+    since: Instant,
+}
+
+impl HeadDeadline {
+    fn new() -> HeadDeadline {
+        let now = Instant::now();
+        HeadDeadline {
+            timer: Timer::at(now + HEAD_TIMEOUT),
+            since: now,
+        }
+    }
+
+    /// A head is awaited from now.
+    fn restart(&mut self) {
+        self.since = Instant::now();
+    }
+
+    /// Resolves when the head awaited since the last `restart` is overdue.
+    async fn expired(&mut self) {
+        loop {
+            (&mut self.timer).await;
+            let due = self.since + HEAD_TIMEOUT;
+            if Instant::now() >= due {
+                return;
+            }
+            self.timer.set_at(due);
+        }
+    }
+}
+
+/// Whether a `Connection` header holds `token` (any case, among others).
+fn connection_has(values: Option<&http_types::headers::HeaderValues>, token: &str) -> bool {
+    values.is_some_and(|c| {
+        c.iter()
+            .flat_map(|v| v.as_str().split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    })
+}
+
+/// Serves one client connection until it closes: async-h1 reads each request head and
+/// writes each answer (keep-alive). Unlike `async_h1::accept`, an answer to a request with
+/// `Connection: close` says so before the connection is closed (clients would otherwise send
+/// their next request on it and read its end), the answer's head and what its body has ready
+/// go out in one write, and the head deadline uses one timer per connection.
 pub async fn serve<IO>(io: IO, shared: Arc<Shared>, peer: SocketAddr, https: bool)
 where
     IO: AsyncRead + AsyncWrite + Clone + Send + Sync + Unpin + 'static,
 {
-    let result = async_h1::accept(io, |req| {
-        let shared = shared.clone();
-        async move { Ok(handle(&shared, req, peer, https).await) }
-    })
-    .await;
-    if let Err(e) = result {
+    if let Err(e) = serve_requests(io, &shared, peer, https).await {
         tracing::debug!(%peer, error = %e, "ingress connection ended with an error");
+    }
+}
+
+async fn serve_requests<IO>(
+    mut io: IO,
+    shared: &Shared,
+    peer: SocketAddr,
+    https: bool,
+) -> http_types::Result<()>
+where
+    IO: AsyncRead + AsyncWrite + Clone + Send + Sync + Unpin + 'static,
+{
+    let mut deadline = HeadDeadline::new();
+    loop {
+        deadline.restart();
+        let decoded = async_h1::server::decode(io.clone())
+            .or(async {
+                deadline.expired().await;
+                Ok(None)
+            })
+            .await?;
+        // The end of the connection, or no head in time.
+        let Some((req, mut body)) = decoded else {
+            return Ok(());
+        };
+        let close = connection_has(req.header("connection"), "close");
+        let upgrade_requested = is_upgrade(&req);
+        let method = req.method();
+
+        let mut res = handle(shared, req, peer, https).await;
+
+        if close {
+            res.insert_header("connection", "close");
+        }
+        let upgrade = (upgrade_requested
+            && res.status() == StatusCode::SwitchingProtocols
+            && res.has_upgrade())
+        .then(|| res.send_upgrade());
+        send(&mut async_h1::server::Encoder::new(res, method), &mut io).await?;
+        if let Some(upgrade) = upgrade {
+            upgrade
+                .send(http_types::upgrade::Connection::new(io.clone()))
+                .await;
+            return Ok(());
+        }
+        // What the handler left of the request's body: the next request follows it, and a
+        // close with unread bytes would be a reset that can destroy the answer in flight.
+        futures_lite::io::copy(&mut body, &mut futures_lite::io::sink()).await?;
+        if close {
+            // The end after the answer: dropping the last handle closes a TCP connection
+            // (a FIN after what was written); TLS first sends its close_notify.
+            if https {
+                io.close().await?;
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// The largest write [`send`] makes.
+const SEND_CHUNK: usize = 16 * 1024;
+/// [`send`]'s buffers kept for the next messages (a new zeroed buffer for each message
+/// showed in profiles).
+static SEND_BUFFERS: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
+const SEND_BUFFERS_KEPT: usize = 64;
+
+/// A buffer of [`SEND_BUFFERS`], given back when dropped.
+struct SendBuffer(Box<[u8]>);
+
+impl SendBuffer {
+    fn take() -> SendBuffer {
+        let kept = SEND_BUFFERS.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        SendBuffer(kept.unwrap_or_else(|| vec![0u8; SEND_CHUNK].into_boxed_slice()))
+    }
+}
+
+impl Drop for SendBuffer {
+    fn drop(&mut self) {
+        let mut kept = SEND_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < SEND_BUFFERS_KEPT {
+            kept.push(std::mem::take(&mut self.0));
+        }
+    }
+}
+
+/// Copies `src` (an encoder of async-h1: a message's head, then its body) to `dst` with as
+/// few writes as it can: everything `src` has ready, up to [`SEND_CHUNK`], goes in one write,
+/// so a head and a body at hand leave in one segment (async-h1's own copy wrote the head and
+/// the body apart). Flushes at the end.
+async fn send<R, W>(src: &mut R, dst: &mut W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buffer = SendBuffer::take();
+    let buf = &mut buffer.0;
+    loop {
+        let mut len = 0;
+        let mut end = false;
+        futures_lite::future::poll_fn(|cx| loop {
+            if len == buf.len() {
+                return Poll::Ready(Ok(()));
+            }
+            match Pin::new(&mut *src).poll_read(cx, &mut buf[len..]) {
+                Poll::Ready(Ok(0)) => {
+                    end = true;
+                    return Poll::Ready(Ok(()));
+                }
+                Poll::Ready(Ok(n)) => len += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending if len > 0 => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        })
+        .await?;
+        dst.write_all(&buf[..len]).await?;
+        if end {
+            return dst.flush().await;
+        }
     }
 }
 
 async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool) -> Response {
     let host_header = req
-        .header("host")
+        .header(http_types::headers::HOST)
         .map(|h| h.last().as_str().to_string())
         .or_else(|| req.url().host_str().map(str::to_string))
         .unwrap_or_default();
@@ -207,11 +370,8 @@ async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool
         _ => host_header.as_str(),
     }
     .trim_start_matches('[')
-    .trim_end_matches(']')
-    .to_string();
-    let path = req.url().path().to_string();
-    let table = shared.table();
-    let upstream = match table.route(&host, &path) {
+    .trim_end_matches(']');
+    let upstream = match shared.table().route(host, req.url().path()) {
         Route::Upstream(u) => u.clone(),
         Route::NotFound => {
             return answer(
@@ -220,7 +380,6 @@ async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool
             )
         }
     };
-    drop(table);
     if upstream.endpoints.is_empty() {
         return answer(
             StatusCode::ServiceUnavailable,
@@ -247,9 +406,10 @@ async fn handle(shared: &Shared, mut req: Request, peer: SocketAddr, https: bool
 /// `body`.
 fn outgoing(req: &Request, body: Body, keep: &[&str]) -> Request {
     let mut out = Request::new(req.method(), req.url().clone());
+    // Header names are lower case in http-types.
     for (name, values) in req.iter() {
-        let n = name.as_str().to_ascii_lowercase();
-        if HOP_BY_HOP.contains(&n.as_str()) && !keep.contains(&n.as_str()) {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) && !keep.contains(&n) {
             continue;
         }
         // async-h1 answers the client's `Expect: 100-continue` itself; an endpoint's interim
@@ -257,9 +417,7 @@ fn outgoing(req: &Request, body: Body, keep: &[&str]) -> Request {
         if n == "expect" {
             continue;
         }
-        for v in values.iter() {
-            out.append_header(name.as_str(), v.as_str());
-        }
+        out.append_header(name, values);
     }
     out.set_body(body);
     out
@@ -276,20 +434,19 @@ async fn connect(
     if pooled {
         for &addr in &order {
             while let Some(c) = shared.pool.take(addr) {
-                if still_open(&c).await {
+                if still_open(&c) {
                     return Some((addr, c, false));
                 }
             }
         }
     }
     for addr in order {
-        let attempt = async { TcpStream::connect(addr).await.map(Some) }.or(async {
-            smol::Timer::after(CONNECT_TIMEOUT).await;
+        let attempt = async { Stream::connect(addr).await.map(Some) }.or(async {
+            Timer::after(CONNECT_TIMEOUT).await;
             Ok(None)
         });
         match attempt.await {
             Ok(Some(s)) => {
-                let _ = s.set_nodelay(true);
                 let conn = async_dup::Arc::new(async_dup::Mutex::new(Backend::new(s)));
                 return Some((addr, conn, true));
             }
@@ -304,14 +461,16 @@ async fn connect(
     None
 }
 
-/// Whether an idle connection is still usable: a read that would wait means the endpoint
-/// has neither closed it nor sent anything unasked (either makes it unusable).
-async fn still_open(conn: &Conn) -> bool {
+/// Whether an idle connection is still usable: a peek that would block means the endpoint
+/// has neither closed it nor sent anything unasked (either makes it unusable). Without
+/// asking the reactor (a read through it would register the connection for nothing).
+fn still_open(conn: &Conn) -> bool {
+    let backend = conn.lock();
+    if backend.start != backend.end {
+        return false;
+    }
     let mut probe = [0u8; 1];
-    let mut c = conn.clone();
-    futures_lite::future::poll_once(c.read(&mut probe))
-        .await
-        .is_none()
+    matches!(backend.stream.get_ref().peek(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 fn bad_gateway(upstream: &Upstream) -> Response {
@@ -334,7 +493,11 @@ async fn forward(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
         let b = body.take().unwrap_or_else(Body::empty);
         let out = outgoing(&req, b, &[]);
         conn.lock().expect_head();
-        match async_h1::connect(conn.clone(), out).await {
+        let exchange = async {
+            send(&mut async_h1::client::Encoder::new(out), &mut conn.clone()).await?;
+            async_h1::client::decode(conn.clone()).await
+        };
+        match exchange.await {
             Ok(res) => return relay(shared, addr, conn, req.method(), res),
             Err(e) if !fresh && replayable => {
                 // The endpoint closed the idle connection; nothing was answered.
@@ -351,7 +514,8 @@ async fn forward(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
 }
 
 /// The endpoint's answer as the client's: hop-by-hop headers dropped, the body streamed,
-/// and the connection pooled again once the body was read to its end.
+/// and the connection pooled again once the body was read to its end. Changed in place (a
+/// new Response is two channels and a copy of every header).
 fn relay(
     shared: &Shared,
     addr: SocketAddr,
@@ -359,47 +523,50 @@ fn relay(
     method: Method,
     mut res: Response,
 ) -> Response {
+    use http_types::headers::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
     let status = u16::from(res.status());
-    let header = |n: &str| {
+    let header = |n| {
         res.header(n)
             .map(|v| v.last().as_str().to_ascii_lowercase())
     };
-    let close = header("connection").is_some_and(|c| c.contains("close"));
-    let chunked = header("transfer-encoding").is_some_and(|t| t.contains("chunked"));
-    let length = header("content-length").and_then(|l| l.trim().parse::<u64>().ok());
+    let close = header(CONNECTION).is_some_and(|c| c.contains("close"));
+    let chunked = header(TRANSFER_ENCODING).is_some_and(|t| t.contains("chunked"));
+    let length = header(CONTENT_LENGTH).and_then(|l| l.trim().parse::<u64>().ok());
     let no_body = method == Method::Head || status == 204 || status == 304 || status < 200;
     let framed = no_body || chunked || length.is_some();
-    let mut out = Response::new(res.status());
-    for (name, values) in res.iter() {
-        let n = name.as_str().to_ascii_lowercase();
-        if HOP_BY_HOP.contains(&n.as_str()) {
-            continue;
-        }
-        for v in values.iter() {
-            // async-h1's client adds a Date of its own when there is none, malformed
-            // (`date: ...\r\n` as the value); the server writes a proper one.
-            if n == "date" && v.as_str().contains('\r') {
-                continue;
-            }
-            out.append_header(name.as_str(), v.as_str());
-        }
+    let hop: Vec<_> = res
+        .iter()
+        .map(|(name, _)| name)
+        .filter(|name| HOP_BY_HOP.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    for name in hop {
+        res.remove_header(name);
     }
+    // async-h1's client adds a Date of its own when there is none, malformed
+    // (`date: ...\r\n` as the value); the server writes a proper one.
+    if res
+        .header(DATE)
+        .is_some_and(|d| d.iter().any(|v| v.as_str().contains('\r')))
+    {
+        res.remove_header(DATE);
+    }
+    let body = res.take_body();
     if no_body {
         if !close {
             shared.pool.put(addr, conn);
         }
-        return out;
+        return res;
     }
     if !framed {
         // Delimited by the end of the connection (HTTP/1.0 style, busybox httpd's error
         // pages): async-h1 leaves it unread, and the connection holds it from its start.
-        out.set_body(Body::from_reader(
+        res.set_body(Body::from_reader(
             futures_lite::io::BufReader::new(conn),
             None,
         ));
-        return out;
+        return res;
     }
-    let body = res.take_body();
     let len = if chunked {
         None
     } else {
@@ -410,11 +577,8 @@ fn relay(
         back: (!close).then(|| (shared.pool_handle(), addr, conn)),
         remaining: len.map(|l| l as u64),
     };
-    out.set_body(Body::from_reader(
-        futures_lite::io::BufReader::new(reader),
-        len,
-    ));
-    out
+    res.set_body(Body::from_reader(reader, len));
+    res
 }
 
 /// A response body that gives its connection back to the pool when read to its end.
@@ -426,6 +590,20 @@ struct ReturnOnEnd {
     remaining: Option<u64>,
 }
 
+impl ReturnOnEnd {
+    /// `n` more bytes were handed on (0 with room for more: the end).
+    fn advance(&mut self, n: usize, at_end: bool) {
+        if let Some(left) = &mut self.remaining {
+            *left = left.saturating_sub(n as u64);
+        }
+        if at_end || self.remaining == Some(0) {
+            if let Some((pool, addr, conn)) = self.back.take() {
+                pool.put(addr, conn);
+            }
+        }
+    }
+}
+
 impl AsyncRead for ReturnOnEnd {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -433,15 +611,27 @@ impl AsyncRead for ReturnOnEnd {
         buf: &mut [u8],
     ) -> Poll<std::io::Result<usize>> {
         let n = std::task::ready!(Pin::new(&mut self.body).poll_read(cx, buf))?;
-        if let Some(left) = &mut self.remaining {
-            *left = left.saturating_sub(n as u64);
-        }
-        if (n == 0 && !buf.is_empty()) || self.remaining == Some(0) {
-            if let Some((pool, addr, conn)) = self.back.take() {
+        self.advance(n, n == 0 && !buf.is_empty());
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// The body's own buffer (a `BufReader` over this only copied once more).
+impl futures_lite::io::AsyncBufRead for ReturnOnEnd {
+    fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<&[u8]>> {
+        let this = self.get_mut();
+        let buf = std::task::ready!(Pin::new(&mut this.body).poll_fill_buf(cx))?;
+        if buf.is_empty() {
+            if let Some((pool, addr, conn)) = this.back.take() {
                 pool.put(addr, conn);
             }
         }
-        Poll::Ready(Ok(n))
+        Poll::Ready(Ok(buf))
+    }
+
+    fn consume(mut self: Pin<&mut Self>, amt: usize) {
+        Pin::new(&mut self.body).consume(amt);
+        self.advance(amt, false);
     }
 }
 
@@ -455,8 +645,7 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
     let mut out = outgoing(&req, body, &["connection", "upgrade"]);
     out.insert_header("connection", "upgrade");
     let mut encoded = async_h1::client::Encoder::new(out);
-    let mut w = conn.clone();
-    if let Err(e) = futures_lite::io::copy(&mut encoded, &mut w).await {
+    if let Err(e) = send(&mut encoded, &mut conn.clone()).await {
         tracing::debug!(%addr, error = %e, "sending the upgrade request failed");
         return bad_gateway(upstream);
     }
@@ -473,13 +662,11 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
     }
     let mut answer = Response::new(StatusCode::SwitchingProtocols);
     for (name, values) in res.iter() {
-        let n = name.as_str().to_ascii_lowercase();
+        let n = name.as_str();
         if n == "date" || n == "content-length" || n == "transfer-encoding" {
             continue;
         }
-        for v in values.iter() {
-            answer.append_header(name.as_str(), v.as_str());
-        }
+        answer.append_header(name, values);
     }
     // async-h1 hands over the client's connection once the 101 is written.
     let upgraded = answer.recv_upgrade().await;
@@ -495,7 +682,8 @@ async fn upgrade(shared: &Shared, upstream: &Upstream, mut req: Request) -> Resp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read as _, Write as _};
+    use futures_lite::AsyncReadExt;
+    use std::io::{BufRead as _, Read as _, Write as _};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Answers every request on a connection with a 3-byte Content-Length body; counts the
@@ -529,6 +717,96 @@ mod tests {
             }
         });
         (addr, accepted)
+    }
+
+    /// A proxy on a real socket (the agent's accept loop) that sends everything to `endpoint`.
+    fn proxy_to(endpoint: SocketAddr) -> SocketAddr {
+        let shared = Arc::new(Shared::new());
+        *shared.table.write().expect("table") =
+            Arc::new(super::super::routes::Table::everything_to(Upstream::new(
+                "default/web:80".into(),
+                vec![endpoint],
+            )));
+        let listener =
+            smol::Async::<std::net::TcpListener>::bind(([127, 0, 0, 1], 0)).expect("bind");
+        let addr = listener.get_ref().local_addr().expect("addr");
+        smol::spawn(super::super::accept_loop(listener, shared, None)).detach();
+        addr
+    }
+
+    /// Reads one answer (a Content-Length body) from `r`: its head, lower-cased, and body.
+    fn read_answer(r: &mut impl std::io::BufRead) -> (String, Vec<u8>) {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            assert!(
+                r.read_line(&mut line).expect("head") > 0,
+                "the end within a head: {head:?}"
+            );
+            if line == "\r\n" {
+                break;
+            }
+            head.push_str(&line.to_ascii_lowercase());
+        }
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .expect("a Content-Length")
+            .trim()
+            .parse()
+            .expect("length");
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).expect("body");
+        (head, body)
+    }
+
+    /// A request with `Connection: close` gets its whole answer, which says
+    /// `Connection: close`, then the end of the connection (not a reset). wrk counted read
+    /// errors through the proxy until the answer said so: it sent its next request on the
+    /// connection and read the end.
+    #[test]
+    fn connection_close_is_answered_whole_with_connection_close_then_the_end() {
+        let (endpoint, _) = endpoint();
+        let proxy = proxy_to(endpoint);
+        for request in [
+            "GET / HTTP/1.1\r\nHost: web.example\r\nConnection: close\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: web.example\r\nConnection: Close\r\n\r\n",
+            "POST /b HTTP/1.1\r\nHost: web.example\r\nContent-Length: 4\r\nConnection: keep-alive, close\r\n\r\nbody",
+        ] {
+            let mut s = std::net::TcpStream::connect(proxy).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            s.write_all(request.as_bytes()).expect("request");
+            let mut all = Vec::new();
+            // Ends at the end of the connection: an error here is a reset or no end.
+            s.read_to_end(&mut all).expect("the whole answer, then the end");
+            let mut r = std::io::BufReader::new(&all[..]);
+            let (head, body) = read_answer(&mut r);
+            assert!(head.starts_with("http/1.1 200 "), "{head}");
+            assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+            assert_eq!(body, b"ok\n");
+            assert!(r.fill_buf().expect("rest").is_empty(), "bytes after the answer");
+        }
+    }
+
+    /// Without `Connection: close` the connection stays open for the next request, and the
+    /// answers do not say `Connection: close`.
+    #[test]
+    fn keep_alive_requests_share_a_connection() {
+        let (endpoint, _) = endpoint();
+        let proxy = proxy_to(endpoint);
+        let s = std::net::TcpStream::connect(proxy).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut r = std::io::BufReader::new(s.try_clone().expect("clone"));
+        let mut w = s;
+        for i in 0..3 {
+            write!(w, "GET /{i} HTTP/1.1\r\nHost: web.example\r\n\r\n").expect("request");
+            let (head, body) = read_answer(&mut r);
+            assert!(head.starts_with("http/1.1 200 "), "{head}");
+            assert!(!head.contains("connection:"), "{head}");
+            assert_eq!(body, b"ok\n");
+        }
     }
 
     /// Answers forwarded one after another share one endpoint connection, given back to the

@@ -145,6 +145,17 @@ impl Table {
     }
 }
 
+#[cfg(test)]
+impl Table {
+    /// A table that sends every request to `upstream` (as a defaultBackend does).
+    pub fn everything_to(upstream: Upstream) -> Table {
+        Table {
+            default: Some(Arc::new(upstream)),
+            ..Table::default()
+        }
+    }
+}
+
 /// Everything the table is built from.
 #[derive(Debug, Default)]
 pub struct Objects {
