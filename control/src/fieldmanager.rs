@@ -14,13 +14,13 @@
 //! JSON shape in an [`Opaque`], so the stored encoding of `ObjectMeta` does not change.
 
 use std::collections::btree_map::Entry as MapEntry;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use api::meta::{Opaque, Time};
 use serde_json::{Map, Value};
 
-use crate::strategic::{strategy, ListStrategy};
+use crate::strategic::{strategy, Key, ListStrategy};
 
 /// A set of field paths: a tree keyed by FieldsV1 path elements, `f:<field>`, `k:<key as
 /// JSON>` (an element of a keyed list) and `v:<value as JSON>` (an element of a set). The
@@ -409,10 +409,18 @@ fn diff_member(
         (Node::Leaf, Node::Leaf) => out.changed.member = true,
         (Node::Map(om), Node::Map(nm)) => diff_map(om, nm, Some(field), filter, &mut out),
         (Node::Keyed(oi, ok), Node::Keyed(ni, nk)) if ok == nk => {
+            // Elements are matched through maps of their keys: a search of the old list for
+            // each new element made lists of 100,000s of elements take minutes.
+            let mut old_by_id: HashMap<Key<'_>, &Value> = HashMap::with_capacity(oi.len());
+            for o in oi {
+                if let Some(id) = o.get(nk) {
+                    old_by_id.entry(Key(id)).or_insert(o);
+                }
+            }
             for item in ni {
                 let id = &item[nk];
                 let element = key_element(nk, id);
-                match oi.iter().find(|o| o.get(nk) == Some(id)) {
+                match old_by_id.get(&Key(id)).copied() {
                     None => out.changed.put(element, collect_item(field, item)),
                     Some(before) if before == item => {}
                     Some(before) => {
@@ -425,19 +433,22 @@ fn diff_member(
                     }
                 }
             }
+            let new_ids: HashSet<Key<'_>> = ni.iter().filter_map(|i| i.get(ok)).map(Key).collect();
             for before in oi {
                 let id = &before[ok];
-                if !ni.iter().any(|i| i.get(ok) == Some(id)) {
+                if !new_ids.contains(&Key(id)) {
                     out.removed
                         .put(key_element(ok, id), collect_item(field, before));
                 }
             }
         }
         (Node::Set(oi), Node::Set(ni)) => {
-            for v in ni.iter().filter(|v| !oi.contains(v)) {
+            let (old_set, new_set): (HashSet<Key<'_>>, HashSet<Key<'_>>) =
+                (oi.iter().map(Key).collect(), ni.iter().map(Key).collect());
+            for v in ni.iter().filter(|v| !old_set.contains(&Key(v))) {
                 out.changed.put(value_element(v), FieldSet::leaf());
             }
-            for v in oi.iter().filter(|v| !ni.contains(v)) {
+            for v in oi.iter().filter(|v| !new_set.contains(&Key(v))) {
                 out.removed.put(value_element(v), FieldSet::leaf());
             }
         }
@@ -996,6 +1007,48 @@ mod tests {
             as_json(&c.removed),
             json!({"f:metadata": {"f:labels": {"f:b": {}}},
                    "f:spec": {"f:containers": {"k:{\"name\":\"b\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
+        );
+    }
+
+    /// Long lists were compared by searching the other version for each element: minutes for
+    /// lists of 100,000s (a 3 MiB object holds them).
+    #[test]
+    fn compare_matches_long_lists_in_linear_time() {
+        let n = 100_000;
+        let started = std::time::Instant::now();
+        let finalizers = |from: usize| -> Vec<Value> {
+            (from..from + n).map(|i| json!(format!("f{i}"))).collect()
+        };
+        let containers = |from: usize| -> Vec<Value> {
+            (from..from + n)
+                .map(|i| json!({"name": format!("c{i}")}))
+                .collect()
+        };
+        let old = json!({"metadata": {"finalizers": finalizers(0)},
+                         "spec": {"containers": containers(0)}});
+        let new = json!({"metadata": {"finalizers": finalizers(1)},
+                         "spec": {"containers": containers(1)}});
+        let c = compare(&old, &new, Scope::Main);
+        assert_eq!(
+            c.changed.paths(),
+            vec![
+                format!(".metadata.finalizers[=\"f{n}\"]"),
+                format!(".spec.containers[name=\"c{n}\"]"),
+                format!(".spec.containers[name=\"c{n}\"].name"),
+            ]
+        );
+        assert_eq!(
+            c.removed.paths(),
+            vec![
+                ".metadata.finalizers[=\"f0\"]",
+                ".spec.containers[name=\"c0\"]",
+                ".spec.containers[name=\"c0\"].name",
+            ]
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
         );
     }
 

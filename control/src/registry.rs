@@ -1204,6 +1204,82 @@ fn conflict_error(c: &fieldmanager::Conflicts) -> ApiError {
     )
 }
 
+/// The most operations a JSON patch may have (kube-apiserver's `maxJSONPatchOperations`).
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// How many bytes of JSON the `copy` operations of one JSON patch may add in all
+/// (kube-apiserver's `JSONPatchMaxCopyBytes`, its request body limit). Without a limit each
+/// copy of what an earlier copy made doubles the object: forty such operations, a 4 KiB body,
+/// ask for terabytes, inside the store's write.
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = crate::http::MAX_BODY_BYTES;
+
+/// Applies a JSON patch operation by operation, refusing one with too many operations or
+/// whose copies add more than [`MAX_JSON_PATCH_COPY_BYTES`]. On an error `doc` is half
+/// patched: the caller drops it.
+pub(crate) fn apply_json_patch(
+    doc: &mut Value,
+    ops: &[json_patch::PatchOperation],
+) -> Result<(), ApiError> {
+    if ops.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(ApiError::from_status(api::meta::Status::failure(
+            413,
+            "RequestEntityTooLarge",
+            format!(
+                "the allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+                ops.len()
+            ),
+        )));
+    }
+    let invalid = |message: String| {
+        ApiError::from_status(api::meta::Status::failure(422, "Invalid", message))
+    };
+    let mut copied = 0usize;
+    for (i, op) in ops.iter().enumerate() {
+        if let json_patch::PatchOperation::Copy(c) = op {
+            if let Some(source) = doc.pointer(c.from.as_str()) {
+                copied += json_len_up_to(source, MAX_JSON_PATCH_COPY_BYTES - copied + 1);
+                if copied > MAX_JSON_PATCH_COPY_BYTES {
+                    return Err(invalid(format!(
+                        "the JSON patch could not be applied: operation '/{i}' copies more than \
+                         the {MAX_JSON_PATCH_COPY_BYTES} bytes all copies of a patch may add"
+                    )));
+                }
+            }
+        }
+        json_patch::patch_unsafe(doc, std::slice::from_ref(op)).map_err(|mut e| {
+            e.operation = i;
+            invalid(format!("the JSON patch could not be applied: {e}"))
+        })?;
+    }
+    Ok(())
+}
+
+/// The length of `v` as JSON, or `limit` if it is `limit` bytes or more (found without
+/// writing more than that).
+fn json_len_up_to(v: &Value, limit: usize) -> usize {
+    struct Count {
+        n: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.n += buf.len();
+            if self.n >= self.limit {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count { n: 0, limit };
+    match serde_json::to_writer(&mut count, v) {
+        Ok(()) => count.n,
+        Err(_) => limit,
+    }
+}
+
 /// Applies a PATCH body of `patch_type` to the current object's JSON. Public for the fuzz
 /// targets (fuzz/), which feed it the bodies a client could send.
 pub fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Result<Value, ApiError> {
@@ -1219,13 +1295,7 @@ pub fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Resul
             let p: json_patch::Patch = serde_json::from_slice(patch)
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
             let mut doc = current;
-            json_patch::patch(&mut doc, &p).map_err(|e| {
-                ApiError::from_status(api::meta::Status::failure(
-                    422,
-                    "Invalid",
-                    format!("the JSON patch could not be applied: {e}"),
-                ))
-            })?;
+            apply_json_patch(&mut doc, &p)?;
             Ok(doc)
         }
         PatchType::Apply => {
@@ -1923,4 +1993,71 @@ fn grace_period<K: Resource>(obj: &K, opts: &DeleteOptions) -> i64 {
         .or(pod.spec.termination_grace_period_seconds)
         .unwrap_or(30)
         .max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment() -> Value {
+        serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": 1}
+        })
+    }
+
+    /// Each copy of the map that holds the earlier copies doubles it: forty of them, 3 KiB of
+    /// patch, asked for terabytes (the fuzz input is fuzz/corpus/json_patch/copy-doubling).
+    #[test]
+    fn a_json_patch_whose_copies_double_the_object_is_refused() {
+        let mut ops = vec![serde_json::json!(
+            {"op": "add", "path": "/metadata/annotations", "value": {"a": "x".repeat(100)}}
+        )];
+        for i in 0..40 {
+            ops.push(serde_json::json!({
+                "op": "copy", "from": "/metadata/annotations", "path": format!("/metadata/annotations/a{i}")
+            }));
+        }
+        let body = serde_json::to_vec(&ops).unwrap();
+        let started = std::time::Instant::now();
+        let err = apply_patch(deployment(), PatchType::Json, &body).unwrap_err();
+        assert_eq!(err.code(), 422);
+        assert!(err.to_string().contains("copies more than"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // Copies within the limit are applied.
+        let body = serde_json::to_vec(&ops[..10]).unwrap();
+        let patched = apply_patch(deployment(), PatchType::Json, &body).unwrap();
+        assert!(patched
+            .pointer("/metadata/annotations/a8/a7/a6/a")
+            .is_some());
+    }
+
+    #[test]
+    fn a_failed_json_patch_names_its_failed_operation() {
+        let ops = serde_json::json!([
+            {"op": "copy", "from": "/spec/replicas", "path": "/spec/minReadySeconds"},
+            {"op": "test", "path": "/spec/minReadySeconds", "value": 1},
+            {"op": "remove", "path": "/spec/paused"}
+        ]);
+        let body = serde_json::to_vec(&ops).unwrap();
+        let err = apply_patch(deployment(), PatchType::Json, &body).unwrap_err();
+        assert_eq!(err.code(), 422);
+        assert!(err.to_string().contains("operation '/2'"), "{err}");
+        let body = serde_json::to_vec(&ops.as_array().unwrap()[..2]).unwrap();
+        let patched = apply_patch(deployment(), PatchType::Json, &body).unwrap();
+        assert_eq!(patched["spec"]["minReadySeconds"], 1);
+    }
+
+    #[test]
+    fn a_json_patch_of_more_than_ten_thousand_operations_is_refused() {
+        let op = serde_json::json!({"op": "test", "path": "/spec/replicas", "value": 1});
+        let ops = vec![op; MAX_JSON_PATCH_OPERATIONS + 1];
+        let body = serde_json::to_vec(&ops).unwrap();
+        let err = apply_patch(deployment(), PatchType::Json, &body).unwrap_err();
+        assert_eq!(err.code(), 413);
+        let ok = serde_json::to_vec(&ops[1..]).unwrap();
+        apply_patch(deployment(), PatchType::Json, &ok).unwrap();
+    }
 }

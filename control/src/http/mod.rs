@@ -1339,8 +1339,7 @@ async fn resource<K: Resource>(
                 PatchType::Json => {
                     let p: json_patch::Patch = serde_json::from_value(patch)
                         .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                    json_patch::patch(&mut scale, &p)
-                        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                    crate::registry::apply_json_patch(&mut scale, &p)?;
                 }
                 _ => json_patch::merge(&mut scale, &patch),
             }
