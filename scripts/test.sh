@@ -16,3 +16,6 @@ cargo check -p skiff-control --no-default-features
 # The static aarch64 binaries, run under qemu-aarch64-static.
 cross/smoke.sh
 SKIFF_BIN="$PWD/target/debug/skiff" "$python" -m pytest -q tests/python
+# The fuzz targets (fuzz/, docs/fuzzing.md): built on target/debug's dependencies, their corpus
+# (seeds and crash reproducers) replayed, then each fuzzed for a few seconds, two at a time.
+scripts/fuzz.sh "${SKIFF_FUZZ_SECONDS:-10}"
