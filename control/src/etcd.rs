@@ -219,6 +219,7 @@ impl EtcdClient {
                 insecure_skip_tls_verify: false,
                 tls_server_name: None,
                 client_identity: None,
+                failover_servers: Vec::new(),
             })
             .map_err(|e| EtcdError::Tls(e.to_string()))?
         } else {
