@@ -240,7 +240,7 @@ impl EmbeddedAgentArgs {
             .map(|t| register::parse_taint(t))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(agent::node::AgentConfig {
-            server: Some(url),
+            servers: vec![url],
             token,
             data_dir: self.data_dir(server_data_dir),
             run_dir: self.agent_run_dir.clone(),
