@@ -648,9 +648,14 @@ async fn start_local_agent(
     let token = if joined {
         None
     } else {
-        let t = crate::join::create_token(registry, pki, std::time::Duration::from_secs(600))
-            .await
-            .map_err(|e| anyhow::anyhow!("creating the local agent's join token: {e}"))?;
+        let t = crate::join::create_token(
+            registry,
+            pki,
+            std::time::Duration::from_secs(600),
+            crate::join::TokenUsage::Node,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the local agent's join token: {e}"))?;
         Some(t.token)
     };
     let mut cfg = args
