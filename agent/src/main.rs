@@ -29,9 +29,11 @@ struct Cli {
     /// exists].
     #[arg(long, env = "SKIFF_AGENT_CONFIG", value_name = "FILE", global = true)]
     config: Option<PathBuf>,
-    /// The server to join, `https://HOST:PORT` (only needed for the first start).
-    #[arg(long, env = "SKIFF_AGENT_SERVER")]
-    server: Option<String>,
+    /// The cluster's servers, `https://HOST:PORT`: comma-separated or repeated (needed for
+    /// the first start; kept with the node's credentials, and a later list replaces the
+    /// kept one). The agent uses the first it can reach and fails over to the others.
+    #[arg(long, env = "SKIFF_AGENT_SERVER", value_delimiter = ',')]
+    server: Vec<String>,
     /// Join token from `skiff token create` (only needed for the first start).
     #[arg(long, env = "SKIFF_AGENT_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -216,7 +218,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
         .map(|t| register::parse_taint(t))
         .collect::<Result<Vec<_>, _>>()?;
     let cfg = AgentConfig {
-        server: cli.server.clone(),
+        servers: cli.server.clone(),
         token: cli.token.clone(),
         data_dir: cli.data_dir.clone(),
         run_dir: cli.run_dir.clone(),
@@ -371,7 +373,10 @@ fn self_check(data_dir: &Path) -> anyhow::Result<()> {
     let joined = node::Credentials::load(data_dir).ok().flatten();
     println!(
         "joined: {}",
-        joined.map_or_else(|| "no".to_string(), |c| format!("yes ({})", c.server))
+        joined.map_or_else(
+            || "no".to_string(),
+            |c| format!("yes ({})", c.servers.join(", "))
+        )
     );
     Ok(())
 }

@@ -99,6 +99,10 @@ pub struct ClientConfig {
     /// A client certificate that may be replaced while the client is in use (a node's,
     /// renewed before it expires); instead of `client_cert_pem` and `client_key_pem`.
     pub client_identity: Option<Arc<crate::tls::LiveCertificate>>,
+    /// Other servers of the same cluster (`https://host:port`, verified against the same
+    /// CA): a request that cannot reach the server in use (TCP refused or timed out, TLS
+    /// failed) goes to the next one, which is then used until it cannot be reached in turn.
+    pub failover_servers: Vec<String>,
 }
 
 impl ClientConfig {
@@ -118,6 +122,7 @@ impl ClientConfig {
             insecure_skip_tls_verify: r.insecure_skip_tls_verify,
             tls_server_name: r.tls_server_name,
             client_identity: None,
+            failover_servers: Vec::new(),
         }
     }
 }
@@ -289,11 +294,20 @@ pub fn resource_path(kind: Kind, namespace: Option<&str>, name: Option<&str>) ->
     p
 }
 
-struct Inner {
+/// One server a client may talk to.
+struct Endpoint {
     server: String,
     /// `https://host:port/`, which request paths are joined to.
     base: Url,
+}
+
+struct Inner {
+    /// The configured server first, then the failover servers.
+    endpoints: Vec<Endpoint>,
+    /// The endpoint in use: the last one that could be reached.
+    current: std::sync::atomic::AtomicUsize,
     authorization: Option<String>,
+    /// One transport for every endpoint (its pool keeps connections per origin).
     transport: Transport,
 }
 
@@ -306,7 +320,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("server", &self.inner.server)
+            .field("server", &self.server())
             .finish()
     }
 }
@@ -318,19 +332,33 @@ impl Client {
     }
 
     pub fn new(config: ClientConfig) -> Result<Client, ClientError> {
-        let (host, port) = parse_server(&config.server)?;
-        let name_for_tls = config
+        let mut endpoints = Vec::with_capacity(1 + config.failover_servers.len());
+        for server in std::iter::once(&config.server).chain(&config.failover_servers) {
+            let (host, port) = parse_server(server)?;
+            let name = host.trim_start_matches('[').trim_end_matches(']');
+            ServerName::try_from(name.to_string())
+                .map_err(|_| ClientError::Config(format!("invalid server name {name:?}")))?;
+            let base = Url::parse(&format!("https://{host}:{port}/"))
+                .map_err(|e| ClientError::Config(format!("server URL {server:?}: {e}")))?;
+            endpoints.push(Endpoint {
+                server: server.clone(),
+                base,
+            });
+        }
+        // Each server's certificate is checked against its own host unless one name is
+        // given for all (kubeconfig `tls-server-name`).
+        let server_name = config
             .tls_server_name
-            .clone()
-            .unwrap_or_else(|| host.trim_start_matches('[').trim_end_matches(']').into());
-        let server_name = ServerName::try_from(name_for_tls.clone())
-            .map_err(|_| ClientError::Config(format!("invalid server name {name_for_tls:?}")))?;
-        let base = Url::parse(&format!("https://{host}:{port}/"))
-            .map_err(|e| ClientError::Config(format!("server URL {:?}: {e}", config.server)))?;
+            .as_ref()
+            .map(|n| {
+                ServerName::try_from(n.clone())
+                    .map_err(|_| ClientError::Config(format!("invalid server name {n:?}")))
+            })
+            .transpose()?;
         let transport = Transport::new(
             Arc::new(tls_config(&config)?),
             transport::Options {
-                server_name: Some(server_name),
+                server_name,
                 connect_timeout: CONNECT_TIMEOUT,
                 read_timeout: None,
                 pool_size: POOL_SIZE,
@@ -344,17 +372,27 @@ impl Client {
             .map(|t| format!("Bearer {t}"));
         Ok(Client {
             inner: Arc::new(Inner {
-                server: config.server.clone(),
-                base,
+                endpoints,
+                current: std::sync::atomic::AtomicUsize::new(0),
                 authorization,
                 transport,
             }),
         })
     }
 
-    /// The server URL this client talks to.
+    /// The server URL this client talks to (of several, the one in use).
     pub fn server(&self) -> &str {
-        &self.inner.server
+        &self.endpoint(self.current()).server
+    }
+
+    fn current(&self) -> usize {
+        self.inner
+            .current
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn endpoint(&self, i: usize) -> &Endpoint {
+        &self.inner.endpoints[i % self.inner.endpoints.len()]
     }
 
     /// Connections currently idle in the pool (for tests and metrics).
@@ -368,7 +406,9 @@ impl Client {
         self.inner.transport.close_idle();
     }
 
-    /// Sends the request; the answer's body is unread.
+    /// Sends the request; the answer's body is unread. With failover servers, a server that
+    /// cannot be reached (connecting or the TLS handshake failed, so the request never got
+    /// to it) is passed over for the next; the first that answers is used from then on.
     async fn send(
         &self,
         method: &str,
@@ -376,10 +416,48 @@ impl Client {
         body: Option<(&str, &[u8])>,
         accept: &str,
     ) -> Result<transport::Response, ClientError> {
-        let url =
-            self.inner.base.join(path_and_query).map_err(|e| {
-                ClientError::Config(format!("request path {path_and_query:?}: {e}"))
-            })?;
+        let first = self.current();
+        let count = self.inner.endpoints.len();
+        let mut i = 0;
+        loop {
+            let at = (first + i) % count;
+            match self.send_to(at, method, path_and_query, body, accept).await {
+                Err(e @ ClientError::Connect { .. }) if i + 1 < count => {
+                    tracing::warn!(
+                        server = %self.endpoint(at).server,
+                        next = %self.endpoint(at + 1).server,
+                        "API server unreachable, trying the next: {e}"
+                    );
+                }
+                Ok(resp) => {
+                    if at != first {
+                        self.inner
+                            .current
+                            .store(at, std::sync::atomic::Ordering::Relaxed);
+                        tracing::info!(server = %self.endpoint(at).server, "using API server");
+                    }
+                    return Ok(resp);
+                }
+                Err(e) => return Err(e),
+            }
+            i += 1;
+        }
+    }
+
+    /// Sends the request to endpoint `at`.
+    async fn send_to(
+        &self,
+        at: usize,
+        method: &str,
+        path_and_query: &str,
+        body: Option<(&str, &[u8])>,
+        accept: &str,
+    ) -> Result<transport::Response, ClientError> {
+        let endpoint = self.endpoint(at);
+        let url = endpoint
+            .base
+            .join(path_and_query)
+            .map_err(|e| ClientError::Config(format!("request path {path_and_query:?}: {e}")))?;
         let mut headers = vec![("Accept", accept)];
         if let Some(a) = &self.inner.authorization {
             headers.push(("Authorization", a));
@@ -393,26 +471,12 @@ impl Client {
             .transport
             .send(method, &url, &headers, bytes)
             .await
-            .map_err(|e| self.error(e))
+            .map_err(|e| error_of(&endpoint.server, e))
     }
 
     /// A transport error as the client reports it.
     fn error(&self, e: TransportError) -> ClientError {
-        match e {
-            TransportError::Connect { error, .. } | TransportError::Tls { error, .. } => {
-                ClientError::Connect {
-                    server: self.inner.server.clone(),
-                    error,
-                }
-            }
-            TransportError::Io(e) => ClientError::Io(e),
-            TransportError::Timeout => ClientError::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                e.to_string(),
-            )),
-            TransportError::Protocol(m) => ClientError::Protocol(m),
-            TransportError::Url(u) => ClientError::Config(format!("bad URL {u:?}")),
-        }
+        error_of(self.server(), e)
     }
 
     /// One request; the whole body is read. Non-2xx answers are returned, not turned into
@@ -845,6 +909,25 @@ fn raw_event(line: Value) -> Result<WatchEvent<Value>, ClientError> {
         other => Err(ClientError::Decode(format!(
             "unknown watch event type {other:?}"
         ))),
+    }
+}
+
+/// A transport error with `server` as the client reports it.
+fn error_of(server: &str, e: TransportError) -> ClientError {
+    match e {
+        TransportError::Connect { error, .. } | TransportError::Tls { error, .. } => {
+            ClientError::Connect {
+                server: server.to_string(),
+                error,
+            }
+        }
+        TransportError::Io(e) => ClientError::Io(e),
+        TransportError::Timeout => ClientError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            e.to_string(),
+        )),
+        TransportError::Protocol(m) => ClientError::Protocol(m),
+        TransportError::Url(u) => ClientError::Config(format!("bad URL {u:?}")),
     }
 }
 

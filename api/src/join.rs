@@ -4,6 +4,11 @@
 //! The agent first fetches the server's CA over an unverified connection and accepts it only
 //! if its SHA-256 matches the pinned hash; every later request verifies the server against
 //! that CA. The `<id>.<secret>` part authenticates the node once, to get its certificate.
+//!
+//! A server join token (`skiff token create --server`) has the same format; the server
+//! knows it as one for servers. A second server (`skiff server --join URL --token ...`)
+//! pins the CA the same way, then sends it to [`SERVER_JOIN_PATH`] for what every server
+//! of one cluster shares ([`ServerJoinResponse`]). A node's token is refused there.
 
 use std::fmt;
 
@@ -18,6 +23,9 @@ pub const CA_PATH: &str = "/skiff/v1/ca.crt";
 pub const JOIN_PATH: &str = "/skiff/v1/join";
 /// Where an admin creates join tokens.
 pub const TOKENS_PATH: &str = "/skiff/v1/tokens";
+/// Where a joining server fetches the cluster's shared keys (authenticated by a server join
+/// token, over TLS verified against the pinned CA).
+pub const SERVER_JOIN_PATH: &str = "/skiff/v1/server-join";
 /// Where an admin has a user's client certificate signed (`skiff user create`).
 pub const USERS_PATH: &str = "/skiff/v1/users";
 
@@ -140,6 +148,13 @@ pub struct JoinResponse {
 #[serde(rename_all = "camelCase")]
 pub struct TokenRequest {
     pub ttl_seconds: u64,
+    /// A token that joins servers (and fetches the cluster's keys), not only nodes.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub server: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The answer to a token request.
@@ -149,6 +164,56 @@ pub struct TokenResponse {
     pub token: String,
     /// RFC 3339.
     pub expires: String,
+    /// The token joins servers. A server from before server tokens leaves it out (false),
+    /// so a client that asked for one can tell it got a node token instead.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub server: bool,
+}
+
+/// `POST /skiff/v1/server-join`
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerJoinRequest {
+    /// `<id>.<secret>` of a server join token.
+    pub token: String,
+}
+
+impl fmt::Debug for ServerJoinRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerJoinRequest").finish_non_exhaustive()
+    }
+}
+
+/// What every server of one cluster shares, for a server that joins it: with these its
+/// certificates chain to the same CA, its ServiceAccount tokens verify on every server (and
+/// theirs on it), it opens the Secrets the others sealed, and the admin kubeconfig works
+/// against any of them. Each server makes its own serving and client certificates.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerJoinResponse {
+    /// `pki/ca.crt` (PEM).
+    pub ca_cert: String,
+    /// `pki/ca.key` (PEM).
+    pub ca_key: String,
+    /// `pki/service-account.key`: signs and verifies ServiceAccount tokens (PEM).
+    pub service_account_key: String,
+    /// `secrets.key`: the keys Secrets are sealed with at rest (the file's text).
+    pub secrets_key: String,
+    /// `admin-token`.
+    pub admin_token: String,
+    /// The etcd cluster id (hex) of the answering server's datastore, so that the joining
+    /// server can check it was pointed at the same one.
+    #[serde(default)]
+    pub datastore_cluster_id: String,
+}
+
+impl fmt::Debug for ServerJoinResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the keys.
+        f.debug_struct("ServerJoinResponse")
+            .field("datastore_cluster_id", &self.datastore_cluster_id)
+            .finish_non_exhaustive()
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,15 @@ struct TestServer {
     connections: Arc<AtomicUsize>,
     /// Lets the watch handler send its second event.
     release: smol::channel::Sender<()>,
+    /// The accept loop: dropped, the server takes no more connections.
+    accepting: Option<smol::Task<()>>,
+}
+
+impl TestServer {
+    /// Stops accepting connections (those open go on).
+    fn stop(&mut self) {
+        self.accepting = None;
+    }
 }
 
 fn chunk(data: &str) -> String {
@@ -181,13 +190,18 @@ async fn handle(
 }
 
 async fn start_server(ca: &Ca) -> TestServer {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_server_at(ca, 0).await
+}
+
+/// A server on `port` (0: any free one).
+async fn start_server_at(ca: &Ca, port: u16) -> TestServer {
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let acceptor = futures_rustls::TlsAcceptor::from(server_tls(ca));
     let connections = Arc::new(AtomicUsize::new(0));
     let (release, release_rx) = smol::channel::unbounded();
     let counter = connections.clone();
-    smol::spawn(async move {
+    let accepting = smol::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
@@ -200,12 +214,12 @@ async fn start_server(ca: &Ca) -> TestServer {
             })
             .detach();
         }
-    })
-    .detach();
+    });
     TestServer {
         url: format!("https://127.0.0.1:{port}"),
         connections,
         release,
+        accepting: Some(accepting),
     }
 }
 
@@ -375,5 +389,77 @@ fn a_pooled_connection_the_server_closed_is_replaced() {
         let cm: ConfigMap = c.get("default", "a").await.unwrap();
         assert_eq!(cm.metadata.name, "a");
         assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+    });
+}
+
+#[test]
+fn a_client_fails_over_to_the_next_server_that_can_be_reached_and_back() {
+    with_timeout(async {
+        let ca = make_ca("test-ca");
+        let mut first = start_server(&ca).await;
+        let mut second = start_server(&ca).await;
+        let c = Client::new(ClientConfig {
+            server: first.url.clone(),
+            failover_servers: vec![second.url.clone()],
+            ca_pem: Some(ca.pem.clone()),
+            token: Some("secret".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let count = |s: &TestServer| s.connections.load(Ordering::SeqCst);
+
+        // The first server while it answers; an error answer is its answer, not a reason
+        // to ask the next one.
+        let cm: ConfigMap = c.get("default", "a").await.unwrap();
+        assert_eq!(cm.metadata.name, "a");
+        let e = c.get::<ConfigMap>("default", "x").await.unwrap_err();
+        assert!(e.is_not_found(), "{e:?}");
+        assert_eq!((count(&first), count(&second)), (1, 0));
+        assert_eq!(c.server(), first.url);
+
+        // The first goes away (its connections with it): the second, and it stays in use.
+        let port: u16 = first.url.rsplit(':').next().unwrap().parse().unwrap();
+        first.stop();
+        c.close_idle_connections();
+        let cm: ConfigMap = c.get("default", "a").await.unwrap();
+        assert_eq!(cm.metadata.name, "a");
+        assert_eq!(c.server(), second.url);
+        let _: ConfigMap = c.get("default", "a").await.unwrap();
+        assert_eq!((count(&first), count(&second)), (1, 1));
+
+        // The first is back and the second goes: back to the first.
+        let back = start_server_at(&ca, port).await;
+        second.stop();
+        c.close_idle_connections();
+        let _: ConfigMap = c.get("default", "a").await.unwrap();
+        assert_eq!(c.server(), back.url);
+        assert_eq!(count(&back), 1);
+
+        // Both gone: the error names the last one tried.
+        drop(back);
+        c.close_idle_connections();
+        let e = c.get::<ConfigMap>("default", "a").await.unwrap_err();
+        assert!(matches!(e, ClientError::Connect { .. }), "{e:?}");
+    });
+}
+
+#[test]
+fn a_server_that_fails_tls_is_passed_over() {
+    with_timeout(async {
+        let ca = make_ca("test-ca");
+        let other = make_ca("other-ca");
+        let impostor = start_server(&other).await;
+        let good = start_server(&ca).await;
+        let c = Client::new(ClientConfig {
+            server: impostor.url.clone(),
+            failover_servers: vec![good.url.clone()],
+            ca_pem: Some(ca.pem.clone()),
+            token: Some("secret".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let cm: ConfigMap = c.get("default", "a").await.unwrap();
+        assert_eq!(cm.metadata.name, "a");
+        assert_eq!(c.server(), good.url);
     });
 }

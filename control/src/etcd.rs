@@ -83,6 +83,8 @@ pub struct KeyValue {
 #[derive(Clone, Debug)]
 pub struct Range {
     pub revision: i64,
+    /// The id of the etcd cluster that answered (the same from every member).
+    pub cluster_id: u64,
     pub kvs: Vec<KeyValue>,
     /// More keys matched than `limit` let through.
     pub more: bool,
@@ -219,6 +221,7 @@ impl EtcdClient {
                 insecure_skip_tls_verify: false,
                 tls_server_name: None,
                 client_identity: None,
+                failover_servers: Vec::new(),
             })
             .map_err(|e| EtcdError::Tls(e.to_string()))?
         } else {
@@ -343,10 +346,18 @@ impl EtcdClient {
             .map_err(|e| compacted(e, revision.unwrap_or(0)))?;
         Ok(Range {
             revision: r.header.revision,
+            cluster_id: r.header.cluster_id,
             kvs: r.kvs,
             more: r.more,
             count: r.count,
         })
+    }
+
+    /// The id of the etcd cluster, as every member reports it (hex, as etcdctl prints it):
+    /// servers that show the same one share their datastore.
+    pub async fn cluster_id(&self) -> Result<String, EtcdError> {
+        let r = self.range(b"/registry/", None, None, 1).await?;
+        Ok(format!("{:x}", r.cluster_id))
     }
 
     /// One key's current state, if it exists.
@@ -696,6 +707,8 @@ fn op_result(op: &Op, answer: Value) -> Result<OpResult, EtcdError> {
 struct Header {
     #[serde(default, deserialize_with = "int64")]
     revision: i64,
+    #[serde(default, deserialize_with = "uint64")]
+    cluster_id: u64,
 }
 
 #[derive(Deserialize)]
@@ -792,6 +805,19 @@ fn int64<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     enum Int {
         S(String),
         N(i64),
+    }
+    match Int::deserialize(d)? {
+        Int::N(n) => Ok(n),
+        Int::S(s) => s.parse().map_err(serde::de::Error::custom),
+    }
+}
+
+fn uint64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Int {
+        S(String),
+        N(u64),
     }
     match Int::deserialize(d)? {
         Int::N(n) => Ok(n),

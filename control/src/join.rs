@@ -1,11 +1,18 @@
-//! Joining nodes: join tokens (stored as kubeadm-style bootstrap token Secrets in
-//! kube-system) and the exchange that turns a valid token and a CSR into a node certificate.
+//! Joining nodes and servers: join tokens (stored as kubeadm-style bootstrap token Secrets
+//! in kube-system), the exchange that turns a valid token and a CSR into a node
+//! certificate, and the one that hands a joining server what the servers of a cluster share.
+//!
+//! A server token is a bootstrap token whose `auth-extra-groups` name
+//! [`SERVER_TOKEN_GROUP`]. It joins servers, and nodes too (as k3s' server token does); a
+//! node token joins only nodes: [`server_join`] refuses it with 403.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use api::core::{ByteString, Secret};
-use api::join::{JoinRequest, JoinResponse, JoinToken, TokenResponse};
+use api::join::{
+    JoinRequest, JoinResponse, JoinToken, ServerJoinRequest, ServerJoinResponse, TokenResponse,
+};
 use api::meta::{ObjectMeta, Time};
 use ring::rand::SecureRandom;
 
@@ -17,6 +24,19 @@ use crate::registry::Registry;
 /// The type of the Secrets that hold join tokens (as kubeadm's bootstrap tokens).
 pub const TOKEN_SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 const TOKEN_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+/// The group a server join token authenticates as (in its Secret's `auth-extra-groups`, as
+/// kubeadm names a bootstrap token's groups): the one thing it may do beyond joining a node
+/// is fetch the cluster's shared keys.
+pub const SERVER_TOKEN_GROUP: &str = "system:bootstrappers:skiff:servers";
+
+/// What a join token joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenUsage {
+    /// Nodes (`skiff-agent --token`).
+    Node,
+    /// Servers (`skiff server --join URL --token`), and nodes.
+    Server,
+}
 
 fn secret_name(id: &str) -> String {
     format!("bootstrap-token-{id}")
@@ -39,25 +59,33 @@ fn random_token_part(len: usize) -> Result<String, ApiError> {
     Ok(out)
 }
 
-/// Creates a join token valid for `ttl`.
+/// Creates a join token for `usage`, valid for `ttl`.
 pub async fn create_token(
     registry: &Registry,
     pki: &Pki,
     ttl: Duration,
+    usage: TokenUsage,
 ) -> Result<TokenResponse, ApiError> {
     let id = random_token_part(6)?;
     let secret = random_token_part(16)?;
     let expires = Time(Time::now().0 + ttl.as_secs() as i64);
-    let data: BTreeMap<String, ByteString> = [
+    let mut fields = vec![
         ("token-id", id.clone()),
         ("token-secret", secret.clone()),
         ("expiration", expires.to_string()),
         ("usage-bootstrap-authentication", "true".to_string()),
-        ("description", "skiff node join token".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
-    .collect();
+    ];
+    match usage {
+        TokenUsage::Node => fields.push(("description", "skiff node join token".to_string())),
+        TokenUsage::Server => {
+            fields.push(("description", "skiff server join token".to_string()));
+            fields.push(("auth-extra-groups", SERVER_TOKEN_GROUP.to_string()));
+        }
+    }
+    let data: BTreeMap<String, ByteString> = fields
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+        .collect();
     let obj = Secret {
         metadata: ObjectMeta {
             name: secret_name(&id),
@@ -77,6 +105,7 @@ pub async fn create_token(
     Ok(TokenResponse {
         token: token.to_string(),
         expires: expires.to_string(),
+        server: usage == TokenUsage::Server,
     })
 }
 
@@ -84,24 +113,13 @@ fn refused() -> ApiError {
     ApiError::unauthorized().with_message("the join token is unknown, wrong or expired")
 }
 
-/// Checks the token and signs the node's CSR.
-pub async fn join(
+/// Checks a token's `<id>.<secret>`: its id and what it joins, or 401 if it is unknown,
+/// wrong or expired.
+async fn check_token<'a>(
     registry: &Registry,
-    pki: &Pki,
-    req: JoinRequest,
-) -> Result<JoinResponse, ApiError> {
-    if let Err(why) = api::validation::dns1123_subdomain(&req.node_name) {
-        return Err(ApiError::invalid(
-            api::Kind::Node,
-            &req.node_name,
-            vec![api::validation::FieldError::invalid(
-                "nodeName",
-                &req.node_name,
-                why,
-            )],
-        ));
-    }
-    let (id, secret) = req.token.split_once('.').ok_or_else(refused)?;
+    credential: &'a str,
+) -> Result<(&'a str, TokenUsage), ApiError> {
+    let (id, secret) = credential.split_once('.').ok_or_else(refused)?;
     let stored: Secret = registry
         .get("kube-system", &secret_name(id))
         .await
@@ -124,6 +142,37 @@ pub async fn join(
     if expired {
         return Err(refused());
     }
+    let server = field("auth-extra-groups")
+        .split(',')
+        .any(|g| g.trim() == SERVER_TOKEN_GROUP);
+    Ok((
+        id,
+        if server {
+            TokenUsage::Server
+        } else {
+            TokenUsage::Node
+        },
+    ))
+}
+
+/// Checks the token and signs the node's CSR.
+pub async fn join(
+    registry: &Registry,
+    pki: &Pki,
+    req: JoinRequest,
+) -> Result<JoinResponse, ApiError> {
+    if let Err(why) = api::validation::dns1123_subdomain(&req.node_name) {
+        return Err(ApiError::invalid(
+            api::Kind::Node,
+            &req.node_name,
+            vec![api::validation::FieldError::invalid(
+                "nodeName",
+                &req.node_name,
+                why,
+            )],
+        ));
+    }
+    let (id, _) = check_token(registry, &req.token).await?;
     let certificate = pki
         .sign_node_csr(&req.csr, &req.node_name, pki.lifetimes().node())
         .map_err(|e| {
@@ -133,5 +182,77 @@ pub async fn join(
     Ok(JoinResponse {
         certificate,
         ca: pki.ca_pem().to_string(),
+    })
+}
+
+/// Where a server's shared keys live on disk, beside the ones [`Pki`] holds in memory.
+pub struct SharedFiles {
+    /// `<data-dir>/pki/service-account.key`
+    pub service_account_key: std::path::PathBuf,
+    /// `<data-dir>/secrets.key`
+    pub secrets_key: std::path::PathBuf,
+}
+
+impl SharedFiles {
+    pub fn of(pki: &Pki) -> SharedFiles {
+        let data_dir = pki.dir().parent().unwrap_or(pki.dir());
+        SharedFiles {
+            service_account_key: crate::serviceaccount::token::SigningKey::path(pki.dir()),
+            secrets_key: data_dir.join(crate::store::seal::KEY_FILE),
+        }
+    }
+}
+
+/// A server joins: for a server token, what every server of the cluster shares (the CA and
+/// its key, the ServiceAccount signing key, the secrets key, the admin token). 401 for a
+/// token that is unknown, wrong or expired, 403 for a node's token, 400 when this server
+/// keeps its state in its own embedded store, which no other server can share.
+pub async fn server_join(
+    registry: &Registry,
+    pki: &Pki,
+    store: &crate::store::Store,
+    req: ServerJoinRequest,
+) -> Result<ServerJoinResponse, ApiError> {
+    let (id, usage) = check_token(registry, &req.token).await?;
+    if usage != TokenUsage::Server {
+        tracing::warn!(
+            token = id,
+            "a node join token was used to join a server: refused"
+        );
+        return Err(ApiError::forbidden(
+            "this join token joins nodes only: a server joins with a token from `skiff token create --server`",
+        ));
+    }
+    let datastore_cluster_id = store
+        .shared_datastore_id()
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the datastore's cluster id: {e}")))?
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "this server keeps its state in its embedded store (redb), which no other server can share: \
+                 servers join a server on a shared datastore (skiff server --datastore-endpoint; \
+                 `skiff migrate` moves a cluster's state to etcd)",
+            )
+        })?;
+    let files = SharedFiles::of(pki);
+    let (service_account_key, secrets_key) = smol::unblock(move || {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p)
+                .map_err(|e| ApiError::internal(format!("reading {}: {e}", p.display())))
+        };
+        Ok::<_, ApiError>((read(&files.service_account_key)?, read(&files.secrets_key)?))
+    })
+    .await?;
+    tracing::info!(
+        token = id,
+        "a server joined: sent it the cluster's shared keys"
+    );
+    Ok(ServerJoinResponse {
+        ca_cert: pki.ca_pem().to_string(),
+        ca_key: pki.ca_key_pem().to_string(),
+        service_account_key,
+        secrets_key,
+        admin_token: pki.admin_token().to_string(),
+        datastore_cluster_id,
     })
 }

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod auth;
 pub mod certificates;
 pub mod cli;
+pub mod cluster_join;
 pub mod controllers;
 pub mod error;
 pub mod etcd;

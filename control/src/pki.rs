@@ -381,6 +381,12 @@ impl Pki {
         &self.ca_cert_pem
     }
 
+    /// The CA's private key, PEM: only for a server that joins the cluster
+    /// ([`crate::join::server_join`]).
+    pub(crate) fn ca_key_pem(&self) -> &str {
+        &self.ca_key_pem
+    }
+
     /// The CA certificate, DER.
     pub fn ca_der(&self) -> &CertificateDer<'static> {
         &self.ca_cert_der

@@ -125,8 +125,9 @@ pub struct ServerArgs {
     pub leader_elect_retry_period: std::time::Duration,
     /// Keep the cluster's state in an etcd v3 cluster instead of the embedded redb file, so
     /// that several servers share it: its client URLs, comma-separated
-    /// (`https://h1:2379,https://h2:2379`), as k3s takes them. The servers must share the
-    /// data dir's `pki/ca.*`, `pki/service-account.key` and `secrets.key`.
+    /// (`https://h1:2379,https://h2:2379`), as k3s takes them. The servers share the CA,
+    /// the service-account key, the secrets key and the admin token: a second server gets
+    /// them with --join.
     #[arg(long, env = "SKIFF_DATASTORE_ENDPOINT", value_name = "URLS")]
     pub datastore_endpoint: Option<String>,
     /// The CA certificate (PEM) that signs the etcd members' serving certificates.
@@ -138,6 +139,21 @@ pub struct ServerArgs {
     /// The client certificate's key (PEM).
     #[arg(long, env = "SKIFF_DATASTORE_KEYFILE", value_name = "FILE")]
     pub datastore_keyfile: Option<PathBuf>,
+    /// Join the cluster of the server at this URL (`https://FIRST:6443`) on the first start:
+    /// fetch its CA, service-account key, secrets key and admin token with --token, over TLS
+    /// verified against the CA the token pins. Needs --datastore-endpoint (the same etcd
+    /// cluster as the first server's) and an empty data dir; once joined it does nothing.
+    #[arg(long, env = "SKIFF_JOIN", value_name = "URL")]
+    pub join: Option<String>,
+    /// The server join token for --join (`skiff token create --server` on a server of the
+    /// cluster).
+    #[arg(
+        long,
+        env = "SKIFF_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
     #[command(flatten)]
     pub agent: EmbeddedAgentArgs,
 }
@@ -240,7 +256,7 @@ impl EmbeddedAgentArgs {
             .map(|t| register::parse_taint(t))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(agent::node::AgentConfig {
-            server: Some(url),
+            servers: vec![url],
             token,
             data_dir: self.data_dir(server_data_dir),
             run_dir: self.agent_run_dir.clone(),
@@ -312,12 +328,8 @@ fn raise_open_files_limit() {
     }
 }
 
-/// Connects to the etcd datastore named by `--datastore-endpoint`.
-fn open_etcd(
-    args: &ServerArgs,
-    endpoints: &str,
-    keys: crate::store::seal::Keyring,
-) -> anyhow::Result<Store> {
+/// A client of the etcd datastore named by `--datastore-endpoint`.
+fn etcd_client(args: &ServerArgs, endpoints: &str) -> anyhow::Result<crate::etcd::EtcdClient> {
     let read = |flag: &str, path: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
         path.as_ref()
             .map(|p| std::fs::read_to_string(p).with_context(|| format!("{flag} {}", p.display())))
@@ -334,13 +346,40 @@ fn open_etcd(
         client_cert_pem: read("--datastore-certfile", &args.datastore_certfile)?,
         client_key_pem: read("--datastore-keyfile", &args.datastore_keyfile)?,
     };
-    let client = crate::etcd::EtcdClient::new(&config).context("--datastore-endpoint")?;
+    crate::etcd::EtcdClient::new(&config).context("--datastore-endpoint")
+}
+
+/// Opens the store on the etcd datastore of `--datastore-endpoint`.
+fn open_etcd(
+    client: crate::etcd::EtcdClient,
+    endpoints: &str,
+    keys: crate::store::seal::Keyring,
+) -> anyhow::Result<Store> {
     smol::block_on(Store::open_etcd(
         client,
         StoreConfig::DEFAULT_WATCH_QUEUE_CAPACITY,
         Some(Arc::new(keys)),
     ))
     .with_context(|| format!("connecting to the etcd datastore at {endpoints}"))
+}
+
+/// `--join URL --token TOKEN`: fetches the cluster's shared keys into the data dir unless it
+/// holds them already (see [`crate::cluster_join`]).
+fn join_if_asked(args: &ServerArgs, etcd: Option<&crate::etcd::EtcdClient>) -> anyhow::Result<()> {
+    let (url, token) = match (&args.join, &args.token) {
+        (None, None) => return Ok(()),
+        (Some(url), Some(token)) => (url, token),
+        (Some(_), None) => anyhow::bail!(
+            "--join needs --token (a server join token: `skiff token create --server` on a server of the cluster)"
+        ),
+        (None, Some(_)) => anyhow::bail!("--token is the join token of --join, which is missing"),
+    };
+    let Some(etcd) = etcd else {
+        anyhow::bail!(
+            "--join needs --datastore-endpoint: the servers of one cluster share its state in etcd, and a server on its own embedded store cannot join another"
+        );
+    };
+    crate::cluster_join::ensure_joined(&args.data_dir, url, token, etcd)
 }
 
 /// Runs the server until SIGTERM or SIGINT.
@@ -362,6 +401,13 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 
     raise_open_files_limit();
 
+    let etcd = match &args.datastore_endpoint {
+        Some(endpoints) => Some((etcd_client(&args, endpoints)?, endpoints.as_str())),
+        None => None,
+    };
+    // Before anything is written into the data dir: a join that fails leaves it as it was.
+    join_if_asked(&args, etcd.as_ref().map(|(client, _)| client))?;
+
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;
     std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o700))
@@ -369,8 +415,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 
     let keys = crate::store::seal::Keyring::load_or_create(&args.data_dir)
         .context("loading the secrets key")?;
-    let store = match &args.datastore_endpoint {
-        Some(endpoints) => open_etcd(&args, endpoints, keys)?,
+    let store = match etcd {
+        Some((client, endpoints)) => open_etcd(client, endpoints, keys)?,
         None => Store::open(StoreConfig {
             event_window: args.event_window,
             keys: Some(Arc::new(keys)),
@@ -648,9 +694,14 @@ async fn start_local_agent(
     let token = if joined {
         None
     } else {
-        let t = crate::join::create_token(registry, pki, std::time::Duration::from_secs(600))
-            .await
-            .map_err(|e| anyhow::anyhow!("creating the local agent's join token: {e}"))?;
+        let t = crate::join::create_token(
+            registry,
+            pki,
+            std::time::Duration::from_secs(600),
+            crate::join::TokenUsage::Node,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the local agent's join token: {e}"))?;
         Some(t.token)
     };
     let mut cfg = args

@@ -7,127 +7,17 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, TestServer};
+use common::etcd::EtcdCluster;
+use common::TestServer;
 use serde_json::{json, Value};
 
-/// One member of a local etcd cluster, killed on drop.
-struct Member {
-    client_port: u16,
-    child: Option<Child>,
-}
-
-struct EtcdCluster {
-    members: Vec<Member>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        for m in &mut self.members {
-            if let Some(mut c) = m.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
-fn healthy(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.contains("\"health\":\"true\"") || body.contains("\"health\": \"true\"")
-}
-
-impl EtcdCluster {
-    fn start(size: usize) -> EtcdCluster {
-        let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<(u16, u16)> = (0..size).map(|_| (free_port(), free_port())).collect();
-        let initial = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let members = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (client, peer))| {
-                let child = Command::new("etcd")
-                    .args(["--name", &format!("m{i}")])
-                    .arg("--data-dir")
-                    .arg(dir.path().join(format!("m{i}")))
-                    .args([
-                        "--listen-client-urls",
-                        &format!("http://127.0.0.1:{client}"),
-                    ])
-                    .args([
-                        "--advertise-client-urls",
-                        &format!("http://127.0.0.1:{client}"),
-                    ])
-                    .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-                    .args([
-                        "--initial-advertise-peer-urls",
-                        &format!("http://127.0.0.1:{peer}"),
-                    ])
-                    .args(["--initial-cluster", &initial])
-                    .args(["--initial-cluster-state", "new"])
-                    .args(["--initial-cluster-token", "skiff-test"])
-                    .args(["--log-level", "error"])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("start etcd (apt install etcd-server; scripts/setup.sh does)");
-                Member {
-                    client_port: *client,
-                    child: Some(child),
-                }
-            })
-            .collect::<Vec<_>>();
-        let cluster = EtcdCluster { members, _dir: dir };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !cluster.members.iter().all(|m| healthy(m.client_port)) {
-            assert!(
-                Instant::now() < deadline,
-                "etcd cluster did not become healthy"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        cluster
-    }
-
-    fn endpoints(&self) -> String {
-        self.members
-            .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.members[i].child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// A data dir holding what the servers of one cluster share: the CA, the service-account
-/// key, the secrets key and the admin token (what `--join` is to fetch).
+/// key, the secrets key and the admin token (what `skiff server --join` fetches; these tests
+/// copy it, and server_join.rs tests the join).
 fn shared_dir(from: &Path) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("pki")).unwrap();

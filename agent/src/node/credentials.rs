@@ -3,7 +3,8 @@
 //! The join fetches the server's CA over an unverified connection, accepts it only if the
 //! SHA-256 of its DER encoding equals the token's pin, sends a CSR for a fresh ECDSA P-256 key
 //! together with the token, and stores the signed certificate. Files in the data dir:
-//! `ca.crt`, `node.crt`, `node.key`, `server` (the URL), all 0600, the dir 0700. Renewed
+//! `ca.crt`, `node.crt`, `node.key`, `server` (the cluster's server URLs, one a line, the
+//! agent's API client failing over between them), all 0600, the dir 0700. Renewed
 //! certificates (see [`super::rotation`]) are kept as the kubelet keeps them: certificate
 //! and key in one file, `node-<time>.pem`, beside the previous one, with the symbolic link
 //! `node-current.pem` naming the one in use; when it exists it wins over `node.crt`.
@@ -55,7 +56,9 @@ fn io_err(what: &'static str, path: &Path, source: std::io::Error) -> JoinError 
 /// The node's credentials: everything needed to build an API client.
 #[derive(Clone, Debug)]
 pub struct Credentials {
-    pub server: String,
+    /// The cluster's servers (`https://host:port`), at least one; the client uses the first
+    /// and fails over to the others.
+    pub servers: Vec<String>,
     pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
@@ -65,7 +68,8 @@ impl Credentials {
     /// The client configuration for these credentials.
     pub fn client_config(&self) -> ClientConfig {
         ClientConfig {
-            server: self.server.clone(),
+            server: self.server().to_string(),
+            failover_servers: self.servers.iter().skip(1).cloned().collect(),
             ca_pem: Some(self.ca_pem.clone()),
             client_cert_pem: Some(self.cert_pem.clone()),
             client_key_pem: Some(self.key_pem.clone()),
@@ -84,11 +88,21 @@ impl Credentials {
         live: std::sync::Arc<api::tls::LiveCertificate>,
     ) -> Result<Client, ClientError> {
         Client::new(ClientConfig {
-            server: self.server.clone(),
-            ca_pem: Some(self.ca_pem.clone()),
             client_identity: Some(live),
-            ..Default::default()
+            client_cert_pem: None,
+            client_key_pem: None,
+            ..self.client_config()
         })
+    }
+
+    /// The first server (where the node joined, unless the list was changed since).
+    pub fn server(&self) -> &str {
+        self.servers.first().map_or("", String::as_str)
+    }
+
+    /// Replaces the stored server list (`--server` changed on a later start).
+    pub fn store_servers(data_dir: &Path, servers: &[String]) -> Result<(), JoinError> {
+        write_private(&data_dir.join("server"), servers_file(servers).as_bytes())
     }
 
     /// Keeps a renewed certificate and its key: written as `node-<time>.pem` (0600), then
@@ -151,8 +165,17 @@ impl Credentials {
         else {
             return Ok(None);
         };
+        let servers: Vec<String> = server
+            .lines()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if servers.is_empty() {
+            return Ok(None);
+        }
         Ok(Some(Credentials {
-            server: server.trim().to_string(),
+            servers,
             ca_pem,
             cert_pem,
             key_pem,
@@ -169,12 +192,36 @@ impl Credentials {
             ("ca.crt", &self.ca_pem),
             ("node.crt", &self.cert_pem),
             ("node.key", &self.key_pem),
-            ("server", &self.server),
+            ("server", &servers_file(&self.servers)),
         ] {
             write_private(&data_dir.join(name), content.as_bytes())?;
         }
         Ok(())
     }
+}
+
+/// The `server` file: one URL a line.
+fn servers_file(servers: &[String]) -> String {
+    let mut text = servers.join("\n");
+    text.push('\n');
+    text
+}
+
+/// The server URLs of `--server`: each value may hold several, comma-separated; trailing
+/// slashes dropped, duplicates and empty ones left out, order kept.
+pub fn server_list<S: AsRef<str>>(values: &[S]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for url in values
+        .iter()
+        .flat_map(|v| v.as_ref().split(','))
+        .map(|u| u.trim().trim_end_matches('/'))
+        .filter(|u| !u.is_empty())
+    {
+        if !out.iter().any(|o| o == url) {
+            out.push(url.to_string());
+        }
+    }
+    out
 }
 
 /// The link to the renewed certificate and key in use.
@@ -276,19 +323,54 @@ pub fn make_key_and_csr(
     Ok((key.serialize_pem(), csr))
 }
 
-/// Joins the cluster at `server` with `token` as `node_name` (reachable at `addresses`);
-/// stores and returns the credentials.
+/// Joins the cluster at `servers` (the first that can be reached) with `token` as
+/// `node_name` (reachable at `addresses`); stores and returns the credentials, which name
+/// every server.
 pub async fn join(
-    server: &str,
+    servers: &[String],
     token: &str,
     node_name: &str,
     addresses: &[IpAddr],
     data_dir: &Path,
 ) -> Result<Credentials, JoinError> {
     let token = JoinToken::parse(token)?;
-    let server = server.trim_end_matches('/').to_string();
+    let servers = server_list(servers);
+    let mut unreachable = None;
+    for server in &servers {
+        match join_at(server, &token, node_name, addresses).await {
+            Ok((ca_pem, cert_pem, key_pem)) => {
+                let creds = Credentials {
+                    servers: servers.clone(),
+                    ca_pem,
+                    cert_pem,
+                    key_pem,
+                };
+                creds.store(data_dir)?;
+                return Ok(creds);
+            }
+            Err(JoinError::Client(e @ ClientError::Connect { .. })) => {
+                tracing::warn!(%server, "cannot reach the server to join, trying the next: {e}");
+                unreachable = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(match unreachable {
+        Some(e) => JoinError::Client(e),
+        None => JoinError::NotJoined,
+    })
+}
+
+/// The join at one server: the CA it sent (checked against the pin), the node's
+/// certificate and its key.
+async fn join_at(
+    server: &str,
+    token: &JoinToken,
+    node_name: &str,
+    addresses: &[IpAddr],
+) -> Result<(String, String, String), JoinError> {
     let unverified = Client::new(ClientConfig {
-        server: server.clone(),
+        server: server.to_string(),
         insecure_skip_tls_verify: true,
         ..Default::default()
     })?;
@@ -306,7 +388,7 @@ pub async fn join(
     }
     // From here on the server is verified against the pinned CA.
     let pinned = Client::new(ClientConfig {
-        server: server.clone(),
+        server: server.to_string(),
         ca_pem: Some(ca_pem.clone()),
         ..Default::default()
     })?;
@@ -331,14 +413,7 @@ pub async fn join(
     let resp = resp.error_for_status()?;
     let answer: JoinResponse =
         serde_json::from_slice(&resp.body).map_err(|e| ClientError::Decode(e.to_string()))?;
-    let creds = Credentials {
-        server,
-        ca_pem: answer.ca,
-        cert_pem: answer.certificate,
-        key_pem,
-    };
-    creds.store(data_dir)?;
-    Ok(creds)
+    Ok((answer.ca, answer.certificate, key_pem))
 }
 
 #[cfg(test)]
@@ -368,7 +443,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let data = dir.path().join("agent");
         let creds = Credentials {
-            server: "https://127.0.0.1:6443".into(),
+            servers: vec![
+                "https://127.0.0.1:6443".into(),
+                "https://127.0.0.2:6443".into(),
+            ],
             ca_pem: "ca".into(),
             cert_pem: "cert".into(),
             key_pem: key,
@@ -379,7 +457,16 @@ mod tests {
         assert_eq!(mode(&data), 0o700);
         assert_eq!(mode(&data.join("node.key")), 0o600);
         let back = Credentials::load(&data).expect("load").expect("joined");
-        assert_eq!(back.server, creds.server);
+        assert_eq!(back.servers, creds.servers);
+        assert_eq!(back.server(), "https://127.0.0.1:6443");
+        assert_eq!(
+            back.client_config().failover_servers,
+            ["https://127.0.0.2:6443"]
+        );
+        // A server file from before server lists: one URL.
+        fs::write(data.join("server"), "https://127.0.0.1:6443").expect("write");
+        let one = Credentials::load(&data).expect("load").expect("joined");
+        assert_eq!(one.servers, ["https://127.0.0.1:6443"]);
     }
 
     #[test]
@@ -387,7 +474,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let data = dir.path();
         let creds = Credentials {
-            server: "https://127.0.0.1:6443".into(),
+            servers: vec!["https://127.0.0.1:6443".into()],
             ca_pem: "ca".into(),
             cert_pem: "joined-cert".into(),
             key_pem: "joined-key".into(),
@@ -414,6 +501,20 @@ mod tests {
             fs::read_link(data.join(CURRENT_PAIR)).expect("link"),
             Path::new("node-3.pem")
         );
+    }
+
+    #[test]
+    fn server_lists_split_on_commas_and_repeats() {
+        assert_eq!(
+            server_list(&[
+                "https://a:6443/,https://b:6443",
+                " https://c:6443",
+                "https://a:6443",
+                ""
+            ]),
+            ["https://a:6443", "https://b:6443", "https://c:6443"]
+        );
+        assert!(server_list::<&str>(&[]).is_empty());
     }
 
     #[test]

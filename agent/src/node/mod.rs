@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! run(AgentConfig) -> Result<(), AgentError>          // blocks forever
-//! credentials::join(server, token, node_name, data_dir).await -> Result<Credentials, JoinError>
+//! credentials::join(servers, token, node_name, addresses, data_dir).await -> Result<Credentials, JoinError>
 //! Credentials::load(data_dir) -> Result<Option<Credentials>, JoinError>
 //! register::build_node(&NodeFacts, &NodeSettings, Time) -> Node
 //! register::register(&Client, &Node).await ; register::heartbeat(&Client, name, since).await
@@ -49,8 +49,9 @@ use crate::runtime::{Runtime, RuntimeConfig};
 /// Everything the agent is started with.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
-    /// `https://host:port`; needed only for the first join.
-    pub server: Option<String>,
+    /// The cluster's servers, `https://host:port` (the API client fails over between them);
+    /// needed for the first join, and a later list replaces the stored one.
+    pub servers: Vec<String>,
     /// The join token; needed only for the first join.
     pub token: Option<String>,
     pub data_dir: PathBuf,
@@ -106,7 +107,7 @@ pub enum AgentError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("the node is joined to {joined}, not {given}: remove {dir} to join another server")]
+    #[error("the node is joined to {joined}, not {given}: remove {dir} to join another cluster")]
     OtherServer {
         joined: String,
         given: String,
@@ -114,30 +115,36 @@ pub enum AgentError {
     },
 }
 
-/// Loads the stored credentials, or joins with the token.
+/// Loads the stored credentials, or joins with the token. A server list given on a later
+/// start replaces the stored one if they share a server (a server added to or removed from
+/// the cluster); one with no server in common is refused, as it is another cluster's.
 pub async fn credentials(cfg: &AgentConfig) -> Result<Credentials, AgentError> {
-    if let Some(c) = Credentials::load(&cfg.data_dir)? {
-        if let Some(given) = &cfg.server {
-            if given.trim_end_matches('/') != c.server {
+    let given = credentials::server_list(&cfg.servers);
+    if let Some(mut c) = Credentials::load(&cfg.data_dir)? {
+        if !given.is_empty() && given != c.servers {
+            if !given.iter().any(|g| c.servers.contains(g)) {
                 return Err(AgentError::OtherServer {
-                    joined: c.server,
-                    given: given.clone(),
+                    joined: c.servers.join(","),
+                    given: given.join(","),
                     dir: cfg.data_dir.clone(),
                 });
             }
+            Credentials::store_servers(&cfg.data_dir, &given)?;
+            tracing::info!(servers = %given.join(","), was = %c.servers.join(","), "the cluster's server list changed");
+            c.servers = given;
         }
         return Ok(c);
     }
-    let (Some(server), Some(token)) = (&cfg.server, &cfg.token) else {
+    let (false, Some(token)) = (given.is_empty(), &cfg.token) else {
         return Err(JoinError::NotJoined.into());
     };
-    tracing::info!(%server, node = %cfg.node_name, "joining the cluster");
+    tracing::info!(servers = %given.join(","), node = %cfg.node_name, "joining the cluster");
     let address = match &cfg.node_ip {
         Some(ip) => ip.parse().ok(),
-        None => facts::local_address_towards(server),
+        None => facts::local_address_towards(&given[0]),
     };
     let addresses: Vec<std::net::IpAddr> = address.into_iter().collect();
-    Ok(credentials::join(server, token, &cfg.node_name, &addresses, &cfg.data_dir).await?)
+    Ok(credentials::join(&given, token, &cfg.node_name, &addresses, &cfg.data_dir).await?)
 }
 
 /// Runs the agent: join (once), register, heartbeat, pods. Returns only on a fatal error.
@@ -166,7 +173,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .detach();
         let node_ip = match &cfg.node_ip {
             Some(ip) => ip.clone(),
-            None => facts::local_address_towards(&creds.server)
+            None => facts::local_address_towards(creds.server())
                 .map(|a| a.to_string())
                 .unwrap_or_default(),
         };

@@ -87,7 +87,7 @@ pub enum Command {
     Backup(backup::BackupArgs),
     /// Restore a backup into a data dir (offline: the server must not run on it).
     Restore(backup::RestoreArgs),
-    /// Manage node join tokens.
+    /// Manage join tokens (for nodes, and with --server for servers).
     #[command(subcommand)]
     Token(TokenCommand),
     /// Manage users (client certificates signed by the cluster CA).
@@ -156,13 +156,26 @@ pub enum UserCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
-    /// Print a new join token for `skiff-agent --token`.
+    /// Print a new join token for `skiff-agent --token`, or with --server one for
+    /// `skiff server --join URL --token`.
     Create {
-        /// How long the token may be used, e.g. `24h`, `30m`, `7d`.
-        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
-        ttl: std::time::Duration,
+        /// How long the token may be used, e.g. `24h`, `30m`, `7d` [default: 24h for a node
+        /// token, 2h for a server token].
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
+        /// A token for servers joining the cluster: it fetches the cluster's CA key,
+        /// service-account key, secrets key and admin token, so treat it as an admin
+        /// credential (it joins nodes as well).
+        #[arg(long)]
+        server: bool,
     },
 }
+
+/// A node token's lifetime unless `--ttl` says otherwise (kubeadm's bootstrap tokens').
+const NODE_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// A server token's (kubeadm's certificate key, which unlocks the uploaded control-plane
+/// keys, lives two hours).
+const SERVER_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
 
 #[derive(Debug, clap::Args)]
 pub struct VersionArgs {
@@ -350,10 +363,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Token(TokenCommand::Create { ttl }) => {
+        Command::Token(TokenCommand::Create { ttl, server }) => {
+            let (ttl, server) = (*ttl, *server);
             let session = Session::open(&cli)?;
+            let ttl = ttl.unwrap_or(if server {
+                SERVER_TOKEN_TTL
+            } else {
+                NODE_TOKEN_TTL
+            });
             let body = serde_json::to_value(api::join::TokenRequest {
                 ttl_seconds: ttl.as_secs(),
+                server,
             })?;
             smol::block_on(async {
                 let v = session
@@ -366,6 +386,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     )
                     .await?;
                 let t: api::join::TokenResponse = serde_json::from_value(v)?;
+                if server && !t.server {
+                    anyhow::bail!(
+                        "the server made a node token, not a server token: it is older than server join tokens"
+                    );
+                }
                 println!("{}", t.token);
                 Ok(())
             })

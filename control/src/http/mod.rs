@@ -337,6 +337,23 @@ async fn handle(
                 &serde_json::to_value(answer).unwrap_or_default(),
             ));
         }
+        Ok(Route::ServerJoin) => {
+            if req.method() != tide::http::Method::Post {
+                return Err(ApiError::method_not_allowed("a server joins with POST"));
+            }
+            let body = read_body(&mut req).await?;
+            let join: api::join::ServerJoinRequest = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid server join request: {e}")))?;
+            let answer =
+                crate::join::server_join(&state.registry, &state.pki, &state.store, join).await?;
+            let mut r = json_response(
+                StatusCode::Ok,
+                &serde_json::to_value(answer).unwrap_or_default(),
+            );
+            // Keys: kept by no cache.
+            r.insert_header("Cache-Control", "no-store");
+            return Ok(r);
+        }
         _ => {}
     }
     let certs = req.ext::<PeerCerts>().cloned().unwrap_or(PeerCerts(None));
@@ -396,7 +413,9 @@ async fn handle(
                 header(&req, "If-None-Match").as_deref(),
             ))
         }
-        Route::JoinCa | Route::Join | Route::Ui => Err(ApiError::path_not_found()),
+        Route::JoinCa | Route::Join | Route::ServerJoin | Route::Ui => {
+            Err(ApiError::path_not_found())
+        }
         Route::Review(path) => {
             let body = read_body(&mut req).await?;
             review::serve(&state, &req, &user, &path, &body)
@@ -446,10 +465,16 @@ async fn handle(
             let body = read_body(&mut req).await?;
             let t: api::join::TokenRequest = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::bad_request(format!("invalid token request: {e}")))?;
+            let usage = if t.server {
+                crate::join::TokenUsage::Server
+            } else {
+                crate::join::TokenUsage::Node
+            };
             let answer = crate::join::create_token(
                 &state.registry,
                 &state.pki,
                 std::time::Duration::from_secs(t.ttl_seconds),
+                usage,
             )
             .await?;
             Ok(json_response(
@@ -614,7 +639,7 @@ fn attributes(req: &tide::Request<State>, route: &Route) -> Option<crate::rbac::
             p.namespace.as_deref().unwrap_or(""),
             "",
         )),
-        Route::JoinCa | Route::Join => None,
+        Route::JoinCa | Route::Join | Route::ServerJoin => None,
         _ => non_resource(),
     }
 }

@@ -29,6 +29,9 @@ pub enum Route {
     JoinCa,
     /// A node's join request (authenticated by its join token).
     Join,
+    /// A joining server's request for the cluster's shared keys (authenticated by a server
+    /// join token).
+    ServerJoin,
     /// Join token creation (admin).
     Tokens,
     /// The web dashboard's files (`/ui`, `/ui/...`; no authentication).
@@ -102,6 +105,7 @@ pub fn parse(path: &str) -> Result<Route, NoRoute> {
         ["openapi", "v3", ..] => Ok(Route::OpenApiV3),
         ["skiff", "v1", "ca.crt"] => Ok(Route::JoinCa),
         ["skiff", "v1", "join"] => Ok(Route::Join),
+        ["skiff", "v1", "server-join"] => Ok(Route::ServerJoin),
         ["skiff", "v1", "tokens"] => Ok(Route::Tokens),
         ["ui", ..] => Ok(Route::Ui),
         ["skiff", "v1", "users"] => Ok(Route::Users),

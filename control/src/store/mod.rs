@@ -473,6 +473,15 @@ impl Store {
         self.inner.remote.is_some()
     }
 
+    /// The id of the etcd cluster the store stands on (None: the embedded store, which no
+    /// other server shares).
+    pub async fn shared_datastore_id(&self) -> Result<Option<String>, StoreError> {
+        match &self.inner.remote {
+            Some(remote) => Ok(Some(remote.client.cluster_id().await?)),
+            None => Ok(None),
+        }
+    }
+
     /// The redb file, which the etcd datastore has not.
     fn db(&self) -> Result<Arc<Database>, StoreError> {
         self.inner.db.clone().ok_or_else(|| {

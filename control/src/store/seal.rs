@@ -99,6 +99,11 @@ impl Keyring {
             return Ok(ring);
         }
         let text = std::fs::read_to_string(&path).map_err(|e| key_error(&path, e.to_string()))?;
+        Keyring::parse(&path, &text)
+    }
+
+    /// The keys of a key file's text (`path` names it in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<Keyring, SealError> {
         let mut keys = Vec::new();
         for (n, line) in text
             .lines()
@@ -108,23 +113,23 @@ impl Keyring {
             let mut parts = line.split_whitespace();
             let (Some(id), Some(k), None) = (parts.next(), parts.next(), parts.next()) else {
                 return Err(key_error(
-                    &path,
+                    path,
                     format!("line {}: want `ID HEX-KEY`", n + 1),
                 ));
             };
             let bytes = unhex(k).ok_or_else(|| {
                 key_error(
-                    &path,
+                    path,
                     format!("line {}: the key is not 64 hex digits", n + 1),
                 )
             })?;
             if id.len() > u8::MAX as usize {
-                return Err(key_error(&path, format!("line {}: key id too long", n + 1)));
+                return Err(key_error(path, format!("line {}: key id too long", n + 1)));
             }
             keys.push(Key::new(id.to_string(), bytes));
         }
         if keys.is_empty() {
-            return Err(key_error(&path, "holds no key"));
+            return Err(key_error(path, "holds no key"));
         }
         Ok(Keyring {
             keys,

@@ -11,6 +11,8 @@ use api::client::Client;
 use api::kubeconfig::Kubeconfig;
 use serde_json::Value;
 
+pub mod etcd;
+
 pub struct TestServer {
     pub child: Child,
     pub dir: tempfile::TempDir,
