@@ -107,14 +107,12 @@ start_etcd "failover"
 pa=$(free_port); pb=$(free_port)
 start_skiff "$work/a" "$pa" --datastore-endpoint "$ETCD_URLS"
 a=$SKIFF_PID
-# The second server shares the first's PKI, admin token and secrets key (a copy, as
-# `skiff server --join` would fetch them).
-share_pki() { mkdir -p "$work/b"; cp -a "$work/a/pki" "$work/a/admin-token" "$work/b/"; cp -a "$work/a"/secrets.key "$work/b/" 2>/dev/null || true; }
-share_pki
-start_skiff "$work/b" "$pb" --datastore-endpoint "$ETCD_URLS"
-b=$SKIFF_PID
 for _ in $(seq 1 300); do leads "$work/a" "$pa" && break; sleep 0.1; done
 leads "$work/a" "$pa" || { echo "bench: the first server never led" >&2; exit 1; }
+# The second server joins the first (`skiff server --join`, an empty data dir).
+jt=$("$SKIFF" --kubeconfig "$work/a/admin.kubeconfig" token create --server)
+start_skiff "$work/b" "$pb" --datastore-endpoint "$ETCD_URLS" --join "https://127.0.0.1:$pa" --token "$jt"
+b=$SKIFF_PID
 export KUBECONFIG="$work/b/admin.kubeconfig"
 SKIFF_LOG=warn "$AGENT" --simulate 10 --kubeconfig "$KUBECONFIG" &
 kubectl create deployment web --image=skiff.local/busybox:latest --replicas=1 >/dev/null
