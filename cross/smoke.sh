@@ -3,6 +3,7 @@
 # under qemu-aarch64-static: versions, the agent's offline self-check, then a real cluster:
 # `skiff server` starts, `skiff-agent` joins it with a token and registers its Node (no
 # containers run under qemu). Run as root (the agent sets up its runtime).
+#   cross/smoke.sh [--build-only]    --build-only: build the binaries, run nothing
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -22,6 +23,7 @@ rustup target list --installed | grep -qx "$T" || rustup target add "$T"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/cross}"
 cargo zigbuild --profile cross-smoke --target "$T" -p skiff-control -p skiff-agent
 out="$CARGO_TARGET_DIR/$T/cross-smoke"
+[ "${1:-}" != --build-only ] || exit 0
 file "$out/skiff" "$out/skiff-agent" | grep -q "ARM aarch64" || { echo "smoke: not aarch64 binaries" >&2; exit 1; }
 qemu-aarch64-static "$out/skiff" version --client
 # The server's jemalloc must be built for 64 KiB pages (.cargo/config.toml): one built for

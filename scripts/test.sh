@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what a fresh machine lacks, then runs every Rust test (unit,
-# integration against real server processes, real kubectl) and the Python client tests.
+# integration against real server processes, real kubectl), the emulated aarch64 smoke test,
+# the Python client tests and the fuzz targets.
 # Run as root: later tiers start real containers and network namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,13 +10,31 @@ python=$(scripts/setup.sh --python)
 # Tests that ask the Python kubernetes client (protobuf field names) run `python3`: the venv's.
 PATH="$(dirname "$python"):$PATH"
 export PATH
-cargo build --workspace --all-targets
-cargo test --workspace --no-fail-fast
-# The server without its embedded agent (the 32-bit ARM build in cross/build.sh).
-cargo check -p skiff-control --no-default-features
+cargo test --workspace --no-run
+cargo test --workspace --doc
+
+# Builds that need no test machine run in the background, at low priority, while the test
+# binaries run (they mostly wait on servers, containers and probes): the server without its
+# embedded agent (the 32-bit ARM build in cross/build.sh), the fuzz targets, and the static
+# aarch64 binaries. Each of these two cargo runs has its own lock: target/debug's is free
+# once the test binaries are built, and the cross build has target/cross.
+mkdir -p target
+(nice -n 10 cargo check -p skiff-control --no-default-features &&
+    nice -n 10 scripts/fuzz.sh 0) >target/test-fuzz-build.log 2>&1 &
+fuzz_build=$!
+nice -n 10 cross/smoke.sh --build-only >target/test-cross-build.log 2>&1 &
+cross_build=$!
+
+status=0
+# The test binaries, in two lanes (scripts/run-tests.py says which run together).
+scripts/run-tests.py || status=$?
+
+wait "$fuzz_build" || { tail -n 60 target/test-fuzz-build.log >&2; echo "test: the fuzz build failed" >&2; exit 1; }
+wait "$cross_build" || { tail -n 60 target/test-cross-build.log >&2; echo "test: the aarch64 build failed" >&2; exit 1; }
 # The static aarch64 binaries, run under qemu-aarch64-static.
 cross/smoke.sh
 SKIFF_BIN="$PWD/target/debug/skiff" "$python" -m pytest -q tests/python
 # The fuzz targets (fuzz/, docs/fuzzing.md): built on target/debug's dependencies, their corpus
 # (seeds and crash reproducers) replayed, then each fuzzed for a few seconds, two at a time.
 scripts/fuzz.sh "${SKIFF_FUZZ_SECONDS:-10}"
+exit "$status"
