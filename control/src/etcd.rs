@@ -306,7 +306,41 @@ impl EtcdClient {
 
     /// One unary call: the answer decoded, or etcd's error.
     async fn call<T: DeserializeOwned>(&self, path: &str, body: Value) -> Result<T, EtcdError> {
-        let mut res = self.send(&self.transport, path, &body).await?;
+        self.call_once(path, &body).await
+    }
+
+    /// A call that may be sent twice (a read): besides an endpoint that cannot be reached,
+    /// a connection that breaks under the request (its member went away mid-call) moves it
+    /// on to the next endpoint, once per endpoint.
+    async fn call_idempotent<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Value,
+    ) -> Result<T, EtcdError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.call_once(path, &body).await {
+                Err(EtcdError::Transport {
+                    endpoint,
+                    error: error @ (TransportError::Io(_) | TransportError::Protocol(_)),
+                }) if attempt <= self.endpoints.len() => {
+                    let at = self.current.load(Ordering::Relaxed);
+                    tracing::warn!(%endpoint, %error, "etcd connection broke; reading from the next endpoint");
+                    self.current
+                        .store((at + 1) % self.endpoints.len(), Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn call_once<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> Result<T, EtcdError> {
+        let mut res = self.send(&self.transport, path, body).await?;
         let status = res.status;
         let bytes = res
             .bytes(64 << 20)
@@ -341,7 +375,7 @@ impl EtcdClient {
             body["limit"] = limit.to_string().into();
         }
         let r: RangeAnswer = self
-            .call("/v3/kv/range", body)
+            .call_idempotent("/v3/kv/range", body)
             .await
             .map_err(|e| compacted(e, revision.unwrap_or(0)))?;
         Ok(Range {

@@ -349,6 +349,47 @@ fn fails_over_to_the_next_endpoint() {
     ));
 }
 
+/// An endpoint whose connections break under every request, as a member's do when it is
+/// killed mid-call: it reads the request, then closes without answering.
+fn breaking_endpoint() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut conn, &mut buf);
+            drop(conn);
+        }
+    });
+    url
+}
+
+#[test]
+fn reads_move_on_when_a_connection_breaks_but_writes_do_not() {
+    let etcd = start_etcd(None);
+    smol::block_on(async {
+        let direct = client(&[&etcd.client_url], None);
+        ready(&direct).await;
+        let rev = direct.put(b"/b", b"v", 0).await.unwrap();
+        // The breaking endpoint first: it is reached, so only a read may be sent again.
+        let c = client(&[&breaking_endpoint(), &etcd.client_url], None);
+        let kv = c
+            .get(b"/b")
+            .await
+            .expect("a read goes on to the next endpoint");
+        assert_eq!(kv.unwrap().mod_revision, rev);
+        let c = client(&[&breaking_endpoint(), &etcd.client_url], None);
+        assert!(
+            matches!(
+                c.put(b"/b", b"w", 0).await,
+                Err(EtcdError::Transport { .. })
+            ),
+            "a write whose answer was lost is not sent twice"
+        );
+    });
+}
+
 #[test]
 fn mutual_tls() {
     let certs = certs();

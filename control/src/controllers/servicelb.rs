@@ -19,6 +19,7 @@ use api::core::{
 use api::Kind;
 
 use crate::machinery::events::Recorder;
+use crate::machinery::informer::{beyond_heartbeat, Informers};
 use crate::machinery::Context;
 use crate::registry::Part;
 
@@ -223,10 +224,10 @@ async fn run(ctx: Context) {
             }
         }
         reported.retain(|uid, _| live.contains(uid));
-        // Wait for a change, then take every change queued meanwhile in one pass.
-        match changes.recv().await {
-            Ok(_) => while changes.try_recv().is_ok() {},
-            Err(_) => return,
+        // Wait for a change that is more than a heartbeat (nodes are re-read whole), taking
+        // every change queued meanwhile in one pass.
+        if !Informers::next_that_matters(&changes, beyond_heartbeat).await {
+            return;
         }
     }
 }
