@@ -96,16 +96,7 @@ fn two_servers_share_reads_writes_watches_and_conflicts_through_etcd() {
     assert_eq!(rv(&now), rv(&updated));
 
     // A Secret sealed by one server opens on the other (they share secrets.key).
-    let (code, s) = a.json(
-        "POST",
-        "/api/v1/namespaces/default/secrets",
-        &json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "pw"}, "data": {"p": "aHVudGVyMg=="}}),
-    );
-    assert_eq!(code, 201, "{s}");
-    let (code, s) = b.http("GET", "/api/v1/namespaces/default/secrets/pw", None);
-    assert_eq!(code, 200, "{s}");
-    assert_eq!(s["data"]["p"], "aHVudGVyMg==");
+    common::etcd::secret_sealed_by_one_opens_on_the_other(&a, &b);
 
     // A watch on b from its list's revision sees a create made through a.
     let (_, list) = b.http("GET", CMS, None);

@@ -253,16 +253,7 @@ fn a_joined_server_shares_the_ca_the_secrets_key_and_service_account_tokens() {
     );
 
     // A Secret sealed by A opens on B.
-    let (code, s) = a.json(
-        "POST",
-        "/api/v1/namespaces/default/secrets",
-        &json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "pw"}, "data": {"p": "aHVudGVyMg=="}}),
-    );
-    assert_eq!(code, 201, "{s}");
-    let (code, s) = b.http("GET", "/api/v1/namespaces/default/secrets/pw", None);
-    assert_eq!(code, 200, "{s}");
-    assert_eq!(s["data"]["p"], "aHVudGVyMg==");
+    common::etcd::secret_sealed_by_one_opens_on_the_other(&a, &b);
 
     // A ServiceAccount token issued by A is accepted by B.
     let (code, v) = a.json(

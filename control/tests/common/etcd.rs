@@ -117,3 +117,18 @@ impl EtcdCluster {
         }
     }
 }
+
+/// Checks that a Secret created through `a` opens through `b`: the two servers share one
+/// datastore and one `secrets.key`.
+pub fn secret_sealed_by_one_opens_on_the_other(a: &super::TestServer, b: &super::TestServer) {
+    let (code, s) = a.json(
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        &serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "pw"}, "data": {"p": "aHVudGVyMg=="}}),
+    );
+    assert_eq!(code, 201, "{s}");
+    let (code, s) = b.http("GET", "/api/v1/namespaces/default/secrets/pw", None);
+    assert_eq!(code, 200, "{s}");
+    assert_eq!(s["data"]["p"], "aHVudGVyMg==");
+}
