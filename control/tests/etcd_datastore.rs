@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use common::TestServer;
+use common::{eventually, TestServer};
 use serde_json::{json, Value};
 
 /// A data dir holding what the servers of one cluster share: the CA, the service-account
@@ -47,18 +47,6 @@ fn rv(v: &Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_string()
-}
-
-/// Retries `f` until it answers `Some` or `secs` pass.
-fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";

@@ -25,24 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdCluster;
-use common::{agent_bin, free_port, skiff_bin, TestServer};
+use common::{agent_bin, eventually, free_port, skiff_bin, TestServer};
 use serde_json::json;
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 /// The pod range of these servers and agent: apart from the other tests' on this host.
 const CLUSTER_CIDR: &str = "10.217.0.0/16";
-
-/// Retries `f` until it answers `Some` or `secs` pass.
-fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 fn url(s: &TestServer) -> String {
     format!("https://{}", s.addr)

@@ -213,3 +213,15 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// Retries `f` until it answers `Some` or `secs` pass.
+pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
