@@ -320,8 +320,13 @@ impl Browser {
             }
             if Instant::now() > deadline {
                 let text = self.eval("document.body.innerText");
+                let loads = self.eval(
+                    "JSON.stringify({state: document.readyState, url: location.href, \
+                     loads: performance.getEntriesByType('resource').map(e => \
+                     [e.name, Math.round(e.startTime), Math.round(e.responseEnd), e.responseStatus])})",
+                );
                 panic!(
-                    "timed out waiting for {what}; page problems: {:?}; page text:\n{text}",
+                    "timed out waiting for {what}; page problems: {:?}; loads: {loads}; page text:\n{text}",
                     self.problems
                 );
             }

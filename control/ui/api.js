@@ -57,7 +57,16 @@ async function failure(r) {
 export async function request(method, path, body, contentType) {
   const init = { method, headers: headers(body === undefined ? {} : { 'Content-Type': contentType || 'application/json' }) };
   if (body !== undefined) init.body = typeof body === 'string' ? body : JSON.stringify(body);
-  const r = await fetch(path, init);
+  let r;
+  try {
+    r = await fetch(path, init);
+  } catch (e) {
+    // No answer at all (a network change aborts requests in flight): once more, unless
+    // it is a POST, which may have created something before the answer was lost.
+    if (method === 'POST' && !path.endsWith('reviews')) throw e;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    r = await fetch(path, init);
+  }
   if (!r.ok) throw await failure(r);
   const text = await r.text();
   return text ? JSON.parse(text) : null;

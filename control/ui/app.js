@@ -6,6 +6,9 @@ import { get, session, learnUser, onUnauthorized, watch, ApiError, RECONNECTING 
 import { h, refreshAges } from './table.js';
 import { nodesView, workloadsView, podsView, podView, servicesView, eventsView, applyView } from './views.js';
 
+// Every script arrived (boot.js loads the page again when one did not).
+sessionStorage.removeItem('skiff.reloaded');
+
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 const banner = document.getElementById('error');

@@ -37,6 +37,11 @@ const FILES: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../ui/style.css"),
     ),
     (
+        "boot.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../ui/boot.js"),
+    ),
+    (
         "api.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../ui/api.js"),
