@@ -77,9 +77,18 @@ struct Cli {
     /// The cgroup all pod cgroups go under.
     #[arg(long, env = "SKIFF_AGENT_CGROUP_PARENT", default_value = "skiff")]
     cgroup_parent: String,
-    /// Seconds between Node heartbeats.
+    /// Seconds between heartbeats: renewals of the node's Lease in kube-node-lease (kubelet's
+    /// nodeStatusUpdateFrequency).
     #[arg(long, env = "SKIFF_AGENT_HEARTBEAT_SECONDS", default_value_t = 10)]
     heartbeat_seconds: u64,
+    /// Seconds between posts of an unchanged Node status (kubelet's
+    /// nodeStatusReportFrequency); a changed status is posted at once.
+    #[arg(
+        long,
+        env = "SKIFF_AGENT_NODE_STATUS_REPORT_SECONDS",
+        default_value_t = 300
+    )]
+    node_status_report_seconds: u64,
     /// The port of the HTTPS log endpoint (only the server may use it); 0 picks a free one.
     #[arg(long, env = "SKIFF_AGENT_PORT", default_value_t = agent::node::logs::DEFAULT_PORT)]
     port: u16,
@@ -230,6 +239,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
         allow_privileged: cli.allow_privileged,
         cgroup_parent: cli.cgroup_parent.clone(),
         heartbeat: Duration::from_secs(cli.heartbeat_seconds.max(1)),
+        status_report: Duration::from_secs(cli.node_status_report_seconds.max(1)),
         log_port: cli.port,
         log_limits: agent::runtime::logs::LogLimits {
             max_bytes: cli.container_log_max_size,
@@ -297,7 +307,8 @@ fn run_simulated(cli: &Cli) -> anyhow::Result<()> {
         .map(|t| register::parse_taint(t))
         .collect::<Result<_, _>>()?;
     let every = Duration::from_secs(cli.heartbeat_seconds.max(1));
-    agent::sim::run_cli(&cli.sim, labels, taints, cli.max_pods, every)
+    let report = Duration::from_secs(cli.node_status_report_seconds.max(1));
+    agent::sim::run_cli(&cli.sim, labels, taints, cli.max_pods, every, report)
         .context("simulated nodes stopped")
 }
 

@@ -67,7 +67,10 @@ pub struct SimConfig {
     pub max_pods: u32,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
+    /// How often each node's Lease is renewed.
     pub heartbeat: Duration,
+    /// How often each node's unchanged status is posted (a changed one at once).
+    pub status_report: Duration,
     /// Pods that do not always restart succeed this long after they run (None: never).
     pub complete_after: Option<Duration>,
 }
@@ -84,6 +87,7 @@ impl Default for SimConfig {
             labels: BTreeMap::new(),
             taints: Vec::new(),
             heartbeat: Duration::from_secs(10),
+            status_report: Duration::from_secs(300),
             complete_after: None,
         }
     }
@@ -284,6 +288,7 @@ pub fn run_cli(
     taints: Vec<Taint>,
     max_pods: u32,
     heartbeat: Duration,
+    status_report: Duration,
 ) -> Result<(), SimError> {
     let count = args.simulate.unwrap_or(0);
     let path = args.kubeconfig.clone().ok_or(SimError::NoKubeconfig)?;
@@ -304,6 +309,7 @@ pub fn run_cli(
         labels,
         taints,
         heartbeat,
+        status_report,
         complete_after: args
             .sim_complete_seconds
             .filter(|s| s.is_finite() && *s >= 0.0)
@@ -343,28 +349,42 @@ pub async fn run(config: ClientConfig, cfg: SimConfig) -> Result<(), SimError> {
     }
     tracing::info!(nodes = nodes.len(), "simulated nodes registered");
 
-    // Heartbeats, staggered: worker w beats nodes w, w+W, ... spaced evenly over the period.
+    // Nodes whose stored status is not what they report (marked unknown while their
+    // heartbeats did not arrive, or deleted): their status goes out at their next turn.
+    let stale: Arc<std::sync::Mutex<HashSet<String>>> = Default::default();
+    smol::spawn(follow_node_statuses(new_client()?, stale.clone())).detach();
+
+    // Heartbeats, staggered: worker w renews the Leases of nodes w, w+W, ... spaced evenly
+    // over the period, and posts each node's status every `status_report` (as kubelets do).
     for w in 0..HEARTBEAT_WORKERS.min(nodes.len()) {
-        let (client, nodes, cfg) = (new_client()?, nodes.clone(), cfg.clone());
+        let (client, nodes, cfg, stale) =
+            (new_client()?, nodes.clone(), cfg.clone(), stale.clone());
         smol::spawn(async move {
             let mine: Vec<usize> = (w..nodes.len()).step_by(HEARTBEAT_WORKERS).collect();
             let gap = cfg.heartbeat / mine.len().max(1) as u32;
             let since = Time::now();
-            // Each node's Lease in kube-node-lease, renewed with its heartbeat (as kubelets do).
+            // Each node's Lease in kube-node-lease, renewed every heartbeat.
             let mut leases: Vec<NodeLease> =
                 mine.iter().map(|&i| NodeLease::new(&nodes[i].name)).collect();
+            let mut reported = vec![std::time::Instant::now(); mine.len()];
             loop {
                 for (k, &i) in mine.iter().enumerate() {
                     let started = std::time::Instant::now();
                     if let Err(e) = leases[k].renew(&client, None).await {
                         tracing::warn!(node = %nodes[i].name, "renewing the node lease failed: {e}");
                     }
-                    match register::heartbeat(&client, &nodes[i].name, since).await {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            register_until_done(&client, &build_node(&cfg, &nodes[i])).await
+                    let off = lock(&stale).remove(&nodes[i].name);
+                    if off || reported[k].elapsed() + cfg.heartbeat / 2 >= cfg.status_report {
+                        reported[k] = std::time::Instant::now();
+                        match register::heartbeat(&client, &nodes[i].name, since).await {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                register_until_done(&client, &build_node(&cfg, &nodes[i])).await
+                            }
+                            Err(e) => {
+                                tracing::warn!(node = %nodes[i].name, "posting the status failed: {e}")
+                            }
                         }
-                        Err(e) => tracing::warn!(node = %nodes[i].name, "heartbeat failed: {e}"),
                     }
                     smol::Timer::after(gap.saturating_sub(started.elapsed())).await;
                 }
@@ -386,6 +406,42 @@ pub async fn run(config: ClientConfig, cfg: SimConfig) -> Result<(), SimError> {
     }
     follow_pods(&new_client()?, &nodes, &jobs_tx, cfg.complete_after).await;
     Ok(())
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Watches the simulated Nodes (resuming whenever the watch ends) and puts the name of each
+/// whose stored status no longer shows it Ready, or that was deleted, into `stale`.
+async fn follow_node_statuses(client: Client, stale: Arc<std::sync::Mutex<HashSet<String>>>) {
+    loop {
+        match client
+            .watch::<Node>(None, "", Some(SIMULATED_LABEL), None, None)
+            .await
+        {
+            Ok(mut events) => {
+                while let Some(event) = events.next().await {
+                    let name = match event {
+                        Ok(WatchEvent::Added(n)) | Ok(WatchEvent::Modified(n)) => {
+                            (!register::shows_ready(&n)).then_some(n.metadata.name)
+                        }
+                        Ok(WatchEvent::Deleted(n)) => Some(n.metadata.name),
+                        Ok(WatchEvent::Bookmark { .. }) => None,
+                        Err(e) => {
+                            tracing::debug!("watching the simulated nodes: {e}");
+                            break;
+                        }
+                    };
+                    if let Some(name) = name {
+                        lock(&stale).insert(name);
+                    }
+                }
+            }
+            Err(e) => tracing::debug!("cannot watch the simulated nodes: {e}"),
+        }
+        smol::Timer::after(Duration::from_secs(1)).await;
+    }
 }
 
 async fn register_until_done(client: &Client, node: &Node) {

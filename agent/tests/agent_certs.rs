@@ -16,7 +16,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use api::certificates::CertificateSigningRequest;
 use api::client::{Client, ClientConfig};
-use api::core::Node;
 use common::{skiff_bin, wait_for, TestAgent, TestServer};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -53,15 +52,11 @@ fn served_certificate(addr: SocketAddr, ca_pem: &str) -> Vec<u8> {
     conn.peer_certificates().expect("a certificate")[0].to_vec()
 }
 
-/// The Ready condition's last heartbeat of node `name`.
+/// The last heartbeat of node `name`: its Lease's renewTime in kube-node-lease (unix
+/// seconds).
 fn heartbeat(c: &Client, name: &str) -> Option<i64> {
-    let node: Node = smol::block_on(c.get("", name)).ok()?;
-    node.status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .and_then(|c| c.last_heartbeat_time)
-        .map(|t| t.0)
+    let lease: api::coordination::Lease = smol::block_on(c.get("kube-node-lease", name)).ok()?;
+    lease.spec.renew_time.map(|t| t.0 / 1_000_000)
 }
 
 /// Waits for a heartbeat later than `after` (unix seconds).

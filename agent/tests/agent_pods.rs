@@ -268,11 +268,9 @@ fn agent_joins_registers_and_runs_pods() {
         .expect("last state");
     assert_eq!(last.exit_code, 1);
 
-    wait_for(
-        "the Node heartbeat to advance",
-        Duration::from_secs(10),
-        || (heartbeat_of(&client, &node_name) > first_heartbeat).then_some(()),
-    );
+    // The Lease is the heartbeat: an unchanged status is posted every 5 minutes only
+    // (kubelet's nodeStatusReportFrequency), so the Node is not written every second.
+    assert_eq!(heartbeat_of(&client, &node_name), first_heartbeat);
 
     // Its Lease in kube-node-lease (the node authorizer lets it use that one): held by the
     // node, owned by its Node, renewed.

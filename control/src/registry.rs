@@ -1317,14 +1317,9 @@ pub fn apply_patch(current: Value, patch_type: PatchType, patch: &[u8]) -> Resul
 
 impl Registry {
     pub fn new(store: Store) -> Registry {
-        let heartbeats = if store.is_shared() {
-            crate::heartbeat::Heartbeats::written_through()
-        } else {
-            Default::default()
-        };
         Registry {
             store,
-            heartbeats: std::sync::Arc::new(heartbeats),
+            heartbeats: Default::default(),
             default_toleration_seconds: std::sync::Arc::new(AtomicI64::new(300)),
             service_ranges: Default::default(),
             manager: CONTROLLER_MANAGER.into(),

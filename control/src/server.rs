@@ -271,6 +271,7 @@ impl EmbeddedAgentArgs {
             allow_privileged: self.allow_privileged,
             cgroup_parent: self.cgroup_parent.clone(),
             heartbeat: std::time::Duration::from_secs(10),
+            status_report: std::time::Duration::from_secs(300),
             log_port: self.agent_port,
             log_limits: Default::default(),
             disable_proxy: self.disable_proxy,
@@ -415,6 +416,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 
     let keys = crate::store::seal::Keyring::load_or_create(&args.data_dir)
         .context("loading the secrets key")?;
+    let shared_etcd = etcd.as_ref().map(|(client, _)| client.clone());
     let store = match etcd {
         Some((client, endpoints)) => open_etcd(client, endpoints, keys)?,
         None => Store::open(StoreConfig {
@@ -461,6 +463,15 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     auth = auth.with_token_authenticator(sa_tokens.clone());
     let authorizer = crate::rbac::Authorizer::new();
     let registry = Registry::new(store.clone());
+    if let Some(client) = shared_etcd {
+        // Node heartbeats stay in memory and travel between the servers in digests.
+        crate::heartbeat::share(
+            client,
+            registry.heartbeats.clone(),
+            crate::leader::default_identity(),
+            crate::heartbeat::digest_period(args.node_monitor_grace_period),
+        );
+    }
     registry.set_service_ranges(crate::ipalloc::ServiceRanges::new(
         args.service_cidr,
         args.service_node_port_range,

@@ -243,6 +243,32 @@ fn agent_renews_its_node_lease_without_writes_and_a_stopped_agent_makes_the_node
         "{after}"
     );
 
+    // The status heartbeat is a report every 5 minutes (kubelet's
+    // nodeStatusReportFrequency), so it stood still meanwhile: the Lease kept the node Ready.
+    let beat = |s: &TestServer| {
+        let (_, n) = s.http("GET", "/api/v1/nodes/sim-0001", None);
+        n["status"]["conditions"][0]["lastHeartbeatTime"].clone()
+    };
+    let first_beat = beat(&s);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(beat(&s), first_beat);
+
+    // Cut off (stopped) past the grace period, the node is marked unknown; once it runs
+    // again it posts its status at once, not at the next report.
+    let pid = nix::unistd::Pid::from_raw(sim.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("stop the agent");
+    wait_for(
+        "the stopped node to be NotReady",
+        Duration::from_secs(30),
+        || (ready(&s, "sim-0001") == "Unknown").then_some(()),
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("continue the agent");
+    wait_for(
+        "the node to be Ready again",
+        Duration::from_secs(15),
+        || (ready(&s, "sim-0001") == "True").then_some(()),
+    );
+
     // The lifecycle controller notices the agent is gone.
     let _ = sim.0.kill();
     let _ = sim.0.wait();

@@ -32,6 +32,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_lite::FutureExt;
+
 use api::core::Taint;
 use api::meta::Time;
 
@@ -64,7 +66,11 @@ pub struct AgentConfig {
     pub max_pods: u32,
     pub allow_privileged: bool,
     pub cgroup_parent: String,
+    /// How often the node Lease is renewed (and the status looked at).
     pub heartbeat: Duration,
+    /// How often the Node's status is posted when nothing in it changed (kubelet's
+    /// nodeStatusReportFrequency); a change is posted at once.
+    pub status_report: Duration,
     /// The log endpoint's port; 0 picks a free one (the one published in the Node).
     pub log_port: u16,
     /// Size cap and file count of container logs.
@@ -258,6 +264,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             node_facts,
             settings,
             cfg.heartbeat,
+            cfg.status_report,
         ))
         .detach();
 
@@ -388,13 +395,16 @@ async fn start_log_endpoint(
 }
 
 /// Registers the Node (retrying until the server answers), then renews its Lease in
-/// kube-node-lease every 10 s (more often if `every` is shorter) and heartbeats its status
-/// every `every`; re-registers if the Node was deleted.
+/// kube-node-lease every 10 s (more often if `every` is shorter) and posts its status every
+/// `report`, or at once when the stored status is not what the node reports (the node
+/// lifecycle controller marked it unknown while the node was cut off), as kubelets do: the
+/// Lease is the heartbeat, the status a report. Re-registers if the Node was deleted.
 async fn keep_registered(
     client: api::client::Client,
     facts: NodeFacts,
     settings: NodeSettings,
     every: Duration,
+    report: Duration,
 ) {
     let mut node_lease = lease::NodeLease::new(&settings.name);
     let tick = every.min(lease::RENEW_INTERVAL);
@@ -413,21 +423,40 @@ async fn keep_registered(
             }
         };
         tracing::info!(node = %settings.name, "node registered");
+        let (stale_tx, stale) = async_channel::bounded::<()>(1);
+        // Dropped (and so stopped) when the node registers again.
+        let _watch = smol::spawn(register::watch_own_status(
+            client.clone(),
+            settings.name.clone(),
+            stale_tx,
+        ));
         let mut last_status = std::time::Instant::now();
         loop {
             if let Err(e) = node_lease.renew(&client, Some(&registered)).await {
                 tracing::warn!(node = %settings.name, "renewing the node lease failed: {e}");
             }
-            smol::Timer::after(tick).await;
-            // A tick early is on time: the status goes out every `every`, not every other.
-            if last_status.elapsed() + tick / 2 < every {
+            let woken = async {
+                match stale.recv().await {
+                    Ok(()) => true,
+                    Err(_) => futures_lite::future::pending().await,
+                }
+            }
+            .or(async {
+                smol::Timer::after(tick).await;
+                false
+            })
+            .await;
+            // A tick early is on time: the status goes out every `report`, not every other.
+            if !woken && last_status.elapsed() + tick / 2 < report {
                 continue;
             }
             last_status = std::time::Instant::now();
             match register::heartbeat(&client, &settings.name, ready_since).await {
-                Ok(true) => tracing::debug!(node = %settings.name, "heartbeat"),
+                Ok(true) => tracing::debug!(node = %settings.name, woken, "node status posted"),
                 Ok(false) => break,
-                Err(e) => tracing::warn!(node = %settings.name, "heartbeat failed: {e}"),
+                Err(e) => {
+                    tracing::warn!(node = %settings.name, "posting the node status failed: {e}")
+                }
             }
         }
     }

@@ -238,6 +238,52 @@ pub async fn heartbeat(
     Ok(true)
 }
 
+/// Whether the stored `node` shows what the agent reports: Ready and True. When it does not
+/// (the node lifecycle controller marked it Unknown while the node's heartbeats did not
+/// arrive), the agent posts its status at once instead of at the next report.
+pub fn shows_ready(node: &Node) -> bool {
+    node.status
+        .condition("Ready")
+        .is_some_and(|c| c.status == "True")
+}
+
+/// Watches the agent's own Node (resuming whenever the watch ends) and sends on `stale` when
+/// the stored status is no longer what the agent reports, or the Node was deleted. Runs until
+/// dropped or `stale` is closed.
+pub async fn watch_own_status(client: Client, name: String, stale: async_channel::Sender<()>) {
+    use futures_lite::StreamExt;
+    let selector = format!("metadata.name={name}");
+    loop {
+        match client
+            .watch::<Node>(None, "", None, Some(&selector), None)
+            .await
+        {
+            Ok(mut events) => {
+                while let Some(event) = events.next().await {
+                    let off = match event {
+                        Ok(api::client::WatchEvent::Added(n))
+                        | Ok(api::client::WatchEvent::Modified(n)) => !shows_ready(&n),
+                        Ok(api::client::WatchEvent::Deleted(_)) => true,
+                        Ok(api::client::WatchEvent::Bookmark { .. }) => false,
+                        Err(e) => {
+                            tracing::debug!(node = %name, "watching the node: {e}");
+                            break;
+                        }
+                    };
+                    if off && stale.try_send(()).is_err() && stale.is_closed() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(node = %name, "cannot watch the node: {e}"),
+        }
+        if stale.is_closed() {
+            return;
+        }
+        smol::Timer::after(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
