@@ -356,7 +356,7 @@ impl EtcdClient {
     }
 
     /// Keys from `key` up to `range_end` (None: just `key`), at `revision` (None: the
-    /// latest), at most `limit` of them (0: all).
+    /// latest), at most `limit` of them (0: all). A linearizable read.
     pub async fn range(
         &self,
         key: &[u8],
@@ -364,7 +364,25 @@ impl EtcdClient {
         revision: Option<i64>,
         limit: i64,
     ) -> Result<Range, EtcdError> {
+        self.range_with(key, range_end, revision, limit, false)
+            .await
+    }
+
+    /// [`EtcdClient::range`], or a serializable read if `serializable`: answered by the
+    /// member from what it has applied, without a round through the leader, so possibly a
+    /// little behind (what a transaction comparing the revisions read then finds out).
+    pub async fn range_with(
+        &self,
+        key: &[u8],
+        range_end: Option<&[u8]>,
+        revision: Option<i64>,
+        limit: i64,
+        serializable: bool,
+    ) -> Result<Range, EtcdError> {
         let mut body = json!({ "key": B64.encode(key) });
+        if serializable {
+            body["serializable"] = true.into();
+        }
         if let Some(end) = range_end {
             body["range_end"] = B64.encode(end).into();
         }

@@ -904,7 +904,7 @@ fn create_in<K: Resource>(
     add_protection_finalizer(&mut obj);
     for attempt in 0..8 {
         let name = obj.meta().name.clone();
-        if txn.get(K::KIND, &ns, &name)?.is_none() {
+        if txn.absent(K::KIND, &ns, &name)? {
             // Last, as Kubernetes' ResourceQuota admission: it counts what the others made.
             let any = obj.into_any();
             admit_quota(txn, &any)?;

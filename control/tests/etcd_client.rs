@@ -253,6 +253,14 @@ fn reads_writes_transactions_and_watches() {
         let all = c.range(prefix, Some(&end), None, 0).await.unwrap();
         assert_eq!(all.kvs.len(), 2);
         assert_eq!(all.revision, fresh.revision);
+        // A serializable read (what write closures read first) of a settled key space
+        // answers the same.
+        let local = c
+            .range_with(prefix, Some(&end), None, 0, true)
+            .await
+            .unwrap();
+        assert_eq!(local.kvs, all.kvs);
+        assert_eq!(local.revision, all.revision);
 
         // A watch from an old revision replays, then goes live; deletes carry the old value.
         let mut w = c.watch(prefix, Some(&end), r1).await.unwrap();

@@ -83,6 +83,48 @@ fn two_servers_share_reads_writes_watches_and_conflicts_through_etcd() {
     assert_eq!(now["data"]["k"], "v2");
     assert_eq!(rv(&now), rv(&updated));
 
+    // A create through b of a name a made: b's first attempt takes the name for free
+    // without a read, etcd refuses its transaction, and the second attempt finds the object.
+    let (code, dup) = b.json(
+        "POST",
+        CMS,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"}}),
+    );
+    assert_eq!(code, 409, "{dup}");
+    assert_eq!(dup["reason"], "AlreadyExists", "{dup}");
+
+    // Admission on b reads namespaces and LimitRanges from the copy its etcd watch keeps; a
+    // namespace and a LimitRange made through a a moment before are there, or the copy's
+    // lag loses the transaction's compare and the create runs again on etcd's reads.
+    for round in 0..5 {
+        let ns = format!("fresh-{round}");
+        let (code, v) = a.json(
+            "POST",
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+        assert_eq!(code, 201, "{v}");
+        let (code, v) = a.json(
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/limitranges"),
+            &json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "lr"},
+                    "spec": {"limits": [{"type": "Container",
+                                         "default": {"memory": "64Mi"}}]}}),
+        );
+        assert_eq!(code, 201, "{v}");
+        let (code, pod) = b.json(
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+        );
+        assert_eq!(code, 201, "{pod}");
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["limits"]["memory"], "64Mi",
+            "the LimitRange made through a was not applied by b: {pod}"
+        );
+    }
+
     // A Secret sealed by one server opens on the other (they share secrets.key).
     common::etcd::secret_sealed_by_one_opens_on_the_other(&a, &b);
 

@@ -503,13 +503,16 @@ impl Store {
     }
 
     /// Runs `f` against etcd and commits its writes in one transaction on everything it
-    /// read; `None` if something it read changed first (it may then run again).
+    /// read; `None` if something it read changed first (it may then run again). With
+    /// `serializable`, `f` reads what the etcd member has applied (see
+    /// [`remote::Reader::serializable`]). `f` comes back with the outcome, also an error.
     async fn remote_attempt<T, E, F>(
         &self,
         remote: &Arc<remote::Remote>,
         f: F,
         dry_run: bool,
-    ) -> Result<(F, Option<Committed<T>>), E>
+        serializable: bool,
+    ) -> (F, Result<Option<Committed<T>>, E>)
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
@@ -520,8 +523,11 @@ impl Store {
             let mut f = f;
             let reader = remote::Reader {
                 client: &r.client,
+                serializable,
+                often: serializable.then_some(&r.often),
                 keys: r.keys.as_deref(),
                 observed: Default::default(),
+                seen: Default::default(),
             };
             let planned = (|| -> Result<_, E> {
                 let tables = Tables::remote(&reader, r.keys.as_deref());
@@ -538,22 +544,24 @@ impl Store {
             (f, planned)
         })
         .await;
-        let (value, writes, (compares, ops)) = planned?;
+        let (value, writes, (compares, ops)) = match planned {
+            Ok(p) => p,
+            Err(e) => return (f, Err(e)),
+        };
         if dry_run || ops.is_empty() {
-            return Ok((
+            return (
                 f,
-                Some(Committed {
+                Ok(Some(Committed {
                     value,
                     renumber: Renumber::default(),
-                }),
-            ));
+                })),
+            );
         }
         let started = std::time::Instant::now();
-        let outcome = remote
-            .client
-            .txn(&compares, &ops, &[])
-            .await
-            .map_err(StoreError::from)?;
+        let outcome = match remote.client.txn(&compares, &ops, &[]).await {
+            Ok(o) => o,
+            Err(e) => return (f, Err(E::from(StoreError::from(e)))),
+        };
         {
             let mut stats = lock(&self.inner.stats);
             stats.total_commit_time += started.elapsed();
@@ -566,11 +574,11 @@ impl Store {
             }
         }
         if !outcome.succeeded {
-            return Ok((f, None));
+            return (f, Ok(None));
         }
-        Ok((
+        (
             f,
-            Some(Committed {
+            Ok(Some(Committed {
                 value,
                 renumber: Renumber {
                     snapshot: remote::PLACEHOLDER_BASE,
@@ -578,8 +586,8 @@ impl Store {
                     base: outcome.revision.max(0) as u64,
                     flat: true,
                 },
-            }),
-        ))
+            })),
+        )
     }
 
     /// [`Store::write`] on etcd: one attempt, and a conflict if something read changed.
@@ -599,11 +607,11 @@ impl Store {
             Some(f) => f(txn),
             None => Err(E::from(StoreError::Closed)),
         };
-        match Box::pin(self.remote_attempt(remote, g, dry_run)).await? {
+        match Box::pin(self.remote_attempt(remote, g, dry_run, false)).await.1? {
             // Objects in the answer carry placeholder resourceVersions: callers that answer
             // with objects use [`Store::guaranteed_write`], which renumbers them.
-            (_, Some(c)) => Ok(c.value),
-            (_, None) => Err(E::from(StoreError::Db(
+            Some(c) => Ok(c.value),
+            None => Err(E::from(StoreError::Db(
                 "the object has been modified; please apply your changes to the latest version and try again".into(),
             ))),
         }
@@ -663,12 +671,22 @@ impl Store {
         if let Some(remote) = &self.inner.remote {
             // Every attempt reads afresh; etcd decides which of two racing servers wins.
             for attempt in 0..REMOTE_ATTEMPTS {
+                // The first attempt reads serializably: most of a write's reads (the
+                // namespace, the ServiceAccount, the admission objects) then cost the etcd
+                // member no round through the leader. A stale read shows as a lost compare,
+                // or as an error of `f` (a resourceVersion that does not match, an object
+                // not found yet), so both run again with linearizable reads.
+                let serializable = attempt == 0;
                 // Boxed: the etcd client's futures would otherwise make every write's future
                 // (and every request handler's) much larger, on the redb path too.
-                let (back, done) = Box::pin(self.remote_attempt(remote, f, dry_run)).await?;
+                let (back, done) =
+                    Box::pin(self.remote_attempt(remote, f, dry_run, serializable)).await;
                 f = back;
-                if let Some(committed) = done {
-                    return Ok(committed);
+                match done {
+                    Ok(Some(committed)) => return Ok(committed),
+                    Ok(None) => {}
+                    Err(_) if serializable => continue,
+                    Err(e) => return Err(e),
                 }
                 if attempt > 2 {
                     smol::Timer::after(Duration::from_millis(attempt as u64)).await;

@@ -14,11 +14,16 @@
 //!   kube-apiserver's `GuaranteedUpdate` does.
 //! * **Watches:** one etcd watch of `/registry/` per server feeds the hub, and a window of the
 //!   latest events (kube-apiserver's watch cache) lets watches resume; older ones get 410.
+//! * **Reads in writes:** a write's first attempt reads serializably, and reads the kinds
+//!   nearly every create reads (namespaces, ServiceAccounts, PriorityClasses, LimitRanges,
+//!   ResourceQuotas) from a copy the watch keeps ([`Often`]), as kube-apiserver's admission
+//!   reads informers. The transaction compares their revisions all the same, so a read that
+//!   was behind loses the compare and the write runs again on linearizable etcd reads.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use api::{AnyObject, Kind};
@@ -26,7 +31,7 @@ use api::{AnyObject, Kind};
 use super::codec::{self, decode_object, object_key};
 use super::hub::{kind_bit, lock, Hub};
 use super::seal::Keyring;
-use super::txn::PendingEvent;
+use super::txn::{read_often, PendingEvent};
 use super::{EventType, Page, StoreError, WatchEvent};
 use crate::etcd::{prefix_end, Compare, EtcdClient, EtcdError, KeyValue, Op};
 
@@ -120,22 +125,88 @@ pub(crate) struct Observed {
 /// The reads of a closure run against etcd (from a blocking thread).
 pub(crate) struct Reader<'a> {
     pub(crate) client: &'a EtcdClient,
+    /// Serializable reads (see [`EtcdClient::range_with`]): the transaction's compares
+    /// refuse a write planned on a stale read, which then runs again with linearizable ones.
+    pub(crate) serializable: bool,
+    /// The watch's copy of the read-often kinds, on a first attempt.
+    pub(crate) often: Option<&'a RwLock<Often>>,
     pub(crate) keys: Option<&'a Keyring>,
     pub(crate) observed: RefCell<Observed>,
+    /// What this attempt already read (a create reads its namespace more than once): each
+    /// key and range is asked of etcd once, and compared at the revision first seen.
+    pub(crate) seen: RefCell<Seen>,
+}
+
+/// Objects listed from a range, each with its [`object_key`].
+type Listed = Vec<(String, AnyObject)>;
+
+/// A closure's reads so far, by etcd key and by range.
+#[derive(Default)]
+pub(crate) struct Seen {
+    keys: HashMap<Vec<u8>, Option<AnyObject>>,
+    ranges: HashMap<(Vec<u8>, Vec<u8>), Listed>,
 }
 
 impl Reader<'_> {
     pub(crate) fn get(&self, kind: Kind, key: &str) -> Result<Option<AnyObject>, StoreError> {
         let ek = etcd_key(kind, key);
-        let range = smol::block_on(self.client.range(&ek, None, None, 1))?;
+        if let Some(hit) = self.seen.borrow().keys.get(&ek) {
+            return Ok(hit.clone());
+        }
+        if let Some(often) = self.often.filter(|_| read_often(kind)) {
+            let often = often.read().unwrap_or_else(|e| e.into_inner());
+            if often.revision != 0 {
+                let found = often.objects.get(&ek).map(|o| (**o).clone());
+                drop(often);
+                let revision = found.as_ref().map_or(0, |o| {
+                    o.meta().resource_version.parse::<i64>().unwrap_or(-1)
+                });
+                self.observed
+                    .borrow_mut()
+                    .keys
+                    .entry(ek.clone())
+                    .or_insert(revision);
+                self.seen.borrow_mut().keys.insert(ek, found.clone());
+                return Ok(found);
+            }
+        }
+        tracing::trace!(?kind, key, "a write's read of one key");
+        let range = smol::block_on(
+            self.client
+                .range_with(&ek, None, None, 1, self.serializable),
+        )?;
         let kv = range.kvs.into_iter().next();
         self.observed
             .borrow_mut()
             .keys
-            .entry(ek)
+            .entry(ek.clone())
             .or_insert_with(|| kv.as_ref().map_or(0, |kv| kv.mod_revision));
-        kv.map(|kv| decode_kv(kind, key, &kv, self.keys))
-            .transpose()
+        let found = kv
+            .map(|kv| decode_kv(kind, key, &kv, self.keys))
+            .transpose()?;
+        self.seen.borrow_mut().keys.insert(ek, found.clone());
+        Ok(found)
+    }
+
+    /// Whether the object at `key` is absent, when that can be told without asking etcd: on a
+    /// first attempt it is taken for absent (a create's usual case) and the transaction
+    /// requires it to be, so if it was there the write runs again on linearizable reads,
+    /// which find it. None: read it.
+    pub(crate) fn presumed_absent(&self, kind: Kind, key: &str) -> Option<bool> {
+        let ek = etcd_key(kind, key);
+        if let Some(hit) = self.seen.borrow().keys.get(&ek) {
+            return Some(hit.is_none());
+        }
+        if !self.serializable {
+            return None;
+        }
+        self.observed
+            .borrow_mut()
+            .keys
+            .entry(ek.clone())
+            .or_insert(0);
+        self.seen.borrow_mut().keys.insert(ek, None);
+        Some(true)
     }
 
     pub(crate) fn list(
@@ -144,7 +215,37 @@ impl Reader<'_> {
         namespace: Option<&str>,
     ) -> Result<Vec<(String, AnyObject)>, StoreError> {
         let (start, end) = etcd_range(kind, namespace);
-        let range = smol::block_on(self.client.range(&start, Some(&end), None, 0))?;
+        let range_key = (start.clone(), end.clone());
+        if let Some(hit) = self.seen.borrow().ranges.get(&range_key) {
+            return Ok(hit.clone());
+        }
+        if let Some(often) = self.often.filter(|_| read_often(kind)) {
+            let often = often.read().unwrap_or_else(|e| e.into_inner());
+            if often.revision != 0 {
+                let found: Vec<(String, AnyObject)> = often
+                    .objects
+                    .range(start.clone()..end.clone())
+                    .filter_map(|(k, o)| Some((parse_key(k)?.1, (**o).clone())))
+                    .collect();
+                let revision = often.revision as i64;
+                drop(often);
+                self.observed
+                    .borrow_mut()
+                    .ranges
+                    .push((start, end, revision));
+                self.seen
+                    .borrow_mut()
+                    .ranges
+                    .insert(range_key, found.clone());
+                return Ok(found);
+            }
+        }
+        tracing::trace!(?kind, ?namespace, "a write's read of a range");
+        let range =
+            smol::block_on(
+                self.client
+                    .range_with(&start, Some(&end), None, 0, self.serializable),
+            )?;
         let mut found = Vec::with_capacity(range.kvs.len());
         for kv in &range.kvs {
             let Some((k, key)) = parse_key(&kv.key) else {
@@ -158,6 +259,10 @@ impl Reader<'_> {
             .borrow_mut()
             .ranges
             .push((start, end, range.revision));
+        self.seen
+            .borrow_mut()
+            .ranges
+            .insert(range_key, found.clone());
         Ok(found)
     }
 }
@@ -235,10 +340,46 @@ struct Window {
     oldest: u64,
 }
 
+/// The objects of the kinds nearly every write reads ([`read_often`]), as this server's
+/// etcd watch last showed them: few, small, and read by every create.
+#[derive(Default)]
+pub(crate) struct Often {
+    /// etcd key -> the object, its resourceVersion its `mod_revision`.
+    objects: BTreeMap<Vec<u8>, Arc<AnyObject>>,
+    /// Every change up to this revision is in `objects` (0: not to be used, after a gap in
+    /// the watch).
+    revision: u64,
+}
+
+impl Often {
+    /// Takes in a watch batch's events, complete up to `revision`.
+    fn apply(&mut self, events: &[Arc<WatchEvent>], revision: u64) {
+        if self.revision == 0 {
+            return;
+        }
+        for e in events {
+            let kind = e.object.kind();
+            if !read_often(kind) {
+                continue;
+            }
+            let meta = e.object.meta();
+            let key = etcd_key(kind, &object_key(meta.namespace(), &meta.name));
+            if e.event_type == EventType::Deleted {
+                self.objects.remove(&key);
+            } else {
+                self.objects.insert(key, e.object.clone());
+            }
+        }
+        self.revision = self.revision.max(revision);
+    }
+}
+
 /// The state a server keeps for an etcd datastore.
 pub(crate) struct Remote {
     pub(crate) client: EtcdClient,
     pub(crate) keys: Option<Arc<Keyring>>,
+    /// The read-often kinds, kept by [`Remote::feed`].
+    pub(crate) often: RwLock<Often>,
     window: Mutex<Window>,
     /// The last revision handed to the hub.
     pub(crate) published: Arc<AtomicU64>,
@@ -252,9 +393,28 @@ impl Remote {
     ) -> Result<(Remote, u64), StoreError> {
         let head = client.range(PREFIX.as_bytes(), None, None, 1).await?;
         let revision = head.revision.max(0) as u64;
+        // The read-often kinds as of that revision; the watch, which starts right after it,
+        // keeps them.
+        let mut often = Often {
+            objects: BTreeMap::new(),
+            revision,
+        };
+        for kind in Kind::ALL.iter().copied().filter(|k| read_often(*k)) {
+            let (start, end) = etcd_range(kind, None);
+            let found = client
+                .range(&start, Some(&end), Some(head.revision), 0)
+                .await?;
+            for kv in &found.kvs {
+                if let Some((k, key)) = parse_key(&kv.key).filter(|(k, _)| *k == kind) {
+                    let obj = decode_kv(k, &key, kv, keys.as_deref())?;
+                    often.objects.insert(kv.key.clone(), Arc::new(obj));
+                }
+            }
+        }
         Ok((
             Remote {
                 client,
+                often: RwLock::new(often),
                 keys,
                 window: Mutex::new(Window {
                     events: VecDeque::new(),
@@ -488,6 +648,10 @@ impl Remote {
                                 }
                             }
                         }
+                        self.often
+                            .write()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .apply(&events, last);
                         if !events.is_empty() {
                             hub.publish(&events, last);
                         }
@@ -515,6 +679,11 @@ impl Remote {
             match self.client.range(PREFIX.as_bytes(), None, None, 1).await {
                 Ok(head) => {
                     let revision = head.revision.max(0) as u64;
+                    // Changes were missed: writes read etcd itself from now on.
+                    self.often
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .revision = 0;
                     let mut window = lock(&self.window);
                     window.events.clear();
                     window.oldest = revision;

@@ -162,7 +162,7 @@ pub(crate) struct Tables<'t> {
 
 /// Kinds that a pod's create reads (its Namespace, ServiceAccount, PriorityClasses,
 /// LimitRanges and ResourceQuotas): few objects, read by nearly every closure of a batch.
-fn read_often(kind: Kind) -> bool {
+pub(crate) fn read_often(kind: Kind) -> bool {
     matches!(
         kind,
         Kind::Namespace
@@ -381,6 +381,21 @@ impl<'a, 't> Txn<'a, 't> {
             return Ok(slot.map(|i| self.events[i].object.clone()));
         }
         self.get_committed(kind, &key)
+    }
+
+    /// Whether no object of `kind` is at `namespace/name`: what a create checks. On etcd a
+    /// first attempt takes it for absent without a read ([`super::remote::Reader::presumed_absent`]).
+    pub fn absent(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool, StoreError> {
+        let key = object_key(namespace, name);
+        if let Some(slot) = self.overlay.get(&(kind, key.clone())) {
+            return Ok(slot.is_none());
+        }
+        if let Source::Remote(reader) = self.tables.source {
+            if let Some(absent) = reader.presumed_absent(kind, &key) {
+                return Ok(absent);
+            }
+        }
+        Ok(self.get_committed(kind, &key)?.is_none())
     }
 
     fn get_committed(&self, kind: Kind, key: &str) -> Result<Option<AnyObject>, StoreError> {
