@@ -401,7 +401,11 @@ impl Store {
             .create(&cfg.path)
             .map_err(|e| StoreError::Db(format!("opening {}: {e}", cfg.path.display())))?;
         let (revision, compacted) = prepare(&db)?;
-        let recent = std::cell::RefCell::new(RecentWrites::new(revision));
+        let recent = std::cell::RefCell::new(if cfg.optimistic_writes {
+            RecentWrites::new(revision)
+        } else {
+            RecentWrites::off(revision)
+        });
         let db = Arc::new(db);
         let hub = Arc::new(Hub::new(revision, cfg.watch_queue_capacity));
         let revision = Arc::new(AtomicU64::new(revision));

@@ -80,6 +80,9 @@ pub(crate) struct RecentWrites {
     namespaces: HashMap<(Kind, String), u64>,
     kinds: HashMap<Kind, u64>,
     horizon: u64,
+    /// Nothing is recorded: without optimistic writes no plan is checked, and the 65,536
+    /// remembered keys held about 5 MB for nothing.
+    off: bool,
 }
 
 impl RecentWrites {
@@ -95,7 +98,19 @@ impl RecentWrites {
         }
     }
 
+    /// Recent writes that record nothing: every plan checked against them is refused (the
+    /// store without [`super::StoreConfig::optimistic_writes`] makes none).
+    pub(crate) fn off(committed: u64) -> RecentWrites {
+        RecentWrites {
+            off: true,
+            ..RecentWrites::new(committed)
+        }
+    }
+
     fn record(&mut self, kind: Kind, key: &str, revision: u64) {
+        if self.off {
+            return;
+        }
         let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
         self.keys.insert((kind, key.to_string()), revision);
         match self.namespaces.get_mut(&(kind, namespace.to_string())) {
@@ -110,7 +125,7 @@ impl RecentWrites {
 
     /// Whether anything `read` covers was written after `snapshot`.
     pub(crate) fn changed_since(&self, snapshot: u64, read: &Read) -> bool {
-        if snapshot < self.horizon {
+        if self.off || snapshot < self.horizon {
             return true;
         }
         let last = match read {
@@ -134,7 +149,10 @@ impl RecentWrites {
     /// After a failed commit the recorded revisions name writes that never happened (and
     /// will be taken again): forget everything, and refuse plans read before `committed`.
     pub(crate) fn reset(&mut self, committed: u64) {
-        *self = RecentWrites::new(committed);
+        *self = RecentWrites {
+            off: self.off,
+            ..RecentWrites::new(committed)
+        };
     }
 }
 
@@ -714,5 +732,33 @@ fn checked_identity(obj: &AnyObject) -> Result<(String, String), StoreError> {
             meta.name
         ))),
         _ => Ok((namespace.to_string(), meta.name.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_writes_name_what_changed_and_record_nothing_when_off() {
+        let mut on = RecentWrites::new(10);
+        on.record(Kind::Pod, "default/a", 12);
+        let key = |k: &str| Read::Key(Kind::Pod, k.to_string());
+        assert!(on.changed_since(11, &key("default/a")));
+        assert!(!on.changed_since(12, &key("default/a")));
+        assert!(!on.changed_since(11, &key("default/b")));
+        assert!(on.changed_since(11, &Read::Range(Kind::Pod, Some("default".into()))));
+        assert!(
+            on.changed_since(9, &key("default/b")),
+            "older than the horizon"
+        );
+
+        // Off (no optimistic writes): nothing is kept, and any plan would be refused.
+        let mut off = RecentWrites::off(10);
+        off.record(Kind::Pod, "default/a", 12);
+        assert!(off.keys.is_empty() && off.namespaces.is_empty() && off.kinds.is_empty());
+        assert!(off.changed_since(12, &key("default/b")));
+        off.reset(13);
+        assert!(off.off);
     }
 }
