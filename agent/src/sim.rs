@@ -352,7 +352,15 @@ pub async fn run(config: ClientConfig, cfg: SimConfig) -> Result<(), SimError> {
     // Nodes whose stored status is not what they report (marked unknown while their
     // heartbeats did not arrive, or deleted): their status goes out at their next turn.
     let stale: Arc<std::sync::Mutex<HashSet<String>>> = Default::default();
-    smol::spawn(follow_node_statuses(new_client()?, stale.clone())).detach();
+    let (client, marked) = (new_client()?, stale.clone());
+    smol::spawn(async move {
+        register::follow_stale_statuses(client, Some(SIMULATED_LABEL), None, |name| {
+            lock(&marked).insert(name);
+            true
+        })
+        .await
+    })
+    .detach();
 
     // Heartbeats, staggered: worker w renews the Leases of nodes w, w+W, ... spaced evenly
     // over the period, and posts each node's status every `status_report` (as kubelets do).
@@ -410,38 +418,6 @@ pub async fn run(config: ClientConfig, cfg: SimConfig) -> Result<(), SimError> {
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Watches the simulated Nodes (resuming whenever the watch ends) and puts the name of each
-/// whose stored status no longer shows it Ready, or that was deleted, into `stale`.
-async fn follow_node_statuses(client: Client, stale: Arc<std::sync::Mutex<HashSet<String>>>) {
-    loop {
-        match client
-            .watch::<Node>(None, "", Some(SIMULATED_LABEL), None, None)
-            .await
-        {
-            Ok(mut events) => {
-                while let Some(event) = events.next().await {
-                    let name = match event {
-                        Ok(WatchEvent::Added(n)) | Ok(WatchEvent::Modified(n)) => {
-                            (!register::shows_ready(&n)).then_some(n.metadata.name)
-                        }
-                        Ok(WatchEvent::Deleted(n)) => Some(n.metadata.name),
-                        Ok(WatchEvent::Bookmark { .. }) => None,
-                        Err(e) => {
-                            tracing::debug!("watching the simulated nodes: {e}");
-                            break;
-                        }
-                    };
-                    if let Some(name) = name {
-                        lock(&stale).insert(name);
-                    }
-                }
-            }
-            Err(e) => tracing::debug!("cannot watch the simulated nodes: {e}"),
-        }
-        smol::Timer::after(Duration::from_secs(1)).await;
-    }
 }
 
 async fn register_until_done(client: &Client, node: &Node) {

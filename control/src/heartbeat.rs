@@ -69,12 +69,6 @@ fn keep_max<T: Copy + Ord>(m: &mut HashMap<String, T>, key: &str, at: T) -> bool
 }
 
 impl Heartbeats {
-    /// Whether heartbeats may be held in memory instead of written (always: with a shared
-    /// datastore they travel in digests).
-    pub fn in_memory(&self) -> bool {
-        true
-    }
-
     /// The heartbeats this server received itself within the horizon (older ones are
     /// dropped), for the other servers.
     pub fn digest(&self) -> Digest {

@@ -1041,7 +1041,7 @@ fn apply_update_checked<K: Resource>(
         return Ok(old);
     }
     // A heartbeat alone stays in memory: no disk write, no event.
-    if part == Part::Status && beats.in_memory() {
+    if part == Part::Status {
         if let (Some(o), Some(n)) = (as_node(&old), as_node(&new)) {
             if let Some(at) = heartbeat_only(o, n) {
                 beats.record(&name, at);
@@ -1052,7 +1052,7 @@ fn apply_update_checked<K: Resource>(
         }
     }
     // So does a node Lease's renewal.
-    if part == Part::Main && beats.in_memory() {
+    if part == Part::Main {
         if let (Some(o), Some(n)) = (as_lease(&old), as_lease(&new)) {
             if let Some(at) = renewal_only(o, n) {
                 beats.record_renewal(&name, at);
@@ -1092,9 +1092,6 @@ fn apply_update_checked<K: Resource>(
 /// empty one is a commit, which reaches the disk). None when the write is anything else; it
 /// then takes the ordinary path, which decides again under the write lock.
 fn heartbeat_write<K: Resource>(beats: &Heartbeats, old: &K, new: &K, part: Part) -> Option<K> {
-    if !beats.in_memory() {
-        return None;
-    }
     let rv = &new.meta().resource_version;
     if !rv.is_empty() && *rv != old.meta().resource_version {
         return None;

@@ -425,11 +425,14 @@ async fn keep_registered(
         tracing::info!(node = %settings.name, "node registered");
         let (stale_tx, stale) = async_channel::bounded::<()>(1);
         // Dropped (and so stopped) when the node registers again.
-        let _watch = smol::spawn(register::watch_own_status(
-            client.clone(),
-            settings.name.clone(),
-            stale_tx,
-        ));
+        let own = format!("metadata.name={}", settings.name);
+        let watch_client = client.clone();
+        let _watch = smol::spawn(async move {
+            register::follow_stale_statuses(watch_client, None, Some(&own), |_| {
+                stale_tx.try_send(()).is_ok() || !stale_tx.is_closed()
+            })
+            .await
+        });
         let mut last_status = std::time::Instant::now();
         loop {
             if let Err(e) = node_lease.renew(&client, Some(&registered)).await {

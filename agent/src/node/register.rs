@@ -247,38 +247,42 @@ pub fn shows_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-/// Watches the agent's own Node (resuming whenever the watch ends) and sends on `stale` when
-/// the stored status is no longer what the agent reports, or the Node was deleted. Runs until
-/// dropped or `stale` is closed.
-pub async fn watch_own_status(client: Client, name: String, stale: async_channel::Sender<()>) {
+/// Watches the Nodes a label or field selector picks (resuming whenever the watch ends) and
+/// calls `stale` with the name of each whose stored status no longer shows it Ready, or that
+/// was deleted, until `stale` returns false. The agent watches its own Node, `--simulate`
+/// all of its nodes.
+pub async fn follow_stale_statuses(
+    client: Client,
+    label_selector: Option<&str>,
+    field_selector: Option<&str>,
+    mut stale: impl FnMut(String) -> bool,
+) {
+    use api::client::WatchEvent;
     use futures_lite::StreamExt;
-    let selector = format!("metadata.name={name}");
     loop {
         match client
-            .watch::<Node>(None, "", None, Some(&selector), None)
+            .watch::<Node>(None, "", label_selector, field_selector, None)
             .await
         {
             Ok(mut events) => {
                 while let Some(event) = events.next().await {
-                    let off = match event {
-                        Ok(api::client::WatchEvent::Added(n))
-                        | Ok(api::client::WatchEvent::Modified(n)) => !shows_ready(&n),
-                        Ok(api::client::WatchEvent::Deleted(_)) => true,
-                        Ok(api::client::WatchEvent::Bookmark { .. }) => false,
+                    let name = match event {
+                        Ok(WatchEvent::Added(n)) | Ok(WatchEvent::Modified(n)) => {
+                            (!shows_ready(&n)).then_some(n.metadata.name)
+                        }
+                        Ok(WatchEvent::Deleted(n)) => Some(n.metadata.name),
+                        Ok(WatchEvent::Bookmark { .. }) => None,
                         Err(e) => {
-                            tracing::debug!(node = %name, "watching the node: {e}");
+                            tracing::debug!("watching node statuses: {e}");
                             break;
                         }
                     };
-                    if off && stale.try_send(()).is_err() && stale.is_closed() {
+                    if name.is_some_and(|n| !stale(n)) {
                         return;
                     }
                 }
             }
-            Err(e) => tracing::debug!(node = %name, "cannot watch the node: {e}"),
-        }
-        if stale.is_closed() {
-            return;
+            Err(e) => tracing::debug!("cannot watch node statuses: {e}"),
         }
         smol::Timer::after(std::time::Duration::from_secs(1)).await;
     }
