@@ -168,13 +168,19 @@ fn autoscaler_scales_a_cpu_burning_deployment_up_and_down() {
         Some(2)
     );
 
-    // Burning far above 50% of 20m: up to the maximum.
-    wait_for(
+    // Burning far above 50% of 20m: up to the maximum. The autoscaler writes the target's
+    // scale first and its own status after (as Kubernetes does): wait for both.
+    let h = wait_for(
         "the autoscaler to scale up to 3",
         Duration::from_secs(120),
-        || (replicas(&client) == 3).then_some(()),
+        || {
+            if replicas(&client) != 3 {
+                return None;
+            }
+            let h = hpa(&client, "burn");
+            (h.status.desired_replicas == 3).then_some(h)
+        },
     );
-    let h = hpa(&client, "burn");
     let status = &h.status;
     assert_eq!(status.desired_replicas, 3, "{status:?}");
     assert!(status.last_scale_time.is_some(), "{status:?}");
@@ -270,11 +276,13 @@ fn autoscaler_scales_a_cpu_burning_deployment_up_and_down() {
         Duration::from_secs(120),
         || (replicas(&client) == 1).then_some(()),
     );
-    let describe = ok(&server, &["describe", "hpa", "burn"], None);
-    assert!(
-        describe.contains("New size: 1; reason: All metrics below target"),
-        "{describe}"
-    );
+    // The event follows the scale: give it a moment.
+    wait_for("the scale-down event", Duration::from_secs(10), || {
+        let describe = ok(&server, &["describe", "hpa", "burn"], None);
+        describe
+            .contains("New size: 1; reason: All metrics below target")
+            .then_some(())
+    });
 
     // A metric type this server has no source for: ScalingActive False, and no scaling.
     ok(

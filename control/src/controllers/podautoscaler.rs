@@ -1171,15 +1171,27 @@ async fn write_status(
     if status == hpa.status {
         return Ok(());
     }
+    // As Kubernetes' UpdateStatus on the synced copy: the status was computed from `hpa`,
+    // so it is written only over that same version. A newer one (the spec patched, or an
+    // earlier sync's status landed after the cache's copy was taken) is synced again when
+    // its event arrives (its lastScaleTime is not lost to a stale copy), except that a
+    // scale this sync made is kept.
     let uid = hpa.metadata.uid.clone();
+    let version = hpa.metadata.resource_version.clone();
     ctx.registry
         .mutate::<HorizontalPodAutoscaler>(
             hpa.metadata.namespace(),
             &hpa.metadata.name,
             Part::Status,
             move |h| {
-                if h.metadata.uid == uid {
+                if h.metadata.uid != uid {
+                    return Ok(());
+                }
+                if h.metadata.resource_version == version {
                     h.status = status.clone();
+                } else if status.last_scale_time > h.status.last_scale_time {
+                    // This sync scaled the target: that fact stands whatever else changed.
+                    h.status.last_scale_time = status.last_scale_time;
                 }
                 Ok(())
             },
