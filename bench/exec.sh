@@ -7,6 +7,7 @@
 # file of about 80 MB).
 # usage: bench/exec.sh [N]   (root; N exec round trips per side, 50 by default)
 #        PROFILE=debug bench/exec.sh   uses the debug build (quicker to build, slower to run)
+#        REL=DIR bench/exec.sh         uses the binaries already in DIR
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 N=${1:-50}
@@ -17,13 +18,15 @@ need kubectl kubectl
 
 machine
 PROFILE=${PROFILE:-release}
-if [ "$PROFILE" = release ]; then
+if [ -n "${REL:-}" ]; then
+    : # REL=DIR: prebuilt skiff, skiff-agent and skiff-bench from DIR
+elif [ "$PROFILE" = release ]; then
     (cd "$ROOT" && cargo build --release -q -p skiff-control -p skiff-agent -p skiff-bench)
 else
     (cd "$ROOT" && cargo build -q -p skiff-control -p skiff-agent -p skiff-bench)
 fi
-echo "build: $PROFILE"
-REL="$ROOT/target/$PROFILE"
+REL=${REL:-"$ROOT/target/$PROFILE"}
+echo "build: $REL"
 SKIFF="$REL/skiff"
 BENCH="$REL/skiff-bench"
 WORK=$(mktemp -d /tmp/skiff-exec.XXXXXX)

@@ -253,6 +253,9 @@ pub async fn serve<S>(mut stream: S, head: &str, req: StreamRequest, source: Arc
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    if !req.attach {
+        rexec::warm_cgroup_migration(&source.runtime.config().cgroup_root);
+    }
     let checked = match websocket_handshake(head, &EXEC_PROTOCOLS) {
         Ok(h) => {
             let src = source.clone();

@@ -228,9 +228,72 @@ pub fn proc_cpu_usage_ns(proc_root: &Path) -> Option<u64> {
     Some(busy.saturating_mul(1_000_000_000 / crate::sys::clock_ticks()))
 }
 
+/// Where the calling thread can be "moved" into the cgroup it is already in, and what to
+/// write there: in v1, the `tasks` file of its cgroup in one controller hierarchy and its
+/// thread id; in v2, `cgroup.procs` of its cgroup and the process id. `own` is the text of
+/// `/proc/thread-self/cgroup`. Such a write changes nothing, but the kernel takes its global
+/// cgroup migration lock for it (see `runtime::exec::warm_cgroup_migration`).
+pub fn own_migration_target(
+    cgroup_root: &Path,
+    own: &str,
+    tid: i32,
+    pid: i32,
+) -> Option<(PathBuf, String)> {
+    let rel = |path: &str| path.trim_start_matches('/').to_string();
+    match detect(cgroup_root) {
+        CgroupVersion::V2 => own.lines().find_map(|l| {
+            let path = l.strip_prefix("0::")?;
+            Some((
+                cgroup_root.join(rel(path)).join("cgroup.procs"),
+                pid.to_string(),
+            ))
+        }),
+        CgroupVersion::V1 => own.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            if controllers.is_empty() || controllers.starts_with("name=") {
+                return None;
+            }
+            // The hierarchy is mounted under its controllers' joint name ("cpu,cpuacct") or
+            // under one of them.
+            std::iter::once(controllers)
+                .chain(controllers.split(','))
+                .map(|dir| cgroup_root.join(dir).join(rel(path)).join("tasks"))
+                .find(|tasks| tasks.is_file())
+                .map(|tasks| (tasks, tid.to_string()))
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_migration_targets() {
+        let v1 = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(v1.path().join("cpu,cpuacct/user.slice")).expect("mkdir");
+        std::fs::write(v1.path().join("cpu,cpuacct/user.slice/tasks"), "").expect("write");
+        let own = "12:name=systemd:/user.slice/session-1.scope\n4:cpu,cpuacct:/user.slice\n0::/user.slice\n";
+        assert_eq!(
+            own_migration_target(v1.path(), own, 7, 5),
+            Some((
+                v1.path().join("cpu,cpuacct/user.slice/tasks"),
+                "7".to_string()
+            ))
+        );
+        assert_eq!(own_migration_target(v1.path(), "0::/x\n", 7, 5), None);
+
+        let v2 = tempfile::tempdir().expect("tempdir");
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory").expect("write");
+        assert_eq!(
+            own_migration_target(v2.path(), "0::/system.slice/skiff.service\n", 7, 5),
+            Some((
+                v2.path().join("system.slice/skiff.service/cgroup.procs"),
+                "5".to_string()
+            ))
+        );
+    }
 
     #[test]
     fn v1_and_v2_dirs() {

@@ -164,6 +164,46 @@ impl Runtime {
     }
 }
 
+/// Moves a helper thread into the cgroup it is already in, on that thread, without waiting.
+///
+/// An exec joins the container's cgroups, and the kernel's first cgroup migration after a
+/// quiet spell waits a whole RCU grace period (8–12 ms here on cgroup v1) for its global
+/// migration lock (`cgroup_threadgroup_rwsem`); migrations within a grace period after that
+/// do not wait. The exec handler calls this as soon as a request arrives, so the grace period
+/// runs while the agent checks the request and forks, and the exec's own cgroup write finds
+/// it (nearly) over. The write changes nothing; an error (a cgroup the agent may not write)
+/// only costs the overlap.
+pub fn warm_cgroup_migration(cgroup_root: &Path) {
+    static WARMER: std::sync::OnceLock<Option<std::sync::mpsc::SyncSender<()>>> =
+        std::sync::OnceLock::new();
+    let warmer = WARMER.get_or_init(|| {
+        let root = cgroup_root.to_path_buf();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        std::thread::Builder::new()
+            .name("cgroup-warm".into())
+            .spawn(move || {
+                while rx.recv().is_ok() {
+                    let own = std::fs::read_to_string("/proc/thread-self/cgroup").unwrap_or_default();
+                    let tid = nix::unistd::gettid().as_raw();
+                    let pid = std::process::id() as i32;
+                    if let Some((file, id)) =
+                        super::cgroup::own_migration_target(&root, &own, tid, pid)
+                    {
+                        if let Err(e) = std::fs::write(&file, id) {
+                            tracing::debug!(file = %file.display(), error = %e, "cgroup warm-up write");
+                        }
+                    }
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    if let Some(tx) = warmer {
+        // A warm-up already queued serves this request too.
+        let _ = tx.try_send(());
+    }
+}
+
 /// `/dev/null` (read and write) for a stream the process does not get.
 pub fn dev_null() -> Result<OwnedFd, RuntimeError> {
     let null = std::fs::OpenOptions::new()
