@@ -15,6 +15,7 @@ need podman podman
 need runc runc
 need curl curl
 need kubectl kubectl
+need /usr/bin/time time
 
 machine
 PROFILE=${PROFILE:-release}
@@ -120,9 +121,22 @@ best "direct to the pod IP ($POD_IP:8080)" "http://$POD_IP:8080/big"
 LPORT=$(free_port)
 kubectl port-forward pod/bench-exec "$LPORT:8080" >/dev/null 2>"$WORK/pf.err" &
 PF_PID=$!
+cpu_ticks() {  # cpu_ticks PID: user + system clock ticks of the process, all its threads
+    awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0
+}
 if wait_port "$LPORT"; then
     best "through kubectl port-forward (127.0.0.1:$LPORT)" "http://127.0.0.1:$LPORT/big" ||
         cat "$WORK/pf.err"
+    # Where the CPU goes in one more transfer: each process's CPU time per MB moved.
+    HTTPD=$(pgrep -f 'httpd -f -p 8080' | head -1)
+    k0=$(cpu_ticks "$PF_PID"); s0=$(cpu_ticks "$SKIFF_PID"); h0=$(cpu_ticks "$HTTPD")
+    c=$( { /usr/bin/time -f '%U %S' curl -s -o /dev/null -w '%{size_download} %{time_total}\n' \
+        "http://127.0.0.1:$LPORT/big"; } 2>&1 | tr '\n' ' ')
+    k1=$(cpu_ticks "$PF_PID"); s1=$(cpu_ticks "$SKIFF_PID"); h1=$(cpu_ticks "$HTTPD")
+    awk -v c="$c" -v k=$((k1 - k0)) -v s=$((s1 - s0)) -v h=$((h1 - h0)) -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        split(c, a, " "); mb = a[1] / 1e6; wall = a[2]; cu = a[3] + a[4]
+        printf "CPU per MB through port-forward (%.0f MB in %.2f s): kubectl %.2f ms, skiff %.2f ms, curl %.2f ms, httpd %.2f ms\n",
+            mb, wall, k / hz * 1000 / mb, s / hz * 1000 / mb, cu * 1000 / mb, h / hz * 1000 / mb }'
 else
     echo "kubectl port-forward did not listen:"; cat "$WORK/pf.err"
 fi

@@ -735,6 +735,11 @@ async fn start_local_agent(
     let _ = state.local_agent.set(http::LocalAgent {
         node_name: cfg.node_name.clone(),
         connections,
+        exec_coming: || {
+            agent::runtime::exec::warm_cgroup_migration(std::path::Path::new(
+                agent::runtime::CGROUP_ROOT,
+            ))
+        },
     });
     std::thread::Builder::new()
         .name("agent".into())

@@ -120,6 +120,9 @@ pub use sandbox::{Sandbox, SandboxConfig};
 
 use crate::sys;
 
+/// Where the cgroup filesystems are mounted on every supported host.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
 /// Where the runtime keeps its state and what it allows.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -144,7 +147,7 @@ impl RuntimeConfig {
             state_dir: state_dir.into(),
             cgroup_parent: cgroup_parent.into(),
             allow_privileged: false,
-            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            cgroup_root: PathBuf::from(CGROUP_ROOT),
             proc_root: PathBuf::from("/proc"),
         }
     }

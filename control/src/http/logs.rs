@@ -256,6 +256,9 @@ pub struct LocalAgent {
     pub node_name: String,
     /// Takes the agent's end of each socket pair.
     pub connections: async_channel::Sender<std::os::unix::net::UnixStream>,
+    /// Tells the agent that an exec is probably coming (it starts its cgroup warm-up; see
+    /// `agent::runtime::exec::warm_cgroup_migration`).
+    pub exec_coming: fn(),
 }
 
 impl LocalAgent {

@@ -300,6 +300,18 @@ fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
+/// Whether this is `kubectl exec` reading its pod, which it does just before it opens the
+/// exec stream: kubectl names its command in the `Kubectl-Command` header of every request.
+/// The in-process agent then starts the exec's slowest kernel step (see
+/// `agent::runtime::exec::warm_cgroup_migration`) a few milliseconds earlier. Harmless when
+/// the guess is wrong, or the pod runs elsewhere: the warm-up changes nothing.
+fn is_exec_lookup(req: &tide::Request<State>, path: &ResourcePath) -> bool {
+    req.method() == tide::http::Method::Get
+        && path.name.is_some()
+        && path.subresource.is_none()
+        && header(req, "Kubectl-Command").as_deref() == Some("kubectl exec")
+}
+
 fn header(req: &tide::Request<State>, name: &str) -> Option<String> {
     req.header(name).map(|h| h.last().as_str().to_string())
 }
@@ -517,6 +529,11 @@ async fn handle(
             exec::serve(&state, &req, &user, &path).await
         }
         Route::Resource(path) => {
+            if path.kind == Kind::Pod && is_exec_lookup(&req, &path) {
+                if let Some(local) = state.local_agent.get() {
+                    (local.exec_coming)();
+                }
+            }
             let mut body = read_body(&mut req).await?;
             if let Some(node) = user.node_name() {
                 authorize_node(&state, &req, node, &path, &body).await?;
