@@ -36,7 +36,16 @@ python3 "$ROOT/scripts/busybox-image.py" "$WORK/busybox.tar" "$IMAGE" --rootfs "
 
 cleanup() {
     [ -n "${PF_PID:-}" ] && kill "$PF_PID" 2>/dev/null && wait "$PF_PID" 2>/dev/null
-    [ -n "${SKIFF_PID:-}" ] && kill "$SKIFF_PID" 2>/dev/null && wait "$SKIFF_PID" 2>/dev/null
+    # A pod outlives its agent (as on a real node): delete it through the server first, so that
+    # no container keeps its address on skiff0 for the next run or test to collide with.
+    if [ -n "${SKIFF_PID:-}" ]; then
+        kubectl delete pod bench-exec --grace-period=1 --timeout=30s >/dev/null 2>&1 || true
+        kill "$SKIFF_PID" 2>/dev/null && wait "$SKIFF_PID" 2>/dev/null
+    fi
+    # Whatever still runs in the benchmark's cgroups (a run interrupted mid-way).
+    for procs in /sys/fs/cgroup/*/skiff-bench-exec/*/*/cgroup.procs /sys/fs/cgroup/skiff-bench-exec/*/*/cgroup.procs; do
+        [ -f "$procs" ] && xargs -r kill -9 <"$procs" 2>/dev/null
+    done
     runc delete -f bench-exec >/dev/null 2>&1 || true
     podman rm -f -t 0 bench-exec >/dev/null 2>&1 || true
     if [ -d "$WORK/run" ]; then
