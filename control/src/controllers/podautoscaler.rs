@@ -1173,9 +1173,9 @@ async fn write_status(
     }
     // As Kubernetes' UpdateStatus on the synced copy: the status was computed from `hpa`,
     // so it is written only over that same version. A newer one (the spec patched, or an
-    // earlier sync's status landed after the cache's copy was taken) is synced again when
-    // its event arrives (its lastScaleTime is not lost to a stale copy), except that a
-    // scale this sync made is kept.
+    // earlier sync's status landed after the cache's copy was taken) keeps its status, and
+    // its lastScaleTime is not lost to a stale copy, until the next sync (at once after a
+    // spec change, else the next period); only a scale this sync made is recorded on it.
     let uid = hpa.metadata.uid.clone();
     let version = hpa.metadata.resource_version.clone();
     ctx.registry

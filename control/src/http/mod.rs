@@ -306,7 +306,8 @@ fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
 /// `agent::runtime::exec::warm_cgroup_migration`) a few milliseconds earlier. Harmless when
 /// the guess is wrong, or the pod runs elsewhere: the warm-up changes nothing.
 fn is_exec_lookup(req: &tide::Request<State>, path: &ResourcePath) -> bool {
-    req.method() == tide::http::Method::Get
+    path.kind == Kind::Pod
+        && req.method() == tide::http::Method::Get
         && path.name.is_some()
         && path.subresource.is_none()
         && header(req, "Kubectl-Command").as_deref() == Some("kubectl exec")
@@ -529,7 +530,7 @@ async fn handle(
             exec::serve(&state, &req, &user, &path).await
         }
         Route::Resource(path) => {
-            if path.kind == Kind::Pod && is_exec_lookup(&req, &path) {
+            if is_exec_lookup(&req, &path) {
                 if let Some(local) = state.local_agent.get() {
                     (local.exec_coming)();
                 }
