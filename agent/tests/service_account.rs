@@ -3,8 +3,9 @@
 //! projected at /var/run/secrets/kubernetes.io/serviceaccount, it finds the API through
 //! KUBERNETES_SERVICE_HOST/PORT (the `kubernetes` Service in `default`), lists pods as its
 //! `view` RoleBinding allows and is refused with 403 beyond it; with
-//! `automountServiceAccountToken: false` the directory is absent. Needs root, /bin/busybox
-//! and kubectl.
+//! `automountServiceAccountToken: false` the directory is absent; the Python `kubernetes`
+//! client in a pod lists with `load_incluster_config()` and gets 403 beyond its binding.
+//! Needs root, /bin/busybox, kubectl and the test virtual environment first on PATH.
 //!
 //! The pod's client is the host's `curl` (with the shared libraries `ldd` names, copied into
 //! an image layer) verifying the API's certificate with the projected ca.crt: busybox
@@ -177,6 +178,38 @@ echo "FORGED $(code forged /api/v1/namespaces/$NS/pods)"
 echo "MESSAGE $(get $T /api/v1/namespaces/$NS/secrets | grep -o '"message":"[^,]*')"
 "#;
 
+/// The Python `kubernetes` client in a pod: `load_incluster_config()` finds the API through
+/// the projected token and CA and the KUBERNETES_SERVICE_* variables.
+const PYTHON_SCRIPT: &str = r#"
+import json
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+config.load_incluster_config()
+v1 = client.CoreV1Api()
+ns = open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read()
+print("PY-HOST", client.Configuration.get_default_copy().host)
+print("PY-LIST", ",".join(sorted(p.metadata.name for p in v1.list_namespaced_pod(ns).items)))
+for what, call in (("SECRETS", lambda: v1.list_namespaced_secret(ns)),
+                   ("OTHER-NS", lambda: v1.list_namespaced_pod("default"))):
+    try:
+        call()
+        print("PY-" + what, "allowed")
+    except ApiException as e:
+        print("PY-" + what, e.status, json.loads(e.body)["message"])
+"#;
+
+/// The virtual environment with the Python `kubernetes` client that scripts/test.sh puts
+/// first on PATH (its `bin/python3` next to a `pyvenv.cfg`).
+fn python_venv() -> std::path::PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .filter(|d| d.join("python3").exists())
+        .filter_map(|d| d.parent().map(std::path::Path::to_path_buf))
+        .find(|v| v.join("pyvenv.cfg").exists())
+        .expect("a virtual environment with the Python kubernetes client first on PATH (scripts/setup.sh --python makes it)")
+}
+
 #[test]
 fn pods_reach_the_api_with_their_service_account_token() {
     let (server, client) = start();
@@ -312,4 +345,77 @@ spec:
         "{logs}"
     );
     assert!(logs.contains("ABSENT"), "{logs}");
+
+    // The Python client inside a pod. The image has no Python: the host's /usr (Debian's
+    // python3 and its standard library) and the test's virtual environment are mounted
+    // read-only, which needs hostPath and so a namespace that Pod Security lets have it.
+    let venv = python_venv();
+    let venv = venv.display();
+    let py_ns = "sa-python";
+    server.ok(&["create", "namespace", py_ns], None);
+    server.ok(
+        &[
+            "label",
+            "namespace",
+            py_ns,
+            "pod-security.kubernetes.io/enforce=privileged",
+        ],
+        None,
+    );
+    server.ok(&["create", "serviceaccount", "py", "-n", py_ns], None);
+    server.ok(
+        &[
+            "create",
+            "rolebinding",
+            "py-view",
+            "--clusterrole=view",
+            "--serviceaccount=sa-python:py",
+            "-n",
+            py_ns,
+        ],
+        None,
+    );
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: python
+  namespace: {py_ns}
+spec:
+  serviceAccountName: py
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: {IMAGE}
+    command: ["{venv}/bin/python3", "-c", {script:?}]
+    volumeMounts:
+    - {{name: usr, mountPath: /usr, readOnly: true}}
+    - {{name: lib, mountPath: /lib, readOnly: true}}
+    - {{name: lib64, mountPath: /lib64, readOnly: true}}
+    - {{name: venv, mountPath: "{venv}", readOnly: true}}
+  volumes:
+  - {{name: usr, hostPath: {{path: /usr, type: Directory}}}}
+  - {{name: lib, hostPath: {{path: /lib}}}}
+  - {{name: lib64, hostPath: {{path: /lib64}}}}
+  - {{name: venv, hostPath: {{path: "{venv}", type: Directory}}}}
+"#,
+        script = PYTHON_SCRIPT
+    );
+    server.ok(&["apply", "-f", "-"], Some(manifest.as_bytes()));
+    let python = wait_finished(&client, py_ns, "python");
+    let logs = server.ok(&["logs", "python", "-n", py_ns], None);
+    assert_eq!(python.status.phase.as_deref(), Some("Succeeded"), "{logs}");
+    assert!(
+        logs.contains(&format!("PY-HOST https://{API_SERVICE_IP}:443")),
+        "{logs}"
+    );
+    assert!(logs.contains("PY-LIST python\n"), "{logs}");
+    assert!(
+        logs.contains(r#"PY-SECRETS 403 secrets is forbidden: User "system:serviceaccount:sa-python:py" cannot list resource "secrets" in API group "" in the namespace "sa-python""#),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(r#"PY-OTHER-NS 403 pods is forbidden: User "system:serviceaccount:sa-python:py" cannot list resource "pods" in API group "" in the namespace "default""#),
+        "{logs}"
+    );
 }
