@@ -42,6 +42,8 @@ pub struct AuditLog {
 /// What is known of a request when its answer is sent.
 pub struct Request<'a> {
     pub user: Option<&'a User>,
+    /// Admission's audit annotations (Pod Security's policy and audit-mode violations).
+    pub annotations: &'a [(String, String)],
     pub attributes: Option<&'a Attributes>,
     pub method: &'a str,
     pub uri: &'a str,
@@ -92,6 +94,14 @@ pub fn event(r: &Request<'_>, now: SystemTime) -> Value {
     }
     if r.code >= 400 {
         e["responseStatus"]["status"] = json!("Failure");
+    }
+    if !r.annotations.is_empty() {
+        e["annotations"] = r
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
     }
     if let Some(res) = r.attributes.and_then(|a| a.resource.as_ref()) {
         let mut o = json!({"resource": res.resource});
@@ -229,6 +239,7 @@ mod tests {
         let e = event(
             &Request {
                 user: Some(&user),
+                annotations: &[],
                 attributes: Some(&a),
                 method: "GET",
                 uri: "/apis/apps/v1/namespaces/shop/deployments/web/scale",

@@ -62,6 +62,8 @@ impl std::fmt::Display for LevelVersion {
 pub struct Policy {
     pub enforce: LevelVersion,
     pub warn: LevelVersion,
+    /// Violations of this level are named in the request's audit event.
+    pub audit: LevelVersion,
 }
 
 impl Policy {
@@ -87,6 +89,7 @@ impl Policy {
         Policy {
             enforce: mode("enforce", default),
             warn: mode("warn", Level::Privileged),
+            audit: mode("audit", Level::Privileged),
         }
     }
 }
@@ -875,6 +878,7 @@ mod tests {
         let p = Policy::of("default", &none);
         assert_eq!(p.enforce.to_string(), "baseline:latest");
         assert_eq!(p.warn.level, Level::Privileged);
+        assert_eq!(p.audit.level, Level::Privileged);
         assert_eq!(
             Policy::of("kube-system", &none).enforce.level,
             Level::Privileged
@@ -883,6 +887,7 @@ mod tests {
             ("pod-security.kubernetes.io/enforce", "restricted"),
             ("pod-security.kubernetes.io/enforce-version", "v1.30"),
             ("pod-security.kubernetes.io/warn", "nonsense"),
+            ("pod-security.kubernetes.io/audit", "baseline"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -890,6 +895,7 @@ mod tests {
         let p = Policy::of("default", &labels);
         assert_eq!(p.enforce.to_string(), "restricted:v1.30");
         assert_eq!(p.warn.level, Level::Restricted, "fails closed");
+        assert_eq!(p.audit.to_string(), "baseline:latest");
     }
 
     #[test]

@@ -75,10 +75,19 @@ pub struct Registry {
     warnings: Warnings,
 }
 
-/// Warnings collected while a request is handled.
-pub type Warnings = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+/// What admission says about a request beside its answer.
+#[derive(Debug, Default)]
+pub struct AdmissionNotes {
+    /// Answered as `Warning` headers.
+    pub warnings: Vec<String>,
+    /// Added to the request's audit event (Kubernetes' audit annotations).
+    pub audit_annotations: Vec<(String, String)>,
+}
 
-fn lock_warnings(warnings: &Warnings) -> std::sync::MutexGuard<'_, Vec<String>> {
+/// Warnings and audit annotations collected while a request is handled.
+pub type Warnings = std::sync::Arc<std::sync::Mutex<AdmissionNotes>>;
+
+fn lock_warnings(warnings: &Warnings) -> std::sync::MutexGuard<'_, AdmissionNotes> {
     warnings.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -122,9 +131,8 @@ fn warn_existing_pods(
             (p.meta().name.clone(), meta, spec)
         })
         .collect();
-    warnings
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    lock_warnings(warnings)
+        .warnings
         .extend(existing_pod_warnings(ns, &enforce, &pods));
     Ok(())
 }
@@ -213,7 +221,7 @@ fn enforce_pod_security<K: Resource>(
     findings: Option<&PodSecurityFindings>,
     warnings: &Warnings,
 ) -> Result<(), ApiError> {
-    use crate::podsecurity::{describe, Policy};
+    use crate::podsecurity::{describe, Policy, LABEL_PREFIX};
     let Some(findings) = findings else {
         return Ok(());
     };
@@ -257,10 +265,27 @@ fn enforce_pod_security<K: Resource>(
             }
         }
     }
-    warnings
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .extend(found);
+    let mut notes = lock_warnings(warnings);
+    notes.warnings.extend(found);
+    // The audit mode: the request's audit event names what the audit level would refuse,
+    // under Kubernetes' keys.
+    if is_pod {
+        notes.audit_annotations.push((
+            format!("{LABEL_PREFIX}enforce-policy"),
+            policy.enforce.to_string(),
+        ));
+    }
+    let audited = findings.at(policy.audit.level);
+    if !audited.is_empty() {
+        notes.audit_annotations.push((
+            format!("{LABEL_PREFIX}audit-violations"),
+            format!(
+                "would violate PodSecurity \"{}\": {}",
+                policy.audit,
+                describe(audited)
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -1348,12 +1373,17 @@ impl Registry {
         F: FnMut(&mut Txn<'_, '_>) -> Result<T, ApiError> + Send + 'static,
     {
         let warnings = self.warnings.clone();
-        let before = lock_warnings(&warnings).len();
+        let before = {
+            let notes = lock_warnings(&warnings);
+            (notes.warnings.len(), notes.audit_annotations.len())
+        };
         let mut ran = false;
         let once = move |txn: &mut Txn<'_, '_>| {
             if std::mem::replace(&mut ran, true) {
                 // The run that lost its race gave its warnings already.
-                lock_warnings(&warnings).truncate(before);
+                let mut notes = lock_warnings(&warnings);
+                notes.warnings.truncate(before.0);
+                notes.audit_annotations.truncate(before.1);
             }
             f(txn)
         };

@@ -91,3 +91,69 @@ fn requests_are_audited_without_secret_values() {
     assert!(ok);
     assert!(!quiet.data_dir().join("audit").exists());
 }
+
+/// Pod Security's audit mode: a pod the namespace's audit level would refuse is admitted
+/// (enforce is baseline), and its create's audit event names the violations under
+/// Kubernetes' annotation keys, beside the enforced policy.
+#[test]
+fn pod_security_audit_mode_annotates_the_event() {
+    let s = TestServer::start();
+    for args in [
+        &["create", "namespace", "audited"][..],
+        &[
+            "label",
+            "namespace",
+            "audited",
+            "pod-security.kubernetes.io/audit=restricted",
+        ],
+        &[
+            "run",
+            "plain",
+            "-n",
+            "audited",
+            "--image=busybox",
+            "--",
+            "sleep",
+            "1",
+        ],
+    ] {
+        let (ok, out, err) = kubectl(&s, args);
+        assert!(ok, "kubectl {args:?}: {out}{err}");
+        assert!(!err.contains("Warning"), "audit mode gave a warning: {err}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let create = loop {
+        let found = events(&s).into_iter().find(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["namespace"] == "audited"
+        });
+        match found {
+            Some(e) => break e,
+            None if Instant::now() > deadline => panic!("no audit event of the pod's create"),
+            None => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    assert_eq!(create["responseStatus"]["code"], 201, "{create}");
+    let notes = &create["annotations"];
+    assert_eq!(
+        notes["pod-security.kubernetes.io/enforce-policy"], "baseline:latest",
+        "{create}"
+    );
+    let violations = notes["pod-security.kubernetes.io/audit-violations"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no audit-violations in {create}"));
+    assert!(
+        violations.starts_with(
+            "would violate PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"plain\" must set securityContext.allowPrivilegeEscalation=false)"
+        ),
+        "{violations}"
+    );
+    assert!(violations.contains("runAsNonRoot != true"), "{violations}");
+    // A request admission has nothing to say about has no annotations.
+    let listed = events(&s);
+    assert!(listed
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "namespaces")
+        .all(|e| e.get("annotations").is_none()));
+}

@@ -72,9 +72,16 @@ pub struct AppState {
 #[derive(Clone, Copy)]
 struct Peer(std::net::SocketAddr);
 
-/// Where [`handle`] leaves the authenticated user for the audit log.
+/// Where [`handle`] leaves the authenticated user and admission's annotations for the audit
+/// log.
 #[derive(Clone, Default)]
-struct AuditUser(Arc<std::sync::Mutex<Option<User>>>);
+struct AuditUser(Arc<std::sync::Mutex<AuditSlot>>);
+
+#[derive(Default)]
+struct AuditSlot {
+    user: Option<User>,
+    annotations: Vec<(String, String)>,
+}
 
 /// The client certificate chain of a connection, put on each of its requests.
 #[derive(Clone)]
@@ -191,9 +198,10 @@ async fn endpoint(mut req: tide::Request<State>) -> tide::Result {
     if let (Some(log), Some((slot, attributes, uri, agent, source, long_running))) =
         (&state.audit, audit)
     {
-        let user = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let slot = std::mem::take(&mut *slot.0.lock().unwrap_or_else(|e| e.into_inner()));
         log.record(&crate::audit::Request {
-            user: user.as_ref(),
+            user: slot.user.as_ref(),
+            annotations: &slot.annotations,
             attributes: attributes.as_ref(),
             method: method.as_ref(),
             uri: &uri,
@@ -378,7 +386,7 @@ async fn handle(
         )
         .map_err(|_| ApiError::unauthorized())?;
     if let Some(slot) = req.ext::<AuditUser>() {
-        *slot.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(user.clone());
+        slot.0.lock().unwrap_or_else(|e| e.into_inner()).user = Some(user.clone());
     }
     if req.url().path() == backup::PATH {
         let include_key = query(&req, "includeKey").is_some_and(|v| v == "true");
@@ -578,12 +586,17 @@ async fn handle(
             // Admission (Pod Security) adds its warnings through the request's writer.
             let admission = registry::Warnings::default();
             req.set_ext(admission.clone());
-            let mut response = with_kind!(path.kind, K, {
+            let audit = req.ext::<AuditUser>().cloned();
+            let answered = with_kind!(path.kind, K, {
                 resource::<K>(&state, &req, path, body).await
-            })?;
-            warnings.extend(std::mem::take(
-                &mut *admission.lock().unwrap_or_else(|e| e.into_inner()),
-            ));
+            });
+            let notes = std::mem::take(&mut *admission.lock().unwrap_or_else(|e| e.into_inner()));
+            if let Some(slot) = audit {
+                slot.0.lock().unwrap_or_else(|e| e.into_inner()).annotations =
+                    notes.audit_annotations;
+            }
+            let mut response = answered?;
+            warnings.extend(notes.warnings);
             if let Some(answer) = legacy {
                 response = autoscaling_v1::response(response, answer).await?;
             }
