@@ -439,6 +439,108 @@ impl<'de> Deserialize<'de> for Opaque {
     }
 }
 
+/// `metadata.managedFields` as its JSON text (a list of ManagedFieldsEntry), shared.
+///
+/// Kubernetes keeps `fieldsV1` as raw bytes too: every object carries its field ownership, but
+/// only a write that changes ownership reads it. Held as text, an object's clone shares it, a
+/// drop frees one allocation, and a JSON answer copies it verbatim; the field manager parses
+/// it when it needs the entries.
+///
+/// In postcard (the store, the informer cache, the agent's pod cache) it is one variant past
+/// [`Opaque`]'s: values written before it, which held the tree, still decode (into text).
+#[derive(Clone)]
+pub struct ManagedFields(std::sync::Arc<serde_json::value::RawValue>);
+
+impl ManagedFields {
+    /// From JSON text, which must be valid JSON.
+    pub fn from_json(text: String) -> Result<ManagedFields, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(|raw| ManagedFields(raw.into()))
+    }
+
+    /// From a JSON tree.
+    pub fn from_value(v: &serde_json::Value) -> ManagedFields {
+        let raw = serde_json::value::to_raw_value(v).expect("a JSON value always serializes");
+        ManagedFields(raw.into())
+    }
+
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The entries as a tree (what the field manager works on).
+    pub fn to_opaque(&self) -> Opaque {
+        serde_json::from_str(self.json()).unwrap_or_default()
+    }
+}
+
+impl From<&Opaque> for ManagedFields {
+    fn from(v: &Opaque) -> ManagedFields {
+        ManagedFields::from_value(&serde_json::Value::from(v))
+    }
+}
+
+impl PartialEq for ManagedFields {
+    fn eq(&self, other: &ManagedFields) -> bool {
+        self.json() == other.json()
+    }
+}
+
+impl fmt::Debug for ManagedFields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.json())
+    }
+}
+
+/// The postcard shape: [`OpaqueRepr`]'s variants (how the tree was stored), then the text.
+#[derive(Deserialize)]
+enum ManagedFieldsRepr {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    String(String),
+    Array(Vec<Opaque>),
+    Object(BTreeMap<String, Opaque>),
+    Json(String),
+}
+
+impl Serialize for ManagedFields {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            // Verbatim into JSON; serde_json's tree serializer parses it.
+            return self.0.serialize(s);
+        }
+        // `ManagedFieldsRepr::Json`, the variant after the tree's eight.
+        s.serialize_newtype_variant("ManagedFieldsRepr", 8, "Json", self.json())
+    }
+}
+
+impl<'de> Deserialize<'de> for ManagedFields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ManagedFields, D::Error> {
+        if d.is_human_readable() {
+            // Any self-describing format (JSON, YAML, a JSON tree): rare on requests.
+            let v = serde_json::Value::deserialize(d)?;
+            return Ok(ManagedFields::from_value(&v));
+        }
+        let tree = match ManagedFieldsRepr::deserialize(d)? {
+            ManagedFieldsRepr::Json(text) => {
+                return ManagedFields::from_json(text).map_err(de::Error::custom)
+            }
+            ManagedFieldsRepr::Null => Opaque::Null,
+            ManagedFieldsRepr::Bool(b) => Opaque::Bool(b),
+            ManagedFieldsRepr::Int(i) => Opaque::Int(i),
+            ManagedFieldsRepr::Uint(u) => Opaque::Uint(u),
+            ManagedFieldsRepr::Float(f) => Opaque::Float(f),
+            ManagedFieldsRepr::String(v) => Opaque::String(v),
+            ManagedFieldsRepr::Array(a) => Opaque::Array(a),
+            ManagedFieldsRepr::Object(o) => Opaque::Object(o),
+        };
+        Ok(ManagedFields::from(&tree))
+    }
+}
+
 /// metav1.OwnerReference
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -504,10 +606,9 @@ pub struct ObjectMeta {
     /// Names of cleanups that must finish before the object is removed from storage; deletion
     /// waits until the list is empty.
     pub finalizers: Vec<String>,
-    /// Field ownership, kept in its JSON shape (a list of ManagedFieldsEntry); the server
-    /// maintains it on every write (control's `fieldmanager`). Shared, because objects are
-    /// cloned far more often than their ownership changes; the stored encoding is the tree's.
-    pub managed_fields: Option<std::sync::Arc<Opaque>>,
+    /// Field ownership, kept as its JSON text (a list of ManagedFieldsEntry); the server
+    /// maintains it on every write (control's `fieldmanager`).
+    pub managed_fields: Option<ManagedFields>,
     /// Deprecated in Kubernetes; accepted and dropped on output.
     pub self_link: Option<String>,
 }

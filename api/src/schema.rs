@@ -14,7 +14,7 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use crate::core::ByteString;
-use crate::meta::{IntOrString, MicroTime, Opaque, Quantity, Time};
+use crate::meta::{IntOrString, ManagedFields, MicroTime, Opaque, Quantity, Time};
 use crate::object::Kind;
 
 /// Where OpenAPI v3 keeps its definitions; `$ref`s point below it.
@@ -94,6 +94,18 @@ impl JsonSchema for Opaque {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         // Kept verbatim and not acted on: any content is accepted, so nothing below is checked.
         json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+    }
+}
+
+impl JsonSchema for ManagedFields {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        "Opaque".into()
+    }
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        Opaque::json_schema(g)
     }
 }
 

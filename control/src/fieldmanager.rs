@@ -10,14 +10,13 @@
 //! from the strategic merge table ([`crate::strategic::strategy`]): the two agree in
 //! Kubernetes too (`patchMergeKey` and `listMapKey` name the same keys).
 //!
-//! Field sets work on the JSON form of objects; the stored form of `managedFields` is its
-//! JSON shape in an [`Opaque`], so the stored encoding of `ObjectMeta` does not change.
+//! Field sets work on the JSON form of objects; objects carry `managedFields` as its JSON
+//! text ([`ManagedFields`]), parsed here only when a write changes ownership.
 
 use std::collections::btree_map::Entry as MapEntry;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 
-use api::meta::{Opaque, Time};
+use api::meta::{ManagedFields, Opaque, Time};
 use serde_json::{Map, Value};
 
 use crate::strategic::{strategy, Key, ListStrategy};
@@ -664,7 +663,11 @@ pub struct Managers(pub Vec<Entry>);
 
 impl Managers {
     /// Reads `metadata.managedFields`; `None` when it is malformed.
-    pub fn decode(v: Option<&Opaque>) -> Option<Managers> {
+    pub fn decode(v: Option<&ManagedFields>) -> Option<Managers> {
+        Managers::decode_tree(v.map(ManagedFields::to_opaque).as_ref())
+    }
+
+    fn decode_tree(v: Option<&Opaque>) -> Option<Managers> {
         match v {
             None | Some(Opaque::Null) => Some(Managers::default()),
             Some(Opaque::Array(items)) => items
@@ -678,7 +681,7 @@ impl Managers {
 
     /// `metadata.managedFields` in Kubernetes' order (operation, time, manager); `None` when
     /// nobody manages anything.
-    pub fn encode(&self) -> Option<Arc<Opaque>> {
+    pub fn encode(&self) -> Option<ManagedFields> {
         if self.0.is_empty() {
             return None;
         }
@@ -699,7 +702,7 @@ impl Managers {
                     &q.subresource,
                 ))
         });
-        Some(Arc::new(Opaque::Array(
+        Some(ManagedFields::from(&Opaque::Array(
             entries.into_iter().map(Entry::encode).collect(),
         )))
     }
@@ -1194,13 +1197,13 @@ mod tests {
         m.update(None, &v1, &a, "v1", Time(1));
         let v2 = json!({"spec": {"x": 2, "y": 1}});
         m.update(Some(&v1), &v2, &b, "v1", Time(2));
-        let enc = Value::from(&*m.encode().unwrap());
+        let enc: Value = serde_json::from_str(m.encode().unwrap().json()).unwrap();
         assert_eq!(enc[0]["manager"], "a");
         assert_eq!(enc[0]["fieldsV1"], json!({"f:spec": {"f:y": {}}}));
         assert_eq!(enc[1]["manager"], "b");
         assert_eq!(enc[1]["fieldsV1"], json!({"f:spec": {"f:x": {}}}));
         assert_eq!(enc[1]["time"], "1970-01-01T00:00:02Z");
-        let back = Managers::decode(m.encode().as_deref()).unwrap();
+        let back = Managers::decode(m.encode().as_ref()).unwrap();
         assert!(back.same_but_times(&m));
     }
 
@@ -1210,13 +1213,19 @@ mod tests {
         let obj =
             json!({"metadata": {"labels": {"a": "1"}}, "spec": {"x": [1, 2], "y": 1.5, "z": null}});
         m.update(None, &obj, &Manager::new("a", Scope::Main), "v1", Time(7));
-        let stored = Arc::unwrap_or_clone(m.encode().unwrap());
+        let stored = m.encode().unwrap();
         let bytes = postcard::to_allocvec(&stored).unwrap();
-        let back: Opaque = postcard::from_bytes(&bytes).unwrap();
+        let back: ManagedFields = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, stored);
+        let tree = stored.to_opaque();
         let text = serde_json::to_value(&stored).unwrap();
-        assert_eq!(text, Value::from(&stored));
-        assert_eq!(Opaque::from(&text), stored);
+        assert_eq!(text, Value::from(&tree));
+        assert_eq!(serde_json::to_string(&stored).unwrap(), stored.json());
+        // What the store held before managedFields were kept as text: the tree's encoding.
+        let legacy = postcard::to_allocvec(&tree).unwrap();
+        let read: ManagedFields = postcard::from_bytes(&legacy).unwrap();
+        assert_eq!(read, stored);
+        assert_eq!(Managers::decode(Some(&read)).unwrap(), m);
     }
 
     #[test]

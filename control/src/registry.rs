@@ -312,7 +312,7 @@ fn scope_of(part: Part) -> Scope {
 
 /// The managers stored on an object (none when they cannot be read).
 fn managers_of<K: Resource>(obj: &K) -> Managers {
-    Managers::decode(obj.meta().managed_fields.as_deref()).unwrap_or_default()
+    Managers::decode(obj.meta().managed_fields.as_ref()).unwrap_or_default()
 }
 
 /// The finalizer of a foreground deletion: the owner stays until its blocking dependents
@@ -1040,7 +1040,7 @@ fn apply_update_checked<K: Resource>(
             .meta()
             .managed_fields
             .clone()
-            .filter(|v| Managers::decode(Some(v.as_ref())).is_some_and(|m| !m.0.is_empty()))
+            .filter(|v| Managers::decode(Some(v)).is_some_and(|m| !m.0.is_empty()))
             .map(Some),
     };
     new.meta_mut().managed_fields = match base {
