@@ -147,18 +147,18 @@ pub fn beyond_heartbeat(change: &Change) -> bool {
 /// Notifications ([`Change`]) still carry the whole new object; only what the cache keeps
 /// (and so [`Change::old`] and [`Change::packed`]) is projected.
 pub fn project(obj: &AnyObject) -> Option<AnyObject> {
-    let pod = match obj {
-        AnyObject::Pod(p) => Some(p),
-        _ => None,
-    };
-    if !meta_droppable(obj.meta()) && pod.is_none_or(|p| !pod_droppable(p)) {
+    if let AnyObject::Pod(p) = obj {
+        if !meta_droppable(&p.metadata) && !pod_droppable(p) {
+            return None;
+        }
+        // Field by field, so what is dropped is never copied.
+        return Some(AnyObject::Pod(project_pod(p)));
+    }
+    if !meta_droppable(obj.meta()) {
         return None;
     }
     let mut out = obj.clone();
     strip_meta(out.meta_mut());
-    if let AnyObject::Pod(p) = &mut out {
-        strip_pod(p);
-    }
     Some(out)
 }
 
@@ -187,41 +187,151 @@ fn pod_droppable(p: &api::core::Pod) -> bool {
         || s.service_account_name.is_some()
 }
 
-fn strip_container(c: &mut api::core::Container) {
-    let kept = api::core::Container {
-        name: std::mem::take(&mut c.name),
-        ports: std::mem::take(&mut c.ports),
-        resources: c.resources.take().map(|r| api::core::ResourceRequirements {
-            requests: r.requests,
-            claims: r.claims,
-            ..Default::default()
-        }),
-        restart_policy: c.restart_policy.take(),
-        ..Default::default()
-    };
-    *c = kept;
+/// Metadata as the cache keeps it, copied without what [`strip_meta`] drops.
+fn project_meta(m: &ObjectMeta) -> ObjectMeta {
+    let ObjectMeta {
+        name,
+        generate_name,
+        namespace,
+        uid,
+        resource_version,
+        generation,
+        creation_timestamp,
+        deletion_timestamp,
+        deletion_grace_period_seconds,
+        labels,
+        annotations,
+        owner_references,
+        finalizers,
+        managed_fields: _,
+        self_link,
+    } = m;
+    ObjectMeta {
+        name: name.clone(),
+        generate_name: generate_name.clone(),
+        namespace: namespace.clone(),
+        uid: uid.clone(),
+        resource_version: resource_version.clone(),
+        generation: *generation,
+        creation_timestamp: *creation_timestamp,
+        deletion_timestamp: *deletion_timestamp,
+        deletion_grace_period_seconds: *deletion_grace_period_seconds,
+        labels: labels.clone(),
+        annotations: annotations
+            .iter()
+            .filter(|(k, _)| k.as_str() != LAST_APPLIED)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        owner_references: owner_references.clone(),
+        finalizers: finalizers.clone(),
+        managed_fields: None,
+        self_link: self_link.clone(),
+    }
 }
 
-fn strip_pod(p: &mut api::core::Pod) {
-    let s = &mut p.spec;
-    s.init_containers.iter_mut().for_each(strip_container);
-    s.containers.iter_mut().for_each(strip_container);
-    s.ephemeral_containers.clear();
-    // Claims stay: the scheduler's volume filters and the PVC protection controller read them.
-    s.volumes.retain(|v| v.persistent_volume_claim.is_some());
-    s.dns_policy = None;
-    s.dns_config = None;
-    s.host_aliases.clear();
-    s.service_account_name = None;
-    s.service_account = None;
-    s.automount_service_account_token = None;
-    s.image_pull_secrets.clear();
-    s.security_context = None;
-    s.priority_class_name = None;
-    s.runtime_class_name = None;
-    s.enable_service_links = None;
-    s.termination_grace_period_seconds = None;
-    s.active_deadline_seconds = None;
+/// A container as the cache keeps it: its name, ports, requests (and claims) and restart
+/// policy.
+fn project_container(c: &api::core::Container) -> api::core::Container {
+    api::core::Container {
+        name: c.name.clone(),
+        ports: c.ports.clone(),
+        resources: c
+            .resources
+            .as_ref()
+            .map(|r| api::core::ResourceRequirements {
+                requests: r.requests.clone(),
+                claims: r.claims.clone(),
+                ..Default::default()
+            }),
+        restart_policy: c.restart_policy.clone(),
+        ..Default::default()
+    }
+}
+
+/// A pod as the cache keeps it (see [`project`]). The spec is destructured whole, so a field
+/// added to `PodSpec` does not compile until it is decided here whether the cache keeps it.
+fn project_pod(p: &api::core::Pod) -> api::core::Pod {
+    let api::core::PodSpec {
+        volumes,
+        init_containers,
+        containers,
+        ephemeral_containers: _,
+        restart_policy,
+        termination_grace_period_seconds: _,
+        active_deadline_seconds: _,
+        dns_policy: _,
+        node_selector,
+        service_account_name: _,
+        service_account: _,
+        automount_service_account_token: _,
+        node_name,
+        host_network,
+        host_pid,
+        host_ipc,
+        share_process_namespace,
+        security_context: _,
+        image_pull_secrets: _,
+        hostname,
+        subdomain,
+        affinity,
+        scheduler_name,
+        tolerations,
+        host_aliases: _,
+        priority_class_name: _,
+        priority,
+        dns_config: _,
+        readiness_gates,
+        runtime_class_name: _,
+        enable_service_links: _,
+        preemption_policy,
+        overhead,
+        topology_spread_constraints,
+        set_hostname_as_fqdn,
+        os,
+        host_users,
+        scheduling_gates,
+        resource_claims,
+        resources,
+    } = &p.spec;
+    api::core::Pod {
+        metadata: project_meta(&p.metadata),
+        spec: api::core::PodSpec {
+            // Claims stay: the scheduler's volume filters and the PVC protection controller
+            // read them.
+            volumes: volumes
+                .iter()
+                .filter(|v| v.persistent_volume_claim.is_some())
+                .cloned()
+                .collect(),
+            init_containers: init_containers.iter().map(project_container).collect(),
+            containers: containers.iter().map(project_container).collect(),
+            restart_policy: restart_policy.clone(),
+            node_selector: node_selector.clone(),
+            node_name: node_name.clone(),
+            host_network: *host_network,
+            host_pid: *host_pid,
+            host_ipc: *host_ipc,
+            share_process_namespace: *share_process_namespace,
+            hostname: hostname.clone(),
+            subdomain: subdomain.clone(),
+            affinity: affinity.clone(),
+            scheduler_name: scheduler_name.clone(),
+            tolerations: tolerations.clone(),
+            priority: *priority,
+            readiness_gates: readiness_gates.clone(),
+            preemption_policy: preemption_policy.clone(),
+            overhead: overhead.clone(),
+            topology_spread_constraints: topology_spread_constraints.clone(),
+            set_hostname_as_fqdn: *set_hostname_as_fqdn,
+            os: os.clone(),
+            host_users: *host_users,
+            scheduling_gates: scheduling_gates.clone(),
+            resource_claims: resource_claims.clone(),
+            resources: resources.clone(),
+            ..Default::default()
+        },
+        status: p.status.clone(),
+    }
 }
 
 /// What happened to one cached object (or to all of them).
