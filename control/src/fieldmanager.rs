@@ -581,47 +581,115 @@ impl Entry {
         }
         s
     }
+}
 
-    fn decode(v: &Opaque) -> Option<Entry> {
-        let Opaque::Object(m) = v else { return None };
-        let text = |k: &str| match m.get(k) {
-            Some(Opaque::String(s)) => Some(s.clone()),
-            _ => None,
-        };
-        let operation = match text("operation")?.as_str() {
-            "Apply" => Operation::Apply,
-            "Update" => Operation::Update,
-            _ => return None,
-        };
-        let fields = match m.get("fieldsV1") {
-            Some(f) => FieldSet::from_fields_v1(f)?,
-            None => FieldSet::default(),
-        };
-        Some(Entry {
-            manager: text("manager").unwrap_or_default(),
-            operation,
-            api_version: text("apiVersion").unwrap_or_default(),
-            time: text("time").and_then(|t| Time::parse(&t).ok()),
-            subresource: text("subresource").unwrap_or_default(),
-            fields,
-        })
+/// A managedFields entry as JSON has it (unknown keys, such as `fieldsType`, are ignored).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EntryWire {
+    #[serde(default)]
+    manager: String,
+    operation: String,
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    time: Option<String>,
+    #[serde(default)]
+    subresource: String,
+    #[serde(default, rename = "fieldsV1")]
+    fields_v1: Option<FieldsV1>,
+}
+
+/// A whole FieldsV1 tree, read straight from JSON (the root path is never a member).
+struct FieldsV1(FieldSet);
+
+impl<'de> serde::Deserialize<'de> for FieldsV1 {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<FieldsV1, D::Error> {
+        let mut set = FieldSetNode::deserialize(d)?.0;
+        set.member = false;
+        Ok(FieldsV1(set))
     }
+}
 
-    fn encode(&self) -> Opaque {
-        let mut m = BTreeMap::new();
-        let s = |v: &str| Opaque::String(v.to_string());
-        m.insert("manager".into(), s(&self.manager));
-        m.insert("operation".into(), s(self.operation.as_str()));
-        m.insert("apiVersion".into(), s(&self.api_version));
-        if let Some(t) = self.time {
-            m.insert("time".into(), s(&t.to_string()));
+/// One node of a FieldsV1 tree: an object whose keys are `.` (the path itself) or path
+/// elements (`f:`, `k:`, `v:`, `i:`); an empty object is a member leaf.
+struct FieldSetNode(FieldSet);
+
+impl<'de> serde::Deserialize<'de> for FieldSetNode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<FieldSetNode, D::Error> {
+        struct Node;
+        impl<'de> serde::de::Visitor<'de> for Node {
+            type Value = FieldSetNode;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a FieldsV1 object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<FieldSetNode, A::Error> {
+                let mut out = FieldSet::default();
+                let mut any = false;
+                while let Some(k) = map.next_key::<String>()? {
+                    any = true;
+                    if k == "." {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        out.member = true;
+                    } else if ["f:", "k:", "v:", "i:"].iter().any(|p| k.starts_with(p)) {
+                        let child = map.next_value::<FieldSetNode>()?.0;
+                        out.children.insert(k, child);
+                    } else {
+                        return Err(serde::de::Error::custom(format!(
+                            "{k:?} is not a FieldsV1 path element"
+                        )));
+                    }
+                }
+                out.member |= !any;
+                Ok(FieldSetNode(out))
+            }
         }
-        m.insert("fieldsType".into(), s("FieldsV1"));
-        m.insert("fieldsV1".into(), self.fields.to_fields_v1());
-        if !self.subresource.is_empty() {
-            m.insert("subresource".into(), s(&self.subresource));
+        d.deserialize_map(Node)
+    }
+}
+
+/// A FieldsV1 node written straight to JSON (`.` first, then the path elements in order).
+struct FieldsV1Out<'a>(&'a FieldSet);
+
+impl serde::Serialize for FieldsV1Out<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let set = self.0;
+        let dot = set.member && !set.children.is_empty();
+        let mut m = s.serialize_map(Some(set.children.len() + usize::from(dot)))?;
+        if dot {
+            m.serialize_entry(".", &Map::new())?;
         }
-        Opaque::Object(m)
+        for (k, c) in &set.children {
+            m.serialize_entry(k, &FieldsV1Out(c))?;
+        }
+        m.end()
+    }
+}
+
+/// A managedFields entry written straight to JSON, in Kubernetes' key order.
+struct EntryOut<'a>(&'a Entry);
+
+impl serde::Serialize for EntryOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let e = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("manager", &e.manager)?;
+        m.serialize_entry("operation", e.operation.as_str())?;
+        m.serialize_entry("apiVersion", &e.api_version)?;
+        if let Some(t) = e.time {
+            m.serialize_entry("time", &t.to_string())?;
+        }
+        m.serialize_entry("fieldsType", "FieldsV1")?;
+        m.serialize_entry("fieldsV1", &FieldsV1Out(&e.fields))?;
+        if !e.subresource.is_empty() {
+            m.serialize_entry("subresource", &e.subresource)?;
+        }
+        m.end()
     }
 }
 
@@ -664,19 +732,28 @@ pub struct Managers(pub Vec<Entry>);
 impl Managers {
     /// Reads `metadata.managedFields`; `None` when it is malformed.
     pub fn decode(v: Option<&ManagedFields>) -> Option<Managers> {
-        Managers::decode_tree(v.map(ManagedFields::to_opaque).as_ref())
-    }
-
-    fn decode_tree(v: Option<&Opaque>) -> Option<Managers> {
-        match v {
-            None | Some(Opaque::Null) => Some(Managers::default()),
-            Some(Opaque::Array(items)) => items
-                .iter()
-                .map(Entry::decode)
-                .collect::<Option<Vec<_>>>()
-                .map(Managers),
-            Some(_) => None,
-        }
+        let Some(v) = v else {
+            return Some(Managers::default());
+        };
+        let wire: Option<Vec<EntryWire>> = serde_json::from_str(v.json()).ok()?;
+        wire.unwrap_or_default()
+            .into_iter()
+            .map(|e| {
+                Some(Entry {
+                    manager: e.manager,
+                    operation: match e.operation.as_str() {
+                        "Apply" => Operation::Apply,
+                        "Update" => Operation::Update,
+                        _ => return None,
+                    },
+                    api_version: e.api_version,
+                    time: e.time.and_then(|t| Time::parse(&t).ok()),
+                    subresource: e.subresource,
+                    fields: e.fields_v1.map(|f| f.0).unwrap_or_default(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(Managers)
     }
 
     /// `metadata.managedFields` in Kubernetes' order (operation, time, manager); `None` when
@@ -702,9 +779,9 @@ impl Managers {
                     &q.subresource,
                 ))
         });
-        Some(ManagedFields::from(&Opaque::Array(
-            entries.into_iter().map(Entry::encode).collect(),
-        )))
+        let entries: Vec<EntryOut<'_>> = entries.into_iter().map(EntryOut).collect();
+        let text = serde_json::to_string(&entries).expect("managedFields always serialize");
+        Some(ManagedFields::from_json(text).expect("serde_json writes valid JSON"))
     }
 
     /// Whether the two name the same managers and fields, whatever their times.
@@ -1224,8 +1301,32 @@ mod tests {
         // What the store held before managedFields were kept as text: the tree's encoding.
         let legacy = postcard::to_allocvec(&tree).unwrap();
         let read: ManagedFields = postcard::from_bytes(&legacy).unwrap();
-        assert_eq!(read, stored);
+        assert_eq!(read.to_opaque(), tree);
         assert_eq!(Managers::decode(Some(&read)).unwrap(), m);
+    }
+
+    #[test]
+    fn malformed_managed_fields_read_as_none() {
+        let read = |text: &str| {
+            Managers::decode(Some(&ManagedFields::from_json(text.to_string()).unwrap()))
+        };
+        assert_eq!(read("null"), Some(Managers::default()));
+        assert_eq!(read("[]"), Some(Managers::default()));
+        for bad in [
+            "{}",
+            "[1]",
+            r#"[{"manager": "a"}]"#,
+            r#"[{"manager": "a", "operation": "Replace"}]"#,
+            r#"[{"manager": "a", "operation": "Update", "fieldsV1": {"x": {}}}]"#,
+            r#"[{"manager": "a", "operation": "Update", "fieldsV1": {"f:x": 1}}]"#,
+        ] {
+            assert_eq!(read(bad), None, "{bad}");
+        }
+        let ok = read(
+            r#"[{"manager": "a", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {".": {}, "f:x": {}}}, "extra": 1}]"#,
+        )
+        .unwrap();
+        assert_eq!(ok.0[0].fields.paths(), [".spec", ".spec.x"]);
     }
 
     #[test]
