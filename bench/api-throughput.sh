@@ -1,48 +1,102 @@
 #!/usr/bin/env bash
 # Durable create throughput over TLS with 32 keep-alive clients and ~1 KiB Pod objects:
 # skiff (POST pods) beside etcd 3.4 (JSON gateway POST /v3/kv/put) in one run, same client
-# (wrk), same value, both over TLS, both durable (fsync before the answer). Also skiff on the
-# etcd datastore (issue 19) in the same run (ETCD_BACKEND=0 leaves it out).
+# (wrk), same value, both over TLS, both durable (fsync before the answer). The scheduler
+# and controllers run as in production.
+#
+#   RUNS=5          runs, each skiff then etcd back to back; the ratio of each and their spread
+#   NODES=100       skiff gets NODES simulated nodes (`skiff-agent --simulate`, room for every
+#                   pod), so each created pod is also scheduled, bound and reported Running;
+#                   0 (the default): no nodes, each pod gets FailedScheduling
+#   ETCD_BACKEND=1  also skiff on the etcd datastore (issue 19), once, after the runs
+#   SKIFF=PATH      a prebuilt server (and AGENT=PATH a prebuilt agent)
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
+RUNS=${RUNS:-1}
+NODES=${NODES:-0}
 need wrk wrk
 need etcd etcd-server
 need openssl openssl
 build_release
+if [ "$NODES" -gt 0 ] && [ -z "${AGENT:-}" ]; then
+    (cd "$ROOT" && cargo build --release -q -p skiff-agent)
+    AGENT="$ROOT/target/release/skiff-agent"
+fi
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null; rm -rf "$work"' EXIT
 
 machine
-echo "objects: $(wc -c <"$ROOT/bench/pod.json") byte Pod JSON, $CONNS connections, wrk -t2, $DURATION each"
-
-port=$(free_port)
-start_skiff "$work/skiff" "$port"
-token=$(cat "$work/skiff/admin-token")
-echo "--- skiff $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo dev)"
-wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
-    -H "Authorization: Bearer $token" -H "Content-Type: application/json" \
-    "https://127.0.0.1:$port/api/v1/namespaces/default/pods" -- skiff "$ROOT/bench/pod.json" | tee "$work/skiff.out"
-kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true
+echo "objects: $(wc -c <"$ROOT/bench/pod.json") byte Pod JSON, $CONNS connections, wrk -t2, $DURATION each, $RUNS run(s), $NODES simulated node(s)"
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/etcd.key" \
     -out "$work/etcd.crt" -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 2>/dev/null
-cport=$(free_port); pport=$(free_port)
-etcd --name bench --data-dir "$work/etcd" --log-level error \
-    --listen-client-urls "https://127.0.0.1:$cport" --advertise-client-urls "https://127.0.0.1:$cport" \
-    --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
-    --initial-cluster "bench=http://127.0.0.1:$pport" --cert-file "$work/etcd.crt" --key-file "$work/etcd.key" &
-etcd_pid=$!
-wait_port "$cport"
-sleep 1
-echo "--- etcd $(etcd --version | head -1 | awk '{print $3}')"
-wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
-    -H "Content-Type: application/json" \
-    "https://127.0.0.1:$cport/v3/kv/put" -- etcd "$ROOT/bench/pod.json" | tee "$work/etcd.out"
-kill "$etcd_pid"; wait "$etcd_pid" 2>/dev/null || true
 
-if [ "${ETCD_BACKEND:-1}" = 1 ]; then
+rate() { awk '/Requests\/sec/{print $2}' "$1"; }
+errors() { awk '/Non-2xx/{print $5}' "$1"; }
+p99() { awk '$1=="99%"{print $2}' "$1"; }
+
+skiff_run() {  # skiff_run OUT DATA_DIR [server args...]
+    local out=$1 dir=$2
+    shift 2
+    local port sim_pid=
+    port=$(free_port)
+    start_skiff "$dir" "$port" "$@"
+    local token
+    token=$(cat "$dir/admin-token")
+    if [ "$NODES" -gt 0 ]; then
+        # Room for every pod the run creates, so that each is scheduled.
+        SKIFF_LOG=warn "$AGENT" --simulate "$NODES" --kubeconfig "$dir/admin.kubeconfig" \
+            --sim-cpu 1000 --sim-memory 1Ti --max-pods 2000 &
+        sim_pid=$!
+        for _ in $(seq 1 300); do
+            [ "$("$SKIFF" get nodes --kubeconfig "$dir/admin.kubeconfig" -o name 2>/dev/null | wc -l)" -ge "$NODES" ] && break
+            sleep 0.1
+        done
+    fi
+    wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
+        -H "Authorization: Bearer $token" -H "Content-Type: application/json" \
+        "https://127.0.0.1:$port/api/v1/namespaces/default/pods" -- skiff "$ROOT/bench/pod.json" >"$out"
+    if [ "$NODES" -gt 0 ]; then
+        # How many of the created pods the scheduler had bound 5 s after the run.
+        sleep 5
+        curl -sk -H "Authorization: Bearer $token" "https://127.0.0.1:$port/api/v1/namespaces/default/pods" |
+            python3 -c 'import json,sys; p=json.load(sys.stdin)["items"]; print("bound:", sum(1 for x in p if x["spec"].get("nodeName")), "of", len(p))' >>"$out"
+        kill "$sim_pid"; wait "$sim_pid" 2>/dev/null || true
+    fi
+    kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true
+}
+
+etcd_run() {  # etcd_run OUT DATA_DIR
+    local out=$1 dir=$2 cport pport etcd_pid
+    cport=$(free_port); pport=$(free_port)
+    etcd --name bench --data-dir "$dir" --log-level error \
+        --listen-client-urls "https://127.0.0.1:$cport" --advertise-client-urls "https://127.0.0.1:$cport" \
+        --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+        --initial-cluster "bench=http://127.0.0.1:$pport" --cert-file "$work/etcd.crt" --key-file "$work/etcd.key" &
+    etcd_pid=$!
+    wait_port "$cport"
+    sleep 1
+    wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
+        -H "Content-Type: application/json" \
+        "https://127.0.0.1:$cport/v3/kv/put" -- etcd "$ROOT/bench/pod.json" >"$out"
+    kill "$etcd_pid"; wait "$etcd_pid" 2>/dev/null || true
+}
+
+echo "skiff $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo dev), etcd $(etcd --version | head -1 | awk '{print $3}')"
+ratios=()
+for run in $(seq 1 "$RUNS"); do
+    skiff_run "$work/skiff-$run.out" "$work/skiff-$run"
+    etcd_run "$work/etcd-$run.out" "$work/etcd-$run"
+    s=$(rate "$work/skiff-$run.out"); e=$(rate "$work/etcd-$run.out")
+    r=$(python3 -c "print(round($s/$e, 2))")
+    ratios+=("$r")
+    bound=$(awk '/^bound:/{print ", " $2 " of " $4 " pods bound 5 s later"}' "$work/skiff-$run.out")
+    echo "run $run: skiff ${s} creates/s p99 $(p99 "$work/skiff-$run.out") (non-2xx: $(errors "$work/skiff-$run.out" || true))${bound}, etcd ${e} puts/s p99 $(p99 "$work/etcd-$run.out") (non-2xx: $(errors "$work/etcd-$run.out" || true)), ratio ${r}"
+done
+
+if [ "${ETCD_BACKEND:-0}" = 1 ]; then
     # skiff on the etcd datastore (issue 19): a fresh single-member etcd on loopback, reached
     # over plain HTTP (the server's own etcd traffic; wrk still talks TLS to skiff).
     dport=$(free_port); dpeer=$(free_port)
@@ -52,22 +106,10 @@ if [ "${ETCD_BACKEND:-1}" = 1 ]; then
         --initial-cluster "backend=http://127.0.0.1:$dpeer" &
     backend_pid=$!
     wait_port "$dport"
-    port=$(free_port)
-    start_skiff "$work/skiff-etcd" "$port" --datastore-endpoint "http://127.0.0.1:$dport"
-    token=$(cat "$work/skiff-etcd/admin-token")
-    echo "--- skiff on the etcd datastore"
-    wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
-        -H "Authorization: Bearer $token" -H "Content-Type: application/json" \
-        "https://127.0.0.1:$port/api/v1/namespaces/default/pods" -- skiff-etcd "$ROOT/bench/pod.json" | tee "$work/skiff-etcd.out"
-    kill "$SKIFF_PID"; wait "$SKIFF_PID" 2>/dev/null || true
+    skiff_run "$work/skiff-etcd.out" "$work/skiff-etcd" --datastore-endpoint "http://127.0.0.1:$dport"
     kill "$backend_pid"; wait "$backend_pid" 2>/dev/null || true
+    echo "etcd datastore: skiff $(rate "$work/skiff-etcd.out") creates/s p99 $(p99 "$work/skiff-etcd.out") (non-2xx: $(errors "$work/skiff-etcd.out" || true)), ratio to raw etcd of the last run $(python3 -c "print(round($(rate "$work/skiff-etcd.out")/$e, 2))")"
 fi
 
-rate() { awk '/Requests\/sec/{print $2}' "$1"; }
-errors() { awk '/Non-2xx/{print $5}' "$1"; }
-s=$(rate "$work/skiff.out"); e=$(rate "$work/etcd.out")
-if [ -s "$work/skiff-etcd.out" ]; then
-    se=$(rate "$work/skiff-etcd.out")
-    echo "=== etcd datastore: skiff ${se} creates/s (non-2xx: $(errors "$work/skiff-etcd.out" || true)) against ${s} on redb, ratio to raw etcd $(python3 -c "print(round($se/$e, 2))")"
-fi
-echo "=== result: skiff ${s} creates/s (non-2xx: $(errors "$work/skiff.out" || true)), etcd ${e} puts/s (non-2xx: $(errors "$work/etcd.out" || true)), ratio $(python3 -c "print(round($s/$e, 2))")"
+sorted=$(printf '%s\n' "${ratios[@]}" | sort -n)
+echo "=== result: ratio skiff/etcd over $RUNS run(s), $NODES node(s): $(echo "$sorted" | head -1)–$(echo "$sorted" | tail -1), median $(echo "$sorted" | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}') (runs: ${ratios[*]})"
