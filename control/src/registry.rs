@@ -183,15 +183,31 @@ impl PodSecurityFindings {
 /// The findings for `obj` (`None` when it has no pod template, or when an update leaves the
 /// template as it was, other than the binding).
 fn judge_pod_security<K: Resource>(obj: &K, old: Option<&K>) -> Option<PodSecurityFindings> {
+    use crate::podsecurity::has_pod_template;
+    let info = K::KIND.info();
+    if !info.namespaced || !has_pod_template(info.kind) {
+        return None;
+    }
+    judge_pod_security_json::<K>(
+        &codec::to_json_view(obj, codec::View::Main),
+        old.map(|o| codec::to_json_view(o, codec::View::Main))
+            .as_ref(),
+    )
+}
+
+/// [`judge_pod_security`] of the objects' JSON (at least their metadata and spec: a create
+/// hands over the JSON its field manager already made).
+fn judge_pod_security_json<K: Resource>(
+    json: &Value,
+    old_json: Option<&Value>,
+) -> Option<PodSecurityFindings> {
     use crate::podsecurity::{check, has_pod_template, pod_template, Level};
     let info = K::KIND.info();
     if !info.namespaced || !has_pod_template(info.kind) {
         return None;
     }
-    let json = codec::to_json(obj);
-    let (meta, spec) = pod_template(info.kind, &json)?;
-    if let Some(old) = old {
-        let old_json = codec::to_json(old);
+    let (meta, spec) = pod_template(info.kind, json)?;
+    if let Some(old_json) = old_json {
         let unbound = |s: &Value| {
             let mut s = s.clone();
             if let Some(o) = s.as_object_mut() {
@@ -199,7 +215,7 @@ fn judge_pod_security<K: Resource>(obj: &K, old: Option<&K>) -> Option<PodSecuri
             }
             s
         };
-        if let Some((old_meta, old_spec)) = pod_template(info.kind, &old_json) {
+        if let Some((old_meta, old_spec)) = pod_template(info.kind, old_json) {
             if unbound(old_spec) == unbound(spec)
                 && old_meta.get("annotations") == meta.get("annotations")
             {
@@ -1456,17 +1472,21 @@ impl Registry {
 
     /// Creates `obj` in `path_ns` (the namespace of the request path, if any).
     pub async fn create<K: Resource>(&self, obj: K, path_ns: Option<&str>) -> Result<K, ApiError> {
-        let (obj, generate) = self.prepare_create(obj, path_ns)?;
+        let (obj, generate, json) = self.prepare_create(obj, path_ns)?;
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
-        let findings = judge_pod_security(&obj, None);
+        let findings = judge_pod_security_json::<K>(&json, None);
+        drop(json);
+        // The object moves into the first run, so the store's single writer does not copy
+        // it; a run after a lost race (the etcd datastore) copies the spare.
+        let mut first = Some(obj.clone());
         let created = self
             .write(
                 move |txn| {
                     create_in(
                         txn,
                         &ranges,
-                        obj.clone(),
+                        first.take().unwrap_or_else(|| obj.clone()),
                         generate,
                         findings.as_ref(),
                         &warnings,
@@ -1490,18 +1510,19 @@ impl Registry {
         &self,
         obj: K,
         path_ns: Option<&str>,
-    ) -> Result<(K, bool), ApiError> {
+    ) -> Result<(K, bool, Value), ApiError> {
         let (mut obj, generate) = self.prepare_create_unowned(obj, path_ns)?;
         let mut managers = Managers::default();
+        let json = codec::to_json_view(&obj, codec::View::Main);
         managers.update(
             None,
-            &codec::to_json_view(&obj, codec::View::Main),
+            &json,
             &self.manager(Part::Main),
             &K::KIND.info().api_version(),
             Time::now(),
         );
         obj.meta_mut().managed_fields = managers.encode();
-        Ok((obj, generate))
+        Ok((obj, generate, json))
     }
 
     /// [`Registry::prepare_create`] without managers.
@@ -1850,6 +1871,7 @@ impl Registry {
     ) -> Result<(), ApiError> {
         let event = event.and_then(|e| {
             self.prepare_create(e, Some(ns))
+                .map(|(e, generate, _)| (e, generate))
                 .inspect_err(|e| tracing::debug!(error = %e, "an event for a binding is invalid"))
                 .ok()
         });
