@@ -1477,16 +1477,13 @@ impl Registry {
         let warnings = self.warnings.clone();
         let findings = judge_pod_security_json::<K>(&json, None);
         drop(json);
-        // The object moves into the first run, so the store's single writer does not copy
-        // it; a run after a lost race (the etcd datastore) copies the spare.
-        let mut first = Some(obj.clone());
         let created = self
             .write(
                 move |txn| {
                     create_in(
                         txn,
                         &ranges,
-                        first.take().unwrap_or_else(|| obj.clone()),
+                        obj.clone(),
                         generate,
                         findings.as_ref(),
                         &warnings,
