@@ -670,7 +670,9 @@ impl serde::Serialize for FieldsV1Out<'_> {
     }
 }
 
-/// A managedFields entry written straight to JSON, in Kubernetes' key order.
+/// A managedFields entry written straight to JSON. The keys go in alphabetical order, as a
+/// client's copy sent back (parsed into a sorted JSON map) is written again: the same
+/// ownership is then always the same text, and objects compare equal when it is.
 struct EntryOut<'a>(&'a Entry);
 
 impl serde::Serialize for EntryOut<'_> {
@@ -678,16 +680,16 @@ impl serde::Serialize for EntryOut<'_> {
         use serde::ser::SerializeMap;
         let e = self.0;
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("manager", &e.manager)?;
-        m.serialize_entry("operation", e.operation.as_str())?;
         m.serialize_entry("apiVersion", &e.api_version)?;
-        if let Some(t) = e.time {
-            m.serialize_entry("time", &t.to_string())?;
-        }
         m.serialize_entry("fieldsType", "FieldsV1")?;
         m.serialize_entry("fieldsV1", &FieldsV1Out(&e.fields))?;
+        m.serialize_entry("manager", &e.manager)?;
+        m.serialize_entry("operation", e.operation.as_str())?;
         if !e.subresource.is_empty() {
             m.serialize_entry("subresource", &e.subresource)?;
+        }
+        if let Some(t) = e.time {
+            m.serialize_entry("time", &t.to_string())?;
         }
         m.end()
     }
@@ -1298,10 +1300,12 @@ mod tests {
         let text = serde_json::to_value(&stored).unwrap();
         assert_eq!(text, Value::from(&tree));
         assert_eq!(serde_json::to_string(&stored).unwrap(), stored.json());
+        // A client's copy sent back (parsed into a JSON map, then written) is the same text.
+        assert_eq!(ManagedFields::from_value(&text), stored);
         // What the store held before managedFields were kept as text: the tree's encoding.
         let legacy = postcard::to_allocvec(&tree).unwrap();
         let read: ManagedFields = postcard::from_bytes(&legacy).unwrap();
-        assert_eq!(read.to_opaque(), tree);
+        assert_eq!(read, stored);
         assert_eq!(Managers::decode(Some(&read)).unwrap(), m);
     }
 
