@@ -309,7 +309,7 @@ pub enum Opaque {
     Object(BTreeMap<String, Opaque>),
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 enum OpaqueRepr {
     Null,
     Bool(bool),
@@ -319,6 +319,29 @@ enum OpaqueRepr {
     String(String),
     Array(Vec<Opaque>),
     Object(BTreeMap<String, Opaque>),
+    /// JSON text: how [`ManagedFields`] is stored (an `Opaque` reads it as its tree).
+    Json(String),
+}
+
+/// The variant index of [`OpaqueRepr::Json`].
+const OPAQUE_REPR_JSON: u32 = 8;
+
+impl OpaqueRepr {
+    fn into_opaque<E: de::Error>(self) -> Result<Opaque, E> {
+        Ok(match self {
+            OpaqueRepr::Null => Opaque::Null,
+            OpaqueRepr::Bool(b) => Opaque::Bool(b),
+            OpaqueRepr::Int(i) => Opaque::Int(i),
+            OpaqueRepr::Uint(u) => Opaque::Uint(u),
+            OpaqueRepr::Float(f) => Opaque::Float(f),
+            OpaqueRepr::String(v) => Opaque::String(v),
+            OpaqueRepr::Array(a) => Opaque::Array(a),
+            OpaqueRepr::Object(o) => Opaque::Object(o),
+            OpaqueRepr::Json(text) => serde_json::from_str::<serde_json::Value>(&text)
+                .map(|v| Opaque::from(&v))
+                .map_err(E::custom)?,
+        })
+    }
 }
 
 impl From<&serde_json::Value> for Opaque {
@@ -426,16 +449,7 @@ impl<'de> Deserialize<'de> for Opaque {
             let v = serde_json::Value::deserialize(d)?;
             return Ok(Opaque::from(&v));
         }
-        Ok(match OpaqueRepr::deserialize(d)? {
-            OpaqueRepr::Null => Opaque::Null,
-            OpaqueRepr::Bool(b) => Opaque::Bool(b),
-            OpaqueRepr::Int(i) => Opaque::Int(i),
-            OpaqueRepr::Uint(u) => Opaque::Uint(u),
-            OpaqueRepr::Float(f) => Opaque::Float(f),
-            OpaqueRepr::String(v) => Opaque::String(v),
-            OpaqueRepr::Array(a) => Opaque::Array(a),
-            OpaqueRepr::Object(o) => Opaque::Object(o),
-        })
+        OpaqueRepr::deserialize(d)?.into_opaque()
     }
 }
 
@@ -446,8 +460,9 @@ impl<'de> Deserialize<'de> for Opaque {
 /// drop frees one allocation, and a JSON answer copies it verbatim; the field manager parses
 /// it when it needs the entries.
 ///
-/// In postcard (the store, the informer cache, the agent's pod cache) it is one variant past
-/// [`Opaque`]'s: values written before it, which held the tree, still decode (into text).
+/// In postcard (the store, the informer cache, the agent's pod cache) it is [`Opaque`]'s
+/// encoding with a variant for JSON text: values written before it, which held the tree,
+/// still decode (into text).
 #[derive(Clone)]
 pub struct ManagedFields(std::sync::Arc<serde_json::value::RawValue>);
 
@@ -492,28 +507,13 @@ impl fmt::Debug for ManagedFields {
     }
 }
 
-/// The postcard shape: [`OpaqueRepr`]'s variants (how the tree was stored), then the text.
-#[derive(Deserialize)]
-enum ManagedFieldsRepr {
-    Null,
-    Bool(bool),
-    Int(i64),
-    Uint(u64),
-    Float(f64),
-    String(String),
-    Array(Vec<Opaque>),
-    Object(BTreeMap<String, Opaque>),
-    Json(String),
-}
-
 impl Serialize for ManagedFields {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if s.is_human_readable() {
             // Verbatim into JSON; serde_json's tree serializer parses it.
             return self.0.serialize(s);
         }
-        // `ManagedFieldsRepr::Json`, the variant after the tree's eight.
-        s.serialize_newtype_variant("ManagedFieldsRepr", 8, "Json", self.json())
+        s.serialize_newtype_variant("OpaqueRepr", OPAQUE_REPR_JSON, "Json", self.json())
     }
 }
 
@@ -524,20 +524,11 @@ impl<'de> Deserialize<'de> for ManagedFields {
             let v = serde_json::Value::deserialize(d)?;
             return Ok(ManagedFields::from_value(&v));
         }
-        let tree = match ManagedFieldsRepr::deserialize(d)? {
-            ManagedFieldsRepr::Json(text) => {
-                return ManagedFields::from_json(text).map_err(de::Error::custom)
-            }
-            ManagedFieldsRepr::Null => Opaque::Null,
-            ManagedFieldsRepr::Bool(b) => Opaque::Bool(b),
-            ManagedFieldsRepr::Int(i) => Opaque::Int(i),
-            ManagedFieldsRepr::Uint(u) => Opaque::Uint(u),
-            ManagedFieldsRepr::Float(f) => Opaque::Float(f),
-            ManagedFieldsRepr::String(v) => Opaque::String(v),
-            ManagedFieldsRepr::Array(a) => Opaque::Array(a),
-            ManagedFieldsRepr::Object(o) => Opaque::Object(o),
-        };
-        Ok(ManagedFields::from(&tree))
+        match OpaqueRepr::deserialize(d)? {
+            OpaqueRepr::Json(text) => ManagedFields::from_json(text).map_err(de::Error::custom),
+            // Stored before managedFields were kept as text: the tree.
+            tree => Ok(ManagedFields::from(&tree.into_opaque::<D::Error>()?)),
+        }
     }
 }
 

@@ -1297,6 +1297,8 @@ mod tests {
         let back: ManagedFields = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, stored);
         let tree = stored.to_opaque();
+        // The text's encoding read as an `Opaque` is its tree.
+        assert_eq!(postcard::from_bytes::<Opaque>(&bytes).unwrap(), tree);
         let text = serde_json::to_value(&stored).unwrap();
         assert_eq!(text, Value::from(&tree));
         assert_eq!(serde_json::to_string(&stored).unwrap(), stored.json());
