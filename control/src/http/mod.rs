@@ -588,7 +588,7 @@ async fn handle(
             req.set_ext(admission.clone());
             let audit = req.ext::<AuditUser>().cloned();
             let answered = with_kind!(path.kind, K, {
-                resource::<K>(&state, &req, path, body).await
+                resource_boxed::<K>(&state, &req, path, body).await
             });
             let notes = std::mem::take(&mut *admission.lock().unwrap_or_else(|e| e.into_inner()));
             if let Some(slot) = audit {
@@ -1210,6 +1210,21 @@ pub(crate) fn table(
         "columnDefinitions": columns,
         "rows": rows,
     })
+}
+
+/// [`resource`] behind a box: the dispatch over every kind then holds one pointer per kind
+/// instead of every kind's whole future. (In a debug build the dispatch's frame had room for
+/// all of them, which took a request on the etcd datastore's path within a pod's size of
+/// the executor threads' 2 MiB stacks.)
+fn resource_boxed<'a, K: Resource>(
+    state: &'a State,
+    req: &'a tide::Request<State>,
+    path: ResourcePath,
+    body: Vec<u8>,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<tide::Response, ApiError>> + Send + 'a>,
+> {
+    Box::pin(resource::<K>(state, req, path, body))
 }
 
 async fn resource<K: Resource>(
