@@ -482,11 +482,6 @@ impl ManagedFields {
     pub fn json(&self) -> &str {
         self.0.get()
     }
-
-    /// The entries as a tree (what the field manager works on).
-    pub fn to_opaque(&self) -> Opaque {
-        serde_json::from_str(self.json()).unwrap_or_default()
-    }
 }
 
 impl From<&Opaque> for ManagedFields {

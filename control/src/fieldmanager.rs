@@ -16,7 +16,7 @@
 use std::collections::btree_map::Entry as MapEntry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use api::meta::{ManagedFields, Opaque, Time};
+use api::meta::{ManagedFields, Time};
 use serde_json::{Map, Value};
 
 use crate::strategic::{strategy, Key, ListStrategy};
@@ -114,48 +114,6 @@ impl FieldSet {
             child.collect_paths(prefix, out);
             prefix.truncate(len);
         }
-    }
-
-    /// The FieldsV1 JSON of this set (`{"f:spec":{"f:replicas":{}}}`).
-    pub fn to_fields_v1(&self) -> Opaque {
-        let mut m = BTreeMap::new();
-        for (k, c) in &self.children {
-            m.insert(k.clone(), c.to_fields_v1());
-        }
-        if self.member && !self.children.is_empty() {
-            m.insert(".".into(), Opaque::Object(BTreeMap::new()));
-        }
-        Opaque::Object(m)
-    }
-
-    /// Reads FieldsV1 JSON; `None` when it is not a FieldsV1 tree.
-    pub fn from_fields_v1(v: &Opaque) -> Option<FieldSet> {
-        let mut set = FieldSet::from_node(v)?;
-        // The root path (the whole object) is never a member.
-        set.member = false;
-        Some(set)
-    }
-
-    fn from_node(v: &Opaque) -> Option<FieldSet> {
-        let Opaque::Object(m) = v else { return None };
-        let mut out = FieldSet {
-            member: m.is_empty(),
-            children: BTreeMap::new(),
-        };
-        for (k, c) in m {
-            if k == "." {
-                out.member = true;
-            } else if k.starts_with("f:")
-                || k.starts_with("k:")
-                || k.starts_with("v:")
-                || k.starts_with("i:")
-            {
-                out.children.insert(k.clone(), FieldSet::from_node(c)?);
-            } else {
-                return None;
-            }
-        }
-        Some(out)
     }
 }
 
@@ -1018,14 +976,15 @@ pub fn sync_last_applied(obj: &mut Value, config: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use api::meta::Opaque;
     use serde_json::json;
 
     fn fields(v: Value) -> FieldSet {
-        FieldSet::from_fields_v1(&Opaque::from(&v)).unwrap()
+        serde_json::from_value::<FieldsV1>(v).unwrap().0
     }
 
     fn as_json(s: &FieldSet) -> Value {
-        Value::from(&s.to_fields_v1())
+        serde_json::to_value(FieldsV1Out(s)).unwrap()
     }
 
     #[test]
@@ -1070,7 +1029,7 @@ mod tests {
                 ".spec.containers[name=\"web\"].image"
             ]
         );
-        assert!(FieldSet::from_fields_v1(&Opaque::from(&json!({"x": {}}))).is_none());
+        assert!(serde_json::from_value::<FieldsV1>(json!({"x": {}})).is_err());
     }
 
     #[test]
@@ -1296,7 +1255,7 @@ mod tests {
         let bytes = postcard::to_allocvec(&stored).unwrap();
         let back: ManagedFields = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, stored);
-        let tree = stored.to_opaque();
+        let tree: Opaque = serde_json::from_str(stored.json()).unwrap();
         // The text's encoding read as an `Opaque` is its tree.
         assert_eq!(postcard::from_bytes::<Opaque>(&bytes).unwrap(), tree);
         let text = serde_json::to_value(&stored).unwrap();
