@@ -5,7 +5,7 @@
 //! ```text
 //! watch Ingresses, IngressClasses, Services, Endpoints, Secrets ──> Objects
 //!        every change ──> routes::build ──> Table (swapped whole) + certificates by Secret
-//! :80  ──> async-h1 ──> proxy::handle ──> Table::route ──> endpoint (pooled keep-alive)
+//! :80  ──> http1 (httparse) ──> proxy::prepare ──> Table::route ──> endpoint (pooled keep-alive)
 //! :443 ──> rustls (certificate by SNI from the Table) ──> the same
 //! ```
 //!
@@ -13,6 +13,7 @@
 //! keep the upstream they were routed to, connections stay open, and the next request on
 //! them is routed by the new table. A Secret's new certificate serves the next handshake.
 
+mod http1;
 mod proxy;
 pub mod routes;
 mod stream;
@@ -84,10 +85,6 @@ impl Shared {
     /// The current routing table.
     pub fn table(&self) -> Arc<Table> {
         self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn pool_handle(&self) -> Arc<proxy::Pool> {
-        self.pool.clone()
     }
 
     /// Builds the table from the objects and (re)parses the certificates it names.
@@ -324,19 +321,17 @@ async fn accept_loop(
         };
         let _ = tcp.get_ref().set_nodelay(true);
         let tcp = stream::Stream::new(tcp);
+        // One connection per turn of the executor (nginx's `multi_accept off`): a burst of
+        // new connections, each a TLS handshake's worth of work, then queues in the kernel
+        // instead of ahead of the requests of the connections already served.
+        futures_lite::future::yield_now().await;
         let shared = shared.clone();
         let tls = tls.clone();
         smol::spawn(async move {
             match tls {
-                None => {
-                    let io = async_dup::Arc::new(async_dup::Mutex::new(tcp));
-                    proxy::serve(io, shared, peer, false).await;
-                }
+                None => proxy::serve(tcp, shared, peer, false).await,
                 Some(acceptor) => match acceptor.accept(tcp).await {
-                    Ok(s) => {
-                        let io = async_dup::Arc::new(async_dup::Mutex::new(s));
-                        proxy::serve(io, shared, peer, true).await;
-                    }
+                    Ok(s) => proxy::serve(s, shared, peer, true).await,
                     Err(e) => tracing::debug!(%peer, error = %e, "ingress: TLS handshake failed"),
                 },
             }

@@ -36,6 +36,12 @@ impl Stream {
         Ok(Stream::new(io))
     }
 
+    /// The next read tries the socket before asking the reactor (data is likely there: the
+    /// caller let other tasks run since it was last drained).
+    pub fn read_first(&mut self) {
+        self.drained = false;
+    }
+
     pub fn get_ref(&self) -> &TcpStream {
         self.io.get_ref()
     }
