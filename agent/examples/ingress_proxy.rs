@@ -20,7 +20,8 @@ fn main() -> anyhow::Result<()> {
         http: http.parse()?,
         https: https.parse()?,
     };
-    smol::block_on(async {
+    // On the executor's threads, as the agent runs it (`api::runtime::run`).
+    api::runtime::run(async move {
         agent::ingress::start(client, cfg).await?;
         futures_lite::future::pending::<()>().await;
         Ok(())

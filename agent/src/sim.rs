@@ -316,7 +316,7 @@ pub fn run_cli(
             .map(Duration::from_secs_f64),
         ..Default::default()
     };
-    smol::block_on(run(config, cfg))
+    api::runtime::run(run(config, cfg))
 }
 
 /// Registers the nodes, then heartbeats them and runs their pods. Returns only on a fatal

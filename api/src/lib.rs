@@ -24,6 +24,7 @@ pub mod quantity;
 pub mod quota;
 pub mod rbac;
 pub mod replication;
+pub mod runtime;
 pub mod scheduling;
 pub mod schema;
 pub mod selector;

@@ -543,7 +543,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     if let Some(flag) = leading {
         state.metrics.set_leading(flag);
     }
-    smol::block_on(async {
+    // On the executor's threads: this thread would otherwise compete for the reactor.
+    let lost = lost_lease.clone();
+    let store_handle = store.clone();
+    api::runtime::run(async move {
+        let (lost_lease, store) = (lost, store_handle);
         ensure_system_namespaces(&registry).await?;
         ensure_default_ingress_class(&registry).await?;
         ensure_system_priority_classes(&registry).await?;

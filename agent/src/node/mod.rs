@@ -160,7 +160,8 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         path: cfg.data_dir.clone(),
         source,
     })?;
-    smol::block_on(async move {
+    // On the executor's threads: this thread would otherwise compete for the reactor.
+    api::runtime::run(async move {
         let creds = credentials(&cfg).await?;
         // The node's certificate, for the API client and the endpoint alike; renewed in
         // place before it expires.
