@@ -405,8 +405,9 @@ fn pod_logs_end_to_end() {
         "a self-made certificate was accepted: {answer}"
     );
 
-    // Rotation keeps the chatty container's files under the cap (plus at most about a
-    // second of output, the keeper's interval) and at most 3 files.
+    // Rotation keeps the chatty container's files under the cap (plus what the container
+    // writes before the keeper's next look: about a second of output, 3.5 KB here, more when
+    // a loaded machine runs the keeper's thread late: 2.6 s once in the full suite) and at most 3 files.
     let uid = smol::block_on(client.get::<Pod>("default", "chatty"))
         .expect("chatty")
         .metadata
@@ -426,7 +427,7 @@ fn pod_logs_end_to_end() {
         let name = e.file_name().to_string_lossy().into_owned();
         if !name.ends_with(".idx") {
             let len = e.metadata().expect("meta").len();
-            assert!(len <= 4096 + 8 * 1024, "{name} is {len} bytes");
+            assert!(len <= 4096 + 16 * 1024, "{name} is {len} bytes");
             logs.push(name);
         }
     }
