@@ -88,6 +88,29 @@ fn any_token(headers: &[httparse::Header<'_>], name: &str, token: &str) -> bool 
     values(headers, name).any(|v| http1::has_token(v, token))
 }
 
+/// Whether a message's sender keeps the connection after it: by default from HTTP/1.1 on,
+/// only when asked before.
+fn persistent(headers: &[httparse::Header<'_>], http10: bool) -> bool {
+    if http10 {
+        any_token(headers, "connection", "keep-alive")
+    } else {
+        !any_token(headers, "connection", "close")
+    }
+}
+
+/// Appends the field `name: value` to a head.
+fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    for part in [name, b": ", value, b"\r\n"] {
+        out.extend_from_slice(part);
+    }
+}
+
+/// Writes `bytes` and flushes them (a head the client is to see now).
+async fn write_now<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> std::io::Result<()> {
+    w.write_all(bytes).await?;
+    w.flush().await
+}
+
 /// How long a client may take to send a request's head, counted from the connection's start
 /// or the end of the previous answer (nginx's client_header_timeout).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -203,11 +226,7 @@ fn prepare(
     let method = req.method.unwrap_or("GET");
     let target = req.path.unwrap_or("/");
     let http10 = req.version == Some(0);
-    let keep_alive = if http10 {
-        any_token(headers, "connection", "keep-alive")
-    } else {
-        !any_token(headers, "connection", "close")
-    };
+    let keep_alive = persistent(headers, http10);
     let upgrade_field = values(headers, "upgrade").last();
     let upgrade = upgrade_field.is_some() && any_token(headers, "connection", "upgrade");
     let mut prepared = Prepared {
@@ -262,9 +281,7 @@ fn prepare(
         {
             continue;
         }
-        for part in [name.as_bytes(), b": ", h.value, b"\r\n"] {
-            head.extend_from_slice(part);
-        }
+        put_field(head, name.as_bytes(), h.value);
     }
     head.extend_from_slice(b"x-forwarded-for: ");
     head.extend_from_slice(&forwarded_for);
@@ -274,13 +291,10 @@ fn prepare(
     } else {
         b"x-forwarded-proto: http\r\n"
     });
-    for part in [&b"x-forwarded-host: "[..], host_field.as_bytes(), b"\r\n"] {
-        head.extend_from_slice(part);
-    }
+    put_field(head, b"x-forwarded-host", host_field.as_bytes());
     if let (true, Some(u)) = (upgrade, upgrade_field) {
-        for part in [&b"connection: upgrade\r\nupgrade: "[..], u, b"\r\n"] {
-            head.extend_from_slice(part);
-        }
+        put_field(head, b"connection", b"upgrade");
+        put_field(head, b"upgrade", u);
     }
     match prepared.framing {
         Framing::Length(0) => {}
@@ -319,8 +333,7 @@ async fn answer<W: AsyncWrite + Unpin>(
         body.len(),
         if close { "connection: close\r\n" } else { "" },
     );
-    w.write_all(msg.as_bytes()).await?;
-    w.flush().await
+    write_now(w, msg.as_bytes()).await
 }
 
 /// What comes after an exchange.
@@ -498,11 +511,7 @@ fn prepare_answer(res: &httparse::Response<'_, '_>, req: &Prepared, out: &mut Ve
     let headers: &[httparse::Header<'_>] = res.headers;
     let status = res.code.unwrap_or(502);
     let http10 = res.version == Some(0);
-    let endpoint_keeps = if http10 {
-        any_token(headers, "connection", "keep-alive")
-    } else {
-        !any_token(headers, "connection", "close")
-    };
+    let endpoint_keeps = persistent(headers, http10);
     let no_body = req.head_request || status < 200 || status == 204 || status == 304;
     // A body with unusable framing fields is read to the end of the connection.
     let framing = if no_body {
@@ -515,10 +524,7 @@ fn prepare_answer(res: &httparse::Response<'_, '_>, req: &Prepared, out: &mut Ve
     };
     let dechunk = framing == Framing::Chunked && req.http10;
     let upgraded = status == 101;
-    let client_closes = !req.keep_alive
-        || framing == Framing::Close
-        || dechunk
-        || (status < 200 && !upgraded && req.http10);
+    let client_closes = !req.keep_alive || framing == Framing::Close || dechunk;
     out.clear();
     let _ = write!(out, "HTTP/1.1 {status} {}\r\n", res.reason.unwrap_or(""));
     for h in headers {
@@ -527,15 +533,12 @@ fn prepare_answer(res: &httparse::Response<'_, '_>, req: &Prepared, out: &mut Ve
         if !keep_length && hop_by_hop(h.name, headers) {
             continue;
         }
-        for part in [h.name.as_bytes(), b": ", h.value, b"\r\n"] {
-            out.extend_from_slice(part);
-        }
+        put_field(out, h.name.as_bytes(), h.value);
     }
     if upgraded {
         if let Some(u) = values(headers, "upgrade").last() {
-            for part in [&b"connection: upgrade\r\nupgrade: "[..], u, b"\r\n"] {
-                out.extend_from_slice(part);
-            }
+            put_field(out, b"connection", b"upgrade");
+            put_field(out, b"upgrade", u);
         }
     } else {
         match framing {
@@ -578,20 +581,17 @@ where
     // A request without a body can be sent again if a pooled connection turns out closed.
     let replayable = req.framing == Framing::Length(0);
     let after_failure = if replayable { Next::Open } else { Next::Close };
+    // Made only when needed (not on the way of every request).
+    let unanswered = || format!("no endpoint of {} answered", upstream.name);
     let mut pooled = !req.upgrade;
     let mut continued = false;
     loop {
         let Some((addr, mut backend, fresh)) = connect(shared, upstream, pooled).await else {
-            let text = format!("no endpoint of {} answered", upstream.name);
-            answer(&mut client.io, 502, &text, !replayable).await?;
+            answer(&mut client.io, 502, &unanswered(), !replayable).await?;
             return Ok(after_failure);
         };
         if req.expect_continue && !continued && !replayable {
-            client
-                .io
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .await?;
-            client.io.flush().await?;
+            write_now(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
             continued = true;
         }
         out.clear();
@@ -605,8 +605,7 @@ where
             }
             Err(CopyError::Write(e)) => {
                 tracing::debug!(%addr, upstream = %upstream.name, error = %e, "forwarding failed");
-                let text = format!("no endpoint of {} answered", upstream.name);
-                answer(&mut client.io, 502, &text, !replayable).await?;
+                answer(&mut client.io, 502, &unanswered(), !replayable).await?;
                 return Ok(after_failure);
             }
             Err(CopyError::Read(e)) => return Err(e),
@@ -627,8 +626,7 @@ where
             match read {
                 Ok(a) if a.status < 200 && a.status != 101 => {
                     if !req.http10 {
-                        client.io.write_all(out).await?;
-                        client.io.flush().await?;
+                        write_now(&mut client.io, out).await?;
                     }
                 }
                 other => break other,
@@ -654,14 +652,12 @@ where
             }
             Err(e) => {
                 tracing::debug!(%addr, upstream = %upstream.name, error = %e, "reading the answer failed");
-                let text = format!("no endpoint of {} answered", upstream.name);
-                answer(&mut client.io, 502, &text, false).await?;
+                answer(&mut client.io, 502, &unanswered(), false).await?;
                 return Ok(Next::Open);
             }
         };
         if res.status == 101 {
-            client.io.write_all(out).await?;
-            client.io.flush().await?;
+            write_now(&mut client.io, out).await?;
             return Ok(Next::Upgrade(backend));
         }
         match http1::send(&mut backend, &mut client.io, out, res.framing, res.dechunk).await {
