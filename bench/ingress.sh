@@ -16,10 +16,18 @@
 # worker processes, one by default (WORKERS=N to change both).
 # Needs root, wrk and nginx (installed with apt if missing); never touches the host's network.
 #   bench/ingress.sh [SECONDS] [CONNECTIONS]     (defaults 10 32)
+# Last, an open-loop case: new HTTPS connections at a fixed RATE a second (default 1500, below
+# what either proxy can take here), one request each, with h2load. In wrk's closed loop the
+# proxy that answers more requests/s gets more handshakes to do from a client that shares its
+# two cores; at one rate for both, the latency percentiles are the proxies' own.
 # The server is only the proxy's source of objects (not on the measured path): SKIFF=PATH
 # picks an already built `skiff` instead of building the release one. PROXY=PATH runs
 # another build of the ingress_proxy example (to compare two versions back to back), and
 # BACKEND=PATH another build of the service_sync example (the backend).
+# PIN=1 gives the proxies (the ingress proxy and nginx) CPU 1 to themselves and runs wrk and
+# the backend on CPU 0: without it, in a closed loop on two cores, the proxy that serves more
+# requests/s also makes wrk busier (with a TLS handshake per request, wrk's own signature
+# checks) and wrk's latency figures count that wait as the proxy's.
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT" || exit 1
@@ -31,6 +39,15 @@ WORKERS=${WORKERS:-${NGINX_WORKERS:-1}}
 need wrk wrk
 need nginx nginx-light
 need curl curl
+need h2load nghttp2-client
+
+CLIENT_CPU=()
+PROXY_CPU=()
+if [ "${PIN:-0}" = 1 ]; then
+    [ "$(nproc)" -ge 2 ] || { echo "ingress: PIN=1 needs two CPUs" >&2; exit 1; }
+    CLIENT_CPU=(taskset -c 0)
+    PROXY_CPU=(taskset -c 1)
+fi
 
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 if [ -z "${PROXY:-}" ]; then
@@ -89,7 +106,7 @@ wait_in_node() {  # wait_in_node HOST PORT
     return 1
 }
 
-ip netns exec "$POD" "$BACKEND" serve 10.42.0.2:8080 &
+ip netns exec "$POD" "${CLIENT_CPU[@]}" "$BACKEND" serve 10.42.0.2:8080 &
 PIDS+=($!)
 wait_in_node 10.42.0.2 8080
 
@@ -137,7 +154,7 @@ EOF
     sleep 0.2
 done
 
-ip netns exec "$NODE" env SMOL_THREADS="$WORKERS" "$PROXY" "$KC" 10.42.0.1:8081 10.42.0.1:8443 &
+ip netns exec "$NODE" "${PROXY_CPU[@]}" env SMOL_THREADS="$WORKERS" "$PROXY" "$KC" 10.42.0.1:8081 10.42.0.1:8443 &
 PROXY_PID=$!
 PIDS+=("$PROXY_PID")
 
@@ -180,7 +197,7 @@ http {
     }
 }
 EOF
-ip netns exec "$NODE" nginx -c "$TMP/nginx.conf" -p "$TMP/nginx" &
+ip netns exec "$NODE" "${PROXY_CPU[@]}" nginx -c "$TMP/nginx.conf" -p "$TMP/nginx" &
 NGINX_PID=$!
 PIDS+=("$NGINX_PID")
 
@@ -212,24 +229,47 @@ tls_of() {  # tls_of PORT: the protocol and cipher a TLS client gets
 }
 echo "TLS (ECDSA P-256 certificate): ingress proxy $(tls_of 8443), nginx $(tls_of 8444)"
 echo "wrk: 2 threads, $CONNS connections, ${SECONDS_RUN}s per case; the machine may be shared"
+[ "${PIN:-0}" != 1 ] || echo "pinned: the proxies on CPU 1, wrk and the backend on CPU 0"
 
 # to_us 1.23ms|850.00us|1.02s -> microseconds
 to_us() { awk -v v="$1" 'BEGIN{n=v+0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n*1000; else if (v ~ /s$/) print n*1000000; else print n}'; }
 
+# Clock ticks of CPU (user and system) the processes PIDS used so far, summed.
+ticks() {
+    local t=0 p
+    for p in "$@"; do
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    done
+    echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+NGINX_ALL="$NGINX_PID $(pgrep -d ' ' -P "$NGINX_PID" || true)"
+
 declare -A RPS P99
-# run KEY LABEL URL [wrk args...]: prints requests/s and the latency percentiles.
+# run KEY LABEL URL [wrk args...]: prints requests/s, the latency percentiles and, through a
+# proxy, its CPU time per request (all its processes and threads).
 run() {
     local key=$1 label=$2 url=$3
     shift 3
-    local out rps p50 p99 errors
-    out=$(in_node wrk -t2 -c"$CONNS" -d"${SECONDS_RUN}s" --latency "$@" "$url")
+    local out rps p50 p99 errors pids=() t0 cpu=""
+    # shellcheck disable=SC2206 # NGINX_ALL is a list of pids
+    case $key in
+        ingress-*) pids=("$PROXY_PID") ;;
+        nginx-*) pids=($NGINX_ALL) ;;
+    esac
+    t0=$(ticks "${pids[@]}")
+    out=$(in_node "${CLIENT_CPU[@]}" wrk -t2 -c"$CONNS" -d"${SECONDS_RUN}s" --latency "$@" "$url")
     rps=$(awk '/^Requests\/sec/{print $2}' <<<"$out")
     p50=$(awk '$1=="50%"{print $2}' <<<"$out")
     p99=$(awk '$1=="99%"{print $2}' <<<"$out")
     errors=$(awk '/Socket errors|Non-2xx/{printf "%s ", $0}' <<<"$out")
     RPS[$key]=$rps
     P99[$key]=$(to_us "$p99")
-    printf '  %-32s %10s req/s   p50 %8s   p99 %8s  %s\n' "$label" "$rps" "$p50" "$p99" "$errors"
+    if [ "${#pids[@]}" -gt 0 ]; then
+        cpu=$(awk -v t="$(($(ticks "${pids[@]}") - t0))" -v hz="$HZ" -v r="$rps" -v s="$SECONDS_RUN" \
+            'BEGIN{printf "CPU %5.1f us/req", t / hz * 1e6 / (r * s)}')
+    fi
+    printf '  %-32s %10s req/s   p50 %8s   p99 %8s  %s%s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$errors"
 }
 
 ratio() {  # ratio KEY: the ingress proxy against nginx
@@ -255,6 +295,29 @@ echo "HTTPS, a new connection (and handshake) per request:"
 run ingress-tls-new "through the ingress proxy" "https://$TLS_HOST:8443/" -H "Connection: close"
 run nginx-tls-new "through nginx" "https://$TLS_HOST:8444/" -H "Connection: close"
 ratio tls-new
+RATE=${RATE:-1500}
+# open_loop LABEL URL: RATE new connections a second for SECONDS_RUN, one request each; prints
+# the percentiles of the time from each request's start (after its TLS handshake) to its
+# answer's end, from h2load's per-request log.
+open_loop() {
+    local label=$1 url=$2 log n
+    log=$(mktemp -p "$TMP")
+    n=$((RATE * SECONDS_RUN))
+    in_node "${CLIENT_CPU[@]}" h2load --h1 -t2 -c"$n" -n"$n" -r$((RATE / 100)) --rate-period=10ms \
+        --log-file="$log" "$url" >"$log.out" 2>&1 ||
+        { cat "$log.out" >&2; echo "ingress: h2load failed" >&2; exit 1; }
+    sort -n -k3,3 "$log" | awk -v label="$label" '
+        { t[NR] = $3; if ($2 != 200) bad++ }
+        END {
+            if (NR == 0) { printf "  %-32s no requests answered\n", label; exit }
+            printf "  %-32s %6d requests   p50 %6.2fms   p90 %6.2fms   p99 %6.2fms   max %6.2fms%s\n",
+                label, NR, t[int(NR*0.5)+1]/1000, t[int(NR*0.9)+1]/1000, t[int(NR*0.99)+1]/1000,
+                t[NR]/1000, bad ? sprintf("   %d not 200", bad) : ""
+        }'
+}
+echo "HTTPS, a new connection per request at $RATE connections/s (h2load, open loop):"
+open_loop "through the ingress proxy" "https://$TLS_HOST:8443/"
+open_loop "through nginx" "https://$TLS_HOST:8444/"
 echo "load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # kB of VmRSS (now) and VmHWM (peak) of PIDs, summed.
@@ -266,7 +329,6 @@ mem() {
     done
     echo "$((rss / 1024)) MiB resident after the runs, peak $((hwm / 1024)) MiB"
 }
-NGINX_ALL="$NGINX_PID $(pgrep -d ' ' -P "$NGINX_PID" || true)"
 echo "memory:"
 echo "  ingress proxy (1 process):  $(mem "$PROXY_PID")"
 # shellcheck disable=SC2086 # a list of pids
