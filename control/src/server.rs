@@ -34,6 +34,12 @@ pub struct ServerArgs {
     /// Number of past events kept for watches to resume from.
     #[arg(long, env = "SKIFF_EVENT_WINDOW", default_value_t = 10_000)]
     pub event_window: u64,
+    /// MiB of memory for the state database's page cache (read cache and write buffer);
+    /// pages it does not hold are read from the file (the kernel's page cache).
+    #[arg(long, env = "SKIFF_STORE_CACHE_MIB",
+          default_value_t = (StoreConfig::DEFAULT_CACHE_SIZE_BYTES >> 20) as u32,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub store_cache_mib: u32,
     /// The address pods reach the API on, behind the `kubernetes` Service [default: the
     /// listen address if it names one, else this machine's address on its default route].
     #[arg(long, env = "SKIFF_ADVERTISE_ADDRESS")]
@@ -421,6 +427,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         Some((client, endpoints)) => open_etcd(client, endpoints, keys)?,
         None => Store::open(StoreConfig {
             event_window: args.event_window,
+            cache_size_bytes: (args.store_cache_mib as usize) << 20,
             keys: Some(Arc::new(keys)),
             ..StoreConfig::in_dir(&args.data_dir)
         })

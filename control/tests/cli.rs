@@ -244,10 +244,33 @@ fn the_binary_runs_jemalloc_with_its_background_thread() {
         "opt.background_thread: true",
         "opt.dirty_decay_ms: 1000",
         "opt.muzzy_decay_ms: 0",
+        "opt.tcache_max: 1024",
+        "opt.tcache_nslots_small_max: 64",
     ] {
         assert!(
             stats.contains(option),
             "jemalloc's statistics lack {option:?}:\n{stats}"
         );
     }
+}
+
+/// A store cache of no memory is refused before anything starts, with the flag named.
+#[test]
+fn a_zero_store_cache_is_a_one_line_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(skiff_bin())
+        .args(["server", "--store-cache-mib", "0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run skiff");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--store-cache-mib"), "{err}");
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("data dir")
+            .next()
+            .is_none(),
+        "nothing may be written: {err}"
+    );
 }

@@ -559,7 +559,10 @@ fn server_config_file_and_sd_notify() {
     let conf = dir.path().join("server.toml");
     std::fs::write(
         &conf,
-        format!("listen = \"{file_addr}\"\nevent-window = 50\ntls-san = [\"skiff.test\"]\n"),
+        format!(
+            "listen = \"{file_addr}\"\nevent-window = 50\nstore-cache-mib = 2\n\
+             tls-san = [\"skiff.test\"]\n"
+        ),
     )
     .expect("write config");
     let socket = dir.path().join("notify");
