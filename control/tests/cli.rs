@@ -254,9 +254,9 @@ fn the_binary_runs_jemalloc_with_its_background_thread() {
     }
 }
 
-/// A store cache of no memory is refused before anything starts, with the flag named.
+/// A store cache of no memory is refused before anything starts, naming the flag.
 #[test]
-fn a_zero_store_cache_is_a_one_line_error() {
+fn a_zero_store_cache_is_refused_naming_the_flag() {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = Command::new(skiff_bin())
         .args(["server", "--store-cache-mib", "0", "--data-dir"])
