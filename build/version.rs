@@ -12,7 +12,13 @@ fn git(args: &[&str]) -> Option<String> {
     (out.status.success() && !text.is_empty()).then(|| text.to_string())
 }
 
+// The agent's build script; the server's (build/control.rs) calls `record` from its own.
+#[allow(dead_code)]
 fn main() {
+    record();
+}
+
+pub fn record() {
     println!("cargo:rerun-if-env-changed=SKIFF_GIT_COMMIT");
     let commit = std::env::var("SKIFF_GIT_COMMIT")
         .ok()

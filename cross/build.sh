@@ -25,6 +25,8 @@ for t in "${targets[@]}"; do
 done
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/cross}"
+# The release profile keeps symbols for the x86_64 server's function order; these are shipped.
+export CARGO_PROFILE_RELEASE_STRIP=true
 # The commit goes into `skiff version` (build.rs reads git; this also covers a copy without .git).
 SKIFF_GIT_COMMIT="${SKIFF_GIT_COMMIT:-$(git rev-parse --short=10 HEAD 2>/dev/null || echo unknown)}"
 export SKIFF_GIT_COMMIT
