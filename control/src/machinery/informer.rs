@@ -149,13 +149,7 @@ pub fn beyond_heartbeat(change: &Change) -> bool {
 /// (and so [`Change::old`] and [`Change::packed`]) is projected.
 pub fn project(obj: &AnyObject) -> Option<AnyObject> {
     if let AnyObject::Pod(p) = obj {
-        if !meta_droppable(&p.metadata)
-            && !pod_droppable(p)
-            && p.metadata
-                .annotations
-                .keys()
-                .all(|k| POD_ANNOTATIONS_READ.contains(&k.as_str()))
-        {
+        if !meta_droppable(&p.metadata) && !pod_droppable(p) {
             return None;
         }
         // Field by field, so what is dropped is never copied.
@@ -197,6 +191,10 @@ fn pod_droppable(p: &api::core::Pod) -> bool {
         .any(|v| v.persistent_volume_claim.is_none())
         || s.dns_policy.is_some()
         || s.service_account_name.is_some()
+        || p.metadata
+            .annotations
+            .keys()
+            .any(|k| !POD_ANNOTATIONS_READ.contains(&k.as_str()))
 }
 
 /// A pod's metadata as the cache keeps it: without what [`strip_meta`] drops, and with only
