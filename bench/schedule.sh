@@ -2,7 +2,8 @@
 # Scheduling throughput: a release server, NODES simulated nodes (`skiff-agent --simulate`),
 # PODS pods created in bursts of BURST; prints bound pods/s, p50/p99 create->bound, the time
 # until all are Running, and the server's resident memory at the end.
-# NODES (1000), PODS (30000), BURST (1000), CONCURRENCY (32); PROFILE=debug uses debug builds.
+# NODES (1000), PODS (30000), BURST (1000), CONCURRENCY (32); PROFILE=debug uses debug builds;
+# SKIFF=path runs that server binary.
 # BACKLOG=1: create the pods before any node exists, then start the nodes, and report how fast
 # the scheduler binds the backlog (its own rate, not the rate of durable creates).
 # shellcheck source=bench/lib.sh disable=SC1091
@@ -18,7 +19,7 @@ else
     (cd "$ROOT" && cargo build -q -p skiff-control -p skiff-agent -p skiff-bench)
 fi
 # shellcheck disable=SC2034 # used by start_skiff in lib.sh
-SKIFF="$ROOT/target/$PROFILE/skiff"
+SKIFF=${SKIFF:-"$ROOT/target/$PROFILE/skiff"}
 AGENT="$ROOT/target/$PROFILE/skiff-agent"
 BENCH="$ROOT/target/$PROFILE/skiff-bench"
 work=$(mktemp -d)

@@ -1,5 +1,5 @@
-//! The server's build script: what build/version.rs records, and the order of the `skiff`
-//! binary's functions.
+//! The server's build script: what build/version.rs records, and how the release `skiff`
+//! binary is linked (its relocations packed, its functions in the order they run).
 //!
 //! `control/order/skiff-<target>.txt.gz` lists the functions the server runs (at start-up, on
 //! creates, watches, status writes and scheduling), as `bench/text-order.sh` found them. The
@@ -19,34 +19,43 @@ use std::path::Path;
 
 fn main() {
     version::record();
-    order_file();
+    release_link();
 }
 
-fn order_file() {
-    println!("cargo:rerun-if-changed=../build/control.rs");
-    println!("cargo:rerun-if-env-changed=SKIFF_NO_ORDER_FILE");
-    let var = |k: &str| std::env::var(k).unwrap_or_default();
+/// Whether the binary is linked by rust-lld for x86_64-unknown-linux-gnu, the target the
+/// release link options below are for: another linker set through the environment may not
+/// know them.
+fn default_gnu_link(var: &impl Fn(&str) -> String) -> bool {
     let target = var("TARGET");
-    let dir = format!("{}/order", var("CARGO_MANIFEST_DIR"));
-    let list = format!("{dir}/skiff-{target}.txt.gz");
-    // The directory, so that a list added later is seen too.
-    if Path::new(&dir).exists() {
-        println!("cargo:rerun-if-changed={dir}");
-    }
-    // rust-lld links this target by default; another linker set through the environment
-    // may not know the option.
     let other_linker = !var(&format!(
         "CARGO_TARGET_{}_LINKER",
         target.to_uppercase().replace('-', "_")
     ))
     .is_empty()
         || var("CARGO_ENCODED_RUSTFLAGS").contains("linker");
-    if target != "x86_64-unknown-linux-gnu"
-        || var("PROFILE") != "release"
-        || other_linker
-        || !var("SKIFF_NO_ORDER_FILE").is_empty()
-        || !Path::new(&list).exists()
-    {
+    target == "x86_64-unknown-linux-gnu" && !other_linker
+}
+
+/// The release server's link options: packed relocations and the function order.
+fn release_link() {
+    println!("cargo:rerun-if-changed=../build/control.rs");
+    println!("cargo:rerun-if-env-changed=SKIFF_NO_ORDER_FILE");
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    let target = var("TARGET");
+    if !default_gnu_link(&var) || var("PROFILE") != "release" {
+        return;
+    }
+    // Relative relocations packed (DT_RELR, glibc 2.36 and later): the loader reads a few KiB
+    // at start instead of the 1.6 MiB of 24-byte entries that fill the data's addresses in,
+    // and those pages stayed resident.
+    println!("cargo:rustc-link-arg-bin=skiff=-Wl,-z,pack-relative-relocs");
+    let dir = format!("{}/order", var("CARGO_MANIFEST_DIR"));
+    let list = format!("{dir}/skiff-{target}.txt.gz");
+    // The directory, so that a list added later is seen too.
+    if Path::new(&dir).exists() {
+        println!("cargo:rerun-if-changed={dir}");
+    }
+    if !var("SKIFF_NO_ORDER_FILE").is_empty() || !Path::new(&list).exists() {
         return;
     }
     let mut text = String::new();
