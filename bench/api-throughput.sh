@@ -10,6 +10,8 @@
 #                   0 (the default): no nodes, each pod gets FailedScheduling
 #   ETCD_BACKEND=1  also skiff on the etcd datastore (issue 19), once, after the runs
 #   SKIFF=PATH      a prebuilt server (and AGENT=PATH a prebuilt agent)
+# Each run also prints the CPU time each server (/proc/PID/stat) and wrk spent per answered
+# request.
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 DURATION=${DURATION:-10s}
@@ -34,6 +36,24 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$w
     -out "$work/etcd.crt" -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 2>/dev/null
 
 rate() { awk '/Requests\/sec/{print $2}' "$1"; }
+# CPU time of a process so far, in clock ticks (user + system, /proc/PID/stat).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# client_cpu OUT COMMAND...: runs the load generator with its output in OUT, and adds a
+# "client-cpu: SECONDS" line (user + system).
+client_cpu() {
+    local out=$1 TIMEFORMAT='%U %S' t
+    shift
+    t=$({ time "$@" >"$out"; } 2>&1)
+    echo "client-cpu: $(echo "$t" | awk '{print $1 + $2}')" >>"$out"
+}
+# CPU per answered request over the run, in µs: the server's (from the "cpu:" line, in clock
+# ticks) and the client's ("client-cpu:", in seconds).
+cpu_per_request() {
+    awk -v hz="$(getconf CLK_TCK)" '/ requests in /{n=$1} /^cpu:/{t=$2} END{printf "%.0f", t / hz * 1e6 / n}' "$1"
+}
+client_cpu_per_request() {
+    awk '/ requests in /{n=$1} /^client-cpu:/{t=$2} END{printf "%.0f", t * 1e6 / n}' "$1"
+}
 errors() { awk '/Non-2xx/{print $5}' "$1"; }
 p99() { awk '$1=="99%"{print $2}' "$1"; }
 
@@ -55,9 +75,12 @@ skiff_run() {  # skiff_run OUT DATA_DIR [server args...]
             sleep 0.1
         done
     fi
-    wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
+    local t0
+    t0=$(cpu_ticks "$SKIFF_PID")
+    client_cpu "$out" wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
         -H "Authorization: Bearer $token" -H "Content-Type: application/json" \
-        "https://127.0.0.1:$port/api/v1/namespaces/default/pods" -- skiff "$ROOT/bench/pod.json" >"$out"
+        "https://127.0.0.1:$port/api/v1/namespaces/default/pods" -- skiff "$ROOT/bench/pod.json"
+    echo "cpu: $(($(cpu_ticks "$SKIFF_PID") - t0))" >>"$out"
     if [ "$NODES" -gt 0 ]; then
         # How many of the created pods the scheduler had bound 5 s after the run.
         sleep 5
@@ -78,9 +101,12 @@ etcd_run() {  # etcd_run OUT DATA_DIR
     etcd_pid=$!
     wait_port "$cport"
     sleep 1
-    wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
+    local t0
+    t0=$(cpu_ticks "$etcd_pid")
+    client_cpu "$out" wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
         -H "Content-Type: application/json" \
-        "https://127.0.0.1:$cport/v3/kv/put" -- etcd "$ROOT/bench/pod.json" >"$out"
+        "https://127.0.0.1:$cport/v3/kv/put" -- etcd "$ROOT/bench/pod.json"
+    echo "cpu: $(($(cpu_ticks "$etcd_pid") - t0))" >>"$out"
     kill "$etcd_pid"; wait "$etcd_pid" 2>/dev/null || true
 }
 
@@ -93,7 +119,7 @@ for run in $(seq 1 "$RUNS"); do
     r=$(python3 -c "print(round($s/$e, 2))")
     ratios+=("$r")
     bound=$(awk '/^bound:/{print ", " $2 " of " $4 " pods bound 5 s later"}' "$work/skiff-$run.out")
-    echo "run $run: skiff ${s} creates/s p99 $(p99 "$work/skiff-$run.out") (non-2xx: $(errors "$work/skiff-$run.out" || true))${bound}, etcd ${e} puts/s p99 $(p99 "$work/etcd-$run.out") (non-2xx: $(errors "$work/etcd-$run.out" || true)), ratio ${r}"
+    echo "run $run: skiff ${s} creates/s p99 $(p99 "$work/skiff-$run.out") (non-2xx: $(errors "$work/skiff-$run.out" || true))${bound}, etcd ${e} puts/s p99 $(p99 "$work/etcd-$run.out") (non-2xx: $(errors "$work/etcd-$run.out" || true)), ratio ${r}; CPU per request: skiff $(cpu_per_request "$work/skiff-$run.out") µs (wrk $(client_cpu_per_request "$work/skiff-$run.out")), etcd $(cpu_per_request "$work/etcd-$run.out") µs (wrk $(client_cpu_per_request "$work/etcd-$run.out"))"
 done
 
 if [ "${ETCD_BACKEND:-0}" = 1 ]; then
