@@ -5,14 +5,7 @@
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 IDLE_SECONDS=${IDLE_SECONDS:-600}
-build_release
-(cd "$ROOT" && cargo build --release -q -p skiff-bench)
-BENCH="$ROOT/target/release/skiff-bench"
-export SMOL_THREADS=2
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null; rm -rf "$work"' EXIT
-ulimit -n "$(ulimit -Hn)"
-machine
+server_bench_start
 
 port=$(free_port)
 start_skiff "$work/fanout" "$port"

@@ -27,6 +27,21 @@ build_release() {  # SKIFF=path uses that binary instead of building one
     SKIFF="$ROOT/target/release/skiff"
 }
 
+# The server benchmarks' common start: the release server (build_release) and skiff-bench
+# built, BENCH, a scratch directory in `work` (removed, with every background job, on exit),
+# two executor threads, the highest open-file limit, and the machine line.
+server_bench_start() {
+    build_release
+    (cd "$ROOT" && cargo build --release -q -p skiff-bench)
+    # shellcheck disable=SC2034 # read by the scripts that source this file
+    BENCH="$ROOT/target/release/skiff-bench"
+    export SMOL_THREADS=2
+    work=$(mktemp -d)
+    trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null; rm -rf "$work"' EXIT
+    ulimit -n "$(ulimit -Hn)"
+    machine
+}
+
 start_skiff() {  # start_skiff DATA_DIR PORT [extra args...]; sets SKIFF_PID
     local dir=$1 port=$2
     shift 2

@@ -8,14 +8,7 @@
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-2}
-build_release
-(cd "$ROOT" && cargo build --release -q -p skiff-bench)
-BENCH="$ROOT/target/release/skiff-bench"
-export SMOL_THREADS=2
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null; rm -rf "$work"' EXIT
-ulimit -n "$(ulimit -Hn)"
-machine
+server_bench_start
 binaries=$SKIFF
 kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$SKIFF_PID/status"; }
 for run in $(seq 1 "$RUNS"); do
