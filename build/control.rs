@@ -22,10 +22,15 @@ fn main() {
     release_link();
 }
 
+/// A build script's environment variable, "" when unset.
+fn var(k: &str) -> String {
+    std::env::var(k).unwrap_or_default()
+}
+
 /// Whether the binary is linked by rust-lld for x86_64-unknown-linux-gnu, the target the
 /// release link options below are for: another linker set through the environment may not
 /// know them.
-fn default_gnu_link(var: &impl Fn(&str) -> String) -> bool {
+fn default_gnu_link() -> bool {
     let target = var("TARGET");
     let other_linker = !var(&format!(
         "CARGO_TARGET_{}_LINKER",
@@ -40,9 +45,8 @@ fn default_gnu_link(var: &impl Fn(&str) -> String) -> bool {
 fn release_link() {
     println!("cargo:rerun-if-changed=../build/control.rs");
     println!("cargo:rerun-if-env-changed=SKIFF_NO_ORDER_FILE");
-    let var = |k: &str| std::env::var(k).unwrap_or_default();
     let target = var("TARGET");
-    if !default_gnu_link(&var) || var("PROFILE") != "release" {
+    if !default_gnu_link() || var("PROFILE") != "release" {
         return;
     }
     // Relative relocations packed (DT_RELR, glibc 2.36 and later): the loader reads a few KiB
