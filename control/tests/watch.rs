@@ -293,3 +293,56 @@ fn updates_to_immutable_pod_fields_are_refused() {
     );
     assert_eq!(code, 200, "the image may change");
 }
+
+#[test]
+fn any_int64_timeout_is_taken_and_others_refused() {
+    let s = TestServer::start();
+    let current = || {
+        let (_, list) = s.http("GET", CMS, None);
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // The largest int64 (kube-apiserver takes any): the watch stays and delivers.
+    for (i, timeout) in [i64::MAX.to_string(), "31536000000".to_string()]
+        .iter()
+        .enumerate()
+    {
+        let rv = current();
+        let name = format!("huge-{i}");
+        let events = collect(
+            &s,
+            &format!("{CMS}?watch=true&resourceVersion={rv}&timeoutSeconds={timeout}"),
+            1,
+            Duration::from_secs(10),
+            || {
+                let (code, body) = s.json("POST", CMS, &cm(&name, json!({})));
+                assert_eq!(code, 201, "{body}");
+            },
+        );
+        assert_eq!(summary(&events), [("ADDED".into(), name)], "{timeout}");
+    }
+    // A negative timeout ends the watch at once.
+    let rv = current();
+    let started = Instant::now();
+    let events = collect(
+        &s,
+        &format!("{CMS}?watch=true&resourceVersion={rv}&timeoutSeconds=-5"),
+        10,
+        Duration::from_secs(10),
+        || {},
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "{events:?}");
+    // Past int64: 400, as kube-apiserver answers a parameter it cannot decode.
+    for bad in ["18446744073709551615", "1.5", "x"] {
+        let (code, body) = s.http(
+            "GET",
+            &format!("{CMS}?watch=true&timeoutSeconds={bad}"),
+            None,
+        );
+        assert_eq!(code, 400, "{bad}: {body}");
+    }
+    let (code, _) = s.http("GET", CMS, None);
+    assert_eq!(code, 200, "the server still answers");
+}

@@ -65,6 +65,30 @@ fn line(v: &Value) -> Vec<u8> {
     out
 }
 
+/// A watch's `timeoutSeconds`: any int64, as kube-apiserver takes it. Absent or 0: the
+/// default; negative: the watch ends at once; huge: as long as the process lives.
+fn watch_timeout(t: Option<&str>) -> Result<Duration, ApiError> {
+    let Some(t) = t else {
+        return Ok(DEFAULT_TIMEOUT);
+    };
+    let secs: i64 = t
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?;
+    Ok(match secs {
+        0 => DEFAULT_TIMEOUT,
+        s if s < 0 => Duration::ZERO,
+        s => Duration::from_secs(s.unsigned_abs()),
+    })
+}
+
+/// A timer firing at `at`, or never.
+fn timer_at(at: Option<Instant>) -> smol::Timer {
+    match at {
+        Some(at) => smol::Timer::at(at),
+        None => smol::Timer::never(),
+    }
+}
+
 fn event_name(t: EventType) -> &'static str {
     match t {
         EventType::Added => "ADDED",
@@ -88,13 +112,7 @@ pub(super) async fn serve_watch(
     labels: LabelSelector,
     fields: FieldSelector,
 ) -> Result<tide::Response, ApiError> {
-    let timeout = match query(req, "timeoutSeconds") {
-        Some(t) => Duration::from_secs(
-            t.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
-        ),
-        None => DEFAULT_TIMEOUT,
-    };
+    let timeout = watch_timeout(query(req, "timeoutSeconds").as_deref())?;
     let bookmarks = query(req, "allowWatchBookmarks").is_some_and(|b| b == "true");
     let mut enc = Encoder {
         kind,
@@ -143,7 +161,8 @@ pub(super) async fn serve_watch(
                 return;
             }
         }
-        let deadline = Instant::now() + timeout;
+        // None: later than this process will live (a timeout near i64::MAX seconds).
+        let deadline = Instant::now().checked_add(timeout);
         enum Step {
             Event(Option<std::sync::Arc<crate::store::WatchEvent>>),
             Bookmark,
@@ -153,16 +172,16 @@ pub(super) async fn serve_watch(
             let next_bookmark = Instant::now() + BOOKMARK_EVERY;
             let step = async { Step::Event(watch.next().await) }
                 .or(async {
-                    if bookmarks && next_bookmark < deadline {
+                    if bookmarks && deadline.is_none_or(|d| next_bookmark < d) {
                         smol::Timer::at(next_bookmark).await;
                         Step::Bookmark
                     } else {
-                        smol::Timer::at(deadline).await;
+                        timer_at(deadline).await;
                         Step::Done
                     }
                 })
                 .or(async {
-                    smol::Timer::at(deadline).await;
+                    timer_at(deadline).await;
                     Step::Done
                 })
                 .await;
