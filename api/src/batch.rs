@@ -59,8 +59,9 @@ pub struct JobSpec {
     pub active_deadline_seconds: Option<i64>,
     /// How failed pods fail the job, ignore the failure or count it (restartPolicy Never).
     pub pod_failure_policy: Option<PodFailurePolicy>,
-    /// When the job may be declared succeeded before all completions (Kept, not acted on).
-    pub success_policy: Option<serde_json::Value>,
+    /// When an Indexed job may be declared succeeded before all its indexes have (its
+    /// remaining pods are then stopped).
+    pub success_policy: Option<SuccessPolicy>,
     /// Number of retries before the job is marked failed. Default: 6.
     pub backoff_limit: Option<i32>,
     /// Retries per index of an Indexed job (Kept, not acted on).
@@ -83,6 +84,145 @@ pub struct JobSpec {
     pub pod_replacement_policy: Option<String>,
     /// The controller that manages the job (Kept; only the built-in one acts).
     pub managed_by: Option<String>,
+}
+
+/// batch/v1 SuccessPolicy.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.batch.v1.SuccessPolicy")]
+#[schemars(
+    description = "SuccessPolicy describes when a Job can be declared as succeeded based on the success of some indexes."
+)]
+pub struct SuccessPolicy {
+    /// The rules, evaluated in order; the first one met declares the job succeeded (1..20).
+    pub rules: Vec<SuccessPolicyRule>,
+}
+
+/// batch/v1 SuccessPolicyRule: at least one of the two fields is set.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.batch.v1.SuccessPolicyRule")]
+#[schemars(description = "SuccessPolicyRule describes rule for declaring a Job as succeeded.")]
+pub struct SuccessPolicyRule {
+    /// Indexes that must all have succeeded (`1,3-5`); with succeededCount, how many of them.
+    pub succeeded_indexes: Option<String>,
+    /// How many indexes (of succeededIndexes when set) must have succeeded.
+    pub succeeded_count: Option<i32>,
+}
+
+/// The most characters a success policy rule's succeededIndexes may have.
+const MAX_SUCCEEDED_INDEXES_LENGTH: usize = 64 * 1024;
+
+/// Parses Kubernetes' compressed index list (`1,3-5,7`, increasing, each index below
+/// `completions`) into its intervals.
+pub fn parse_indexes(text: &str, completions: i32) -> Result<Vec<(i32, i32)>, String> {
+    let mut out: Vec<(i32, i32)> = Vec::new();
+    if text.is_empty() {
+        return Ok(out);
+    }
+    for interval in text.split(',') {
+        let parts: Vec<&str> = interval.split('-').collect();
+        if parts.len() > 2 {
+            return Err(format!(
+                "the fragment {interval:?} violates the requirement that an index interval can have at most two parts separated by '-'"
+            ));
+        }
+        let index = |s: &str| -> Result<i32, String> {
+            let i: i64 = s
+                .parse()
+                .map_err(|_| format!("cannot convert string to integer for index: {s:?}"))?;
+            if i >= i64::from(completions) {
+                return Err(format!("too large index: {s:?}"));
+            }
+            // Negative indexes parse (as in Kubernetes) and fail the order checks below or
+            // match no pod.
+            i32::try_from(i)
+                .map_err(|_| format!("cannot convert string to integer for index: {s:?}"))
+        };
+        let x = index(parts[0])?;
+        let y = match parts.get(1) {
+            Some(p) => {
+                let y = index(p)?;
+                if x >= y {
+                    return Err(format!("non-increasing order, previous: {x}, current: {y}"));
+                }
+                y
+            }
+            None => x,
+        };
+        if let Some(&(_, last)) = out.last() {
+            if last >= x {
+                return Err(format!(
+                    "non-increasing order, previous: {last}, current: {x}"
+                ));
+            }
+        }
+        out.push((x, y));
+    }
+    Ok(out)
+}
+
+fn validate_success_policy(s: &JobSpec, p: &SuccessPolicy, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let rules = format!("{path}.rules");
+    if p.rules.is_empty() {
+        errs.push(FieldError::required_msg(
+            &rules,
+            "at least one rules must be specified when the successPolicy is specified",
+        ));
+    }
+    if p.rules.len() > 20 {
+        errs.push(FieldError::too_many(&rules, p.rules.len(), 20));
+    }
+    let completions = s.completions.unwrap_or(0);
+    for (i, rule) in p.rules.iter().enumerate() {
+        let at = format!("{rules}[{i}]");
+        if rule.succeeded_count.is_none() && rule.succeeded_indexes.is_none() {
+            errs.push(FieldError::required_msg(
+                &at,
+                "at least one of succeededCount or succeededIndexes must be specified",
+            ));
+        }
+        let mut total: i64 = 0;
+        if let Some(indexes) = &rule.succeeded_indexes {
+            let field = format!("{at}.succeededIndexes");
+            if indexes.len() > MAX_SUCCEEDED_INDEXES_LENGTH {
+                errs.push(FieldError::too_long(&field, MAX_SUCCEEDED_INDEXES_LENGTH));
+            }
+            match parse_indexes(indexes, completions) {
+                Ok(intervals) => {
+                    total = intervals
+                        .iter()
+                        .map(|(x, y)| i64::from(*y) - i64::from(*x) + 1)
+                        .sum()
+                }
+                Err(e) => errs.push(FieldError::invalid(
+                    &field,
+                    indexes,
+                    format!("error parsing succeededIndexes: {e}"),
+                )),
+            }
+        }
+        if let Some(count) = rule.succeeded_count {
+            let field = format!("{at}.succeededCount");
+            validation::check_non_negative(&mut errs, &field, Some(count));
+            if count > completions {
+                errs.push(FieldError::invalid(
+                    &field,
+                    count,
+                    format!("must be less than or equal to {completions} (the number of specified completions)"),
+                ));
+            }
+            if rule.succeeded_indexes.is_some() && i64::from(count) > total {
+                errs.push(FieldError::invalid(
+                    &field,
+                    count,
+                    format!("must be less than or equal to {total} (the number of indexes in the specified succeededIndexes field)"),
+                ));
+            }
+        }
+    }
+    errs
 }
 
 /// batch/v1 PodFailurePolicy.
@@ -377,6 +517,17 @@ fn validate_job_spec(s: &JobSpec, path: &str, generated_uid: Option<&str>) -> Ve
     if let Some(pfp) = &s.pod_failure_policy {
         errs.extend(validate_pod_failure_policy(pfp, &f("podFailurePolicy")));
     }
+    if let Some(sp) = &s.success_policy {
+        if mode != "Indexed" {
+            errs.push(FieldError::invalid(
+                f("completionMode"),
+                mode,
+                "requires indexed completion mode",
+            ));
+        } else {
+            errs.extend(validate_success_policy(s, sp, &f("successPolicy")));
+        }
+    }
     match &s.selector {
         // A generated selector is set on create, once the uid is known.
         None if s.manual_selector != Some(true) => {}
@@ -587,6 +738,13 @@ pub fn validate_job_update(new: &Job, old: &Job) -> Vec<FieldError> {
     if n.pod_failure_policy != o.pod_failure_policy {
         errs.push(FieldError::invalid(
             "spec.podFailurePolicy",
+            "",
+            "field is immutable",
+        ));
+    }
+    if n.success_policy != o.success_policy {
+        errs.push(FieldError::invalid(
+            "spec.successPolicy",
             "",
             "field is immutable",
         ));

@@ -107,7 +107,7 @@ pub struct Eviction {
     /// Names the pod to evict.
     pub metadata: ObjectMeta,
     /// Options for the deletion of the pod.
-    pub delete_options: Option<serde_json::Value>,
+    pub delete_options: Option<crate::meta::DeleteOptions>,
 }
 
 /// The condition type the disruption controller keeps.

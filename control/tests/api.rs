@@ -762,3 +762,79 @@ fn heartbeat_only_status_writes_stay_in_memory() {
     assert_eq!(code, 200);
     assert_ne!(changed["metadata"]["resourceVersion"], rv);
 }
+
+/// A Job with `spec.successPolicy` (the Kubernetes docs' job-success-policy.yaml) is stored,
+/// read back whole and listed; it once made every Job unreadable.
+#[test]
+fn a_job_with_a_success_policy_reads_back() {
+    let s = TestServer::start();
+    const JOBS: &str = "/apis/batch/v1/namespaces/default/jobs";
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job-success"},
+        "spec": {
+            "parallelism": 10, "completions": 10, "completionMode": "Indexed",
+            "successPolicy": {"rules": [{"succeededIndexes": "0,2-3", "succeededCount": 1}]},
+            "template": {"spec": {"restartPolicy": "Never", "schedulerName": "none",
+                "containers": [{"name": "main", "image": "python",
+                    "command": ["python3", "-c", "import os, sys\nsys.exit(0)"]}]}}
+        }
+    });
+    let (code, created) = s.json("POST", JOBS, &job);
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(
+        created["spec"]["successPolicy"],
+        json!({"rules": [{"succeededIndexes": "0,2-3", "succeededCount": 1}]})
+    );
+    let (code, got) = s.http("GET", &format!("{JOBS}/job-success"), None);
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(
+        got["spec"]["successPolicy"],
+        created["spec"]["successPolicy"]
+    );
+    let (code, list) = s.http("GET", JOBS, None);
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    // Kubernetes' rules: Indexed only, indexes inside completions, immutable.
+    let mut bad = job.clone();
+    bad["metadata"]["name"] = json!("bad");
+    bad["spec"]["successPolicy"]["rules"][0]["succeededIndexes"] = json!("3,1");
+    let (code, err) = s.json("POST", JOBS, &bad);
+    assert_eq!(code, 422, "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains(
+            "error parsing succeededIndexes: non-increasing order, previous: 3, current: 1"
+        ),
+        "{err}"
+    );
+    bad["spec"]["completionMode"] = json!("NonIndexed");
+    let (code, err) = s.json("POST", JOBS, &bad);
+    assert_eq!(code, 422, "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("requires indexed completion mode"),
+        "{err}"
+    );
+    let (code, err) = s.http(
+        "PATCH",
+        &format!("{JOBS}/job-success"),
+        Some((
+            "application/merge-patch+json",
+            serde_json::to_vec(
+                &json!({"spec": {"successPolicy": {"rules": [{"succeededCount": 2}]}}}),
+            )
+            .unwrap(),
+        )),
+    );
+    assert_eq!(code, 422, "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.successPolicy"),
+        "{err}"
+    );
+    let (code, _) = s.http("DELETE", &format!("{JOBS}/job-success"), None);
+    assert_eq!(code, 200);
+}

@@ -185,6 +185,42 @@ pub fn backoff_delay(failures: u32) -> Duration {
     (BACKOFF_BASE * (1u32 << shift)).min(BACKOFF_MAX)
 }
 
+const COMPLETIONS_REACHED: &str = "Reached expected number of succeeded pods";
+
+/// The message of the first rule of an Indexed job's success policy that its succeeded
+/// indexes meet (Kubernetes' matchSuccessPolicy).
+fn success_policy_match(
+    policy: &api::batch::SuccessPolicy,
+    completions: i32,
+    succeeded: &BTreeSet<i32>,
+) -> Option<String> {
+    if succeeded.is_empty() {
+        return None;
+    }
+    policy.rules.iter().enumerate().find_map(|(i, rule)| {
+        let met = match (&rule.succeeded_indexes, rule.succeeded_count) {
+            (Some(indexes), count) => {
+                let required = api::batch::parse_indexes(indexes, completions).ok()?;
+                if required.is_empty() {
+                    return None;
+                }
+                let total: usize = required.iter().map(|(x, y)| (y - x + 1) as usize).sum();
+                let done = required
+                    .iter()
+                    .map(|(x, y)| succeeded.range(*x..=*y).count())
+                    .sum::<usize>();
+                match count {
+                    Some(c) => done >= usize::try_from(c).unwrap_or(0),
+                    None => done == total,
+                }
+            }
+            (None, Some(c)) => succeeded.len() >= usize::try_from(c).unwrap_or(0),
+            (None, None) => false,
+        };
+        met.then(|| format!("Matched rules at index {i}"))
+    })
+}
+
 /// `1,3-5,7`: Kubernetes' compressed list of indexes.
 pub fn compress_indexes(indexes: &BTreeSet<i32>) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -400,27 +436,36 @@ pub fn plan(job: &Job, pods: &[Pod], now: Time) -> Plan {
         plan.requeue = Some(Duration::from_secs((d - now.0).max(1) as u64));
     }
 
-    // Success.
+    // Success: a success policy's rule met, or every completion reached.
+    let by_policy = spec
+        .success_policy
+        .as_ref()
+        .filter(|_| indexed)
+        .and_then(|p| success_policy_match(p, completions.unwrap_or(0), &succeeded_indexes));
     let complete = match completions {
         Some(c) => succeeded >= c,
         None => succeeded > 0 && active.is_empty(),
     };
-    if complete || st.is_true("SuccessCriteriaMet") {
-        let message = "Reached expected number of succeeded pods";
+    if complete || by_policy.is_some() || st.is_true("SuccessCriteriaMet") {
         if !st.is_true("SuccessCriteriaMet") {
-            set_condition(
-                st,
-                "SuccessCriteriaMet",
-                "True",
-                "CompletionsReached",
-                message,
-                now,
-            );
+            let (reason, message) = match by_policy {
+                Some(m) if !complete => ("SuccessPolicy", m),
+                _ => ("CompletionsReached", COMPLETIONS_REACHED.to_string()),
+            };
+            set_condition(st, "SuccessCriteriaMet", "True", reason, &message, now);
         }
         plan.delete = active.iter().map(|p| p.metadata.name.clone()).collect();
         st.active = Some(0);
         if active.is_empty() && terminating == 0 {
-            set_condition(st, "Complete", "True", "CompletionsReached", message, now);
+            // Complete says what SuccessCriteriaMet said.
+            let met = st.condition("SuccessCriteriaMet");
+            let reason = met
+                .and_then(|c| c.reason.clone())
+                .unwrap_or_else(|| "CompletionsReached".into());
+            let message = met
+                .and_then(|c| c.message.clone())
+                .unwrap_or_else(|| COMPLETIONS_REACHED.into());
+            set_condition(st, "Complete", "True", &reason, &message, now);
             st.completion_time = Some(now);
             plan.events
                 .push((false, "Completed", "Job completed".into()));
@@ -833,6 +878,53 @@ mod tests {
         assert!(p.status.is_true("SuccessCriteriaMet"));
         assert!(!p.status.is_true("Complete"));
         assert_eq!(p.delete, vec!["r".to_string()]);
+    }
+
+    #[test]
+    fn a_success_policy_rule_met_ends_an_indexed_job() {
+        let mut j = job(Some(5), 5);
+        j.spec.completion_mode = Some("Indexed".into());
+        j.spec.success_policy = Some(api::batch::SuccessPolicy {
+            rules: vec![
+                api::batch::SuccessPolicyRule {
+                    succeeded_indexes: Some("0-2".into()),
+                    succeeded_count: None,
+                },
+                api::batch::SuccessPolicyRule {
+                    succeeded_indexes: Some("3-4".into()),
+                    succeeded_count: Some(1),
+                },
+            ],
+        });
+        let indexed = |i: i32, phase: &str| {
+            let mut p = pod(&format!("pi-{i}-x"), phase, None, NOW);
+            p.metadata
+                .annotations
+                .insert(JOB_COMPLETION_INDEX.into(), i.to_string());
+            p
+        };
+        // Index 0 and 1 of rule 0 are not enough.
+        let pods = [indexed(0, "Succeeded"), indexed(1, "Succeeded")];
+        let p = plan(&j, &pods, Time(NOW));
+        assert!(!p.status.is_true("SuccessCriteriaMet"));
+        // One of 3-4 meets rule 1: the running pods are stopped, then the job completes.
+        let pods = [
+            indexed(0, "Succeeded"),
+            indexed(4, "Succeeded"),
+            indexed(2, "Running"),
+        ];
+        let p = plan(&j, &pods, Time(NOW));
+        let met = p.status.condition("SuccessCriteriaMet").unwrap();
+        assert_eq!(met.reason.as_deref(), Some("SuccessPolicy"));
+        assert_eq!(met.message.as_deref(), Some("Matched rules at index 1"));
+        assert!(!p.status.is_true("Complete"));
+        assert_eq!(p.delete, vec!["pi-2-x".to_string()]);
+        let mut j2 = j.clone();
+        j2.status = p.status;
+        let p = plan(&j2, &pods[..2], Time(NOW + 1));
+        let c = p.status.condition("Complete").unwrap();
+        assert_eq!(c.reason.as_deref(), Some("SuccessPolicy"));
+        assert_eq!(c.message.as_deref(), Some("Matched rules at index 1"));
     }
 
     #[test]

@@ -53,11 +53,7 @@ pub async fn serve(
             "name in URL does not match name in Eviction object",
         ));
     }
-    let opts: DeleteOptions = match eviction.delete_options {
-        Some(v) => serde_json::from_value(v)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?,
-        None => DeleteOptions::default(),
-    };
+    let opts: DeleteOptions = eviction.delete_options.unwrap_or_default();
     let dry = dry_run(req, &opts.dry_run)?;
     let pod: Pod = state.registry.get(ns, name).await?;
     if must_check_budget(&pod) {

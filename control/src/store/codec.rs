@@ -131,10 +131,31 @@ pub(crate) fn encode_object(obj: &AnyObject) -> Result<Vec<u8>, StoreError> {
         .map_err(|e| StoreError::Db(format!("encoding {:?} object: {e}", obj.kind())))
 }
 
-/// The postcard encoding of the object alone (what the informer cache keeps).
+/// The postcard encoding of the object alone (what the informer cache keeps), refused unless
+/// it reads back as the same object: postcard is not self-describing, so a model type that
+/// serde could write but not read (a JSON value, an untagged enum) would make an acknowledged
+/// write unreadable. The check costs a decode of what was just encoded.
 pub(crate) fn pack_object(obj: &AnyObject) -> Result<Vec<u8>, StoreError> {
-    postcard::to_allocvec(obj)
-        .map_err(|e| StoreError::Db(format!("encoding {:?} object: {e}", obj.kind())))
+    let packed = postcard::to_allocvec(obj)
+        .map_err(|e| StoreError::Db(format!("encoding {:?} object: {e}", obj.kind())))?;
+    check_reads_back(obj, &packed)?;
+    Ok(packed)
+}
+
+fn check_reads_back(obj: &AnyObject, packed: &[u8]) -> Result<(), StoreError> {
+    let unreadable = |why: String| {
+        let meta = obj.meta();
+        StoreError::Db(format!(
+            "refusing to store {} {:?}: its stored form would not read back ({why})",
+            obj.kind().info().qualified_plural(),
+            object_key(meta.namespace(), &meta.name)
+        ))
+    };
+    match postcard::from_bytes::<AnyObject>(packed) {
+        Ok(back) if back == *obj => Ok(()),
+        Ok(_) => Err(unreadable("it reads back different".into())),
+        Err(e) => Err(unreadable(e.to_string())),
+    }
 }
 
 /// The first variant of an envelope (`V1`): postcard writes a variant index as a varint.
@@ -253,6 +274,22 @@ mod tests {
         let back = decode_object(Kind::ConfigMap, "default/a", &bytes, None).unwrap();
         assert_eq!(back, obj);
         assert!(decode_object(Kind::Pod, "default/a", &bytes, None).is_err());
+    }
+
+    #[test]
+    fn a_value_that_would_not_read_back_is_refused() {
+        // The shape of the defect: a JSON value inside a model type, which postcard writes
+        // but cannot read (deserialize_any).
+        #[derive(serde::Serialize)]
+        enum Fake {
+            ConfigMap(serde_json::Value),
+        }
+        let packed = postcard::to_allocvec(&Fake::ConfigMap(serde_json::json!({"a": 1}))).unwrap();
+        let obj = config_map("poison");
+        let e = check_reads_back(&obj, &packed).unwrap_err();
+        assert!(e.to_string().contains("would not read back"), "{e}");
+        // A good object passes.
+        pack_object(&obj).unwrap();
     }
 
     #[test]
