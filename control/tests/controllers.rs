@@ -973,3 +973,68 @@ fn garbage_collection_background_foreground_orphan() {
         },
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Pod garbage collection
+
+#[test]
+fn pods_of_a_node_that_does_not_exist_are_collected() {
+    let s = TestServer::start_with(&["--node-monitor-grace-period", "2s"]);
+    let c = s.client();
+    // A node object that exists but never reports: its pods wait for it, as in Kubernetes.
+    create_node(&c, "quiet", json!({}));
+    let pod = |name: &str, node: &str| {
+        // The Kubernetes docs' pod-nginx-specific-node.yaml, bound by hand.
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "nginx", "image": "nginx"}]}})
+    };
+    const PODS: &str = "/api/v1/namespaces/default/pods";
+    apply(&s, PODS, pod("deleted", "foo-node"));
+    apply(&s, PODS, pod("left", "foo-node"));
+    apply(&s, PODS, pod("waits", "quiet"));
+    for name in ["deleted", "waits"] {
+        let (code, body) = s.http("DELETE", &format!("{PODS}/{name}"), None);
+        assert_eq!(code, 200, "{body}");
+        assert!(body["metadata"]["deletionTimestamp"].is_string(), "{body}");
+    }
+    // Both pods of the missing node go: the deleted one and the one nobody deleted (marked
+    // Failed first, as Kubernetes' pod GC does).
+    let started = Instant::now();
+    wait_for(
+        "the missing node's pods to go",
+        Duration::from_secs(30),
+        || {
+            let names: Vec<String> = items(&s, PODS)
+                .iter()
+                .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
+                .collect();
+            (names == ["waits"]).then_some(())
+        },
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "not before the quarantine"
+    );
+    // The pod of the node that exists stays Terminating until its node confirms.
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, waits) = s.http("GET", &format!("{PODS}/waits"), None);
+    assert_eq!(code, 200, "{waits}");
+    assert!(waits["metadata"]["deletionTimestamp"].is_string());
+    // A namespace holding such a pod finishes deleting.
+    let (code, _) = s.json(
+        "POST",
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gone"}}),
+    );
+    assert_eq!(code, 201);
+    apply(
+        &s,
+        "/api/v1/namespaces/gone/pods",
+        pod("stuck", "another-missing-node"),
+    );
+    let (code, _) = s.http("DELETE", "/api/v1/namespaces/gone", None);
+    assert_eq!(code, 200);
+    wait_for("namespace gone to finish", Duration::from_secs(30), || {
+        (s.http("GET", "/api/v1/namespaces/gone", None).0 == 404).then_some(())
+    });
+}

@@ -17,6 +17,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podautoscaler;
+pub mod podgc;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod servicelb;
@@ -36,6 +37,7 @@ pub fn start_all(ctx: &Context) {
     cronjob::start(ctx);
     endpoints::start(ctx);
     nodelifecycle::start(ctx);
+    podgc::start(ctx);
     nodeipam::start(ctx);
     ingress::start(ctx);
     servicelb::start(ctx);
