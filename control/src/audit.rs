@@ -42,6 +42,8 @@ pub struct AuditLog {
 /// What is known of a request when its answer is sent.
 pub struct Request<'a> {
     pub user: Option<&'a User>,
+    /// Whom the user acted as (impersonation).
+    pub impersonated: Option<&'a User>,
     /// Admission's audit annotations (Pod Security's policy and audit-mode violations).
     pub annotations: &'a [(String, String)],
     pub attributes: Option<&'a Attributes>,
@@ -60,15 +62,21 @@ fn micro_time(t: SystemTime) -> String {
 }
 
 /// The event of a request at the Metadata level.
+/// audit.k8s.io's UserInfo of `u`.
+fn user_info(u: &User) -> Value {
+    let mut v = json!({"username": u.name, "groups": u.groups});
+    if !u.uid.is_empty() {
+        v["uid"] = json!(u.uid);
+    }
+    if !u.extra.is_empty() {
+        v["extra"] = json!(u.extra);
+    }
+    v
+}
+
 pub fn event(r: &Request<'_>, now: SystemTime) -> Value {
     let user = match r.user {
-        Some(u) => {
-            let mut v = json!({"username": u.name, "groups": u.groups});
-            if !u.uid.is_empty() {
-                v["uid"] = json!(u.uid);
-            }
-            v
-        }
+        Some(u) => user_info(u),
         None => json!({"username": "system:anonymous", "groups": ["system:unauthenticated"]}),
     };
     let verb = match r.attributes {
@@ -89,6 +97,9 @@ pub fn event(r: &Request<'_>, now: SystemTime) -> Value {
         "requestReceivedTimestamp": micro_time(r.received),
         "stageTimestamp": micro_time(now),
     });
+    if let Some(u) = r.impersonated {
+        e["impersonatedUser"] = user_info(u);
+    }
     if let Some(ua) = r.user_agent {
         e["userAgent"] = json!(ua);
     }
@@ -239,6 +250,7 @@ mod tests {
         let e = event(
             &Request {
                 user: Some(&user),
+                impersonated: None,
                 annotations: &[],
                 attributes: Some(&a),
                 method: "GET",

@@ -38,6 +38,8 @@ pub struct User {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
+    /// Further attributes an authenticator or impersonation gives (Kubernetes' user extra).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl User {
@@ -51,6 +53,7 @@ impl User {
             name: name.into(),
             uid: uid.into(),
             groups,
+            extra: Default::default(),
         }
     }
 

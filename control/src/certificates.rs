@@ -27,9 +27,12 @@ use api::core::ByteString;
 use api::Kind;
 use x509_parser::prelude::FromDer as _;
 
+use crate::auth::User;
+use crate::error::ApiError;
 use crate::machinery::Context;
 use crate::pki::Pki;
-use crate::registry::Part;
+use crate::rbac::{Attributes, Authorizer};
+use crate::registry::{Part, RequesterAdmission};
 
 /// The subject a PEM certificate request asks for: (CN, every O).
 pub fn requested_subject(pem: &[u8]) -> Result<(String, Vec<String>), String> {
@@ -135,8 +138,121 @@ fn issue(pki: &Pki, csr: &CertificateSigningRequest) -> Result<String, String> {
             .sign_node_csr(pem, node, validity)
             .map_err(|e| e.to_string());
     }
+    // Refused at create since CertificateSubjectRestriction; a request stored before it
+    // must not be signed either.
+    if groups.iter().any(|g| g == MASTERS_GROUP) {
+        return Err(format!(
+            "use of {KUBE_APISERVER_CLIENT_SIGNER} signer with {MASTERS_GROUP} group is not allowed"
+        ));
+    }
     pki.sign_user_csr(pem, cn, groups, pki.lifetimes().client(asked))
         .map_err(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------------------------------
+// Admission (kube-apiserver's CertificateSubjectRestriction, CertificateApproval and
+// CertificateSigning plugins)
+
+/// The group no `kube-apiserver-client` certificate may name: whoever holds one is
+/// cluster-admin for its whole lifetime, and a certificate cannot be revoked.
+pub const MASTERS_GROUP: &str = crate::auth::MASTERS_GROUP;
+
+/// CertificateSubjectRestriction: a request to the kube-apiserver-client signer may not ask
+/// for `O=system:masters` (refused at create, 403).
+pub fn admit_create(csr: &CertificateSigningRequest) -> Result<(), ApiError> {
+    if csr.spec.signer_name != KUBE_APISERVER_CLIENT_SIGNER {
+        return Ok(());
+    }
+    let forbidden = |why: &str| {
+        ApiError::forbidden_object(Kind::CertificateSigningRequest, &csr.metadata.name, why)
+    };
+    let req = requested(&csr.spec.request.0)
+        .map_err(|e| forbidden(&format!("failed to parse CSR: {e}")))?;
+    if req.subject.1.iter().any(|g| g == MASTERS_GROUP) {
+        return Err(forbidden(&format!(
+            "use of {KUBE_APISERVER_CLIENT_SIGNER} signer with {MASTERS_GROUP} group is not allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `user` may `verb` (approve, sign) for `signer`: on the `signers` resource of
+/// certificates.k8s.io named for the signer, or for every signer of its domain (`DOMAIN/*`),
+/// as Kubernetes' IsAuthorizedForSignerName asks.
+pub fn may_act_for_signer(authorizer: &Authorizer, user: &User, verb: &str, signer: &str) -> bool {
+    let ask = |name: &str| {
+        authorizer
+            .authorize(
+                user,
+                &Attributes::resource(verb, api::certificates::GROUP, "signers", "", "", name),
+            )
+            .allowed
+    };
+    let domain = signer.split('/').next().unwrap_or(signer);
+    ask(signer) || ask(&format!("{domain}/*"))
+}
+
+/// CertificateApproval and CertificateSigning for one request: who asks, and through which
+/// subresource. Also the two subresources' strategies: an approval changes only the
+/// conditions; a status write keeps the spec and the Approved and Denied conditions.
+#[derive(Debug)]
+pub struct SignerAdmission {
+    pub user: User,
+    pub authorizer: Arc<Authorizer>,
+    /// `approval` or `status`.
+    pub subresource: String,
+}
+
+impl RequesterAdmission for SignerAdmission {
+    fn admit_update(
+        &self,
+        kind: Kind,
+        old: &dyn std::any::Any,
+        new: &mut dyn std::any::Any,
+    ) -> Result<(), ApiError> {
+        let (Some(old), Some(new)) = (
+            old.downcast_ref::<CertificateSigningRequest>(),
+            new.downcast_mut::<CertificateSigningRequest>(),
+        ) else {
+            return Ok(());
+        };
+        debug_assert_eq!(kind, Kind::CertificateSigningRequest);
+        let signer = &old.spec.signer_name;
+        let refuse = |verb: &str| {
+            ApiError::forbidden_object(
+                Kind::CertificateSigningRequest,
+                &old.metadata.name,
+                &format!("user not permitted to {verb} requests with signerName {signer:?}"),
+            )
+        };
+        match self.subresource.as_str() {
+            "approval" => {
+                new.status.certificate = old.status.certificate.clone();
+                if !may_act_for_signer(&self.authorizer, &self.user, "approve", signer) {
+                    return Err(refuse("approve"));
+                }
+            }
+            "status" => {
+                for decided in ["Approved", "Denied"] {
+                    new.status.conditions.retain(|c| c.type_ != decided);
+                    new.status.conditions.extend(
+                        old.status
+                            .conditions
+                            .iter()
+                            .filter(|c| c.type_ == decided)
+                            .cloned(),
+                    );
+                }
+                let changed = new.status.certificate != old.status.certificate
+                    || new.status.conditions != old.status.conditions;
+                if changed && !may_act_for_signer(&self.authorizer, &self.user, "sign", signer) {
+                    return Err(refuse("sign"));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 /// Whether a node asks for a certificate of its own identity (Kubernetes' `selfnodeclient`

@@ -14,6 +14,7 @@ pub mod etcd;
 pub mod fieldmanager;
 pub mod heartbeat;
 pub mod http;
+pub mod impersonation;
 pub mod ipalloc;
 pub mod join;
 pub mod leader;

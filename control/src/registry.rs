@@ -75,13 +75,25 @@ pub struct Registry {
     warnings: Warnings,
 }
 
-/// What admission says about a request beside its answer.
+/// What admission says about a request beside its answer, and the admission that needs to
+/// know who sends it.
 #[derive(Debug, Default)]
 pub struct AdmissionNotes {
     /// Answered as `Warning` headers.
     pub warnings: Vec<String>,
     /// Added to the request's audit event (Kubernetes' audit annotations).
     pub audit_annotations: Vec<(String, String)>,
+    /// Checks of this request's updates that ask the authorizer about its user.
+    pub requester: Option<std::sync::Arc<dyn RequesterAdmission>>,
+}
+
+/// Admission of an update that depends on who asks (Kubernetes' CertificateApproval and
+/// CertificateSigning ask the authorizer whether the requester may `approve` or `sign` for
+/// the object's signer). It runs inside the write, on the stored object and the one about to
+/// replace it, after the part's own rules have shaped it; it may adjust `new` (a
+/// subresource's strategy) and refuses with the API's error.
+pub trait RequesterAdmission: Send + Sync + std::fmt::Debug {
+    fn admit_update(&self, kind: Kind, old: &dyn Any, new: &mut dyn Any) -> Result<(), ApiError>;
 }
 
 /// Warnings and audit annotations collected while a request is handled.
@@ -1063,6 +1075,10 @@ fn apply_update_checked<K: Resource>(
         Some(m) => m,
         None => old.meta().managed_fields.clone(),
     };
+    let requester = lock_warnings(warnings).requester.clone();
+    if let Some(r) = requester {
+        r.admit_update(K::KIND, &old, &mut new)?;
+    }
     // A status write kept the stored spec, so only a main write can change the generation.
     if part == Part::Main && new.spec_fingerprint() != old.spec_fingerprint() {
         new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);

@@ -758,3 +758,164 @@ fn a_server_out_of_file_descriptors_keeps_serving() {
         }
     }
 }
+
+/// Sends one request on a new connection; its status code and body.
+fn exchange(t: &Target, bytes: &[u8]) -> (u16, String) {
+    let mut c = BufReader::new(t.connect().expect("a TLS connection"));
+    c.get_mut().write_all(bytes).expect("request sent");
+    c.get_mut().flush().expect("request flushed");
+    let mut line = String::new();
+    c.read_line(&mut line).expect("a status line");
+    let code: u16 = line
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        c.read_line(&mut h).expect("a header line");
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = h.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                len = value.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0; len];
+    c.read_exact(&mut body).expect("the body");
+    (code, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `.` and `..` in a path are names, not directions: kube-apiserver routes on the path as sent
+/// and refuses such a name (400), where resolving them deleted every ConfigMap of a namespace
+/// or the namespace itself. A head over the limit gets 431, not a closed connection.
+#[test]
+fn dot_segments_are_refused_and_large_heads_answered_431() {
+    let s = TestServer::start();
+    let t = Target::new(&s);
+    let (code, _) = s.json(
+        "POST",
+        "/api/v1/namespaces",
+        &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}),
+    );
+    assert_eq!(code, 201);
+    for name in ["a", "b"] {
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+        assert_eq!(
+            s.json("POST", "/api/v1/namespaces/x/configmaps", &cm).0,
+            201
+        );
+    }
+    let cases = [
+        (
+            "/api/v1/namespaces/x/configmaps/.",
+            "may not be '.'",
+            "\".\"",
+        ),
+        (
+            "/api/v1/namespaces/x/configmaps/..",
+            "may not be '..'",
+            "\"..\"",
+        ),
+        (
+            "/api/v1/namespaces/x/configmaps/%2e",
+            "may not be '.'",
+            "\".\"",
+        ),
+        (
+            "/api/v1/namespaces/x/configmaps/%2E%2e",
+            "may not be '..'",
+            "\"..\"",
+        ),
+        (
+            "/api/v1/namespaces/x/configmaps/.%2e",
+            "may not be '..'",
+            "\"..\"",
+        ),
+        (
+            "/api/v1/namespaces/x/configmaps/a%25",
+            "may not contain '%'",
+            "\"a%\"",
+        ),
+        ("/api/v1/namespaces/..", "may not be '..'", "\"..\""),
+    ];
+    for (path, why, quoted) in cases {
+        for method in ["DELETE", "GET", "PUT"] {
+            let (code, body) = exchange(&t, &t.request(method, path, JSON, b"{}"));
+            assert_eq!(code, 400, "{method} {path}: {body}");
+            let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(status["reason"], "BadRequest", "{body}");
+            assert_eq!(
+                status["message"],
+                format!("Name parameter invalid: {quoted}: {why}"),
+                "{method} {path}"
+            );
+        }
+    }
+    // Nothing was deleted.
+    let (code, list) = s.http("GET", "/api/v1/namespaces/x/configmaps", None);
+    assert_eq!(code, 200);
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .filter(|n| *n != "kube-root-ca.crt")
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    let (code, ns) = s.http("GET", "/api/v1/namespaces/x", None);
+    assert_eq!(code, 200);
+    assert!(ns["metadata"]["deletionTimestamp"].is_null(), "{ns}");
+    // Segments that lead elsewhere lead nowhere.
+    let (code, _) = exchange(
+        &t,
+        &t.request(
+            "GET",
+            "/api/v1/namespaces/x/configmaps/../../../namespaces",
+            JSON,
+            b"",
+        ),
+    );
+    assert_eq!(code, 404);
+    // The audit log records what was sent.
+    common::eventually(10, "the audit log to have the path as sent", || {
+        let audit = std::fs::read_to_string(s.data_dir().join("audit/audit.log")).ok()?;
+        audit
+            .contains(r#""requestURI":"/api/v1/namespaces/x/configmaps/%2E%2e""#)
+            .then_some(())
+    });
+
+    // A head over 8 KiB (async-h1's limit, under kube-apiserver's 1 MiB) or with more than
+    // 128 header fields: 431 and the connection's end.
+    let mut big = t.head("GET", "/api/v1/namespaces", JSON, 0);
+    let at = big.len() - 2;
+    big.splice(
+        at..at,
+        format!("X-Big: {}\r\n", "a".repeat(9 * 1024)).into_bytes(),
+    );
+    let (code, body) = exchange(&t, &big);
+    assert_eq!(
+        (code, body.as_str()),
+        (431, "431 Request Header Fields Too Large")
+    );
+    let mut many = t.head("GET", "/api/v1/namespaces", JSON, 0);
+    let at = many.len() - 2;
+    let fields: String = (0..130).map(|i| format!("X-{i}: 1\r\n")).collect();
+    many.splice(at..at, fields.into_bytes());
+    let (code, _) = exchange(&t, &many);
+    assert_eq!(code, 431);
+    // Just under the limit is served.
+    let mut fits = t.head("GET", "/api/v1/namespaces", JSON, 0);
+    let at = fits.len() - 2;
+    let pad = 8 * 1024 - 1 - fits.len() - "X-Pad: \r\n".len();
+    fits.splice(
+        at..at,
+        format!("X-Pad: {}\r\n", "a".repeat(pad)).into_bytes(),
+    );
+    assert_eq!(fits.len(), 8 * 1024 - 1);
+    assert_eq!(exchange(&t, &fits).0, 200);
+}

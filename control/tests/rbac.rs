@@ -736,3 +736,352 @@ fn certificate_signing_requests_are_approved_or_denied_with_kubectl() {
     let (success, _, err) = kubectl_as(&s, &eve, &["certificate", "approve", "mallory"]);
     assert!(!success && err.contains("forbidden"), "{err}");
 }
+
+/// Writes `doc` to a file in the server's data dir for `kubectl apply -f`.
+fn manifest_file(s: &TestServer, name: &str, doc: &serde_json::Value) -> String {
+    let path = s.data_dir().join(format!("{name}.json"));
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// A PEM certificate request for CN `cn` in the groups `orgs`.
+fn csr_pem(cn: &str, orgs: &[&str]) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    for o in orgs {
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, *o);
+    }
+    params.serialize_request(&key).unwrap().pem().unwrap()
+}
+
+/// An outside probe's escalation: a user allowed to approve only for a custom signer approved
+/// its own kube-apiserver-client request for system:masters. Kubernetes refuses the request
+/// (CertificateSubjectRestriction) and the approval (CertificateApproval), and lets only a
+/// signer write certificates (CertificateSigning).
+#[test]
+fn approving_and_signing_need_the_signer_and_masters_cannot_be_asked_for() {
+    use base64::Engine as _;
+    let s = TestServer::start();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "custom-approver"},
+        "rules": [
+            {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"],
+             "verbs": ["create", "get", "list", "watch"]},
+            {"apiGroups": ["certificates.k8s.io"],
+             "resources": ["certificatesigningrequests/approval", "certificatesigningrequests/status"],
+             "verbs": ["get", "update", "patch"]},
+            {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
+             "resourceNames": ["example.com/custom"], "verbs": ["approve"]}
+        ]
+    });
+    ok(&s, &["apply", "-f", &manifest_file(&s, "role", &role)]);
+    ok(
+        &s,
+        &[
+            "create",
+            "clusterrolebinding",
+            "custom-approver",
+            "--clusterrole=custom-approver",
+            "--user=mallory",
+        ],
+    );
+    let mallory = create_user(&s, "mallory", &[]);
+    let csr = |name: &str, signer: &str, orgs: &[&str]| {
+        json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"request": b64(csr_pem("mallory", orgs).as_bytes()), "signerName": signer,
+                     "usages": ["client auth"]}
+        })
+    };
+    // Asking for system:masters from the API server's client signer: 403 at create.
+    let (success, _, err) = kubectl_as(
+        &s,
+        &mallory,
+        &[
+            "create",
+            "-f",
+            &manifest_file(
+                &s,
+                "masters",
+                &csr(
+                    "masters",
+                    "kubernetes.io/kube-apiserver-client",
+                    &["system:masters"],
+                ),
+            ),
+        ],
+    );
+    assert!(!success, "{err}");
+    assert!(
+        err.contains("certificatesigningrequests.certificates.k8s.io \"masters\" is forbidden: use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed"),
+        "{err}"
+    );
+    // Another group is stored, but mallory may not approve for that signer.
+    let plain = csr("plain", "kubernetes.io/kube-apiserver-client", &["qa"]);
+    let (success, _, err) = kubectl_as(
+        &s,
+        &mallory,
+        &["create", "-f", &manifest_file(&s, "plain", &plain)],
+    );
+    assert!(success, "{err}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        let (success, _, err) = kubectl_as(&s, &mallory, &["certificate", "approve", "plain"]);
+        assert!(!success, "mallory approved a request of another signer");
+        // The binding reaches the authorizer a moment after it is stored.
+        if err.contains("signerName") || Instant::now() > deadline {
+            break err;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        err.contains("certificatesigningrequests.certificates.k8s.io \"plain\" is forbidden: user not permitted to approve requests with signerName \"kubernetes.io/kube-apiserver-client\""),
+        "{err}"
+    );
+    let conditions = ok(
+        &s,
+        &["get", "csr", "plain", "-o", "jsonpath={.status.conditions}"],
+    );
+    assert!(conditions.is_empty(), "{conditions}");
+    // Its own signer: approved.
+    let custom = csr("custom", "example.com/custom", &["qa"]);
+    let (success, _, err) = kubectl_as(
+        &s,
+        &mallory,
+        &["create", "-f", &manifest_file(&s, "custom", &custom)],
+    );
+    assert!(success, "{err}");
+    let (success, out, err) = kubectl_as(&s, &mallory, &["certificate", "approve", "custom"]);
+    assert!(success && out.contains("approved"), "{out}{err}");
+    // Writing a certificate is signing: refused without `sign` for the signer.
+    let patch = json!({"status": {"certificate": b64(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")}});
+    let args = [
+        "patch",
+        "csr",
+        "custom",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ];
+    let (success, _, err) = kubectl_as(&s, &mallory, &args);
+    assert!(!success, "{err}");
+    assert!(
+        err.contains("user not permitted to sign requests with signerName \"example.com/custom\""),
+        "{err}"
+    );
+    // Nor can the approval subresource carry a certificate.
+    let (success, _, _) = kubectl_as(
+        &s,
+        &mallory,
+        &[
+            "patch",
+            "csr",
+            "custom",
+            "--subresource=approval",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+    );
+    let cert = ok(
+        &s,
+        &[
+            "get",
+            "csr",
+            "custom",
+            "-o",
+            "jsonpath={.status.certificate}",
+        ],
+    );
+    assert!(
+        cert.is_empty(),
+        "approval wrote a certificate (patch ok: {success})"
+    );
+    // With `sign` for the signer's domain, the certificate is written.
+    let signer = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "custom-signer"},
+        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
+                   "resourceNames": ["example.com/*"], "verbs": ["sign"]}]
+    });
+    ok(&s, &["apply", "-f", &manifest_file(&s, "signer", &signer)]);
+    ok(
+        &s,
+        &[
+            "create",
+            "clusterrolebinding",
+            "custom-signer",
+            "--clusterrole=custom-signer",
+            "--user=mallory",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (success, _, err) = kubectl_as(&s, &mallory, &args);
+        if success {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{err}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cert = ok(
+        &s,
+        &[
+            "get",
+            "csr",
+            "custom",
+            "-o",
+            "jsonpath={.status.certificate}",
+        ],
+    );
+    assert!(!cert.is_empty());
+}
+
+/// `kubectl --as` and `--as-group`: impersonation as kube-apiserver serves it.
+#[test]
+fn impersonation_needs_the_impersonate_verb_and_acts_as_the_user() {
+    let s = TestServer::start();
+    // The admin acting as nobody has nobody's rights.
+    let (_, out, _) = kubectl(
+        &s,
+        &["auth", "can-i", "delete", "namespaces", "--as=nobody"],
+    );
+    assert_eq!(out.trim(), "no");
+    let (_, out, _) = kubectl(&s, &["auth", "can-i", "delete", "namespaces"]);
+    assert_eq!(out.trim(), "yes");
+    let (success, _, err) = kubectl(&s, &["get", "pods", "--as=nobody"]);
+    assert!(!success, "{err}");
+    assert!(
+        err.contains("pods is forbidden: User \"nobody\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""),
+        "{err}"
+    );
+    let out = ok(
+        &s,
+        &[
+            "auth",
+            "whoami",
+            "--as=bob",
+            "--as-group=devs",
+            "-o",
+            "json",
+        ],
+    );
+    let who: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(who["status"]["userInfo"]["username"], "bob");
+    assert_eq!(
+        who["status"]["userInfo"]["groups"],
+        json!(["devs", "system:authenticated"])
+    );
+    let out = ok(
+        &s,
+        &[
+            "auth",
+            "whoami",
+            "--as=system:serviceaccount:default:default",
+            "-o",
+            "json",
+        ],
+    );
+    let who: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        who["status"]["userInfo"]["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
+    // A user without the verb may not.
+    let alice = create_user(&s, "alice", &[]);
+    let (success, _, err) = kubectl_as(&s, &alice, &["get", "namespaces", "--as=system:admin"]);
+    assert!(!success);
+    assert!(
+        err.contains("users \"system:admin\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"),
+        "{err}"
+    );
+    // Granted for one user and one group only.
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "impersonate-bob"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["users"], "resourceNames": ["bob"], "verbs": ["impersonate"]},
+            {"apiGroups": [""], "resources": ["groups"], "resourceNames": ["devs"], "verbs": ["impersonate"]}
+        ]
+    });
+    ok(
+        &s,
+        &["apply", "-f", &manifest_file(&s, "impersonate", &role)],
+    );
+    ok(
+        &s,
+        &[
+            "create",
+            "clusterrolebinding",
+            "alice-as-bob",
+            "--clusterrole=impersonate-bob",
+            "--user=alice",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let out = loop {
+        let (success, out, err) = kubectl_as(
+            &s,
+            &alice,
+            &["auth", "whoami", "--as=bob", "--as-group=devs"],
+        );
+        if success {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "{err}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        out.contains("bob") && out.contains("[devs system:authenticated]"),
+        "{out}"
+    );
+    let (success, _, err) = kubectl_as(
+        &s,
+        &alice,
+        &["get", "pods", "--as=bob", "--as-group=system:masters"],
+    );
+    assert!(!success);
+    assert!(
+        err.contains("groups \"system:masters\" is forbidden: User \"alice\" cannot impersonate resource \"groups\""),
+        "{err}"
+    );
+    // bob has no rights of his own.
+    let (success, _, err) = kubectl_as(
+        &s,
+        &alice,
+        &["get", "secrets", "-n", "kube-system", "--as=bob"],
+    );
+    assert!(
+        !success && err.contains("User \"bob\" cannot list resource \"secrets\""),
+        "{err}"
+    );
+    // The audit event names both users.
+    common::eventually(10, "an audit event of the impersonation", || {
+        let log = std::fs::read_to_string(s.data_dir().join("audit/audit.log")).ok()?;
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| {
+                e["user"]["username"] == "alice" && e["impersonatedUser"]["username"] == "bob"
+            })
+            .map(|e| {
+                assert_eq!(
+                    e["impersonatedUser"]["groups"],
+                    json!(["devs", "system:authenticated"])
+                )
+            })
+    });
+}

@@ -8,6 +8,11 @@
 //! by the HTTP framing it sees: a head ends at its blank line; the next head starts once a
 //! final response head (2xx-5xx) has been written. After a `101 Switching Protocols`
 //! (exec, attach, port-forward) the connection carries another protocol and is left alone.
+//!
+//! A head over the limit is answered `431 Request Header Fields Too Large` (as Go's server,
+//! and so kube-apiserver, answers it) and the connection ends. Each complete head's request
+//! target is kept as sent ([`RawTarget`]): async-h1 turns it into a URL, which resolves `.`
+//! and `..` segments, and the API must see the path the client wrote.
 
 use std::future::Future;
 use std::io;
@@ -18,10 +23,14 @@ use std::time::Duration;
 use futures_lite::{AsyncRead, AsyncWrite};
 use smol::Timer;
 
-/// How many bytes a request head may take (async-h1 refuses heads over 8 KiB, but only once
-/// a line ends; the slack lets a response's unread request body be discarded, as async-h1
-/// does after answering, without closing the connection).
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// How many bytes a request head may take: async-h1 refuses a head of 8 KiB or more (once a
+/// line of it ends, with a closed connection and no answer), so the guard answers 431 first.
+pub const MAX_HEAD_BYTES: usize = 8 * 1024 - 1;
+/// How many header fields a head may have (async-h1's limit, past which it also closes the
+/// connection without an answer).
+pub const MAX_HEADERS: usize = 128;
+/// The answer to a head over the limits (Go's net/http answer, which kube-apiserver gives).
+const TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 35\r\nConnection: close\r\n\r\n431 Request Header Fields Too Large";
 /// How long a request head may take from its first byte (kube-apiserver's ReadHeaderTimeout).
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(32);
 /// How long a request body may pause before its read fails.
@@ -60,6 +69,9 @@ enum Phase {
     Drain { left: u64, idle: Option<Timer> },
     /// Switched protocols: no HTTP framing any more.
     Upgraded,
+    /// The head was over the limits: `written` bytes of the 431 answer are out; then the
+    /// connection ends.
+    Refusing { written: usize },
 }
 
 impl Phase {
@@ -86,16 +98,57 @@ fn content_length(head: &[u8]) -> Option<u64> {
     })
 }
 
+/// The request target (`/api/v1/...?...`) of the last complete request head, exactly as the
+/// client sent it; taken by the request it belongs to.
+#[derive(Clone, Default)]
+pub struct RawTarget(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl RawTarget {
+    pub fn take(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn set(&self, target: Option<String>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = target;
+    }
+}
+
+/// The request target of a head's request line (`METHOD SP TARGET SP VERSION`).
+fn request_target(head: &[u8]) -> Option<String> {
+    let line = head.split(|&b| b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?.trim_end_matches('\r');
+    let mut parts = line.split(' ');
+    let (_method, target) = (parts.next()?, parts.next()?);
+    Some(target.to_string())
+}
+
+/// How many header fields a head holds (its lines after the request line, up to the blank
+/// one), counted as async-h1 would parse them.
+fn header_count(head: &[u8]) -> usize {
+    head.split(|&b| b == b'\n')
+        .skip(1)
+        .filter(|l| !l.is_empty() && *l != b"\r")
+        .count()
+}
+
 pub struct Guarded<S> {
     inner: S,
     phase: Phase,
+    target: RawTarget,
 }
 
 impl<S> Guarded<S> {
+    #[cfg(test)]
     pub fn new(inner: S) -> Guarded<S> {
+        Guarded::with_target(inner, RawTarget::default())
+    }
+
+    /// A guard that puts each head's request target in `target`.
+    pub fn with_target(inner: S, target: RawTarget) -> Guarded<S> {
         Guarded {
             inner,
             phase: Phase::head(),
+            target,
         }
     }
 }
@@ -133,8 +186,9 @@ fn response_status(buf: &[u8]) -> Option<u16> {
 
 impl<S> Guarded<S> {
     /// Counts `data`, just read, as request-head bytes; moves on to the body at the head's
-    /// end (with whatever of `data` follows it already counted as body).
-    fn account_head(&mut self, data: &[u8]) -> io::Result<()> {
+    /// end (with whatever of `data` follows it already counted as body), or to refusing a
+    /// head over the limits.
+    fn account_head(&mut self, data: &[u8]) {
         let Phase::Head {
             bytes,
             matched,
@@ -143,7 +197,7 @@ impl<S> Guarded<S> {
             started,
         } = &mut self.phase
         else {
-            return Ok(());
+            return;
         };
         if !*started {
             *started = true;
@@ -158,31 +212,63 @@ impl<S> Guarded<S> {
         };
         *bytes += taken;
         if *bytes > MAX_HEAD_BYTES {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "request head too large",
-            ));
+            self.phase = Phase::Refusing { written: 0 };
+            return;
         }
         head.extend_from_slice(&data[..taken]);
         if done {
+            if header_count(head) > MAX_HEADERS {
+                self.phase = Phase::Refusing { written: 0 };
+                return;
+            }
+            self.target.set(request_target(head));
             let left =
                 content_length(head).map(|len| len.saturating_sub((data.len() - taken) as u64));
             self.phase = Phase::Body { idle: None, left };
         }
-        Ok(())
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
+impl<S: AsyncWrite + Unpin> Guarded<S> {
+    /// Writes the 431 answer out; then the read fails, which ends the connection.
+    fn poll_refuse(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        while let Phase::Refusing { written } = &mut self.phase {
+            if *written < TOO_LARGE.len() {
+                match Pin::new(&mut self.inner).poll_write(cx, &TOO_LARGE[*written..]) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => break,
+                    Poll::Ready(Ok(n)) => *written += n,
+                    Poll::Pending => return Poll::Pending,
+                }
+            } else {
+                // Closing sends TLS's close_notify after the answer, so the client reads a
+                // whole answer rather than a truncated connection.
+                if Pin::new(&mut self.inner).poll_close(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                break;
+            }
+        }
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "request head too large",
+        )))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
+        if matches!(this.phase, Phase::Refusing { .. }) {
+            return this.poll_refuse(cx);
+        }
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         match &mut this.phase {
             Phase::Upgraded => polled,
+            Phase::Refusing { .. } => this.poll_refuse(cx),
             Phase::Head { deadline, .. } => match polled {
                 Poll::Pending => {
                     let timer = deadline.get_or_insert_with(|| Timer::after(IDLE_TIMEOUT));
@@ -192,7 +278,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                     Poll::Pending
                 }
                 Poll::Ready(Ok(n)) if n > 0 => {
-                    this.account_head(&buf[..n])?;
+                    this.account_head(&buf[..n]);
+                    if matches!(this.phase, Phase::Refusing { .. }) {
+                        return this.poll_refuse(cx);
+                    }
                     Poll::Ready(Ok(n))
                 }
                 other => other,
@@ -211,7 +300,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                     *left -= owed as u64;
                     if *left == 0 {
                         this.phase = Phase::head();
-                        this.account_head(&buf[owed..n])?;
+                        this.account_head(&buf[owed..n]);
+                        if matches!(this.phase, Phase::Refusing { .. }) {
+                            return this.poll_refuse(cx);
+                        }
                     }
                     Poll::Ready(Ok(n))
                 }
@@ -244,7 +336,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        if !matches!(this.phase, Phase::Upgraded) {
+        if !matches!(this.phase, Phase::Upgraded | Phase::Refusing { .. }) {
             match response_status(buf) {
                 Some(101) => this.phase = Phase::Upgraded,
                 // The answer is on its way: what the client sends next is a new head, once
@@ -298,14 +390,52 @@ mod tests {
     }
 
     #[test]
-    fn a_head_without_an_end_is_cut_off() {
+    fn a_head_over_the_limits_is_answered_431() {
         smol::block_on(async {
             let endless = vec![b'a'; MAX_HEAD_BYTES + 10];
-            let mut g = Guarded::new(futures_lite::io::Cursor::new(endless));
+            let mut g = Guarded::new(Duplex {
+                input: futures_lite::io::Cursor::new(endless),
+                output: Vec::new(),
+            });
             let mut out = Vec::new();
             let e = g.read_to_end(&mut out).await.unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidData);
             assert!(out.len() <= MAX_HEAD_BYTES + 8192);
+            assert_eq!(g.inner.output, TOO_LARGE);
+            let body = TOO_LARGE.split(|&b| b == b'\n').next_back().unwrap();
+            assert_eq!(body.len(), 35);
+
+            // Too many header fields, in a head short enough.
+            let mut head = b"GET / HTTP/1.1\r\n".to_vec();
+            for i in 0..=MAX_HEADERS {
+                head.extend(format!("x-{i}: 1\r\n").as_bytes());
+            }
+            head.extend(b"\r\n");
+            let mut g = Guarded::new(Duplex {
+                input: futures_lite::io::Cursor::new(head),
+                output: Vec::new(),
+            });
+            let e = g.read_to_end(&mut Vec::new()).await.unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            assert!(g.inner.output.starts_with(b"HTTP/1.1 431 "));
+        });
+    }
+
+    #[test]
+    fn each_head_leaves_its_target_as_sent() {
+        smol::block_on(async {
+            let target = RawTarget::default();
+            let request = b"DELETE /api/v1/namespaces/x/configmaps/%2e%2E?dryRun=All HTTP/1.1\r\nHost: a\r\n\r\n";
+            let mut g = Guarded::with_target(
+                futures_lite::io::Cursor::new(request.to_vec()),
+                target.clone(),
+            );
+            g.read_to_end(&mut Vec::new()).await.unwrap();
+            assert_eq!(
+                target.take().as_deref(),
+                Some("/api/v1/namespaces/x/configmaps/%2e%2E?dryRun=All")
+            );
+            assert_eq!(target.take(), None);
         });
     }
 

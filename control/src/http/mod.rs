@@ -80,6 +80,7 @@ struct AuditUser(Arc<std::sync::Mutex<AuditSlot>>);
 #[derive(Default)]
 struct AuditSlot {
     user: Option<User>,
+    impersonated: Option<User>,
     annotations: Vec<(String, String)>,
 }
 
@@ -140,12 +141,17 @@ pub async fn serve(
                 .peer_certificates()
                 .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
             let peer_certs = PeerCerts(certs);
-            let io = async_dup::Arc::new(async_dup::Mutex::new(guard::Guarded::new(
+            let target = guard::RawTarget::default();
+            let io = async_dup::Arc::new(async_dup::Mutex::new(guard::Guarded::with_target(
                 conn::HeadWithBody::new(tls),
+                target.clone(),
             )));
             let result = async_h1::accept(io, |mut req| {
                 req.ext_mut().insert(peer_certs.clone());
                 req.ext_mut().insert(Peer(peer));
+                if let Some(t) = target.take() {
+                    req.ext_mut().insert(SentTarget(t));
+                }
                 let app = app.clone();
                 async move { app.respond(req).await }
             })
@@ -158,12 +164,58 @@ pub async fn serve(
     }
 }
 
+/// The request target as the client sent it (see [`guard::RawTarget`]).
+#[derive(Clone)]
+struct SentTarget(String);
+
+/// The request's path as the client sent it, percent-decoded as Go's `URL.Path` is (which
+/// kube-apiserver routes on): `.` and `..` segments stay segments, and a name of `.` or `..`
+/// is then refused instead of acting on the parent. The URL async-h1 built, which has them
+/// resolved, is only used when the target is not an origin-form path.
+fn sent_path(req: &tide::Request<State>) -> String {
+    let raw = req
+        .ext::<SentTarget>()
+        .map(|t| t.0.split(['?', '#']).next().unwrap_or(""))
+        .filter(|p| p.starts_with('/'))
+        .unwrap_or_else(|| req.url().path());
+    if !raw.contains('%') {
+        return raw.to_string();
+    }
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// The path every part of the request's handling goes by ([`sent_path`]).
+#[derive(Clone)]
+struct RequestPath(String);
+
+pub(super) fn request_path(req: &tide::Request<State>) -> &str {
+    match req.ext::<RequestPath>() {
+        Some(p) => &p.0,
+        None => req.url().path(),
+    }
+}
+
+/// The target for the audit log: as sent, else rebuilt from the URL.
+fn sent_uri(req: &tide::Request<State>) -> String {
+    match req.ext::<SentTarget>() {
+        Some(t) if t.0.starts_with('/') => t.0.clone(),
+        _ => match req.url().query() {
+            Some(q) => format!("{}?{q}", req.url().path()),
+            None => req.url().path().to_string(),
+        },
+    }
+}
+
 async fn endpoint(mut req: tide::Request<State>) -> tide::Result {
     let started = Instant::now();
     let received = std::time::SystemTime::now();
     let state = req.state().clone();
     let method = req.method();
-    let route = route::parse(req.url().path());
+    let path = sent_path(&req);
+    let route = route::parse(&path);
+    req.set_ext(RequestPath(path));
     let (verb, resource) = metric_labels(&req, &route);
     // What the audit log needs of the request, taken before the handler consumes it.
     let audit = state.audit.as_ref().map(|_| {
@@ -178,10 +230,7 @@ async fn endpoint(mut req: tide::Request<State>) -> tide::Result {
                             && query(&req, "follow").is_some_and(|f| f == "true"))
                 })
         });
-        let uri = match req.url().query() {
-            Some(q) => format!("{}?{q}", req.url().path()),
-            None => req.url().path().to_string(),
-        };
+        let uri = sent_uri(&req);
         (
             slot,
             attributes,
@@ -201,6 +250,7 @@ async fn endpoint(mut req: tide::Request<State>) -> tide::Result {
         let slot = std::mem::take(&mut *slot.0.lock().unwrap_or_else(|e| e.into_inner()));
         log.record(&crate::audit::Request {
             user: slot.user.as_ref(),
+            impersonated: slot.impersonated.as_ref(),
             annotations: &slot.annotations,
             attributes: attributes.as_ref(),
             method: method.as_ref(),
@@ -388,12 +438,41 @@ async fn handle(
     if let Some(slot) = req.ext::<AuditUser>() {
         slot.0.lock().unwrap_or_else(|e| e.into_inner()).user = Some(user.clone());
     }
-    if req.url().path() == backup::PATH {
+    // Impersonation: from here on the request is the impersonated user's.
+    let impersonation = crate::impersonation::wanted(
+        req.iter()
+            .flat_map(|(name, values)| values.iter().map(move |v| (name.as_str(), v.as_str()))),
+    )?;
+    let user = match impersonation {
+        None => user,
+        Some(wanted) => {
+            let acting = crate::impersonation::impersonate(&state.authorizer, &user, &wanted)?;
+            if let Some(slot) = req.ext::<AuditUser>() {
+                slot.0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .impersonated = Some(acting.clone());
+            }
+            acting
+        }
+    };
+    if request_path(&req) == backup::PATH {
         let include_key = query(&req, "includeKey").is_some_and(|v| v == "true");
         return backup::serve(&state, &user, &req.method(), include_key).await;
     }
     let route = route.map_err(|_| ApiError::path_not_found())?;
     authorize(&state, &req, &route, &user)?;
+    // A name is a path segment: `.` and `..` (which the path keeps as sent) name no object.
+    if let Route::Resource(ResourcePath {
+        name: Some(name), ..
+    }) = &route
+    {
+        if let Err(why) = api::rbac::path_segment_name(name) {
+            return Err(ApiError::bad_request(format!(
+                "Name parameter invalid: {name:?}: {why}"
+            )));
+        }
+    }
     let get_only = |req: &tide::Request<State>| {
         if req.method() == tide::http::Method::Get || req.method() == tide::http::Method::Head {
             Ok(())
@@ -429,7 +508,7 @@ async fn handle(
         Route::OpenApiV2 | Route::OpenApiV3 => {
             get_only(&req)?;
             Ok(openapi::serve(
-                req.url().path(),
+                request_path(&req),
                 header(&req, "Accept").as_deref(),
                 header(&req, "If-None-Match").as_deref(),
             ))
@@ -563,6 +642,7 @@ async fn handle(
                 csr.spec.uid = (!user.uid.is_empty()).then(|| user.uid.clone());
                 csr.spec.groups = user.groups.clone();
                 csr.status = Default::default();
+                crate::certificates::admit_create(&csr)?;
                 let created = writer(&state, &req)?.create(csr, None).await?;
                 return Ok(object_response(
                     &req,
@@ -585,6 +665,18 @@ async fn handle(
             let mut warnings = openapi::check_request(&req, &path, &mut body)?;
             // Admission (Pod Security) adds its warnings through the request's writer.
             let admission = registry::Warnings::default();
+            if path.kind == Kind::CertificateSigningRequest {
+                if let Some(sub @ ("approval" | "status")) = path.subresource.as_deref() {
+                    admission
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .requester = Some(Arc::new(crate::certificates::SignerAdmission {
+                        user: user.clone(),
+                        authorizer: state.authorizer.clone(),
+                        subresource: sub.to_string(),
+                    }));
+                }
+            }
             req.set_ext(admission.clone());
             let audit = req.ext::<AuditUser>().cloned();
             let answered = with_kind!(path.kind, K, {
@@ -616,7 +708,7 @@ fn attributes(req: &tide::Request<State>, route: &Route) -> Option<crate::rbac::
             Method::Head => "get".to_string(),
             m => m.to_string().to_ascii_lowercase(),
         };
-        Some(Attributes::non_resource(&verb, req.url().path()))
+        Some(Attributes::non_resource(&verb, request_path(req)))
     };
     match route {
         Route::Resource(p) => {
@@ -1373,12 +1465,7 @@ async fn resource<K: Resource>(
             Ok(json_response(StatusCode::Created, &ok))
         }
         (Method::Put, Some(name), None | Some("status") | Some("finalize") | Some("approval")) => {
-            let mut obj: K = decode_body(req, &body)?;
-            if sub == Some("approval") {
-                // Approval changes the conditions; the certificate is the signer's.
-                let current: K = state.registry.get(&ns_str, name).await?;
-                obj = keep_certificate(obj, current);
-            }
+            let obj: K = decode_body(req, &body)?;
             let updated = writer(state, req)?
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
@@ -1496,17 +1583,6 @@ async fn resource<K: Resource>(
             kind.info().plural,
             sub.map(|s| format!("/{s}")).unwrap_or_default()
         ))),
-    }
-}
-
-/// `new` with the issued certificate of `current` (for CertificateSigningRequest approvals).
-fn keep_certificate<K: Resource>(new: K, current: K) -> K {
-    match (new.into_any(), current.into_any()) {
-        (AnyObject::CertificateSigningRequest(mut n), AnyObject::CertificateSigningRequest(c)) => {
-            n.status.certificate = c.status.certificate;
-            K::from_any(n.into_any()).expect("same kind")
-        }
-        (n, _) => K::from_any(n).expect("same kind"),
     }
 }
 

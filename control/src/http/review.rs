@@ -72,6 +72,11 @@ pub fn serve(
                 name: text(&spec, "/user"),
                 uid: text(&spec, "/uid"),
                 groups: strings(&spec, "/groups"),
+                extra: spec
+                    .get("extra")
+                    .and_then(Value::as_object)
+                    .map(|m| m.iter().map(|(k, v)| (k.clone(), strings(v, ""))).collect())
+                    .unwrap_or_default(),
             };
             if subject.name.is_empty() && subject.groups.is_empty() {
                 return Err(invalid(
@@ -150,6 +155,9 @@ fn user_info(user: &User) -> Value {
     let mut v = json!({"username": user.name, "groups": user.groups});
     if !user.uid.is_empty() {
         v["uid"] = json!(user.uid);
+    }
+    if !user.extra.is_empty() {
+        v["extra"] = json!(user.extra);
     }
     v
 }

@@ -116,7 +116,7 @@ pub(super) fn serve(req: &tide::Request<State>, enabled: bool) -> Result<tide::R
             "the server does not allow {method} here"
         )));
     }
-    let i = match target(req.url().path()) {
+    let i = match target(super::request_path(req)) {
         Target::Redirect => {
             let mut r = tide::Response::new(StatusCode::MovedPermanently);
             r.insert_header("Location", PREFIX);
