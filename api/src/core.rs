@@ -1819,6 +1819,38 @@ pub struct ContainerImage {
     pub size_bytes: Option<i64>,
 }
 
+/// Whether a node may not set label `key` on its own Node (Kubernetes' NodeRestriction):
+/// labels under `node-restriction.kubernetes.io/`, and any other label of the kubernetes.io or
+/// k8s.io namespaces but the ones the kubelet sets (hostname, os, arch, instance type, zone
+/// and region, and the `kubelet.kubernetes.io/` and `node.kubernetes.io/` namespaces).
+pub fn node_label_forbidden_to_nodes(key: &str) -> bool {
+    const KUBELET_LABELS: &[&str] = &[
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    ];
+    let Some((ns, _)) = key.split_once('/') else {
+        return false;
+    };
+    let within = |ns: &str, domain: &str| ns == domain || ns.ends_with(&format!(".{domain}"));
+    if within(ns, "node-restriction.kubernetes.io") {
+        return true;
+    }
+    let kubernetes = within(ns, "kubernetes.io") || within(ns, "k8s.io");
+    let kubelet = KUBELET_LABELS.contains(&key)
+        || within(ns, "kubelet.kubernetes.io")
+        || within(ns, "node.kubernetes.io");
+    kubernetes && !kubelet
+}
+
 impl Resource for Node {
     const KIND: Kind = Kind::Node;
     crate::resource_basics!(Node);

@@ -19,6 +19,7 @@ pub mod ipalloc;
 pub mod join;
 pub mod leader;
 pub mod machinery;
+pub mod nodegraph;
 pub mod pki;
 pub mod podsecurity;
 pub mod rbac;

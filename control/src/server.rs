@@ -469,6 +469,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     );
     auth = auth.with_token_authenticator(sa_tokens.clone());
     let authorizer = crate::rbac::Authorizer::new();
+    let node_graph = crate::nodegraph::NodeGraph::new();
     let registry = Registry::new(store.clone());
     if let Some(client) = shared_etcd {
         // Node heartbeats stay in memory and travel between the servers in digests.
@@ -526,6 +527,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         auth,
         sa_tokens: sa_tokens.clone(),
         authorizer: authorizer.clone(),
+        node_graph: node_graph.clone(),
         metrics: Default::default(),
         resource_metrics: Default::default(),
         local_agent: Default::default(),
@@ -575,6 +577,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             },
         };
         authorizer.start(&loops.informers);
+        node_graph.start(&loops.informers);
         sa_tokens.set_cache(loops.informers.cache().clone());
         crate::apiservice::start(&registry, args.service_cidr, advertise, args.listen.port());
         start_certificate_renewal(state.pki.clone());

@@ -1085,3 +1085,230 @@ fn impersonation_needs_the_impersonate_verb_and_acts_as_the_user() {
             })
     });
 }
+
+/// A kubeconfig of node `name`'s identity (a certificate from the server's own CA).
+fn node_kubeconfig(s: &TestServer, name: &str) -> PathBuf {
+    let server = format!("https://{}", s.addr);
+    let pki = skiff_control::pki::Pki::load_or_create(s.data_dir(), &[], &server).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let csr = rcgen::CertificateParams::default()
+        .serialize_request(&key)
+        .unwrap()
+        .pem()
+        .unwrap();
+    let cert = pki
+        .sign_node_csr(&csr, name, Duration::from_secs(3600))
+        .unwrap();
+    let path = s.data_dir().join(format!("node-{name}.kubeconfig"));
+    let kc = api::kubeconfig::Kubeconfig::with_client_cert(
+        "skiff",
+        &server,
+        pki.ca_pem(),
+        &format!("system:node:{name}"),
+        &cert,
+        &key.serialize_pem(),
+    );
+    std::fs::write(&path, kc.to_yaml()).unwrap();
+    path
+}
+
+/// The Node authorizer and NodeRestriction: a stolen board's certificate reads only the
+/// Secrets and ConfigMaps of its own pods (and the TLS Secrets of skiff's Ingresses), and
+/// cannot change its own taints or restricted labels to attract other pods.
+#[test]
+fn nodes_read_only_what_their_pods_use_and_keep_their_restrictions() {
+    let s = TestServer::start();
+    let pi = node_kubeconfig(&s, "pi-1");
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "pi-1"},
+        "spec": {"taints": [{"key": "dedicated", "value": "edge", "effect": "NoSchedule"}]}});
+    assert_eq!(s.json("POST", "/api/v1/nodes", &node).0, 201);
+    for name in ["used", "other", "env-from", "site-tls"] {
+        ok(
+            &s,
+            &["create", "secret", "generic", name, "--from-literal=k=v"],
+        );
+    }
+    for name in ["cm-used", "cm-other"] {
+        ok(&s, &["create", "configmap", name, "--from-literal=k=v"]);
+    }
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
+        "spec": {"nodeName": "pi-1", "volumes": [{"name": "s", "secret": {"secretName": "used"}}],
+            "containers": [{"name": "c", "image": "busybox",
+                "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm-used", "key": "k"}}}],
+                "envFrom": [{"secretRef": {"name": "env-from"}}]}]}});
+    assert_eq!(
+        s.json("POST", "/api/v1/namespaces/default/pods", &pod).0,
+        201
+    );
+    let get = |what: &str| kubectl_as(&s, &pi, &["get", what, "-o", "name"]);
+    for what in ["secret/used", "secret/env-from", "configmap/cm-used"] {
+        let (success, out, err) = get(what);
+        assert!(success, "{what}: {out}{err}");
+    }
+    for (what, plural, name) in [
+        ("secret/other", "secrets", "other"),
+        ("secret/site-tls", "secrets", "site-tls"),
+        ("configmap/cm-other", "configmaps", "cm-other"),
+    ] {
+        let (success, _, err) = get(what);
+        assert!(!success);
+        assert!(
+            err.contains(&format!("{plural} \"{name}\" is forbidden: User \"system:node:pi-1\" cannot get resource \"{plural}\" in API group \"\" in the namespace \"default\": no relationship found between node 'pi-1' and this object")),
+            "{err}"
+        );
+    }
+    // Lists show what it may read, and nothing else.
+    let names = |kind: &str| {
+        let (success, out, err) = kubectl_as(&s, &pi, &["get", kind, "-A", "-o", "name"]);
+        assert!(success, "{err}");
+        let mut v: Vec<String> = out.lines().map(String::from).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names("secrets"), ["secret/env-from", "secret/used"]);
+    assert!(names("configmaps")
+        .iter()
+        .all(|n| n != "configmap/cm-other"));
+    // An Ingress of skiff's class that names a TLS Secret opens it to every node (each runs
+    // the ingress proxy); another class's does not.
+    let ingress = |name: &str, class: &str, secret: &str| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name},
+            "spec": {"ingressClassName": class, "tls": [{"hosts": ["a.example.com"], "secretName": secret}],
+                "defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}})
+    };
+    let path = "/apis/networking.k8s.io/v1/namespaces/default/ingresses";
+    assert_eq!(
+        s.json("POST", path, &ingress("other-class", "nginx", "other"))
+            .0,
+        201
+    );
+    assert_eq!(
+        s.json("POST", path, &ingress("site", "skiff", "site-tls"))
+            .0,
+        201
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !get("secret/site-tls").0 {
+        assert!(
+            Instant::now() < deadline,
+            "the Ingress's Secret stayed closed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !get("secret/other").0,
+        "another class's Ingress opened its Secret"
+    );
+    // A watch shows changes of what it may read only.
+    let c = api::client::Client::new(
+        api::client::ClientConfig::from_kubeconfig(
+            &api::kubeconfig::Kubeconfig::load(&pi).unwrap(),
+            None,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let (_, list) = s.http("GET", "/api/v1/namespaces/default/secrets", None);
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let seen: Vec<String> = smol::block_on(async {
+        use futures_lite::StreamExt;
+        let mut w = c
+            .stream_lines(
+                &format!("/api/v1/secrets?watch=true&resourceVersion={rv}"),
+                "application/json",
+            )
+            .await
+            .unwrap();
+        for name in ["other", "used"] {
+            ok(&s, &["label", "secret", name, "touched=yes"]);
+        }
+        let mut seen = Vec::new();
+        while let Some(Ok(e)) = futures_lite::future::or(w.next(), async {
+            smol::Timer::after(Duration::from_secs(3)).await;
+            None
+        })
+        .await
+        {
+            seen.push(
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+        }
+        seen
+    });
+    assert_eq!(seen, ["used"]);
+
+    // NodeRestriction: its own labels of Kubernetes' namespaces, its taints and its Node's
+    // deletion are not the node's to change.
+    let (success, _, err) = kubectl_as(&s, &pi, &["taint", "node", "pi-1", "dedicated-"]);
+    assert!(!success);
+    assert!(
+        err.contains("nodes \"pi-1\" is forbidden: node \"pi-1\" is not allowed to modify taints"),
+        "{err}"
+    );
+    let (success, _, err) = kubectl_as(
+        &s,
+        &pi,
+        &[
+            "label",
+            "node",
+            "pi-1",
+            "node-role.kubernetes.io/control-plane=",
+        ],
+    );
+    assert!(!success);
+    assert!(
+        err.contains(
+            "node \"pi-1\" is not allowed to modify labels: node-role.kubernetes.io/control-plane"
+        ),
+        "{err}"
+    );
+    let (success, out, err) = kubectl_as(
+        &s,
+        &pi,
+        &[
+            "label",
+            "node",
+            "pi-1",
+            "topology.kubernetes.io/zone=shed",
+            "rack=3",
+        ],
+    );
+    assert!(success, "{out}{err}");
+    let (success, _, err) = kubectl_as(&s, &pi, &["delete", "node", "pi-1"]);
+    assert!(!success);
+    assert!(
+        err.contains("User \"system:node:pi-1\" cannot delete resource \"nodes\""),
+        "{err}"
+    );
+    let taints = ok(
+        &s,
+        &[
+            "get",
+            "node",
+            "pi-1",
+            "-o",
+            "jsonpath={.spec.taints[*].key}",
+        ],
+    );
+    assert_eq!(taints, "dedicated");
+    // A new node registering itself with a restricted label is refused.
+    let pi2 = node_kubeconfig(&s, "pi-2");
+    let node2 = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "pi-2", "labels": {"node-restriction.kubernetes.io/pool": "a", "zone": "b"}}});
+    let (success, _, err) = kubectl_as(
+        &s,
+        &pi2,
+        &["create", "-f", &manifest_file(&s, "node2", &node2)],
+    );
+    assert!(!success);
+    assert!(
+        err.contains("node \"pi-2\" is not allowed to set the following labels: node-restriction.kubernetes.io/pool"),
+        "{err}"
+    );
+}

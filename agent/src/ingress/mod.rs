@@ -69,16 +69,23 @@ pub struct Shared {
     /// By `namespace/name` of the Secret.
     certs: RwLock<BTreeMap<String, Cert>>,
     pool: Arc<proxy::Pool>,
+    /// Secrets the table names that the Secrets watch has not shown, sent to be read by
+    /// name: a node's watch shows only the Secrets it may read, and one an Ingress starts to
+    /// name shows up there only on its next change. Each is asked for once while it is named.
+    fetch: async_channel::Sender<(String, String)>,
+    asked: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Shared {
-    fn new() -> Shared {
+    fn new(fetch: async_channel::Sender<(String, String)>) -> Shared {
         Shared {
             objects: Mutex::default(),
             secrets: Mutex::default(),
             table: RwLock::default(),
             certs: RwLock::default(),
             pool: Arc::default(),
+            fetch,
+            asked: Mutex::default(),
         }
     }
 
@@ -96,6 +103,18 @@ impl Shared {
         let wanted: std::collections::BTreeSet<&String> = table.tls.values().collect();
         {
             let secrets = self.secrets.lock().unwrap_or_else(|e| e.into_inner());
+            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+            asked.retain(|k| wanted.contains(k));
+            for key in &wanted {
+                let Some((ns, name)) = key.split_once('/') else {
+                    continue;
+                };
+                let have = secrets.contains_key(&(ns.to_string(), name.to_string()));
+                if !have && asked.insert((*key).clone()) {
+                    let _ = self.fetch.try_send((ns.to_string(), name.to_string()));
+                }
+            }
+            drop(asked);
             let mut certs = self.certs.write().unwrap_or_else(|e| e.into_inner());
             certs.retain(|k, _| wanted.contains(k));
             for key in wanted {
@@ -229,6 +248,39 @@ impl Watched for Secret {
     }
 }
 
+/// Reads the Secrets the table names that the watch has not shown (see [`Shared::fetch`]).
+async fn fetch_secrets(
+    client: Client,
+    shared: Arc<Shared>,
+    wanted: async_channel::Receiver<(String, String)>,
+) {
+    while let Ok((ns, name)) = wanted.recv().await {
+        match client.get::<Secret>(&ns, &name).await {
+            Ok(secret) => {
+                Secret::put(&shared, secret);
+                shared.rebuild();
+            }
+            // It shows up in the watch once it exists.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                tracing::warn!(secret = %format!("{ns}/{name}"), "ingress: reading a TLS Secret: {e}; trying again");
+                let shared = shared.clone();
+                smol::spawn(async move {
+                    smol::Timer::after(Duration::from_secs(2)).await;
+                    let key = format!("{ns}/{name}");
+                    shared
+                        .asked
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&key);
+                    shared.rebuild();
+                })
+                .detach();
+            }
+        }
+    }
+}
+
 /// Keeps one kind in `shared` from a list then watches; any error lists again after a
 /// pause (as the DNS server's watchers do).
 async fn reflect<K: Watched>(client: Client, shared: Arc<Shared>) {
@@ -281,7 +333,9 @@ async fn list_and_watch<K: Watched>(client: &Client, shared: &Shared) -> Result<
 pub async fn start(client: Client, cfg: IngressConfig) -> std::io::Result<()> {
     let http = smol::Async::<std::net::TcpListener>::bind(cfg.http)?;
     let https = smol::Async::<std::net::TcpListener>::bind(cfg.https)?;
-    let shared = Arc::new(Shared::new());
+    let (fetch, to_fetch) = async_channel::unbounded();
+    let shared = Arc::new(Shared::new(fetch));
+    smol::spawn(fetch_secrets(client.clone(), shared.clone(), to_fetch)).detach();
     smol::spawn(reflect::<IngressClass>(client.clone(), shared.clone())).detach();
     smol::spawn(reflect::<Ingress>(client.clone(), shared.clone())).detach();
     smol::spawn(reflect::<Service>(client.clone(), shared.clone())).detach();

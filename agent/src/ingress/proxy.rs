@@ -721,7 +721,7 @@ mod tests {
 
     /// A proxy on a real socket (the agent's accept loop) that sends everything to `endpoint`.
     fn proxy_to(endpoint: SocketAddr) -> SocketAddr {
-        let shared = Arc::new(Shared::new());
+        let shared = Arc::new(Shared::new(async_channel::unbounded().0));
         *shared.table.write().expect("table") =
             Arc::new(super::super::routes::Table::everything_to(Upstream::new(
                 "default/web:80".into(),

@@ -37,6 +37,8 @@ pub struct NodeSettings {
 pub enum SettingError {
     #[error("bad node label {0:?}: expected key=value")]
     Label(String),
+    #[error("node label {0:?} is one a node may not set on itself (Kubernetes' NodeRestriction): use a key outside the kubernetes.io and k8s.io namespaces, or set it with kubectl label node")]
+    ForbiddenLabel(String),
     #[error("bad taint {0:?}: expected key[=value]:NoSchedule|PreferNoSchedule|NoExecute")]
     Taint(String),
 }
@@ -44,6 +46,9 @@ pub enum SettingError {
 /// Parses `key=value`.
 pub fn parse_label(s: &str) -> Result<(String, String), SettingError> {
     match s.split_once('=') {
+        Some((k, _)) if api::core::node_label_forbidden_to_nodes(k) => {
+            Err(SettingError::ForbiddenLabel(k.to_string()))
+        }
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(SettingError::Label(s.to_string())),
     }
@@ -156,8 +161,10 @@ pub fn build_node(facts: &NodeFacts, settings: &NodeSettings, now: Time) -> Node
     }
 }
 
-/// Creates the Node, or updates the existing one (labels, taints and status replaced by
-/// ours; other labels and the spec's other fields kept).
+/// Creates the Node, or updates the existing one (our labels and the status replaced; other
+/// labels and the whole spec kept). Taints are set only when the Node is created, as the
+/// kubelet's `--register-with-taints`: afterwards they are the admin's (and a node may not
+/// change them, NodeRestriction).
 pub async fn register(client: &Client, desired: &Node) -> Result<Node, ClientError> {
     let name = desired.metadata.name.clone();
     for _ in 0..5 {
@@ -181,7 +188,6 @@ pub async fn register(client: &Client, desired: &Node) -> Result<Node, ClientErr
                     .metadata
                     .annotations
                     .extend(desired.metadata.annotations.clone());
-                existing.spec.taints = desired.spec.taints.clone();
                 let updated = match client.replace(&existing).await {
                     Ok(n) => n,
                     Err(e) if e.is_conflict() => continue,
@@ -291,6 +297,28 @@ pub async fn follow_stale_statuses(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_a_node_may_not_set_are_refused() {
+        for bad in [
+            "node-role.kubernetes.io/edge=",
+            "node-restriction.kubernetes.io/pool=a",
+            "example.k8s.io/x=y",
+        ] {
+            assert!(
+                matches!(parse_label(bad), Err(SettingError::ForbiddenLabel(_))),
+                "{bad}"
+            );
+        }
+        for good in [
+            "zone=shed",
+            "topology.kubernetes.io/zone=a",
+            "node.kubernetes.io/pool=b",
+            "example.com/x=y",
+        ] {
+            assert!(parse_label(good).is_ok(), "{good}");
+        }
+    }
 
     #[test]
     fn parses_labels_and_taints() {

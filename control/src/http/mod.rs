@@ -57,6 +57,8 @@ pub struct AppState {
     /// Issues the ServiceAccount tokens of the TokenRequest subresource.
     pub sa_tokens: Arc<crate::serviceaccount::Tokens>,
     pub authorizer: Arc<crate::rbac::Authorizer>,
+    /// What nodes may read (the Node authorizer's graph).
+    pub node_graph: Arc<crate::nodegraph::NodeGraph>,
     pub metrics: metrics::Metrics,
     /// Nodes' CPU and memory for `metrics.k8s.io`, in memory only.
     pub resource_metrics: resource_metrics::Scraper,
@@ -161,6 +163,23 @@ pub async fn serve(
             }
         })
         .detach();
+    }
+}
+
+/// What a node's list or watch of Secrets or ConfigMaps may show: what the node authorizer
+/// lets it read, decided object by object (so an object a node's pod starts to use shows up
+/// on its next change, and the agent reads it by name before that).
+#[derive(Clone)]
+struct NodeScope {
+    node: Arc<str>,
+    graph: Arc<crate::nodegraph::NodeGraph>,
+}
+
+impl NodeScope {
+    fn shows(&self, o: &AnyObject) -> bool {
+        let meta = o.meta();
+        self.graph
+            .may_read(&self.node, o.kind(), meta.namespace(), &meta.name)
     }
 }
 
@@ -625,6 +644,12 @@ async fn handle(
             let mut body = read_body(&mut req).await?;
             if let Some(node) = user.node_name() {
                 authorize_node(&state, &req, node, &path, &body).await?;
+                if crate::nodegraph::KINDS.contains(&path.kind) && path.name.is_none() {
+                    req.set_ext(NodeScope {
+                        node: node.into(),
+                        graph: state.node_graph.clone(),
+                    });
+                }
             } else if !user.is_master() && crate::rbac::KINDS.contains(&path.kind) {
                 check_escalation(&state, &req, &user, &path, &body)?;
             }
@@ -665,7 +690,14 @@ async fn handle(
             let mut warnings = openapi::check_request(&req, &path, &mut body)?;
             // Admission (Pod Security) adds its warnings through the request's writer.
             let admission = registry::Warnings::default();
-            if path.kind == Kind::CertificateSigningRequest {
+            if let Some(node) = user.node_name() {
+                admission
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .requester = Some(Arc::new(NodeRestriction {
+                    node: node.to_string(),
+                }));
+            } else if path.kind == Kind::CertificateSigningRequest {
                 if let Some(sub @ ("approval" | "status")) = path.subresource.as_deref() {
                     admission
                         .lock()
@@ -695,6 +727,55 @@ async fn handle(
             openapi::add_warnings(&mut response, &warnings);
             Ok(response)
         }
+    }
+}
+
+/// Kubernetes' NodeRestriction on a node's updates of its own Node, judged on the result: it
+/// may not change its taints, nor labels of Kubernetes' namespaces other than the kubelet's.
+#[derive(Debug)]
+struct NodeRestriction {
+    node: String,
+}
+
+impl registry::RequesterAdmission for NodeRestriction {
+    fn admit_update(
+        &self,
+        _kind: Kind,
+        old: &dyn std::any::Any,
+        new: &mut dyn std::any::Any,
+    ) -> Result<(), ApiError> {
+        let (Some(old), Some(new)) = (
+            old.downcast_ref::<api::core::Node>(),
+            new.downcast_ref::<api::core::Node>(),
+        ) else {
+            return Ok(());
+        };
+        let name = &old.metadata.name;
+        let refuse = |why: String| Err(ApiError::forbidden_object(Kind::Node, name, &why));
+        if new.spec.taints != old.spec.taints {
+            return refuse(format!(
+                "node {:?} is not allowed to modify taints",
+                self.node
+            ));
+        }
+        let (o, n) = (&old.metadata.labels, &new.metadata.labels);
+        let mut bad: Vec<&str> = o
+            .keys()
+            .chain(n.keys())
+            .filter(|k| o.get(*k) != n.get(*k))
+            .map(String::as_str)
+            .filter(|k| api::core::node_label_forbidden_to_nodes(k))
+            .collect();
+        bad.sort_unstable();
+        bad.dedup();
+        if !bad.is_empty() {
+            return refuse(format!(
+                "node {:?} is not allowed to modify labels: {}",
+                self.node,
+                bad.join(", ")
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -961,8 +1042,6 @@ async fn authorize_node(
         | Kind::Service
         | Kind::Endpoints
         | Kind::Namespace
-        | Kind::ConfigMap
-        | Kind::Secret
         | Kind::Event
         // The node's built-in ingress proxy reads these (with Services, Endpoints, Secrets).
         | Kind::Ingress
@@ -974,6 +1053,28 @@ async fn authorize_node(
             if reading =>
         {
             Ok(())
+        }
+        // Secrets and ConfigMaps: by name, only those its pods use (and, Secrets, those
+        // Ingresses of skiff's class name); lists and watches show only those (NodeScope).
+        Kind::Secret | Kind::ConfigMap if reading => {
+            let (Some(ns), Some(name)) = (&path.namespace, &path.name) else {
+                return Ok(());
+            };
+            if state
+                .node_graph
+                .confirm(&state.store, node, path.kind, ns, name)
+                .await?
+            {
+                return Ok(());
+            }
+            Err(ApiError::forbidden_object(
+                path.kind,
+                name,
+                &format!(
+                    "User \"system:node:{node}\" cannot get resource \"{}\" in API group \"\" in the namespace \"{ns}\": no relationship found between node '{node}' and this object",
+                    path.kind.info().plural
+                ),
+            ))
         }
         // The agent removes a deleted local-path volume's directory, then its cleanup
         // finalizer: only that, only on a volume of its own node.
@@ -1010,11 +1111,42 @@ async fn authorize_node(
                     .unwrap_or_default(),
                 (None, _) => return Err(forbidden("modify other nodes")),
             };
-            if name == node {
-                Ok(())
-            } else {
-                Err(forbidden(&format!("modify node \"{name}\"")))
+            if name != node {
+                return Err(forbidden(&format!("modify node \"{name}\"")));
             }
+            // The Node authorizer grants no delete (a node that could delete its Node could
+            // shed its taints with it).
+            if *method == Method::Delete {
+                return Err(crate::rbac::forbidden(
+                    &crate::auth::User::node(node),
+                    &crate::rbac::Attributes::resource("delete", "", "nodes", "", "", &name),
+                ));
+            }
+            // NodeRestriction on create: only the kubelet's own labels of Kubernetes'
+            // namespaces (updates are checked on the result, NodeRestriction below).
+            if *method == Method::Post {
+                let labels: Vec<String> = serde_json::from_slice::<Value>(body)
+                    .ok()
+                    .and_then(|v| v.pointer("/metadata/labels").cloned())
+                    .and_then(|l| l.as_object().map(|m| m.keys().cloned().collect()))
+                    .unwrap_or_default();
+                let mut bad: Vec<String> = labels
+                    .into_iter()
+                    .filter(|l| api::core::node_label_forbidden_to_nodes(l))
+                    .collect();
+                if !bad.is_empty() {
+                    bad.sort();
+                    return Err(ApiError::forbidden_object(
+                        Kind::Node,
+                        &name,
+                        &format!(
+                            "node {name:?} is not allowed to set the following labels: {}",
+                            bad.join(", ")
+                        ),
+                    ));
+                }
+            }
+            Ok(())
         }
         Kind::Pod => {
             let (Some(ns), Some(name)) = (&path.namespace, &path.name) else {
@@ -1359,7 +1491,8 @@ async fn resource<K: Resource>(
         (Method::Get, None, None) => {
             let (labels, fields) = selectors(req, kind)?;
             if query(req, "watch").is_some_and(|w| w == "true" || w == "1") {
-                return watch::serve_watch(state, req, kind, ns, labels, fields).await;
+                let scope = req.ext::<NodeScope>().cloned();
+                return watch::serve_watch(state, req, kind, ns, labels, fields, scope).await;
             }
             let limit: usize = match query(req, "limit") {
                 Some(l) => l
@@ -1375,6 +1508,7 @@ async fn resource<K: Resource>(
                 None => (None, None),
             };
             let filter_ns = ns.clone();
+            let scope = req.ext::<NodeScope>().cloned();
             let beats = state.registry.heartbeats.clone();
             let as_table = wants_table(req);
             let (items, page) = state
@@ -1386,7 +1520,9 @@ async fn resource<K: Resource>(
                     limit,
                     Vec::new(),
                     move |out: &mut Vec<u8>, mut o| {
-                        if !object_matches(&o, filter_ns.as_deref(), &labels, &fields) {
+                        if !object_matches(&o, filter_ns.as_deref(), &labels, &fields)
+                            || scope.as_ref().is_some_and(|s| !s.shows(&o))
+                        {
                             return false;
                         }
                         beats.overlay_any(&mut o);

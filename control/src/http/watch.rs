@@ -111,6 +111,7 @@ pub(super) async fn serve_watch(
     ns: Option<String>,
     labels: LabelSelector,
     fields: FieldSelector,
+    scope: Option<super::NodeScope>,
 ) -> Result<tide::Response, ApiError> {
     let timeout = watch_timeout(query(req, "timeoutSeconds").as_deref())?;
     let bookmarks = query(req, "allowWatchBookmarks").is_some_and(|b| b == "true");
@@ -128,7 +129,10 @@ pub(super) async fn serve_watch(
             let beats = &state.registry.heartbeats;
             let items: Vec<AnyObject> = items
                 .into_iter()
-                .filter(|o| object_matches(o, ns.as_deref(), &labels, &fields))
+                .filter(|o| {
+                    object_matches(o, ns.as_deref(), &labels, &fields)
+                        && scope.as_ref().is_none_or(|s| s.shows(o))
+                })
                 .map(|mut o| {
                     beats.overlay_any(&mut o);
                     o
@@ -190,7 +194,9 @@ pub(super) async fn serve_watch(
                 Step::Bookmark => enc.bookmark(last_revision).into(),
                 Step::Event(Some(ev)) => {
                     last_revision = ev.revision;
-                    if !object_matches(&ev.object, ns.as_deref(), &labels, &fields) {
+                    if !object_matches(&ev.object, ns.as_deref(), &labels, &fields)
+                        || scope.as_ref().is_some_and(|s| !s.shows(&ev.object))
+                    {
                         continue;
                     }
                     if enc.as_table {
