@@ -122,7 +122,7 @@ pub struct LimitRangeSpec {
     description = "LimitRangeItem defines a min/max usage limit for any resource that matches on kind."
 )]
 pub struct LimitRangeItem {
-    /// Container or Pod (PersistentVolumeClaim is kept, not enforced).
+    /// Container, Pod or PersistentVolumeClaim (min and max of its storage request).
     #[serde(rename = "type")]
     pub type_: String,
     /// The most of each resource a container (or pod) may have as limit and request.
@@ -558,6 +558,48 @@ pub fn validate_pod(pod: &Pod, ranges: &[LimitRange]) -> Result<(), String> {
     aggregate(errs)
 }
 
+/// The LimitRanger's check of a claim against the `PersistentVolumeClaim` items of the
+/// namespace's LimitRanges: its storage request within their min and max.
+pub fn validate_claim(
+    claim: &crate::storage::PersistentVolumeClaim,
+    ranges: &[LimitRange],
+) -> Result<(), String> {
+    let mut errs = Vec::new();
+    let requests = &claim.spec.resources.requests;
+    for item in ranges
+        .iter()
+        .flat_map(|r| &r.spec.limits)
+        .filter(|i| i.type_ == "PersistentVolumeClaim")
+    {
+        let what = "PersistentVolumeClaim";
+        for (k, enforced) in &item.min {
+            match requests.get(k) {
+                None => errs.push(format!(
+                    "minimum {k} usage per {what} is {}.  No request is specified",
+                    enforced.0
+                )),
+                Some(r) if milli(Some(r)) < milli(Some(enforced)) => errs.push(format!(
+                    "minimum {k} usage per {what} is {}, but request is {}",
+                    enforced.0, r.0
+                )),
+                _ => {}
+            }
+        }
+        for (k, enforced) in &item.max {
+            if let Some(r) = requests
+                .get(k)
+                .filter(|r| milli(Some(r)) > milli(Some(enforced)))
+            {
+                errs.push(format!(
+                    "maximum {k} usage per {what} is {}, but request is {}",
+                    enforced.0, r.0
+                ));
+            }
+        }
+    }
+    aggregate(errs)
+}
+
 // ---------------------------------------------------------------------------------------
 // Quota usage
 
@@ -694,8 +736,25 @@ pub fn usage(obj: &AnyObject) -> BTreeMap<String, i128> {
             _ => {}
         }
     }
-    if info.plural == "persistentvolumeclaims" {
+    if let AnyObject::PersistentVolumeClaim(c) = obj {
         u.insert("persistentvolumeclaims".into(), 1000);
+        let storage = c
+            .spec
+            .resources
+            .requests
+            .get("storage")
+            .map_or(0, |q| milli(Some(q)));
+        u.insert("requests.storage".into(), storage);
+        if let Some(class) = c
+            .spec
+            .storage_class_name
+            .as_deref()
+            .filter(|c| !c.is_empty())
+        {
+            let prefix = format!("{class}.storageclass.storage.k8s.io/");
+            u.insert(format!("{prefix}requests.storage"), storage);
+            u.insert(format!("{prefix}persistentvolumeclaims"), 1000);
+        }
     }
     if let AnyObject::Pod(p) = obj {
         let (mut req, mut lim) = (BTreeMap::new(), BTreeMap::new());
@@ -874,8 +933,12 @@ pub fn counted_kinds(hard: &BTreeMap<String, Quantity>) -> Vec<Kind> {
                 || (*k == Kind::ReplicationController
                     && hard.contains_key("replicationcontrollers"))
                 || (*k == Kind::ResourceQuota && hard.contains_key("resourcequotas"))
-                || (i.plural == "persistentvolumeclaims"
-                    && hard.contains_key("persistentvolumeclaims"))
+                || (*k == Kind::PersistentVolumeClaim
+                    && hard.keys().any(|h| {
+                        h == "persistentvolumeclaims"
+                            || h == "requests.storage"
+                            || h.contains(".storageclass.storage.k8s.io/")
+                    }))
         })
         .collect()
 }

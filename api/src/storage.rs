@@ -430,7 +430,26 @@ pub fn validate_claim_update(
 ) -> Vec<FieldError> {
     let mut a = new.spec.clone();
     let b = &old.spec;
-    a.resources = b.resources.clone();
+    let bound = old.status.phase.as_deref() == Some("Bound");
+    // Only a bound claim's request may change (a resize), and not below what it was.
+    if bound {
+        let storage = |c: &PersistentVolumeClaim| {
+            c.spec
+                .resources
+                .requests
+                .get("storage")
+                .and_then(|q| crate::quantity::parse_quantity_milli(&q.0).ok())
+        };
+        if let (Some(n), Some(o)) = (storage(new), storage(old)) {
+            if n < o {
+                return vec![FieldError::forbidden(
+                    "spec.resources.requests.storage",
+                    "field can not be less than previous value",
+                )];
+            }
+        }
+        a.resources = b.resources.clone();
+    }
     a.volume_attributes_class_name = b.volume_attributes_class_name.clone();
     if b.volume_name.as_deref().unwrap_or("").is_empty() {
         a.volume_name = b.volume_name.clone();

@@ -628,6 +628,20 @@ fn shown_name(meta: &api::meta::ObjectMeta) -> String {
     }
 }
 
+/// Kubernetes' RuntimeClass admission: a pod naming a RuntimeClass that does not exist is
+/// refused. skiff serves none yet (its one runtime is libcontainer), so a pod that asks for a
+/// sandboxed runtime (gVisor, Kata) is refused rather than run without the sandbox.
+fn admit_runtime_class(pod: &Pod) -> Result<(), ApiError> {
+    match pod.spec.runtime_class_name.as_deref() {
+        Some(class) if !class.is_empty() => Err(ApiError::forbidden_object(
+            Kind::Pod,
+            &shown_name(&pod.metadata),
+            &format!("pod rejected: RuntimeClass {class:?} not found"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// What a namespace uses of `quota`, read inside the write.
 fn quota_usage(
     txn: &Txn,
@@ -645,6 +659,32 @@ fn quota_usage(
 /// the object must have room for it (compute quotas also need every container to state the
 /// resource); the quotas' `status.used` is raised in the same write, as Kubernetes does.
 fn admit_quota(txn: &mut Txn, obj: &AnyObject) -> Result<(), ApiError> {
+    admit_quota_delta(txn, obj, api::quota::usage(obj), true)
+}
+
+/// The ResourceQuota admission of an update: what the update adds (a Service turned NodePort
+/// or LoadBalancer, a claim's larger storage request) must fit, as on create.
+fn admit_quota_update(txn: &mut Txn, old: &AnyObject, new: &AnyObject) -> Result<(), ApiError> {
+    let before = api::quota::usage(old);
+    let mut delta = api::quota::usage(new);
+    delta.retain(|k, v| {
+        *v -= before.get(k).copied().unwrap_or(0);
+        *v > 0
+    });
+    if delta.is_empty() {
+        return Ok(());
+    }
+    admit_quota_delta(txn, new, delta, false)
+}
+
+/// [`admit_quota`] of `delta` (thousandths) for `obj`; `create`: the pod's constraints are
+/// checked too.
+fn admit_quota_delta(
+    txn: &mut Txn,
+    obj: &AnyObject,
+    delta: std::collections::BTreeMap<String, i128>,
+    create: bool,
+) -> Result<(), ApiError> {
     if !obj.kind().info().namespaced || obj.kind() == Kind::Event {
         return Ok(());
     }
@@ -658,7 +698,6 @@ fn admit_quota(txn: &mut Txn, obj: &AnyObject) -> Result<(), ApiError> {
     if quotas.is_empty() {
         return Ok(());
     }
-    let delta = api::quota::usage(obj);
     let forbid =
         |why: String| ApiError::forbidden_object(obj.kind(), &shown_name(obj.meta()), &why);
     let mut raised = Vec::new();
@@ -667,7 +706,7 @@ fn admit_quota(txn: &mut Txn, obj: &AnyObject) -> Result<(), ApiError> {
             continue;
         }
         if let AnyObject::Pod(p) = obj {
-            if api::quota::pod_counts(p) {
+            if create && api::quota::pod_counts(p) {
                 api::quota::pod_constraints(p, &q.spec.hard)
                     .map_err(|e| forbid(format!("failed quota: {}: {e}", q.metadata.name)))?;
             }
@@ -749,6 +788,59 @@ fn default_storage_class(txn: &Txn, claim: &mut PersistentVolumeClaim) -> Result
         claim.spec.storage_class_name = Some(c.metadata.name);
     }
     Ok(())
+}
+
+/// Kubernetes' LimitRanger for claims: the storage request within the min and max of the
+/// namespace's `PersistentVolumeClaim` limits.
+fn admit_claim_limits(txn: &Txn, claim: &PersistentVolumeClaim) -> Result<(), ApiError> {
+    let ns = claim.metadata.namespace().to_string();
+    let ranges: Vec<LimitRange> = txn
+        .list(Kind::LimitRange, Some(&ns))?
+        .into_iter()
+        .filter_map(LimitRange::from_any)
+        .collect();
+    api::quota::validate_claim(claim, &ranges).map_err(|why| {
+        ApiError::forbidden_object(
+            Kind::PersistentVolumeClaim,
+            &shown_name(&claim.metadata),
+            &why,
+        )
+    })
+}
+
+/// Kubernetes' PersistentVolumeClaimResize admission: a bound claim's storage request may
+/// grow only when its StorageClass allows volume expansion (skiff's local-path volumes are
+/// plain directories: its default class does not).
+fn admit_claim_resize(
+    txn: &Txn,
+    old: &PersistentVolumeClaim,
+    new: &PersistentVolumeClaim,
+) -> Result<(), ApiError> {
+    let size = |c: &PersistentVolumeClaim| {
+        c.spec
+            .resources
+            .requests
+            .get("storage")
+            .map(|q| api::quantity::parse_quantity_milli(&q.0).unwrap_or(0))
+            .unwrap_or(0)
+    };
+    if size(new) <= size(old) {
+        return Ok(());
+    }
+    let class = new.spec.storage_class_name.as_deref().unwrap_or("");
+    let expandable = !class.is_empty()
+        && txn
+            .get(Kind::StorageClass, "", class)?
+            .and_then(api::storage::StorageClass::from_any)
+            .is_some_and(|c| c.allow_volume_expansion == Some(true));
+    if expandable {
+        return Ok(());
+    }
+    Err(ApiError::forbidden_object(
+        Kind::PersistentVolumeClaim,
+        &old.metadata.name,
+        "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
+    ))
 }
 
 /// Kubernetes' StorageObjectInUseProtection admission: claims and volumes are created with
@@ -945,6 +1037,7 @@ fn create_in<K: Resource>(
         default_ingress_class(txn, ing)?;
     }
     if let Some(pod) = as_pod_mut(&mut obj) {
+        admit_runtime_class(pod)?;
         admit_limit_ranges(txn, pod)?;
         admit_priority(txn, pod)?;
     }
@@ -953,6 +1046,7 @@ fn create_in<K: Resource>(
     }
     if let Some(claim) = (&mut obj as &mut dyn Any).downcast_mut::<PersistentVolumeClaim>() {
         default_storage_class(txn, claim)?;
+        admit_claim_limits(txn, claim)?;
     }
     add_protection_finalizer(&mut obj);
     for attempt in 0..8 {
@@ -1039,6 +1133,7 @@ fn apply_update_checked<K: Resource>(
             if let Some(pc) = (&new as &dyn Any).downcast_ref::<PriorityClass>() {
                 check_one_global_default(txn, pc, false)?;
             }
+
             if let (Some(o), Some(n)) = (
                 (&old as &dyn Any).downcast_ref::<Service>(),
                 as_service_mut(&mut new),
@@ -1093,6 +1188,18 @@ fn apply_update_checked<K: Resource>(
         if !errors.is_empty() {
             return Err(ApiError::invalid(K::KIND, &name, errors));
         }
+    }
+    if let (Some(o), Some(n)) = (
+        (&old as &dyn Any).downcast_ref::<PersistentVolumeClaim>(),
+        (&new as &dyn Any).downcast_ref::<PersistentVolumeClaim>(),
+    ) {
+        if part == Part::Main {
+            admit_claim_resize(txn, o, n)?;
+        }
+    }
+    // Updates that can raise what a quota counts.
+    if part == Part::Main && matches!(K::KIND, Kind::Service | Kind::PersistentVolumeClaim) {
+        admit_quota_update(txn, &old.clone().into_any(), &new.clone().into_any())?;
     }
     if new == old {
         return Ok(old);
