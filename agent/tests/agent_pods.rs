@@ -381,3 +381,84 @@ fn agent_joins_registers_and_runs_pods() {
         "only the desired pod runs"
     );
 }
+
+/// Leftover containers of pods the agent does not know (its pod cache gone, as on a re-flashed
+/// board whose old containers still run) are stopped in parallel and in the background: the
+/// pods the node should run start at once, whatever the leftovers.
+#[test]
+fn leftovers_do_not_hold_up_new_pods() {
+    image_util::require_root_and_busybox();
+    let server = TestServer::start();
+    let client = server.client();
+    let token = server.join_token();
+    let mut agent = TestAgent::new(&server);
+    let archive = agent.data_dir().join("testbox.tar");
+    image_util::write_oci_archive(&archive, &image_util::busybox_image("hello"), IMAGE);
+    agent.import(&archive);
+    agent.start(Some(&token));
+    let node = agent.node_name.clone();
+    // Containers that ignore SIGTERM: each takes the whole grace period to stop.
+    const LEFTOVERS: usize = 4;
+    for i in 0..LEFTOVERS {
+        let p = pod(
+            &format!("stubborn-{i}"),
+            &node,
+            &["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+            None,
+        );
+        smol::block_on(client.create(&p)).expect("create pod");
+    }
+    let uids: Vec<String> = (0..LEFTOVERS)
+        .map(|i| {
+            wait_phase(
+                &client,
+                &format!("stubborn-{i}"),
+                "Running",
+                Duration::from_secs(60),
+            )
+            .metadata
+            .uid
+        })
+        .collect();
+    // The agent dies; its pods are gone from the API and from its own cache.
+    agent.kill9();
+    let force = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    for i in 0..LEFTOVERS {
+        smol::block_on(client.delete::<Pod>("default", &format!("stubborn-{i}"), &force))
+            .expect("force delete");
+    }
+    std::fs::remove_file(agent.data_dir().join("pods.redb")).expect("the pod cache");
+    for uid in &uids {
+        assert!(agent.run.path().join("sandboxes").join(uid).exists());
+    }
+    smol::block_on(client.create(&pod("fresh", &node, &["sleep", "3600"], None)))
+        .expect("create pod");
+    let started = std::time::Instant::now();
+    agent.start(None);
+    wait_phase(&client, "fresh", "Running", Duration::from_secs(60));
+    let took = started.elapsed();
+    eprintln!("a new pod Running {took:?} after the agent's start, beside {LEFTOVERS} leftovers");
+    // Serially, each leftover held the start 10 s.
+    assert!(
+        took < Duration::from_secs(3),
+        "the new pod waited for the leftovers: {took:?}"
+    );
+    // The leftovers go together: one grace period, not one each.
+    wait_for(
+        "the leftovers to be removed",
+        Duration::from_secs(25),
+        || {
+            uids.iter()
+                .all(|u| !agent.run.path().join("sandboxes").join(u).exists())
+                .then_some(())
+        },
+    );
+    eprintln!(
+        "leftovers removed {:?} after the agent's start",
+        started.elapsed()
+    );
+    assert!(started.elapsed() < Duration::from_secs(25));
+}

@@ -317,6 +317,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             node_ip,
             network,
             pods_dir,
+            leftovers: Default::default(),
             pull_options,
             allow_privileged: cfg.allow_privileged,
             dns,

@@ -51,6 +51,8 @@ pub struct Context {
     pub network: Arc<crate::net::Network>,
     /// `<data-dir>/pods`: per-pod root filesystems and logs.
     pub pods_dir: PathBuf,
+    /// Leftovers of unknown pods being removed (see [`Leftovers`]).
+    pub leftovers: Leftovers,
     pub pull_options: PullOptions,
     pub allow_privileged: bool,
     /// What the pods' /etc/resolv.conf and /etc/hosts are made from.
@@ -60,6 +62,49 @@ pub struct Context {
 struct Handle {
     updates: Sender<PodUpdate>,
     task: Task<()>,
+}
+
+/// The pods whose leftovers (containers, sandbox, directory of a pod the agent did not know at
+/// its start) are being removed in the background. A worker for such a pod, should the API
+/// still want it (a data dir wiped while its containers ran), starts once its leftovers are
+/// gone; every other pod starts at once.
+#[derive(Clone, Default)]
+pub struct Leftovers {
+    removing: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    removed: Arc<event_listener::Event>,
+}
+
+impl Leftovers {
+    fn begin(&self, uids: &[String]) {
+        let mut r = self.removing.lock().unwrap_or_else(|e| e.into_inner());
+        r.extend(uids.iter().cloned());
+    }
+
+    fn done(&self, uid: &str) {
+        self.removing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        self.removed.notify(usize::MAX);
+    }
+
+    fn is_removing(&self, uid: &str) -> bool {
+        self.removing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(uid)
+    }
+
+    /// Waits until the leftovers of pod `uid`, if any, are gone.
+    pub async fn cleared(&self, uid: &str) {
+        loop {
+            let listener = self.removed.listen();
+            if !self.is_removing(uid) {
+                return;
+            }
+            listener.await;
+        }
+    }
 }
 
 /// What the cache holds of a pod: written again only when this changes.
@@ -115,21 +160,19 @@ impl PodManager {
         self.follow().await;
     }
 
-    /// Removes sandboxes, containers and pod directories of pods that are not desired.
+    /// Starts removing the sandboxes, containers and pod directories of pods that are not
+    /// desired, all at once and in the background: a container that ignores SIGTERM takes
+    /// its whole grace period, and the pods the node should run do not wait for it.
     async fn clean_leftovers(&self) {
         let known: Vec<String> = self.workers.keys().cloned().collect();
         let rt = self.ctx.runtime.clone();
         let pods_dir = self.ctx.pods_dir.clone();
         let network = self.ctx.network.clone();
-        smol::unblock(move || {
+        let (uids, containers) = smol::unblock(move || {
             network.release_unknown(&known);
+            let containers = rt.list().unwrap_or_default();
             let mut uids: Vec<String> = rt.list_sandboxes().unwrap_or_default();
-            uids.extend(
-                rt.list()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|id| id.pod_uid().to_string()),
-            );
+            uids.extend(containers.iter().map(|id| id.pod_uid().to_string()));
             if let Ok(rd) = std::fs::read_dir(&pods_dir) {
                 uids.extend(
                     rd.flatten()
@@ -138,20 +181,48 @@ impl PodManager {
             }
             uids.sort();
             uids.dedup();
-            for uid in uids.iter().filter(|u| !known.contains(u)) {
-                tracing::info!(%uid, "removing leftovers of a pod no longer on this node");
-                for id in rt.list().unwrap_or_default() {
-                    if id.pod_uid() == uid {
-                        let _ = rt.stop(&id, Duration::from_secs(10));
-                    }
-                }
-                if let Err(e) = rt.remove_sandbox(uid) {
-                    tracing::warn!(%uid, "{e}");
-                }
-                worker::cleanup_pod_dir(&pods_dir.join(uid));
-            }
+            uids.retain(|u| !known.contains(u));
+            (uids, containers)
         })
         .await;
+        if uids.is_empty() {
+            return;
+        }
+        self.ctx.leftovers.begin(&uids);
+        for uid in uids {
+            let ids: Vec<_> = containers
+                .iter()
+                .filter(|id| id.pod_uid() == uid)
+                .cloned()
+                .collect();
+            let ctx = self.ctx.clone();
+            smol::spawn(async move {
+                tracing::info!(%uid, "removing leftovers of a pod no longer on this node");
+                // Each container stops on a thread of its own: their grace periods overlap.
+                let stops: Vec<_> = ids
+                    .into_iter()
+                    .map(|id| {
+                        let rt = ctx.runtime.clone();
+                        smol::unblock(move || {
+                            let _ = rt.stop(&id, Duration::from_secs(10));
+                        })
+                    })
+                    .collect();
+                for stop in stops {
+                    stop.await;
+                }
+                let (rt, dir, u) = (ctx.runtime.clone(), ctx.pods_dir.join(&uid), uid.clone());
+                smol::unblock(move || {
+                    if let Err(e) = rt.remove_sandbox(&u) {
+                        tracing::warn!(uid = %u, "{e}");
+                    }
+                    worker::cleanup_pod_dir(&dir);
+                })
+                .await;
+                ctx.leftovers.done(&uid);
+            })
+            .detach();
+        }
     }
 
     /// Hands the pod to its worker (starting one if needed) and updates the cache.

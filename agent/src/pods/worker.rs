@@ -72,6 +72,8 @@ struct Worker {
 
 /// Runs the pod's worker until the pod is gone from the node.
 pub async fn run(ctx: Arc<Context>, pod: Pod, updates: Receiver<PodUpdate>) {
+    // A pod whose old containers the agent is still removing starts once they are gone.
+    ctx.leftovers.cleared(&pod.metadata.uid).await;
     let mut w = Worker::new(ctx, pod);
     // A pod already being deleted (e.g. from the cache after a restart) is only cleaned up.
     w.check_deletion();
