@@ -18,7 +18,9 @@ import tarfile
 BUSYBOX = "/bin/busybox"
 APPLETS = ["sh", "sleep", "httpd", "echo", "cat", "ls", "nc", "wget", "hostname", "env",
            "true", "false", "date", "ps", "mkdir", "rm", "touch", "test", "grep", "id",
-           "nslookup", "ip", "ifconfig", "seq"]
+           "nslookup", "ip", "ifconfig", "seq",
+           # kubectl cp runs `tar` in the container.
+           "tar"]
 
 
 def layer_tar():

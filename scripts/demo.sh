@@ -91,6 +91,14 @@ if [ -z "$answered" ]; then
 print(urllib.request.urlopen("http://127.0.0.1:8080/", timeout=3).read().decode().strip())')
     echo "GET http://127.0.0.1:8080/ inside pod $POD -> $out"
 fi
+echo "== kubectl exec: a command inside the pod"
+kubectl exec "$POD" -- sh -c 'echo "hello from $(hostname)"; ls /www'
+echo "== kubectl cp: a file into the pod and back"
+echo "copied at $(date -u +%H:%M:%S)" >"$DATA/note.txt"
+kubectl cp "$DATA/note.txt" "$POD:/tmp/note.txt"
+kubectl exec "$POD" -- cat /tmp/note.txt
+kubectl cp "$POD:/tmp/note.txt" "$DATA/note-back.txt"
+cmp "$DATA/note.txt" "$DATA/note-back.txt" && echo "the file came back unchanged"
 echo "== its log"
 "$SKIFF" logs "$POD" --tail 5 || true
 echo "== done. Try: export KUBECONFIG=$KUBECONFIG; kubectl get pods; skiff logs -f $POD"
