@@ -10,6 +10,10 @@
 #                   0 (the default): no nodes, each pod gets FailedScheduling
 #   ETCD_BACKEND=1  also skiff on the etcd datastore (issue 19), once, after the runs
 #   SKIFF=PATH      a prebuilt server (and AGENT=PATH a prebuilt agent)
+#   PIN=both        (the default) each run twice: with the servers and wrk sharing both CPUs,
+#                   and pinned, each server (all its threads) on CPU 1 and wrk (and the
+#                   simulated nodes) on CPU 0, so the load generator takes nothing from the
+#                   server. The pinned ratio is the figure of record. PIN=0 or PIN=1: one mode.
 # Each run also prints the CPU time each server (/proc/PID/stat) and wrk spent per answered
 # request.
 # shellcheck source=bench/lib.sh disable=SC1091
@@ -18,6 +22,25 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
 RUNS=${RUNS:-1}
 NODES=${NODES:-0}
+PIN=${PIN:-both}
+case "$PIN" in
+    0) MODES=(shared) ;;
+    1) MODES=(pinned) ;;
+    both) MODES=(shared pinned) ;;
+    *) echo "api-throughput: PIN must be 0, 1 or both" >&2; exit 2 ;;
+esac
+if [ "$PIN" != 0 ] && [ "$(nproc)" -lt 2 ]; then
+    echo "api-throughput: PIN=$PIN needs two CPUs" >&2; exit 1
+fi
+CLIENT_CPU=()
+# pin MODE: sets the CPU prefixes of the servers and the clients for MODE.
+pin() {
+    if [ "$1" = pinned ]; then
+        SERVER_CPU=(taskset -c 1); CLIENT_CPU=(taskset -c 0)
+    else
+        SERVER_CPU=(); CLIENT_CPU=()
+    fi
+}
 need wrk wrk
 need etcd etcd-server
 need openssl openssl
@@ -67,7 +90,7 @@ skiff_run() {  # skiff_run OUT DATA_DIR [server args...]
     token=$(cat "$dir/admin-token")
     if [ "$NODES" -gt 0 ]; then
         # Room for every pod the run creates, so that each is scheduled.
-        SKIFF_LOG=warn "$AGENT" --simulate "$NODES" --kubeconfig "$dir/admin.kubeconfig" \
+        SKIFF_LOG=warn ${CLIENT_CPU[@]+"${CLIENT_CPU[@]}"} "$AGENT" --simulate "$NODES" --kubeconfig "$dir/admin.kubeconfig" \
             --sim-cpu 1000 --sim-memory 1Ti --max-pods 2000 &
         sim_pid=$!
         for _ in $(seq 1 300); do
@@ -77,7 +100,7 @@ skiff_run() {  # skiff_run OUT DATA_DIR [server args...]
     fi
     local t0
     t0=$(cpu_ticks "$SKIFF_PID")
-    client_cpu "$out" wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
+    client_cpu "$out" ${CLIENT_CPU[@]+"${CLIENT_CPU[@]}"} wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
         -H "Authorization: Bearer $token" -H "Content-Type: application/json" \
         "https://127.0.0.1:$port/api/v1/namespaces/default/pods" -- skiff "$ROOT/bench/pod.json"
     echo "cpu: $(($(cpu_ticks "$SKIFF_PID") - t0))" >>"$out"
@@ -94,7 +117,7 @@ skiff_run() {  # skiff_run OUT DATA_DIR [server args...]
 etcd_run() {  # etcd_run OUT DATA_DIR
     local out=$1 dir=$2 cport pport etcd_pid
     cport=$(free_port); pport=$(free_port)
-    etcd --name bench --data-dir "$dir" --log-level error \
+    ${SERVER_CPU[@]+"${SERVER_CPU[@]}"} etcd --name bench --data-dir "$dir" --log-level error \
         --listen-client-urls "https://127.0.0.1:$cport" --advertise-client-urls "https://127.0.0.1:$cport" \
         --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
         --initial-cluster "bench=http://127.0.0.1:$pport" --cert-file "$work/etcd.crt" --key-file "$work/etcd.key" &
@@ -103,7 +126,7 @@ etcd_run() {  # etcd_run OUT DATA_DIR
     sleep 1
     local t0
     t0=$(cpu_ticks "$etcd_pid")
-    client_cpu "$out" wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
+    client_cpu "$out" ${CLIENT_CPU[@]+"${CLIENT_CPU[@]}"} wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
         -H "Content-Type: application/json" \
         "https://127.0.0.1:$cport/v3/kv/put" -- etcd "$ROOT/bench/pod.json"
     echo "cpu: $(($(cpu_ticks "$etcd_pid") - t0))" >>"$out"
@@ -111,15 +134,19 @@ etcd_run() {  # etcd_run OUT DATA_DIR
 }
 
 echo "skiff $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo dev), etcd $(etcd --version | head -1 | awk '{print $3}')"
-ratios=()
+declare -A ratios
 for run in $(seq 1 "$RUNS"); do
-    skiff_run "$work/skiff-$run.out" "$work/skiff-$run"
-    etcd_run "$work/etcd-$run.out" "$work/etcd-$run"
-    s=$(rate "$work/skiff-$run.out"); e=$(rate "$work/etcd-$run.out")
-    r=$(python3 -c "print(round($s/$e, 2))")
-    ratios+=("$r")
-    bound=$(awk '/^bound:/{print ", " $2 " of " $4 " pods bound 5 s later"}' "$work/skiff-$run.out")
-    echo "run $run: skiff ${s} creates/s p99 $(p99 "$work/skiff-$run.out") (non-2xx: $(errors "$work/skiff-$run.out" || true))${bound}, etcd ${e} puts/s p99 $(p99 "$work/etcd-$run.out") (non-2xx: $(errors "$work/etcd-$run.out" || true)), ratio ${r}; CPU per request: skiff $(cpu_per_request "$work/skiff-$run.out") µs (wrk $(client_cpu_per_request "$work/skiff-$run.out")), etcd $(cpu_per_request "$work/etcd-$run.out") µs (wrk $(client_cpu_per_request "$work/etcd-$run.out"))"
+    for mode in "${MODES[@]}"; do
+        pin "$mode"
+        o="$work/$mode-$run"
+        skiff_run "$o-skiff.out" "$o-skiff"
+        etcd_run "$o-etcd.out" "$o-etcd"
+        s=$(rate "$o-skiff.out"); e=$(rate "$o-etcd.out")
+        r=$(python3 -c "print(round($s/$e, 2))")
+        ratios[$mode]="${ratios[$mode]:-} $r"
+        bound=$(awk '/^bound:/{print ", " $2 " of " $4 " pods bound 5 s later"}' "$o-skiff.out")
+        echo "run $run ($mode): skiff ${s} creates/s p99 $(p99 "$o-skiff.out") (non-2xx: $(errors "$o-skiff.out" || true))${bound}, etcd ${e} puts/s p99 $(p99 "$o-etcd.out") (non-2xx: $(errors "$o-etcd.out" || true)), ratio ${r}; CPU per request: skiff $(cpu_per_request "$o-skiff.out") µs (wrk $(client_cpu_per_request "$o-skiff.out")), etcd $(cpu_per_request "$o-etcd.out") µs (wrk $(client_cpu_per_request "$o-etcd.out"))"
+    done
 done
 
 if [ "${ETCD_BACKEND:-0}" = 1 ]; then
@@ -137,5 +164,10 @@ if [ "${ETCD_BACKEND:-0}" = 1 ]; then
     echo "etcd datastore: skiff $(rate "$work/skiff-etcd.out") creates/s p99 $(p99 "$work/skiff-etcd.out") (non-2xx: $(errors "$work/skiff-etcd.out" || true)), ratio to raw etcd of the last run $(python3 -c "print(round($(rate "$work/skiff-etcd.out")/$e, 2))")"
 fi
 
-sorted=$(printf '%s\n' "${ratios[@]}" | sort -n)
-echo "=== result: ratio skiff/etcd over $RUNS run(s), $NODES node(s): $(echo "$sorted" | head -1)–$(echo "$sorted" | tail -1), median $(echo "$sorted" | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}') (runs: ${ratios[*]})"
+for mode in "${MODES[@]}"; do
+    # shellcheck disable=SC2086 # the ratios are words
+    sorted=$(printf '%s\n' ${ratios[$mode]} | sort -n)
+    record=""
+    [ "$mode" != pinned ] || record=" (the figure of record)"
+    echo "=== result ($mode$record): ratio skiff/etcd over $RUNS run(s), $NODES node(s): $(echo "$sorted" | head -1)–$(echo "$sorted" | tail -1), median $(echo "$sorted" | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}') (runs:${ratios[$mode]})"
+done

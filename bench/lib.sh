@@ -42,10 +42,13 @@ server_bench_start() {
     machine
 }
 
+# A command prefix for the servers under test (`taskset -c 1` to pin them and all their
+# threads to one CPU); empty by default.
+SERVER_CPU=()
 start_skiff() {  # start_skiff DATA_DIR PORT [extra args...]; sets SKIFF_PID
     local dir=$1 port=$2
     shift 2
-    SKIFF_LOG=warn "$SKIFF" server --data-dir "$dir" --listen "127.0.0.1:$port" --disable-agent "$@" &
+    SKIFF_LOG=warn ${SERVER_CPU[@]+"${SERVER_CPU[@]}"} "$SKIFF" server --data-dir "$dir" --listen "127.0.0.1:$port" --disable-agent "$@" &
     # shellcheck disable=SC2034 # read by the scripts that source this file
     SKIFF_PID=$!
     wait_port "$port"
