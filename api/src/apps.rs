@@ -414,6 +414,40 @@ pub struct StatefulSet {
     pub status: StatefulSetStatus,
 }
 
+/// A StatefulSet's claim templates. In JSON each may carry `apiVersion` and `kind` (they
+/// are PersistentVolumeClaims, and their published schema has both), which decoding drops,
+/// as kube-apiserver's conversion does; the stored form has neither.
+fn claim_templates<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<crate::storage::PersistentVolumeClaim>, D::Error> {
+    use crate::storage::{
+        PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+    };
+    if !d.is_human_readable() {
+        return Vec::deserialize(d);
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+    #[derive(Default)]
+    struct Template {
+        #[serde(rename = "apiVersion")]
+        _api_version: Option<serde::de::IgnoredAny>,
+        #[serde(rename = "kind")]
+        _kind: Option<serde::de::IgnoredAny>,
+        metadata: ObjectMeta,
+        spec: PersistentVolumeClaimSpec,
+        status: PersistentVolumeClaimStatus,
+    }
+    Ok(Vec::<Template>::deserialize(d)?
+        .into_iter()
+        .map(|t| PersistentVolumeClaim {
+            metadata: t.metadata,
+            spec: t.spec,
+            status: t.status,
+        })
+        .collect())
+}
+
 /// apps/v1 StatefulSetSpec.
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -428,6 +462,7 @@ pub struct StatefulSetSpec {
     pub template: PodTemplateSpec,
     /// Claims each pod gets, named `<template>-<set>-<ordinal>`, mounted as the volume of the
     /// template's name.
+    #[serde(deserialize_with = "claim_templates")]
     pub volume_claim_templates: Vec<crate::storage::PersistentVolumeClaim>,
     /// The headless Service that gives the pods their network names
     /// (`<pod>.<serviceName>.<namespace>.svc.<cluster domain>`).
@@ -691,5 +726,31 @@ impl Resource for ControllerRevision {
         let mut errs = validation::validate_meta(&self.metadata, Kind::ControllerRevision);
         validation::check_non_negative(&mut errs, "revision", Some(self.revision));
         errs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_templates_take_and_drop_their_type_and_refuse_unknown_fields() {
+        let with_type = serde_json::json!({"spec": {"volumeClaimTemplates": [{
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "www"}, "spec": {"accessModes": ["ReadWriteOnce"]}}]}});
+        let set: StatefulSet = crate::codec::from_json(with_type).expect("decodes");
+        let t = &set.spec.volume_claim_templates[0];
+        assert_eq!(t.metadata.name, "www");
+        assert_eq!(t.spec.access_modes, ["ReadWriteOnce"]);
+        let packed = postcard::to_allocvec(&set).expect("encodes");
+        assert_eq!(
+            postcard::from_bytes::<StatefulSet>(&packed).expect("reads back"),
+            set
+        );
+
+        let unknown = serde_json::json!({"spec": {"volumeClaimTemplates": [{
+            "metadata": {"name": "www"}, "size": "1Gi"}]}});
+        let err = crate::codec::from_json::<StatefulSet>(unknown).unwrap_err();
+        assert!(err.to_string().contains("size"), "{err}");
     }
 }
