@@ -775,6 +775,9 @@ fn csr_request() -> Value {
 fn kind_overrides(kind: &str) -> Vec<Op> {
     match kind {
         "Namespace" => vec![set("/status/phase", json!("Active"))],
+        // No RuntimeClass is served yet, and a pod naming one that does not exist is refused
+        // (RuntimeClass admission); workload templates keep the field.
+        "Pod" => vec![remove("/spec/runtimeClassName")],
         "Node" => vec![
             // CIDRs, the first of podCIDRs being podCIDR, one per family.
             set("/spec/podCIDR", json!("10.42.7.0/24")),
