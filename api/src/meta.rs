@@ -20,8 +20,19 @@ use serde::{Deserialize, Serialize};
 pub struct Time(pub i64);
 
 impl Time {
+    /// The last second RFC 3339 can write with a four-digit year, 9999-12-31T23:59:59Z: the
+    /// latest time Kubernetes' JSON carries, so the latest an object can hold.
+    pub const MAX: Time = Time(253_402_300_799);
+
     pub fn now() -> Time {
         Time::from_system(SystemTime::now())
+    }
+
+    /// This time plus `secs` seconds (minus, if negative), saturating and then kept between
+    /// the Unix epoch and [`Time::MAX`], the times RFC 3339 can write: a user's duration
+    /// (a grace period, a token's TTL) never overflows into a time that cannot be written.
+    pub fn plus_seconds(self, secs: i64) -> Time {
+        Time(self.0.saturating_add(secs).clamp(0, Time::MAX.0))
     }
 
     pub fn from_system(t: SystemTime) -> Time {
@@ -56,8 +67,12 @@ impl Time {
 }
 
 impl fmt::Display for Time {
+    /// RFC 3339. A time before the epoch or after [`Time::MAX`] (which only arithmetic can
+    /// make) is written as the nearest one RFC 3339 can write: humantime panics on the one
+    /// and fails on the other, and a failing `Display` panics in `to_string` and serde_json.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", humantime::format_rfc3339_seconds(self.to_system()))
+        let t = Time(self.0.clamp(0, Time::MAX.0));
+        write!(f, "{}", humantime::format_rfc3339_seconds(t.to_system()))
     }
 }
 
@@ -122,13 +137,17 @@ impl MicroTime {
 
 impl From<Time> for MicroTime {
     fn from(t: Time) -> MicroTime {
-        MicroTime(t.0 * 1_000_000)
+        MicroTime(t.0.saturating_mul(1_000_000))
     }
 }
 
 impl fmt::Display for MicroTime {
+    /// RFC 3339 with microseconds, kept between the epoch and the last microsecond of
+    /// [`Time::MAX`] as [`Time`]'s is.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", humantime::format_rfc3339_micros(self.to_system()))
+        let last = Time::MAX.0 * 1_000_000 + 999_999;
+        let t = MicroTime(self.0.clamp(0, last));
+        write!(f, "{}", humantime::format_rfc3339_micros(t.to_system()))
     }
 }
 
@@ -188,13 +207,15 @@ impl IntOrString {
                     .ok_or_else(|| {
                         format!("invalid value {s:?}: must be an integer or a percentage")
                     })?;
-                let scaled = pct * total as i64;
+                // In i128, clamped to i32: no percentage of any replica count overflows (Go
+                // computes it in float64 and wraps converting back to int32).
+                let scaled = i128::from(pct) * i128::from(total);
                 let v = if round_up {
                     (scaled + 99) / 100
                 } else {
                     scaled / 100
                 };
-                Ok(v as i32)
+                Ok(v.clamp(i128::from(i32::MIN), i128::from(i32::MAX)) as i32)
             }
         }
     }
@@ -742,4 +763,64 @@ pub struct DeleteOptions {
 pub struct Preconditions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_past_what_rfc3339_writes_are_clamped_not_a_panic() {
+        for (t, want) in [
+            (Time(i64::MAX), "9999-12-31T23:59:59Z"),
+            (Time(Time::MAX.0 + 1), "9999-12-31T23:59:59Z"),
+            (Time(i64::MIN), "1970-01-01T00:00:00Z"),
+            (Time(-1), "1970-01-01T00:00:00Z"),
+            (Time(0), "1970-01-01T00:00:00Z"),
+        ] {
+            assert_eq!(t.to_string(), want, "{t:?}");
+            assert_eq!(serde_json::to_value(t).unwrap(), want, "{t:?}");
+        }
+        assert_eq!(
+            MicroTime(i64::MAX).to_string(),
+            "9999-12-31T23:59:59.999999Z"
+        );
+        assert_eq!(
+            MicroTime(i64::MIN).to_string(),
+            "1970-01-01T00:00:00.000000Z"
+        );
+        assert_eq!(MicroTime::from(Time(i64::MAX)), MicroTime(i64::MAX));
+        assert_eq!(MicroTime::from(Time(i64::MIN)), MicroTime(i64::MIN));
+    }
+
+    #[test]
+    fn plus_seconds_saturates_within_writable_times() {
+        let now = Time(1_800_000_000);
+        assert_eq!(now.plus_seconds(30), Time(1_800_000_030));
+        assert_eq!(now.plus_seconds(i64::MAX), Time::MAX);
+        assert_eq!(Time::MAX.plus_seconds(i64::MAX), Time::MAX);
+        assert_eq!(now.plus_seconds(i64::MIN), Time(0));
+        assert_eq!(now.plus_seconds(-30), Time(1_799_999_970));
+        assert_eq!(Time(i64::MIN).plus_seconds(i64::MIN), Time(0));
+    }
+
+    #[test]
+    fn percentages_of_any_count_do_not_overflow() {
+        let pct = |s: &str| IntOrString::String(s.into());
+        assert_eq!(pct("25%").scaled_value(10, true), Ok(3));
+        assert_eq!(pct("25%").scaled_value(10, false), Ok(2));
+        assert_eq!(pct("100%").scaled_value(i32::MAX, true), Ok(i32::MAX));
+        assert_eq!(pct("200%").scaled_value(i32::MAX, true), Ok(i32::MAX));
+        let huge = format!("{}%", i64::MAX);
+        assert_eq!(pct(&huge).scaled_value(i32::MAX, true), Ok(i32::MAX));
+        assert_eq!(pct(&huge).scaled_value(i32::MIN, false), Ok(i32::MIN));
+        let tiny = format!("{}%", i64::MIN);
+        assert_eq!(pct(&tiny).scaled_value(i32::MAX, false), Ok(i32::MIN));
+        assert_eq!(pct(&tiny).scaled_value(i32::MIN, true), Ok(i32::MAX));
+        assert_eq!(pct(&tiny).scaled_value(0, true), Ok(0));
+        assert_eq!(
+            IntOrString::Int(i32::MIN).scaled_value(5, true),
+            Ok(i32::MIN)
+        );
+    }
 }

@@ -207,7 +207,7 @@ pub fn budget(
             let max = max.scaled_value(expected, true)?;
             Ok(Budget {
                 expected_pods: expected,
-                desired_healthy: (expected - max).max(0),
+                desired_healthy: expected.saturating_sub(max).max(0),
             })
         }
         (None, Some(IntOrString::Int(min))) => Ok(Budget {
@@ -235,7 +235,7 @@ pub fn disruptions_allowed(b: Budget, current_healthy: i32) -> i32 {
     if b.expected_pods <= 0 {
         return 0;
     }
-    (current_healthy - b.desired_healthy).max(0)
+    current_healthy.saturating_sub(b.desired_healthy).max(0)
 }
 
 #[cfg(test)]

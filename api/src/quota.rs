@@ -611,15 +611,18 @@ fn cpu_like(resource: &str) -> bool {
 /// An amount (in thousandths) as Kubernetes would print it: cpu in cores or `m`, counts as
 /// integers, bytes in the largest binary unit that divides them.
 pub fn format_amount(resource: &str, milli: i128) -> Quantity {
+    // Sums of many quantities can pass i64, which quantities are counted in: they show as
+    // the largest i64 amount (casting wrapped them, a huge usage showing as negative).
+    let saturated = |v: i128| i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX });
     if cpu_like(resource) {
-        return Quantity::from_milli(milli as i64);
+        return Quantity::from_milli(saturated(milli));
     }
     let whole = milli / 1000;
     if milli % 1000 != 0 {
-        return Quantity::from_milli(milli as i64);
+        return Quantity::from_milli(saturated(milli));
     }
     if resource.contains("memory") || resource.contains("storage") {
-        Quantity::from_bytes(whole as i64)
+        Quantity::from_bytes(saturated(whole))
     } else {
         Quantity(whole.to_string())
     }
@@ -977,6 +980,25 @@ mod tests {
         .unwrap();
         p.set_defaults();
         p
+    }
+
+    #[test]
+    fn amounts_past_i64_saturate_instead_of_wrapping() {
+        let big = i128::from(i64::MAX) * 3;
+        assert_eq!(
+            format_amount("requests.cpu", big),
+            Quantity::from_milli(i64::MAX)
+        );
+        assert_eq!(
+            format_amount("requests.cpu", -big),
+            Quantity::from_milli(i64::MIN)
+        );
+        assert_eq!(
+            format_amount("requests.memory", big * 1000),
+            Quantity::from_bytes(i64::MAX)
+        );
+        assert_eq!(format_amount("pods", big * 1000), Quantity(big.to_string()));
+        assert_eq!(format_amount("requests.cpu", 1500), q("1500m"));
     }
 
     #[test]

@@ -799,6 +799,32 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &str) -> Vec<FieldError> {
         &format!("{path}.terminationGracePeriodSeconds"),
         spec.termination_grace_period_seconds,
     );
+    // Kubernetes' IsValidUserID and IsValidGroupID: a uid past 2^31 - 1 would be cut to 32
+    // bits by whoever runs the pod (4294967296 is root).
+    if let Some(sc) = &spec.security_context {
+        let ids = [
+            ("runAsUser", sc.run_as_user),
+            ("runAsGroup", sc.run_as_group),
+            ("fsGroup", sc.fs_group),
+        ]
+        .into_iter()
+        .map(|(f, id)| (f.to_string(), id))
+        .chain(
+            sc.supplemental_groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (format!("supplementalGroups[{i}]"), Some(*g))),
+        );
+        for (field, id) in ids {
+            if let Some(id) = id.filter(|id| !(0..=2147483647).contains(id)) {
+                errs.push(FieldError::invalid(
+                    format!("{path}.securityContext.{field}"),
+                    id,
+                    "must be between 0 and 2147483647, inclusive",
+                ));
+            }
+        }
+    }
     if let Some(a) = spec.active_deadline_seconds {
         if a <= 0 {
             errs.push(FieldError::invalid(

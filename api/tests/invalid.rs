@@ -166,6 +166,40 @@ fn container_rules() {
     );
 }
 
+/// A uid past 2^31 - 1 would be cut to 32 bits where the pod runs: 4294967296 is root.
+#[test]
+fn pod_security_context_ids_are_31_bit() {
+    let errs = errors(pod(json!({
+        "containers": [{"name": "app", "image": "busybox"}],
+        "securityContext": {
+            "runAsUser": 4294967296_i64, "runAsGroup": -1, "fsGroup": i64::MAX,
+            "supplementalGroups": [1000, i64::MIN]
+        }
+    })));
+    for field in [
+        "runAsUser",
+        "runAsGroup",
+        "fsGroup",
+        "supplementalGroups[1]",
+    ] {
+        assert_has(
+            &errs,
+            &format!("spec.securityContext.{field}"),
+            "FieldValueInvalid",
+        );
+    }
+    assert!(!has(
+        &errs,
+        "spec.securityContext.supplementalGroups[0]",
+        "FieldValueInvalid"
+    ));
+    let ok = errors(pod(json!({
+        "containers": [{"name": "app", "image": "busybox"}],
+        "securityContext": {"runAsUser": 2147483647, "runAsGroup": 0, "fsGroup": 2000}
+    })));
+    assert_eq!(ok, vec![]);
+}
+
 #[test]
 fn volume_rules() {
     let errs = errors(pod(json!({

@@ -68,7 +68,8 @@ pub async fn create_token(
 ) -> Result<TokenResponse, ApiError> {
     let id = random_token_part(6)?;
     let secret = random_token_part(16)?;
-    let expires = Time(Time::now().0 + ttl.as_secs() as i64);
+    // Any TTL: past i64 seconds, or the last time RFC 3339 can write, it saturates there.
+    let expires = Time::now().plus_seconds(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
     let mut fields = vec![
         ("token-id", id.clone()),
         ("token-secret", secret.clone()),
@@ -255,4 +256,45 @@ pub async fn server_join(
         admin_token: pki.admin_token().to_string(),
         datastore_cluster_id,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Store, StoreConfig};
+
+    /// A token of any TTL: a u64 of seconds overflowed `now + ttl` (a panic, or in a release
+    /// build an expiration before 1970 that panicked when written as RFC 3339).
+    #[test]
+    fn a_token_of_the_longest_ttl_expires_at_the_last_writable_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(StoreConfig::in_dir(dir.path().join("store"))).expect("store");
+        let registry = Registry::new(store);
+        let pki = Pki::load_or_create(&dir.path().join("pki"), &[], "https://127.0.0.1:6443")
+            .expect("pki");
+        smol::block_on(async {
+            let mut ns = api::core::Namespace::default();
+            ns.metadata.name = "kube-system".into();
+            registry.create(ns, None).await.expect("namespace");
+            for ttl in [
+                Duration::MAX,
+                Duration::from_secs(u64::MAX),
+                Duration::from_secs(i64::MAX as u64),
+            ] {
+                let answer = create_token(&registry, &pki, ttl, TokenUsage::Node)
+                    .await
+                    .expect("token");
+                assert_eq!(answer.expires, "9999-12-31T23:59:59Z");
+                // And it is a valid token (not one that expired in 1970).
+                let credential = answer.token.rsplit("::").next().unwrap_or_default();
+                check_token(&registry, credential)
+                    .await
+                    .expect("a valid token");
+            }
+            let short = create_token(&registry, &pki, Duration::from_secs(60), TokenUsage::Node)
+                .await
+                .expect("token");
+            assert!(Time::parse(&short.expires).expect("time") > Time::now());
+        });
+    }
 }

@@ -204,7 +204,9 @@ impl Elector {
             lease.spec.lease_transitions = Some(transitions);
         } else {
             lease.spec.acquire_time = Some(now);
-            lease.spec.lease_transitions = Some(transitions + 1);
+            // The Lease is anyone's to write (with the rights): i32::MAX + 1 overflowed,
+            // and wrapped it is a negative count validation refuses.
+            lease.spec.lease_transitions = Some(transitions.saturating_add(1));
         }
         lease.spec.holder_identity = Some(self.config.identity.clone());
         lease.spec.lease_duration_seconds = Some(duration);
@@ -444,6 +446,30 @@ mod tests {
             let l = lease(&r).await;
             assert_eq!(l.holder(), "server-c");
             assert_eq!(l.spec.lease_transitions, Some(2));
+        });
+    }
+
+    /// A Lease is anyone's to write (with the rights): a count of i32::MAX transitions
+    /// overflowed on the next takeover, in the election's task.
+    #[test]
+    fn the_largest_transition_count_saturates() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = registry(dir.path());
+        smol::block_on(async {
+            make_namespace(&r).await;
+            let mut a = Elector::new(r.clone(), Config::new("server-a")).unwrap();
+            assert!(a.try_acquire_or_renew().await);
+            a.release().await;
+            let mut l = lease(&r).await;
+            l.spec.lease_transitions = Some(i32::MAX);
+            r.update(l, Some(LEASE_NAMESPACE), LEASE_NAME, Part::Main)
+                .await
+                .unwrap();
+            let mut b = Elector::new(r.clone(), Config::new("server-b")).unwrap();
+            assert!(b.try_acquire_or_renew().await);
+            let l = lease(&r).await;
+            assert_eq!(l.holder(), "server-b");
+            assert_eq!(l.spec.lease_transitions, Some(i32::MAX));
         });
     }
 }

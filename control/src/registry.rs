@@ -2107,7 +2107,9 @@ impl Registry {
                 {
                     let meta = marked.meta_mut();
                     if !terminating || grace < meta.deletion_grace_period_seconds.unwrap_or(i64::MAX) {
-                        meta.deletion_timestamp = Some(Time(Time::now().0 + grace));
+                        // Any int64 grace period is taken (as kube-apiserver takes it);
+                        // the time saturates at the last one RFC 3339 can write.
+                        meta.deletion_timestamp = Some(Time::now().plus_seconds(grace));
                         meta.deletion_grace_period_seconds = Some(grace);
                     }
                 }
@@ -2212,6 +2214,64 @@ mod tests {
         let body = serde_json::to_vec(&ops.as_array().unwrap()[..2]).unwrap();
         let patched = apply_patch(deployment(), PatchType::Json, &body).unwrap();
         assert_eq!(patched["spec"]["minReadySeconds"], 1);
+    }
+
+    /// Any int64 grace period is taken; the deletion time saturates at the last time RFC
+    /// 3339 can write (now + i64::MAX seconds overflowed: a panic, or in a release build a
+    /// time before 1970 that then panicked when the pod was written as JSON).
+    #[test]
+    fn a_pod_deleted_with_the_largest_grace_period_is_marked_at_the_last_writable_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(crate::store::StoreConfig::in_dir(dir.path()))
+            .expect("store");
+        let registry = Registry::new(store);
+        smol::block_on(async {
+            let mut ns = api::core::Namespace::default();
+            ns.metadata.name = "default".into();
+            registry.create(ns, None).await.expect("namespace");
+            for (name, spec_grace, asked) in [
+                ("asked", None, Some(i64::MAX)),
+                ("spec", Some(i64::MAX), None),
+                ("negative", None, Some(i64::MIN)),
+            ] {
+                let mut pod: Pod = api::codec::from_json(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": spec_grace,
+                             "containers": [{"name": "c", "image": "busybox"}]}
+                }))
+                .expect("pod");
+                pod.spec.termination_grace_period_seconds = spec_grace;
+                registry.create(pod, None).await.expect("create");
+                let opts = DeleteOptions {
+                    grace_period_seconds: asked,
+                    ..Default::default()
+                };
+                let (marked, gone) = registry
+                    .delete::<Pod>("default", name, opts)
+                    .await
+                    .expect("delete");
+                if name == "negative" {
+                    assert!(gone, "a negative grace period deletes at once");
+                    continue;
+                }
+                assert!(!gone);
+                assert_eq!(
+                    marked.metadata.deletion_timestamp,
+                    Some(Time::MAX),
+                    "{name}"
+                );
+                assert_eq!(
+                    marked.metadata.deletion_grace_period_seconds,
+                    Some(i64::MAX)
+                );
+                let json = serde_json::to_value(api::codec::json(&marked)).expect("json");
+                assert_eq!(
+                    json["metadata"]["deletionTimestamp"],
+                    "9999-12-31T23:59:59Z"
+                );
+            }
+        });
     }
 
     #[test]

@@ -328,6 +328,36 @@ fn typed_pod_decodes_to_kubernetes_json_and_back() {
     assert_eq!(back, want);
 }
 
+/// A Time past what RFC 3339 writes (year 9999) is refused: humantime failed to format it,
+/// which `to_string` turned into a panic of the request's task.
+#[test]
+fn times_past_year_9999_are_refused_not_a_panic() {
+    let with_created = |seconds: i64, nanos: i32| {
+        let mut pod = typed_pod();
+        pod.metadata.as_mut().unwrap().creation_timestamp = Some(meta::Time {
+            seconds: Some(seconds),
+            nanos: Some(nanos),
+        });
+        protobuf::decode(&envelope("v1", "Pod", &pod))
+    };
+    let last = 253_402_300_799;
+    let decoded = with_created(last, 0).expect("the last second of 9999");
+    assert_eq!(
+        decoded["metadata"]["creationTimestamp"],
+        "9999-12-31T23:59:59Z"
+    );
+    for (seconds, nanos) in [
+        (last + 1, 0),
+        (last, i32::MAX),
+        (i64::MAX, i32::MAX),
+        (i64::MIN, 0),
+        (-1, i32::MIN),
+    ] {
+        let err = with_created(seconds, nanos).expect_err("out of range");
+        assert!(err.to_string().contains("out of range"), "{err}");
+    }
+}
+
 /// bytes as base64, RawExtension as the embedded JSON, int64 as a number, MicroTime with
 /// microseconds.
 #[test]

@@ -283,8 +283,10 @@ fn parse_block(b: &[u8]) -> Result<Vec<(String, String)>, SpdyError> {
     let bad = || SpdyError::Headers("truncated name/value block".into());
     let mut at = 0usize;
     let mut take = |n: usize| -> Result<&[u8], SpdyError> {
-        let s = b.get(at..at + n).ok_or_else(bad)?;
-        at += n;
+        // n is a 32-bit length off the wire: on a 32-bit agent at + n could overflow.
+        let end = at.checked_add(n).ok_or_else(bad)?;
+        let s = b.get(at..end).ok_or_else(bad)?;
+        at = end;
         Ok(s)
     };
     let count = be32(take(4)?);
@@ -392,6 +394,19 @@ mod tests {
 
     /// A client's SYN_STREAM, compressed the way SPDY clients do (with the dictionary),
     /// comes back as its headers; our SYN_REPLY and DATA frames parse back.
+    /// Lengths off the wire up to 2^32 - 1: refused as truncated, never an overflow.
+    #[test]
+    fn header_blocks_with_the_largest_lengths_are_refused() {
+        let mut block = 1u32.to_be_bytes().to_vec();
+        block.extend_from_slice(&u32::MAX.to_be_bytes());
+        block.extend_from_slice(b"name");
+        assert!(parse_block(&block).is_err());
+        let mut block = u32::MAX.to_be_bytes().to_vec();
+        block.extend_from_slice(&0u32.to_be_bytes());
+        block.extend_from_slice(&0u32.to_be_bytes());
+        assert!(parse_block(&block).is_err());
+    }
+
     #[test]
     fn frames_round_trip() {
         let mut block = Vec::new();

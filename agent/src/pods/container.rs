@@ -307,11 +307,18 @@ pub(crate) fn resource_value(container: &Container, resource: &str) -> Option<St
     };
     let q = map.and_then(|m| m.get(name))?;
     if name == "cpu" {
-        q.milli_value().ok().map(|m| ((m + 999) / 1000).to_string())
+        // Whole cores, rounded up (Go's math.Ceil of the float): m + 999 overflowed.
+        q.milli_value()
+            .ok()
+            .map(|m| (m / 1000 + i64::from(m % 1000 > 0)).to_string())
     } else {
         q.value().ok().map(|v| v.to_string())
     }
 }
+
+/// The kubelet's bounds of cgroup cpu shares.
+const MIN_SHARES: i128 = 2;
+const MAX_SHARES: i128 = 262_144;
 
 /// Cgroup settings from requests and limits: shares from `requests.cpu` (or `limits.cpu`),
 /// quota from `limits.cpu`, memory limit from `limits.memory`.
@@ -325,14 +332,16 @@ pub fn resources(container: &Container) -> Result<Resources, String> {
             .map_err(|e| format!("bad cpu quantity {q}: {e}"))
     };
     let cpu_request = r.requests.get("cpu").or_else(|| r.limits.get("cpu"));
+    // The kubelet's MilliCPUToShares (2 to 262144) and MilliCPUToQuota (at least 1 ms of
+    // the 100 ms period): a request or limit is any quantity, and m * 1024 overflowed.
     if let Some(q) = cpu_request {
-        let m = milli(q)?;
-        out.cpu_shares = Some(((m * 1024 / 1000).max(2)) as u64);
+        let m = i128::from(milli(q)?);
+        out.cpu_shares = Some((m * 1024 / 1000).clamp(MIN_SHARES, MAX_SHARES) as u64);
     }
     if let Some(q) = r.limits.get("cpu") {
         let m = milli(q)?;
         out.cpu_period = Some(100_000);
-        out.cpu_quota = Some((m * 100).max(1000));
+        out.cpu_quota = Some(m.saturating_mul(100).max(1000));
     }
     if let Some(q) = r.limits.get("memory") {
         out.memory_limit = Some(
@@ -360,8 +369,13 @@ pub fn run_as(
         .and_then(|s| s.run_as_group)
         .or_else(|| psc.and_then(|s| s.run_as_group));
     let (img_uid, img_gid) = image_user(&image.user, rootfs)?;
-    let uid = uid.map(|u| u as u32).or(img_uid);
-    let gid = gid.map(|g| g as u32).or(img_gid);
+    // Ids are int64 in the API: one past 2^32 - 1 was cut to 32 bits (4294967296 is root).
+    // The server refuses them (past 2^31 - 1); a pod from elsewhere is refused here.
+    let id = |v: i64, what: &str| {
+        u32::try_from(v).map_err(|_| format!("{what} {v} is not a valid id (0 to 4294967295)"))
+    };
+    let uid = uid.map(|u| id(u, "runAsUser")).transpose()?.or(img_uid);
+    let gid = gid.map(|g| id(g, "runAsGroup")).transpose()?.or(img_gid);
     if sc
         .and_then(|s| s.run_as_non_root)
         .or_else(|| psc.and_then(|s| s.run_as_non_root))
@@ -570,6 +584,79 @@ mod tests {
         assert_eq!(res.cpu_quota, Some(150_000));
         assert_eq!(res.cpu_period, Some(100_000));
         assert_eq!(res.memory_limit, Some(64 << 20));
+    }
+
+    /// Requests and limits are any quantity: shares and quota overflowed i64, and whole
+    /// cores for the downward API overflowed rounding up.
+    #[test]
+    fn the_largest_cpu_quantities() {
+        let with = |request: &str, limit: &str| {
+            let mut r = ResourceRequirements::default();
+            r.requests.insert("cpu".into(), Quantity(request.into()));
+            r.limits.insert("cpu".into(), Quantity(limit.into()));
+            Container {
+                resources: Some(r),
+                ..Default::default()
+            }
+        };
+        let huge = with("9223372036854775807m", "9223372036854775807m");
+        let res = resources(&huge).expect("resources");
+        assert_eq!(res.cpu_shares, Some(262_144));
+        assert_eq!(res.cpu_quota, Some(i64::MAX));
+        assert_eq!(
+            resource_value(&huge, "limits.cpu").as_deref(),
+            Some("9223372036854776")
+        );
+        let tiny = with("1m", "-9223372036854775807m");
+        let res = resources(&tiny).expect("resources");
+        assert_eq!(res.cpu_shares, Some(2));
+        assert_eq!(res.cpu_quota, Some(1000));
+        assert_eq!(resource_value(&tiny, "requests.cpu").as_deref(), Some("1"));
+        assert_eq!(
+            resource_value(&tiny, "limits.cpu").as_deref(),
+            Some("-9223372036854775")
+        );
+        assert_eq!(
+            resource_value(&with("1500m", "2"), "requests.cpu").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            resource_value(&with("2", "2"), "requests.cpu").as_deref(),
+            Some("2")
+        );
+    }
+
+    /// A runAsUser past 32 bits was cut to them: 4294967296 ran as root.
+    #[test]
+    fn ids_past_32_bits_are_refused_not_truncated() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut pod = Pod::default();
+        let mut c = Container::default();
+        for (user, group, want) in [
+            (Some(4_294_967_296), None, None),
+            (Some(i64::MAX), None, None),
+            (None, Some(-1), None),
+            (Some(i64::MIN), Some(0), None),
+            (Some(4_294_967_295), Some(7), Some((u32::MAX, 7))),
+            (Some(1000), None, Some((1000, 0))),
+        ] {
+            c.security_context = Some(api::core::SecurityContext {
+                run_as_user: user,
+                run_as_group: group,
+                ..Default::default()
+            });
+            let got = run_as(&pod, &c, &ImageConfig::default(), dir.path());
+            match want {
+                Some(w) => assert_eq!(got, Ok(Some(w)), "{user:?} {group:?}"),
+                None => assert!(got.is_err(), "{user:?} {group:?}: {got:?}"),
+            }
+        }
+        c.security_context = None;
+        pod.spec.security_context = Some(api::core::PodSecurityContext {
+            run_as_user: Some(4_294_967_296),
+            ..Default::default()
+        });
+        assert!(run_as(&pod, &c, &ImageConfig::default(), dir.path()).is_err());
     }
 
     #[test]

@@ -44,8 +44,9 @@ pub fn requires_refresh(issued: i64, expires: i64, now: i64) -> bool {
     if now >= expires {
         return true;
     }
-    let ttl = expires - issued;
-    now >= issued + ttl * 8 / 10 || now - issued > MAX_AGE_SECONDS
+    let ttl = expires.saturating_sub(issued);
+    now >= issued.saturating_add(ttl / 10 * 8 + ttl % 10 * 8 / 10)
+        || now.saturating_sub(issued) > MAX_AGE_SECONDS
 }
 
 /// Every pod of this process shares one cache, keyed by the pod's uid (one agent per
@@ -131,10 +132,10 @@ pub async fn get(
         .pointer("/status/expirationTimestamp")
         .and_then(|v| serde_json::from_value::<api::meta::Time>(v.clone()).ok())
         .map(|t| t.0)
-        .unwrap_or(t + granted);
+        .unwrap_or(t.saturating_add(granted));
     let tok = Token {
         token: token.clone(),
-        issued: expires - granted,
+        issued: expires.saturating_sub(granted),
         expires,
     };
     cache()
@@ -158,5 +159,10 @@ mod tests {
         let year = 365 * 24 * 3600;
         assert!(!requires_refresh(0, year, MAX_AGE_SECONDS));
         assert!(requires_refresh(0, year, MAX_AGE_SECONDS + 1));
+        // Whatever the times (they come from the server's answer): no overflow.
+        assert!(!requires_refresh(0, i64::MAX, 1));
+        assert!(requires_refresh(i64::MIN, i64::MAX, 0));
+        assert!(requires_refresh(i64::MAX, i64::MIN, 0));
+        assert!(!requires_refresh(i64::MIN, i64::MAX, i64::MIN));
     }
 }

@@ -1099,7 +1099,9 @@ impl Worker {
         match self.due(idx) {
             Ok(true) => {
                 if self.containers[idx].last_terminated.is_some() {
-                    self.containers[idx].restart_count += 1;
+                    // Carried over from the pod's status, which others may have written.
+                    let count = &mut self.containers[idx].restart_count;
+                    *count = count.saturating_add(1);
                     // The kubelet checks the image again before each restart.
                     let image = self.containers[idx].spec.image.clone().unwrap_or_default();
                     self.container_event(

@@ -530,10 +530,11 @@ impl LogReader {
         }
         formatted.extend_from_slice(line);
         if let Some(limit) = self.query.limit_bytes {
-            let room = limit.saturating_sub(self.written) as usize;
+            // limitBytes is any int64: on a 32-bit agent `as usize` cut 2^32 to 0.
+            let room = usize::try_from(limit.saturating_sub(self.written)).unwrap_or(usize::MAX);
             formatted.truncate(room);
         }
-        self.written += formatted.len() as u64;
+        self.written = self.written.saturating_add(formatted.len() as u64);
         out.extend_from_slice(&formatted);
     }
 }
@@ -746,9 +747,28 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            all(&mut LogReader::open(files, limited).expect("open")).len(),
+            all(&mut LogReader::open(files.clone(), limited).expect("open")).len(),
             10
         );
+        // The largest limits, tails and times: everything, nothing past, no overflow.
+        let whole = all(&mut LogReader::open(files.clone(), LogQuery::default()).expect("open"));
+        for query in [
+            LogQuery {
+                limit_bytes: Some(u64::MAX),
+                tail_lines: Some(u64::MAX),
+                since_nanos: Some(i64::MIN),
+                timestamps: false,
+            },
+            LogQuery {
+                limit_bytes: Some(1 << 32),
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(
+                all(&mut LogReader::open(files.clone(), query).expect("open")),
+                whole
+            );
+        }
 
         // A follower sees appends, including across a rotation.
         let mut follower = LogReader::open(

@@ -825,14 +825,19 @@ impl Runtime {
         id: &ContainerId,
         timeout: Duration,
     ) -> Result<ContainerState, RuntimeError> {
-        let deadline = Instant::now() + timeout;
+        // A grace period is any int64 of seconds (terminationGracePeriodSeconds): past what an
+        // Instant holds (`+` panicked, even in a release build), it never ends.
+        let deadline = Instant::now().checked_add(timeout);
         let mut delay = Duration::from_millis(2);
         loop {
             let state = self.state(id)?;
-            if matches!(state, ContainerState::Exited { .. }) || Instant::now() >= deadline {
+            let now = Instant::now();
+            if matches!(state, ContainerState::Exited { .. }) || deadline.is_some_and(|d| now >= d)
+            {
                 return Ok(state);
             }
-            std::thread::sleep(delay.min(deadline.saturating_duration_since(Instant::now())));
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+            std::thread::sleep(delay.min(left));
             delay = (delay * 2).min(Duration::from_millis(50));
         }
     }
@@ -1042,6 +1047,24 @@ mod tests {
     fn runtime_can_move_to_blocking_threads() {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<Runtime>();
+    }
+
+    /// terminationGracePeriodSeconds is any int64: a deadline of i64::MAX seconds from now
+    /// panicked (`Instant + Duration` overflows even in a release build) before the state was
+    /// looked at.
+    #[test]
+    fn waiting_for_the_longest_grace_period_does_not_overflow() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = Runtime::new(RuntimeConfig::new(dir.path(), "skiff-test")).expect("runtime");
+        let id = ContainerId::new("no-such-pod", "c").expect("id");
+        for grace in [
+            Duration::MAX,
+            Duration::from_secs(i64::MAX as u64),
+            Duration::from_secs(u64::MAX),
+            Duration::ZERO,
+        ] {
+            assert!(rt.wait_exit(&id, grace).is_err(), "no such container");
+        }
     }
 
     #[test]

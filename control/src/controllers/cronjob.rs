@@ -252,8 +252,10 @@ pub fn plan(cj: &CronJob, jobs: &[Job], now: i64) -> Plan {
         .last_schedule_time
         .or(cj.metadata.creation_timestamp)
         .map_or(now, |t| t.0);
+    // startingDeadlineSeconds is any int64 validation lets through (not negative): both
+    // bounds saturate.
     if let Some(d) = cj.spec.starting_deadline_seconds {
-        earliest = earliest.max(now - d);
+        earliest = earliest.max(now.saturating_sub(d));
     }
     let (scheduled, missed) = most_recent(&sched, tz, earliest, now);
     plan.requeue = requeue_from(now);
@@ -268,7 +270,7 @@ pub fn plan(cj: &CronJob, jobs: &[Job], now: i64) -> Plan {
         ));
     }
     if let Some(d) = cj.spec.starting_deadline_seconds {
-        if scheduled + d < now {
+        if scheduled.saturating_add(d) < now {
             plan.events.push((
                 true,
                 "MissSchedule",
@@ -513,6 +515,33 @@ mod tests {
             j.status.completion_time = Some(Time(t + 5));
         }
         j
+    }
+
+    /// startingDeadlineSeconds of any int64, and schedule times at either end of what an
+    /// object can hold: no overflow, and no schedule search that never ends.
+    #[test]
+    fn extreme_deadlines_and_schedule_times() {
+        for d in [i64::MAX, i64::MIN, 0, 1] {
+            let mut c = cron("*/5 * * * *");
+            c.spec.starting_deadline_seconds = Some(d);
+            let p = plan(&c, &[], T0 + 301);
+            let due = (d == i64::MAX).then_some(T0 + 300);
+            assert_eq!(p.create, due, "{d}");
+        }
+        for last in [Time::MAX, Time(0), Time(i64::MAX), Time(i64::MIN)] {
+            for schedule in ["*/5 * * * *", "0 0 30 2 *", "@yearly"] {
+                let mut c = cron(schedule);
+                c.status.last_schedule_time = Some(last);
+                c.spec.starting_deadline_seconds = Some(i64::MAX);
+                let started = std::time::Instant::now();
+                let _ = plan(&c, &[], T0 + 301);
+                let _ = plan(&c, &[], Time::MAX.0);
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "{schedule} {last:?}"
+                );
+            }
+        }
     }
 
     #[test]

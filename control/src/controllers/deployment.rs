@@ -209,6 +209,11 @@ fn split_new_old(d: &Deployment, rss: Vec<ReplicaSet>) -> (Option<ReplicaSet>, V
 }
 
 impl Pass<'_> {
+    /// desired + maxSurge, saturating (both are any int32 a user gives).
+    fn max_replicas(&self) -> i32 {
+        self.desired.saturating_add(self.surge)
+    }
+
     fn ns(&self) -> String {
         self.d.metadata.namespace().to_string()
     }
@@ -258,7 +263,7 @@ impl Pass<'_> {
         let (uid, desired, max) = (
             rs.metadata.uid.clone(),
             self.desired.to_string(),
-            (self.desired + self.surge).to_string(),
+            self.max_replicas().to_string(),
         );
         let updated = self
             .ctx
@@ -316,19 +321,17 @@ impl Pass<'_> {
             .map(|r| workload::revision_of(&r.metadata))
             .max()
             .unwrap_or(0);
-        let revision = max_old + 1;
+        // Revisions come from annotations anyone may write: i64::MAX + 1 overflowed.
+        let revision = max_old.saturating_add(1);
         let rs = match new {
             Some(rs) => {
                 let annotations = &rs.metadata.annotations;
                 let stale = workload::revision_of(&rs.metadata) < revision
                     || annotations.get(DESIRED_REPLICAS) != Some(&self.desired.to_string())
-                    || annotations.get(MAX_REPLICAS)
-                        != Some(&(self.desired + self.surge).to_string());
+                    || annotations.get(MAX_REPLICAS) != Some(&self.max_replicas().to_string());
                 if stale {
-                    let (desired, max) = (
-                        self.desired.to_string(),
-                        (self.desired + self.surge).to_string(),
-                    );
+                    let (desired, max) =
+                        (self.desired.to_string(), self.max_replicas().to_string());
                     let r = self
                         .ctx
                         .registry
@@ -393,7 +396,7 @@ impl Pass<'_> {
         let replicas = if self.surge == 0 && self.unavailable == 0 {
             self.desired // Recreate: the old ones are gone already
         } else {
-            let total: i32 = olds.iter().map(spec_replicas).sum();
+            let total = workload::sum_replicas(olds.iter().map(spec_replicas));
             workload::new_rs_replicas(self.desired, self.surge, total, 0)
         };
         let mut template = d.spec.template.clone();
@@ -411,7 +414,7 @@ impl Pass<'_> {
         for (k, v) in [
             (REVISION, revision.to_string()),
             (DESIRED_REPLICAS, self.desired.to_string()),
-            (MAX_REPLICAS, (self.desired + self.surge).to_string()),
+            (MAX_REPLICAS, self.max_replicas().to_string()),
         ] {
             rs.metadata.annotations.insert(k.into(), v);
         }
@@ -450,7 +453,7 @@ impl Pass<'_> {
                     .mutate::<Deployment>(&self.ns(), &d.metadata.name, Part::Status, move |d| {
                         if d.metadata.uid == uid {
                             d.status.collision_count =
-                                Some(d.status.collision_count.unwrap_or(0) + 1);
+                                Some(d.status.collision_count.unwrap_or(0).saturating_add(1));
                         }
                         Ok(())
                     })
@@ -478,7 +481,7 @@ impl Pass<'_> {
         let Some(new) = self.new_replica_set(new, &olds, true, s).await? else {
             return Ok(());
         };
-        let total: i32 = olds.iter().map(spec_replicas).sum::<i32>() + spec_replicas(&new);
+        let total = workload::sum_replicas(olds.iter().chain([&new]).map(spec_replicas));
         let target =
             workload::new_rs_replicas(self.desired, self.surge, total, spec_replicas(&new));
         if target != spec_replicas(&new) {
@@ -501,11 +504,11 @@ impl Pass<'_> {
         mut olds: Vec<ReplicaSet>,
         s: &mut Synced,
     ) -> Result<Vec<ReplicaSet>, ApiError> {
-        let old_total: i32 = olds.iter().map(spec_replicas).sum();
+        let old_total = workload::sum_replicas(olds.iter().map(spec_replicas));
         if old_total == 0 {
             return Ok(olds);
         }
-        let all_total = old_total + spec_replicas(new);
+        let all_total = old_total.saturating_add(spec_replicas(new));
         let mut budget = workload::max_scaled_down(
             self.desired,
             self.unavailable,
@@ -526,17 +529,17 @@ impl Pass<'_> {
             if budget <= 0 {
                 break;
             }
-            let unhealthy = spec_replicas(rs) - available(rs);
+            let unhealthy = spec_replicas(rs).saturating_sub(available(rs));
             if spec_replicas(rs) == 0 || unhealthy <= 0 {
                 continue;
             }
-            let down = unhealthy.min(budget);
+            let down = unhealthy.min(budget).min(spec_replicas(rs));
             budget -= down;
             *rs = self.scale(rs, spec_replicas(rs) - down, s).await?;
         }
         let min_available = self.desired - self.unavailable;
-        let available_now: i32 = olds.iter().map(available).sum::<i32>() + available(new);
-        let mut down_total = available_now - min_available;
+        let available_now = workload::sum_replicas(olds.iter().chain([new]).map(available));
+        let mut down_total = available_now.saturating_sub(min_available);
         for rs in olds.iter_mut() {
             if down_total <= 0 {
                 break;
@@ -683,16 +686,20 @@ impl Pass<'_> {
     fn compute_status(&self, rss: &[ReplicaSet]) -> DeploymentStatus {
         let mut st = self.d.status.clone();
         st.observed_generation = self.d.metadata.generation;
-        st.replicas = Some(rss.iter().map(|r| r.status.replicas).sum());
+        st.replicas = Some(workload::sum_replicas(
+            rss.iter().map(|r| r.status.replicas),
+        ));
         st.updated_replicas = Some(self.new_rs(rss).map_or(0, |r| r.status.replicas));
-        st.ready_replicas = Some(
-            rss.iter()
-                .map(|r| r.status.ready_replicas.unwrap_or(0))
-                .sum(),
+        st.ready_replicas = Some(workload::sum_replicas(
+            rss.iter().map(|r| r.status.ready_replicas.unwrap_or(0)),
+        ));
+        st.available_replicas = Some(workload::sum_replicas(rss.iter().map(available)));
+        let total = workload::sum_replicas(rss.iter().map(spec_replicas));
+        st.unavailable_replicas = Some(
+            total
+                .saturating_sub(st.available_replicas.unwrap_or(0))
+                .max(0),
         );
-        st.available_replicas = Some(rss.iter().map(available).sum());
-        let total: i32 = rss.iter().map(spec_replicas).sum();
-        st.unavailable_replicas = Some((total - st.available_replicas.unwrap_or(0)).max(0));
         st
     }
 
@@ -885,8 +892,8 @@ fn all_opt(new: Option<&ReplicaSet>, olds: &[ReplicaSet]) -> Vec<ReplicaSet> {
 /// Kubernetes' DeploymentProgressing: more updated, ready or available pods, or fewer old.
 fn made_progress(old: &DeploymentStatus, new: &DeploymentStatus) -> bool {
     let g = |v: Option<i32>| v.unwrap_or(0);
-    let old_old = g(old.replicas) - g(old.updated_replicas);
-    let new_old = g(new.replicas) - g(new.updated_replicas);
+    let old_old = g(old.replicas).saturating_sub(g(old.updated_replicas));
+    let new_old = g(new.replicas).saturating_sub(g(new.updated_replicas));
     g(new.updated_replicas) > g(old.updated_replicas)
         || new_old < old_old
         || g(new.ready_replicas) > g(old.ready_replicas)
@@ -947,6 +954,23 @@ mod tests {
         assert!(made_progress(&st(5, 2, 3, 3), &st(4, 2, 3, 3)));
         assert!(made_progress(&st(4, 2, 3, 3), &st(4, 2, 4, 3)));
         assert!(!made_progress(&st(4, 2, 4, 4), &st(4, 2, 3, 3)));
+    }
+
+    #[test]
+    fn progress_of_counts_at_the_int32_limits() {
+        let st = |replicas, updated| DeploymentStatus {
+            replicas: Some(replicas),
+            updated_replicas: Some(updated),
+            ..Default::default()
+        };
+        assert!(made_progress(
+            &st(i32::MAX, i32::MIN),
+            &st(i32::MIN, i32::MAX)
+        ));
+        assert!(!made_progress(
+            &st(i32::MIN, i32::MAX),
+            &st(i32::MAX, i32::MIN)
+        ));
     }
 
     #[test]

@@ -91,7 +91,10 @@ fn controllers_scale(
             }
         }
     }
-    Ok(scales.values().sum())
+    // Any int32 replicas each: saturating, where the sum overflowed.
+    Ok(scales
+        .values()
+        .fold(0, |total: i32, n| total.saturating_add(*n)))
 }
 
 /// The status a budget should have, given the pods and controllers of its namespace.
@@ -297,6 +300,23 @@ mod tests {
         r.metadata.uid = uid.into();
         r.spec.replicas = Some(replicas);
         r
+    }
+
+    /// Two ReplicaSets of i32::MAX replicas each: the summed scale overflowed.
+    #[test]
+    fn the_scale_of_huge_controllers_saturates() {
+        let pods = [pod("a", true, "rs-1"), pod("b", true, "rs-2")];
+        let rss = [rs("rs-1", i32::MAX), rs("rs-2", i32::MAX)];
+        for max in ["50%", "100%", "0%"] {
+            let b = pdb(None, Some(IntOrString::String(max.into())));
+            let s = desired_status(&b, &pods, &rss, &[], Time(100));
+            assert_eq!(s.expected_pods, i32::MAX, "{max}");
+            assert_eq!(s.current_healthy, 2);
+        }
+        let b = pdb(None, Some(IntOrString::Int(i32::MAX)));
+        let s = desired_status(&b, &pods, &rss, &[], Time(100));
+        assert_eq!(s.desired_healthy, 0);
+        assert_eq!(s.disruptions_allowed, 2);
     }
 
     #[test]

@@ -227,7 +227,10 @@ pub fn compress_indexes(indexes: &BTreeSet<i32>) -> String {
     let mut iter = indexes.iter().copied().peekable();
     while let Some(first) = iter.next() {
         let mut last = first;
-        while iter.peek() == Some(&(last + 1)) {
+        while last
+            .checked_add(1)
+            .is_some_and(|next| iter.peek() == Some(&next))
+        {
             last = iter.next().unwrap_or(last);
         }
         out.push(if first == last {
@@ -391,14 +394,18 @@ pub fn plan(job: &Job, pods: &[Pod], now: Time) -> Plan {
                 .chain(&p.status.container_statuses)
         })
         .map(|c| c.restart_count)
-        .sum();
+        // Statuses are written by nodes (and anyone allowed the status subresource).
+        .fold(0, i32::saturating_add);
     let past_restart_limit = on_failure
         && if backoff_limit == 0 {
             restarts > 0
         } else {
             restarts >= backoff_limit
         };
-    let deadline = spec.active_deadline_seconds.map(|d| start.0 + d);
+    // Any int64 (validation only refuses 0 and less): i64::MAX overflowed.
+    let deadline = spec
+        .active_deadline_seconds
+        .map(|d| start.0.saturating_add(d));
     let failure = if st.is_true("FailureTarget") {
         let c = st.condition("FailureTarget");
         Some((
@@ -524,7 +531,7 @@ pub fn plan(job: &Job, pods: &[Pod], now: Time) -> Plan {
         }
     } else {
         let want = match completions {
-            Some(c) => ((c - succeeded).max(0) as usize).min(parallelism),
+            Some(c) => (c.saturating_sub(succeeded).max(0) as usize).min(parallelism),
             // Once one pod succeeded no new ones start; the others finish.
             None if succeeded > 0 => active.len().min(parallelism),
             None => parallelism,
@@ -1019,6 +1026,51 @@ mod tests {
             c.message.as_deref(),
             Some("Container main for pod default/a failed with exit code 42 matching FailJob rule at index 0")
         );
+    }
+
+    /// activeDeadlineSeconds is any positive int64, restart counts come from pod statuses,
+    /// indexes from pod annotations: none of them may overflow the plan.
+    #[test]
+    fn extreme_deadlines_restarts_and_indexes() {
+        let mut j = job(Some(1), 1);
+        j.spec.active_deadline_seconds = Some(i64::MAX);
+        j.spec.template.spec.restart_policy = Some("OnFailure".into());
+        j.status.start_time = Some(Time(NOW));
+        let mut running = pod("a", "Running", None, NOW);
+        for n in ["c1", "c2"] {
+            running.status.container_statuses.push(ContainerStatus {
+                name: n.into(),
+                restart_count: i32::MAX,
+                ..Default::default()
+            });
+        }
+        let p = plan(&j, std::slice::from_ref(&running), Time(NOW + 10));
+        assert_eq!(
+            p.status
+                .condition("FailureTarget")
+                .and_then(|c| c.reason.clone())
+                .as_deref(),
+            Some("BackoffLimitExceeded")
+        );
+        running.status.container_statuses.clear();
+        let p = plan(&j, std::slice::from_ref(&running), Time(NOW + 10));
+        assert!(!p.status.is_true("FailureTarget"));
+        assert_eq!(
+            p.requeue,
+            Some(Duration::from_secs((i64::MAX - NOW - 10) as u64))
+        );
+        assert_eq!(
+            compress_indexes(&[i32::MAX - 1, i32::MAX].into()),
+            format!("{}-{}", i32::MAX - 1, i32::MAX)
+        );
+        assert_eq!(
+            compress_indexes(&[0, i32::MAX].into()),
+            format!("0,{}", i32::MAX)
+        );
+        let mut c = job(Some(i32::MAX), 1);
+        c.spec.completions = Some(i32::MIN);
+        let p = plan(&c, &[pod("s", "Succeeded", Some(0), NOW)], Time(NOW));
+        assert!(p.create.is_empty());
     }
 
     #[test]

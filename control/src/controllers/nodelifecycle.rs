@@ -39,7 +39,8 @@ pub fn eviction(tolerations: &[Toleration], taints: &[Taint], now: Time) -> Evic
         }
         if let Some(secs) = matching.iter().filter_map(|t| t.toleration_seconds).min() {
             let added = taint.time_added.unwrap_or(now);
-            let t = Time(added.0 + secs.max(0));
+            // Any int64 tolerationSeconds (i64::MAX overflowed): saturating, it is never.
+            let t = Time(added.0.saturating_add(secs.max(0)));
             at = Some(at.map_or(t, |a| a.min(t)));
         }
     }
@@ -319,6 +320,27 @@ mod tests {
             effect: Some("NoExecute".into()),
             toleration_seconds: secs,
         }
+    }
+
+    #[test]
+    fn eviction_of_extreme_toleration_seconds() {
+        let unreachable = [taint(UNREACHABLE_TAINT, "NoExecute", 100)];
+        let at = |secs| {
+            eviction(
+                &[tol(UNREACHABLE_TAINT, Some(secs))],
+                &unreachable,
+                Time(200),
+            )
+        };
+        assert_eq!(at(i64::MAX), Eviction::At(Time(i64::MAX)));
+        assert_eq!(at(i64::MIN), Eviction::Now);
+        assert_eq!(at(0), Eviction::Now);
+        assert_eq!(at(-1), Eviction::Now);
+        let late = [taint(UNREACHABLE_TAINT, "NoExecute", i64::MAX)];
+        assert_eq!(
+            eviction(&[tol(UNREACHABLE_TAINT, Some(i64::MAX))], &late, Time(200)),
+            Eviction::At(Time(i64::MAX))
+        );
     }
 
     #[test]

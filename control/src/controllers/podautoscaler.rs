@@ -63,13 +63,16 @@ pub struct Recommendation {
 }
 
 fn ratio(samples: &[(i64, i64)], target: i32) -> (f64, i32) {
-    let (usage, request): (i64, i64) = samples
-        .iter()
-        .fold((0, 0), |(u, r), (su, sr)| (u + su, r + sr));
+    // Requests are any quantity a pod asks for, usage what nodes report: summed and scaled
+    // in i128 (Kubernetes' int64 arithmetic wraps), the utilisation clamped to int32.
+    let (usage, request): (i128, i128) = samples.iter().fold((0, 0), |(u, r), (su, sr)| {
+        (u + i128::from(*su), r + i128::from(*sr))
+    });
     if request == 0 {
         return (0.0, 0);
     }
-    let utilization = (usage * 100 / request) as i32;
+    let utilization =
+        (usage * 100 / request).clamp(i128::from(i32::MIN), i128::from(i32::MAX)) as i32;
     (utilization as f64 / target as f64, utilization)
 }
 
@@ -237,18 +240,17 @@ pub struct History {
 fn changed_in_period(events: &VecDeque<(i64, i32)>, now: i64, period: i64) -> i32 {
     events
         .iter()
-        .filter(|(t, _)| *t > now - period)
-        .map(|(_, n)| n)
-        .sum()
+        .filter(|(t, _)| *t > now.saturating_sub(period))
+        .fold(0, |total: i32, (_, n)| total.saturating_add(*n))
 }
 
 impl History {
     /// Records a scale from `from` to `to` replicas at `now`.
     pub fn record_scale(&mut self, now: i64, from: i32, to: i32) {
         if to > from {
-            self.up_events.push_back((now, to - from));
+            self.up_events.push_back((now, to.saturating_sub(from)));
         } else if to < from {
-            self.down_events.push_back((now, from - to));
+            self.down_events.push_back((now, from.saturating_sub(to)));
         }
     }
 
@@ -259,10 +261,11 @@ impl History {
         let min = rules.select_policy == "Min";
         let mut result = if min { i32::MAX } else { i32::MIN };
         for p in &rules.policies {
-            let start = current - changed_in_period(&self.up_events, now, p.period_seconds)
-                + changed_in_period(&self.down_events, now, p.period_seconds);
+            let start = current
+                .saturating_sub(changed_in_period(&self.up_events, now, p.period_seconds))
+                .saturating_add(changed_in_period(&self.down_events, now, p.period_seconds));
             let proposed = if p.type_ == "Pods" {
-                start + p.value
+                start.saturating_add(p.value)
             } else {
                 (start as f64 * (1.0 + p.value as f64 / 100.0)).ceil() as i32
             };
@@ -282,10 +285,11 @@ impl History {
         let min = rules.select_policy == "Min";
         let mut result = if min { i32::MIN } else { i32::MAX };
         for p in &rules.policies {
-            let start = current - changed_in_period(&self.up_events, now, p.period_seconds)
-                + changed_in_period(&self.down_events, now, p.period_seconds);
+            let start = current
+                .saturating_sub(changed_in_period(&self.up_events, now, p.period_seconds))
+                .saturating_add(changed_in_period(&self.down_events, now, p.period_seconds));
             let proposed = if p.type_ == "Pods" {
-                start - p.value
+                start.saturating_sub(p.value)
             } else {
                 (start as f64 * (1.0 - p.value as f64 / 100.0)) as i32
             };
@@ -313,8 +317,8 @@ impl History {
         down: &Rules,
     ) -> (i32, Limit) {
         let (up_cut, down_cut) = (
-            now - up.stabilization_window_seconds,
-            now - down.stabilization_window_seconds,
+            now.saturating_sub(up.stabilization_window_seconds),
+            now.saturating_sub(down.stabilization_window_seconds),
         );
         let (mut up_rec, mut down_rec) = (desired, desired);
         for (t, r) in &self.recommendations {
@@ -334,7 +338,7 @@ impl History {
         while self
             .recommendations
             .front()
-            .is_some_and(|(t, _)| *t <= now - keep)
+            .is_some_and(|(t, _)| *t <= now.saturating_sub(keep))
         {
             self.recommendations.pop_front();
         }
@@ -346,7 +350,10 @@ impl History {
             .max()
             .unwrap_or(0);
         for q in [&mut self.up_events, &mut self.down_events] {
-            while q.front().is_some_and(|(t, _)| *t <= now - longest) {
+            while q
+                .front()
+                .is_some_and(|(t, _)| *t <= now.saturating_sub(longest))
+            {
                 q.pop_front();
             }
         }
@@ -501,7 +508,7 @@ fn pod_request(pod: &Pod, resource: &str, container: Option<&str>) -> Option<i64
             .resources
             .as_ref()
             .and_then(|r| r.requests.get(resource))?;
-        total += q.milli_value().ok()?;
+        total = q.milli_value().ok()?.saturating_add(total);
     }
     Some(total)
 }
@@ -512,18 +519,18 @@ fn pod_usage(
     container: Option<&str>,
 ) -> Option<i64> {
     let usage = usage?;
-    let mut total = 0;
+    let mut total: i64 = 0;
     let mut seen = false;
     for c in usage {
         if container.is_some_and(|n| n != c.name) {
             continue;
         }
         seen = true;
-        total += match resource {
+        total = total.saturating_add(match resource {
             "cpu" => c.cpu_milli,
             "memory" => c.memory_bytes.saturating_mul(1000),
             _ => return None,
-        };
+        });
     }
     seen.then_some(total)
 }
@@ -577,7 +584,8 @@ fn resource_metric(
         .filter(|s| !s.gone)
         .filter_map(|s| s.usage)
         .collect();
-    let average = measured.iter().sum::<i64>() / measured.len().max(1) as i64;
+    let sum: i128 = measured.iter().map(|m| i128::from(*m)).sum();
+    let average = (sum / measured.len().max(1) as i128) as i64;
     if let Some(percent) = target.average_utilization {
         let r = resource_replicas(resource, current, percent, &samples, tolerance)
             .map_err(|e| format!("failed to get {resource} utilization: {e}"))?;
@@ -1259,6 +1267,63 @@ mod tests {
                 .replicas,
             1
         );
+    }
+
+    /// Requests are any quantity a pod asks for: their sum, and usage times 100, overflowed
+    /// i64; utilisation past int32 wrapped.
+    #[test]
+    fn utilisation_of_the_largest_requests_and_usage() {
+        let huge = [
+            pod(true, i64::MAX, Some(i64::MAX)),
+            pod(true, i64::MAX, Some(i64::MAX)),
+        ];
+        let r = resource_replicas("cpu", 2, 50, &huge, TOLERANCE).unwrap();
+        assert_eq!(
+            r,
+            Recommendation {
+                replicas: 4,
+                utilization: 100
+            }
+        );
+        let hot = [pod(true, 1, Some(i64::MAX))];
+        let r = resource_replicas("cpu", 1, 50, &hot, TOLERANCE).unwrap();
+        assert_eq!(r.utilization, i32::MAX);
+        assert_eq!(r.replicas, 42_949_673, "ceil(i32::MAX / 50)");
+        let cold = [pod(true, 1, Some(i64::MIN))];
+        let r = resource_replicas("cpu", 5, 50, &cold, TOLERANCE).unwrap();
+        assert_eq!(r.utilization, i32::MIN);
+        assert_eq!(
+            r.replicas, -42_949_672,
+            "normalize() then keeps to minReplicas"
+        );
+        assert_eq!(ratio(&[(i64::MAX, i64::MAX), (i64::MAX, 1)], 100).1, 199);
+    }
+
+    /// Scale events and behavior periods of any int32, counts at the int32 limits.
+    #[test]
+    fn rate_limits_at_the_int32_limits() {
+        let max = i32::MAX;
+        let rules = |value, period| Rules {
+            stabilization_window_seconds: i64::from(i32::MAX),
+            select_policy: "Max".into(),
+            policies: vec![Policy {
+                type_: "Pods".into(),
+                value,
+                period_seconds: period,
+            }],
+        };
+        let (up, down) = (rules(max, i64::from(max)), rules(max, i64::MIN));
+        let mut h = History::default();
+        h.record_scale(i64::MIN, 0, max);
+        h.record_scale(i64::MIN, 0, max);
+        h.record_scale(i64::MAX, max, 0);
+        h.record_scale(0, i32::MIN, max);
+        let (n, _) = h.normalize(i64::MAX, max, max, 1, max, &up, &down);
+        assert_eq!(n, max);
+        let (n, _) = h.normalize(i64::MIN, 1, max, 1, max, &up, &down);
+        assert!((1..=max).contains(&n));
+        let (n, _) = h.normalize(0, max, 1, 1, max, &up, &down);
+        assert!((1..=max).contains(&n));
     }
 
     #[test]

@@ -199,6 +199,9 @@ pub struct Plan {
     pub status: StatefulSetStatus,
 }
 
+/// The most pods one Parallel pass creates (the ReplicaSet controller's burst).
+const BURST: usize = 500;
+
 /// The StatefulSet controller's decision for `set` and its pods (by ordinal).
 pub fn plan(set: &StatefulSet, pods: &BTreeMap<i32, Pod>, now: Time) -> Plan {
     let mut plan = Plan::default();
@@ -256,12 +259,13 @@ pub fn plan(set: &StatefulSet, pods: &BTreeMap<i32, Pod>, now: Time) -> Plan {
     plan.status = st;
 
     // Replicas: finished pods are replaced; missing ones are created, in order and one at a
-    // time unless Parallel.
+    // time unless Parallel, then BURST at a time (replicas is any int32: a plan of 2^31
+    // ordinals was 8 GiB).
     for ord in 0..replicas {
         match pods.get(&ord) {
             None => {
                 plan.create.push(ord);
-                if ordered {
+                if ordered || plan.create.len() >= BURST {
                     return plan;
                 }
             }
@@ -520,9 +524,11 @@ pub fn plan_revisions(
     let mut out = RevisionPlan::default();
     let update = update_revision(set);
     let max = revisions.iter().map(|r| r.revision).max().unwrap_or(0);
+    // ControllerRevisions are anyone's to write, revision i64::MAX included.
+    let next = max.saturating_add(1);
     match revisions.iter().find(|r| r.metadata.name == update) {
-        None => out.create = Some(max + 1),
-        Some(r) if r.revision < max => out.renumber = Some(max + 1),
+        None => out.create = Some(next),
+        Some(r) if r.revision < max => out.renumber = Some(next),
         Some(_) => {}
     }
     let limit = set.spec.revision_history_limit.unwrap_or(10).max(0) as usize;
@@ -705,6 +711,21 @@ mod tests {
         assert_eq!(plan(&s, &pods(vec![ready(&s, 0)]), Time::now()).create, [1]);
         let p = set(3, "Parallel");
         assert_eq!(plan(&p, &pods(vec![]), Time::now()).create, [0, 1, 2]);
+    }
+
+    /// The largest replicas and revisions: a burst of pods per pass, and the next revision
+    /// saturates.
+    #[test]
+    fn the_largest_replicas_and_revisions() {
+        let p = set(i32::MAX, "Parallel");
+        assert_eq!(plan(&p, &pods(vec![]), Time::now()).create.len(), BURST);
+        let s = set(i32::MAX, "OrderedReady");
+        assert_eq!(plan(&s, &pods(vec![]), Time::now()).create, [0]);
+        let mut top = ControllerRevision::default();
+        top.metadata.name = "web-old".into();
+        top.revision = i64::MAX;
+        let out = plan_revisions(&s, &[top], &[]);
+        assert_eq!(out.create, Some(i64::MAX));
     }
 
     #[test]

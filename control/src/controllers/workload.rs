@@ -43,7 +43,13 @@ pub fn available_in(p: &Pod, min_ready_seconds: i32, now: Time) -> Option<i64> {
         .condition("Ready")
         .and_then(|c| c.last_transition_time)
         .unwrap_or(now);
-    Some((since.0 + i64::from(min_ready_seconds) - now.0).max(0))
+    Some(
+        since
+            .0
+            .saturating_add(i64::from(min_ready_seconds))
+            .saturating_sub(now.0)
+            .max(0),
+    )
 }
 
 /// A pod that counts towards a controller's replicas: not terminating, not finished.
@@ -363,12 +369,16 @@ pub fn new_rs_replicas(desired: i32, max_surge: i32, total_current: i32, new_cur
     if new_current >= desired {
         return desired;
     }
-    let max_total = desired + max_surge;
+    // Replicas are any int32 (and maxSurge any, or a percentage of them): Kubernetes' int32
+    // arithmetic wraps; here it saturates.
+    let max_total = desired.saturating_add(max_surge);
     if total_current >= max_total {
         return new_current;
     }
-    let scale_up = (max_total - total_current).min(desired - new_current);
-    new_current + scale_up
+    let scale_up = max_total
+        .saturating_sub(total_current)
+        .min(desired.saturating_sub(new_current));
+    new_current.saturating_add(scale_up)
 }
 
 /// How many old replicas a rolling update may remove now (Kubernetes'
@@ -381,9 +391,18 @@ pub fn max_scaled_down(
     new_replicas: i32,
     new_available: i32,
 ) -> i32 {
-    let min_available = desired - max_unavailable;
-    let new_unavailable = (new_replicas - new_available).max(0);
-    (all_replicas - min_available - new_unavailable).max(0)
+    let min_available = desired.saturating_sub(max_unavailable);
+    let new_unavailable = new_replicas.saturating_sub(new_available).max(0);
+    all_replicas
+        .saturating_sub(min_available)
+        .saturating_sub(new_unavailable)
+        .max(0)
+}
+
+/// The sum of replica counts (spec or status, any int32 their writers put there), saturating
+/// where `Iterator::sum` overflowed.
+pub fn sum_replicas(counts: impl IntoIterator<Item = i32>) -> i32 {
+    counts.into_iter().fold(0, i32::saturating_add)
 }
 
 #[cfg(test)]
@@ -479,6 +498,31 @@ mod tests {
         assert_eq!(max_scaled_down(4, 1, 5, 1, 0), 1);
         assert_eq!(max_scaled_down(4, 0, 5, 1, 0), 0);
         assert_eq!(max_scaled_down(4, 0, 5, 1, 1), 1);
+    }
+
+    /// Replicas and maxSurge are any int32, counts come from statuses anyone allowed the
+    /// status subresource writes: Kubernetes' int32 arithmetic wraps, here it saturates.
+    #[test]
+    fn rolling_update_steps_at_the_int32_limits() {
+        let max = i32::MAX;
+        assert_eq!(new_rs_replicas(max, max, 0, 0), max);
+        assert_eq!(
+            new_rs_replicas(max, 1, max, 0),
+            0,
+            "at the (saturated) limit"
+        );
+        assert_eq!(new_rs_replicas(max, max, max, max - 1), max - 1);
+        assert_eq!(new_rs_replicas(max, max, max - 1, 0), 1);
+        assert_eq!(new_rs_replicas(5, max, max, 0), 0);
+        assert_eq!(max_scaled_down(max, 0, max, max, i32::MIN), 0);
+        assert_eq!(max_scaled_down(0, max, max, 0, 0), max);
+        assert_eq!(max_scaled_down(i32::MIN, max, max, i32::MIN, max), max);
+        assert_eq!(sum_replicas([max, max, 1]), max);
+        assert_eq!(sum_replicas([i32::MIN, -1]), i32::MIN);
+        assert_eq!(sum_replicas([]), 0);
+        let p = pod("p", Some("n"), "Running", Some(100), 0);
+        assert_eq!(available_in(&p, max, Time(i64::MIN)), Some(i64::MAX));
+        assert_eq!(available_in(&p, max, Time(i64::MAX)), Some(0));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tide::http::StatusCode;
 
 use super::route::ResourcePath;
 use super::stream::ChannelReader;
-use super::{query, AppState, State};
+use super::{query_value, AppState, State};
 use crate::auth::User;
 use crate::error::ApiError;
 
@@ -34,8 +34,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 /// The kubelet's port, when a Node does not say.
 const DEFAULT_AGENT_PORT: i32 = 10250;
 
-pub(super) fn flag(req: &tide::Request<State>, key: &str) -> Result<bool, ApiError> {
-    match query(req, key).as_deref() {
+fn flag_of(value: Option<&str>, key: &str) -> Result<bool, ApiError> {
+    match value {
         None | Some("" | "false" | "0") => Ok(false),
         Some("true" | "1") => Ok(true),
         Some(other) => Err(ApiError::bad_request(format!(
@@ -44,8 +44,8 @@ pub(super) fn flag(req: &tide::Request<State>, key: &str) -> Result<bool, ApiErr
     }
 }
 
-fn integer(req: &tide::Request<State>, key: &str, min: i64) -> Result<Option<i64>, ApiError> {
-    match query(req, key) {
+fn integer(query: &str, key: &str, min: i64) -> Result<Option<i64>, ApiError> {
+    match query_value(query, key) {
         None => Ok(None),
         Some(v) => match v.parse::<i64>() {
             Ok(n) if n >= min => Ok(Some(n)),
@@ -56,22 +56,31 @@ fn integer(req: &tide::Request<State>, key: &str, min: i64) -> Result<Option<i64
     }
 }
 
-/// The agent's query string for this request.
-fn agent_query(req: &tide::Request<State>) -> Result<String, ApiError> {
+/// What a `log` request asks for: the container it names, and the query string for the
+/// agent (the agent's `parse_request` reads it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogOptions {
+    pub container: Option<String>,
+    pub agent_query: String,
+}
+
+/// The [`LogOptions`] of a `log` request's query string at `now` (`sinceTime` becomes
+/// seconds before it). The fuzz target `query_headers` calls it.
+pub fn log_options(query: &str, now: std::time::SystemTime) -> Result<LogOptions, ApiError> {
     let mut q = Vec::new();
     for key in ["follow", "previous", "timestamps"] {
-        if flag(req, key)? {
+        if flag_of(query_value(query, key).as_deref(), key)? {
             q.push(format!("{key}=true"));
         }
     }
-    if let Some(n) = integer(req, "tailLines", 0)? {
+    if let Some(n) = integer(query, "tailLines", 0)? {
         q.push(format!("tailLines={n}"));
     }
-    if let Some(n) = integer(req, "limitBytes", 1)? {
+    if let Some(n) = integer(query, "limitBytes", 1)? {
         q.push(format!("limitBytes={n}"));
     }
-    let since_seconds = integer(req, "sinceSeconds", 1)?;
-    let since_time = query(req, "sinceTime");
+    let since_seconds = integer(query, "sinceSeconds", 1)?;
+    let since_time = query_value(query, "sinceTime");
     match (since_seconds, since_time) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -84,14 +93,15 @@ fn agent_query(req: &tide::Request<State>) -> Result<String, ApiError> {
                 ApiError::bad_request(format!("sinceTime: invalid RFC 3339 time {t:?}: {e}"))
             })?;
             // The agent takes seconds; round up so that nothing older than asked is sent.
-            let ago = std::time::SystemTime::now()
-                .duration_since(at)
-                .unwrap_or(Duration::ZERO);
+            let ago = now.duration_since(at).unwrap_or(Duration::ZERO);
             q.push(format!("sinceSeconds={}", ago.as_secs().max(1)));
         }
         (None, None) => {}
     }
-    Ok(q.join("&"))
+    Ok(LogOptions {
+        container: query_value(query, "container"),
+        agent_query: q.join("&"),
+    })
 }
 
 /// The container a request means: the one named, or the pod's only one.
@@ -149,8 +159,11 @@ pub(super) async fn pod_log(
         return Err(ApiError::path_not_found());
     };
     let pod: Pod = state.registry.get(ns, name).await?;
-    let container = container_of(&pod, name, query(req, "container"))?;
-    let agent_query = agent_query(req)?;
+    let LogOptions {
+        container,
+        agent_query,
+    } = log_options(super::query_string(req), std::time::SystemTime::now())?;
+    let container = container_of(&pod, name, container)?;
     let agent = Agent::of(state, &pod, "fetch the logs of").await?;
     let target = format!("/containerLogs/{ns}/{name}/{container}?{agent_query}");
     let request = format!(

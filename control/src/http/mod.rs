@@ -23,6 +23,10 @@ mod tokenrequest;
 mod ui;
 mod watch;
 
+pub use logs::{log_options, LogOptions};
+pub use openapi::{field_validation, FieldValidation};
+pub use watch::watch_timeout;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -192,11 +196,19 @@ struct SentTarget(String);
 /// is then refused instead of acting on the parent. The URL async-h1 built, which has them
 /// resolved, is only used when the target is not an origin-form path.
 fn sent_path(req: &tide::Request<State>) -> String {
-    let raw = req
-        .ext::<SentTarget>()
-        .map(|t| t.0.split(['?', '#']).next().unwrap_or(""))
+    decode_sent_path(
+        req.ext::<SentTarget>().map(|t| t.0.as_str()),
+        req.url().path(),
+    )
+}
+
+/// `sent_path` of a request target as sent (`sent`, when the guard kept it) and of the
+/// path of the URL async-h1 built (`url_path`). The fuzz target `query_headers` calls it.
+pub fn decode_sent_path(sent: Option<&str>, url_path: &str) -> String {
+    let raw = sent
+        .map(|t| t.split(['?', '#']).next().unwrap_or(""))
         .filter(|p| p.starts_with('/'))
-        .unwrap_or_else(|| req.url().path());
+        .unwrap_or(url_path);
     if !raw.contains('%') {
         return raw.to_string();
     }
@@ -360,7 +372,12 @@ pub fn pod_metrics(state: State) -> Arc<dyn crate::controllers::podautoscaler::P
 
 /// The first media type the client accepts is Kubernetes' protobuf (not a table).
 fn wants_protobuf(req: &tide::Request<State>) -> bool {
-    header(req, "Accept").is_some_and(|a| {
+    accepts_protobuf_first(header(req, "Accept").as_deref())
+}
+
+/// `wants_protobuf` of an `Accept` header. The fuzz target `query_headers` calls it.
+pub fn accepts_protobuf_first(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
         let first = a.split(',').next().unwrap_or("");
         let mut parts = first.split(';').map(str::trim);
         parts
@@ -371,10 +388,19 @@ fn wants_protobuf(req: &tide::Request<State>) -> bool {
 }
 
 fn query(req: &tide::Request<State>, key: &str) -> Option<String> {
-    req.url()
-        .query_pairs()
+    query_value(query_string(req), key)
+}
+
+/// The first value of `key` in a query string, decoded as `Url::query_pairs` decodes it.
+fn query_value(query: &str, key: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == key)
         .map(|(_, v)| v.into_owned())
+}
+
+/// The query string of a request ("" without one).
+fn query_string(req: &tide::Request<State>) -> &str {
+    req.url().query().unwrap_or_default()
 }
 
 /// Whether this is `kubectl exec` reading its pod, which it does just before it opens the
@@ -395,7 +421,12 @@ fn header(req: &tide::Request<State>, name: &str) -> Option<String> {
 }
 
 fn wants_table(req: &tide::Request<State>) -> bool {
-    header(req, "Accept").is_some_and(|a| {
+    accepts_table_first(header(req, "Accept").as_deref())
+}
+
+/// `wants_table` of an `Accept` header. The fuzz target `query_headers` calls it.
+pub fn accepts_table_first(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
         a.split(',')
             .next()
             .is_some_and(|first| first.contains("as=Table"))
@@ -1276,8 +1307,14 @@ async fn read_body(req: &mut tide::Request<State>) -> Result<Vec<u8>, ApiError> 
 
 /// The request's media type without parameters, lower case ("" when absent).
 fn media_type(req: &tide::Request<State>) -> String {
-    let ct = header(req, "Content-Type").unwrap_or_default();
-    ct.split(';')
+    media_type_of(header(req, "Content-Type").as_deref())
+}
+
+/// `media_type` of a `Content-Type` header. The fuzz target `query_headers` calls it.
+pub fn media_type_of(content_type: Option<&str>) -> String {
+    content_type
+        .unwrap_or_default()
+        .split(';')
         .next()
         .unwrap_or("")
         .trim()
@@ -1320,7 +1357,13 @@ fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K
 }
 
 fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
-    match media_type(req).as_str() {
+    patch_type_of(&media_type(req))
+}
+
+/// The patch type a media type ([`media_type_of`]) names. The fuzz target `query_headers`
+/// calls it.
+pub fn patch_type_of(media_type: &str) -> Result<PatchType, ApiError> {
+    match media_type {
         "application/merge-patch+json" => Ok(PatchType::Merge),
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/strategic-merge-patch+json" => Ok(PatchType::StrategicMerge),
@@ -1384,6 +1427,65 @@ fn release_memory_after(bytes: usize) {
 fn encode_continue(revision: u64, key: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{revision}\n{key}"))
+}
+
+/// What a list or watch (`GET` of a collection) asks for in its query, as kube-apiserver
+/// reads its ListOptions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListOptions {
+    pub watch: bool,
+    /// Objects per page; 0: all of them.
+    pub limit: usize,
+    /// The `continue` token: the list's revision and the key to go on after.
+    pub continue_from: Option<(u64, String)>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    /// A watch's `timeoutSeconds` ([`watch_timeout`]).
+    pub timeout: Duration,
+    pub allow_bookmarks: bool,
+}
+
+impl ListOptions {
+    /// The revision a watch starts after: None for "now" (no `resourceVersion`, empty or
+    /// "0"), 400 for one that is not a revision.
+    pub fn watch_after(&self) -> Result<Option<u64>, ApiError> {
+        match self.resource_version.as_deref() {
+            None | Some("" | "0") => Ok(None),
+            Some(r) => r
+                .parse()
+                .map(Some)
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {r:?}"))),
+        }
+    }
+}
+
+/// The [`ListOptions`] of a query string. `limit` is an int64 as in kube-apiserver: 0 or
+/// less is no limit, past int64 is 400 (a usize up to 2^64 - 1 used to be taken, and the
+/// etcd datastore's page size of limit + 1 overflowed). The fuzz target `query_headers`
+/// calls it.
+pub fn list_options(query: &str) -> Result<ListOptions, ApiError> {
+    let limit = match query_value(query, "limit") {
+        Some(l) => {
+            let n: i64 = l
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?;
+            usize::try_from(n.max(0)).unwrap_or(usize::MAX)
+        }
+        None => 0,
+    };
+    let continue_from = match query_value(query, "continue").filter(|c| !c.is_empty()) {
+        Some(c) => Some(decode_continue(&c)?),
+        None => None,
+    };
+    Ok(ListOptions {
+        watch: query_value(query, "watch").is_some_and(|w| w == "true" || w == "1"),
+        limit,
+        continue_from,
+        resource_version: query_value(query, "resourceVersion"),
+        resource_version_match: query_value(query, "resourceVersionMatch"),
+        timeout: watch_timeout(query_value(query, "timeoutSeconds").as_deref())?,
+        allow_bookmarks: query_value(query, "allowWatchBookmarks").is_some_and(|b| b == "true"),
+    })
 }
 
 fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
@@ -1490,21 +1592,19 @@ async fn resource<K: Resource>(
     match (method, path.name.as_deref(), sub) {
         (Method::Get, None, None) => {
             let (labels, fields) = selectors(req, kind)?;
-            if query(req, "watch").is_some_and(|w| w == "true" || w == "1") {
+            let options = list_options(query_string(req))?;
+            if options.watch {
+                let selected = (labels, fields);
                 let scope = req.ext::<NodeScope>().cloned();
-                return watch::serve_watch(state, req, kind, ns, labels, fields, scope).await;
+                return watch::serve_watch(state, req, kind, ns, selected, &options, scope).await;
             }
-            let limit: usize = match query(req, "limit") {
-                Some(l) => l
-                    .parse()
-                    .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
-                None => 0,
-            };
-            let (token_rev, after) = match query(req, "continue").filter(|c| !c.is_empty()) {
-                Some(c) => {
-                    let (rev, key) = decode_continue(&c)?;
-                    (Some(rev), Some(key))
-                }
+            let ListOptions {
+                limit,
+                continue_from,
+                ..
+            } = options;
+            let (token_rev, after) = match continue_from {
+                Some((rev, key)) => (Some(rev), Some(key)),
                 None => (None, None),
             };
             let filter_ns = ns.clone();
@@ -1725,17 +1825,7 @@ async fn resource<K: Resource>(
 /// The registry as the request's field manager: `fieldManager`, else the User-Agent's
 /// product name (kube-apiserver's default).
 fn writer(state: &State, req: &tide::Request<State>) -> Result<Registry, ApiError> {
-    let manager = match query(req, "fieldManager") {
-        Some(m) if m.chars().count() > 128 => {
-            return Err(ApiError::bad_request(
-                "fieldManager: Too long: may not be more than 128 bytes",
-            ))
-        }
-        Some(m) if !m.is_empty() => m,
-        _ => crate::fieldmanager::manager_from_user_agent(
-            &header(req, "User-Agent").unwrap_or_default(),
-        ),
-    };
+    let manager = field_manager(query_string(req), header(req, "User-Agent").as_deref())?;
     let registry = match req.ext::<registry::Warnings>() {
         Some(sink) => state.registry.with_warnings(sink.clone()),
         None => state.registry.clone(),
@@ -1743,23 +1833,41 @@ fn writer(state: &State, req: &tide::Request<State>) -> Result<Registry, ApiErro
     Ok(registry.with_manager(&manager).dry_run(dry_run(req, &[])?))
 }
 
+/// The field manager of a write: `fieldManager`, else the User-Agent's product name
+/// (kube-apiserver's default). The fuzz target `query_headers` calls it.
+pub fn field_manager(query: &str, user_agent: Option<&str>) -> Result<String, ApiError> {
+    match query_value(query, "fieldManager") {
+        Some(m) if m.chars().count() > 128 => Err(ApiError::bad_request(
+            "fieldManager: Too long: may not be more than 128 bytes",
+        )),
+        Some(m) if !m.is_empty() => Ok(m),
+        _ => Ok(crate::fieldmanager::manager_from_user_agent(
+            user_agent.unwrap_or_default(),
+        )),
+    }
+}
+
 /// Whether the request is a dry run: `dryRun` in the query (or in a DeleteOptions body) is
 /// `All`, the one value Kubernetes accepts; any other is refused as kube-apiserver does.
 fn dry_run(req: &tide::Request<State>, in_body: &[String]) -> Result<bool, ApiError> {
-    let mut values: Vec<String> = req
-        .url()
-        .query_pairs()
+    let options = match req.method() {
+        tide::http::Method::Post => "CreateOptions",
+        tide::http::Method::Put => "UpdateOptions",
+        tide::http::Method::Delete => "DeleteOptions",
+        _ => "PatchOptions",
+    };
+    dry_run_of(query_string(req), options, in_body)
+}
+
+/// `dry_run` of a query string, for a request of `options` (`CreateOptions`, ...). The
+/// fuzz target `query_headers` calls it.
+pub fn dry_run_of(query: &str, options: &str, in_body: &[String]) -> Result<bool, ApiError> {
+    let mut values: Vec<String> = form_urlencoded::parse(query.as_bytes())
         .filter(|(k, _)| k == "dryRun")
         .map(|(_, v)| v.into_owned())
         .collect();
     values.extend(in_body.iter().cloned());
     if let Some(bad) = values.iter().find(|v| v.as_str() != "All") {
-        let options = match req.method() {
-            tide::http::Method::Post => "CreateOptions",
-            tide::http::Method::Put => "UpdateOptions",
-            tide::http::Method::Delete => "DeleteOptions",
-            _ => "PatchOptions",
-        };
         return Err(ApiError::from_status(api::meta::Status::failure(
             422,
             "Invalid",
@@ -1782,9 +1890,21 @@ fn invalid_patch_options(cause: &str) -> ApiError {
 }
 
 fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    delete_options_of(query_string(req), &media_type(req), body)
+}
+
+/// The DeleteOptions of a DELETE: its body's (JSON, or protobuf when the media type
+/// ([`media_type_of`]) says so), with `gracePeriodSeconds` (any int64, as kube-apiserver
+/// takes it) and `propagationPolicy` from the query over them. The fuzz target
+/// `query_headers` calls it.
+pub fn delete_options_of(
+    query: &str,
+    media_type: &str,
+    body: &[u8],
+) -> Result<DeleteOptions, ApiError> {
     let mut opts: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
-    } else if media_type(req) == protobuf::MEDIA_TYPE {
+    } else if media_type == protobuf::MEDIA_TYPE {
         let value = protobuf::decode(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
         serde_json::from_value(value)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
@@ -1792,13 +1912,13 @@ fn delete_options(req: &tide::Request<State>, body: &[u8]) -> Result<DeleteOptio
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
-    if let Some(g) = query(req, "gracePeriodSeconds") {
+    if let Some(g) = query_value(query, "gracePeriodSeconds") {
         opts.grace_period_seconds = Some(
             g.parse()
                 .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
         );
     }
-    if let Some(p) = query(req, "propagationPolicy") {
+    if let Some(p) = query_value(query, "propagationPolicy") {
         opts.propagation_policy = Some(p);
     }
     Ok(opts)

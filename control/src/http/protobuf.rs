@@ -501,10 +501,14 @@ fn special_to_json(msg: &DynamicMessage, name: &str) -> Result<Option<Value>, Pr
             if secs == 0 && nanos == 0 {
                 return Ok(Some(Value::Null));
             }
+            // RFC 3339 writes four-digit years: a later time failed humantime's formatting,
+            // which `to_string` turned into a panic.
+            let last = api::meta::Time::MAX.0 as u64;
             let t = u64::try_from(secs)
                 .ok()
-                .and_then(|s| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(s)))
-                .and_then(|t| t.checked_add(Duration::from_nanos(nanos.max(0) as u64)))
+                .map(|s| Duration::from_secs(s) + Duration::from_nanos(nanos.max(0) as u64))
+                .filter(|d| d.as_secs() <= last)
+                .map(|d| SystemTime::UNIX_EPOCH + d)
                 .ok_or_else(|| value_error(name, format!("time {secs}s out of range")))?;
             Value::String(if name == TIME {
                 humantime::format_rfc3339_seconds(t).to_string()

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tide::http::{mime, StatusCode};
 
 use super::stream::{ChannelReader, Chunk};
-use super::{object_matches, query, table, wants_table, State};
+use super::{object_matches, table, wants_table, ListOptions, State};
 use crate::error::ApiError;
 use crate::store::{EventType, StoreError};
 
@@ -66,8 +66,9 @@ fn line(v: &Value) -> Vec<u8> {
 }
 
 /// A watch's `timeoutSeconds`: any int64, as kube-apiserver takes it. Absent or 0: the
-/// default; negative: the watch ends at once; huge: as long as the process lives.
-fn watch_timeout(t: Option<&str>) -> Result<Duration, ApiError> {
+/// default; negative: the watch ends at once; huge: as long as the process lives. The fuzz
+/// target `query_headers` calls it (through [`super::list_options`] too).
+pub fn watch_timeout(t: Option<&str>) -> Result<Duration, ApiError> {
     let Some(t) = t else {
         return Ok(DEFAULT_TIMEOUT);
     };
@@ -109,18 +110,18 @@ pub(super) async fn serve_watch(
     req: &tide::Request<State>,
     kind: Kind,
     ns: Option<String>,
-    labels: LabelSelector,
-    fields: FieldSelector,
+    (labels, fields): (LabelSelector, FieldSelector),
+    options: &ListOptions,
     scope: Option<super::NodeScope>,
 ) -> Result<tide::Response, ApiError> {
-    let timeout = watch_timeout(query(req, "timeoutSeconds").as_deref())?;
-    let bookmarks = query(req, "allowWatchBookmarks").is_some_and(|b| b == "true");
+    let timeout = options.timeout;
+    let bookmarks = options.allow_bookmarks;
     let mut enc = Encoder {
         kind,
         as_table: wants_table(req),
         columns_sent: false,
     };
-    let rv = query(req, "resourceVersion").filter(|r| !r.is_empty() && r != "0");
+    let rv = options.watch_after()?;
     let (tx, rx) = async_channel::bounded::<Chunk>(64);
 
     let (initial, watch) = match rv {
@@ -140,21 +141,16 @@ pub(super) async fn serve_watch(
                 .collect();
             (items, state.store.watch(&[kind], Some(rev)).await?)
         }
-        Some(r) => {
-            let after: u64 = r
-                .parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {r:?}")))?;
-            match state.store.watch(&[kind], Some(after)).await {
-                Ok(w) => (Vec::new(), w),
-                Err(StoreError::Expired { requested, oldest }) => {
-                    let status = *ApiError::expired(requested, oldest).0;
-                    let _ = tx.try_send(line(&json!({"type": "ERROR", "object": status})).into());
-                    drop(tx);
-                    return Ok(stream_response(rx));
-                }
-                Err(e) => return Err(e.into()),
+        Some(after) => match state.store.watch(&[kind], Some(after)).await {
+            Ok(w) => (Vec::new(), w),
+            Err(StoreError::Expired { requested, oldest }) => {
+                let status = *ApiError::expired(requested, oldest).0;
+                let _ = tx.try_send(line(&json!({"type": "ERROR", "object": status})).into());
+                drop(tx);
+                return Ok(stream_response(rx));
             }
-        }
+            Err(e) => return Err(e.into()),
+        },
     };
 
     let mut watch = watch;

@@ -123,6 +123,12 @@ fn container_requests(c: &Container) -> Resources {
         .unwrap_or_default()
 }
 
+/// Pairwise sum of (cpu, memory), saturating: requests are any quantity a pod asks for, and
+/// two of `i64::MAX` overflowed (in `Resources::add` too, which saturates).
+fn add2(a: (i64, i64), b: (i64, i64)) -> (i64, i64) {
+    (a.0.saturating_add(b.0), a.1.saturating_add(b.1))
+}
+
 fn nonzero(r: &Resources) -> (i64, i64) {
     (
         if r.milli_cpu == 0 {
@@ -149,7 +155,7 @@ impl PodFacts {
             let r = container_requests(c);
             sum.add(&r);
             let n = nonzero(&r);
-            nz = (nz.0 + n.0, nz.1 + n.1);
+            nz = add2(nz, n);
         }
         let mut sidecars = Resources::default();
         let mut sidecars_nz = (0i64, 0i64);
@@ -160,7 +166,7 @@ impl PodFacts {
             let n = nonzero(&r);
             if c.restart_policy.as_deref() == Some("Always") {
                 sidecars.add(&r);
-                sidecars_nz = (sidecars_nz.0 + n.0, sidecars_nz.1 + n.1);
+                sidecars_nz = add2(sidecars_nz, n);
                 init_peak = init_peak.max(&sidecars);
                 init_peak_nz = (
                     init_peak_nz.0.max(sidecars_nz.0),
@@ -170,14 +176,15 @@ impl PodFacts {
                 let mut during = sidecars;
                 during.add(&r);
                 init_peak = init_peak.max(&during);
+                let during_nz = add2(sidecars_nz, n);
                 init_peak_nz = (
-                    init_peak_nz.0.max(sidecars_nz.0 + n.0),
-                    init_peak_nz.1.max(sidecars_nz.1 + n.1),
+                    init_peak_nz.0.max(during_nz.0),
+                    init_peak_nz.1.max(during_nz.1),
                 );
             }
         }
         sum.add(&sidecars);
-        nz = (nz.0 + sidecars_nz.0, nz.1 + sidecars_nz.1);
+        nz = add2(nz, sidecars_nz);
         let mut requests = sum.max(&init_peak);
         let mut nz = (nz.0.max(init_peak_nz.0), nz.1.max(init_peak_nz.1));
         if let Some(pod_level) = &pod.spec.resources {
@@ -219,8 +226,8 @@ impl PodFacts {
             .map(|o| o.uid.clone());
         PodFacts {
             requests,
-            nonzero_milli_cpu: nz.0 + overhead.milli_cpu,
-            nonzero_memory: nz.1 + overhead.memory,
+            nonzero_milli_cpu: nz.0.saturating_add(overhead.milli_cpu),
+            nonzero_memory: nz.1.saturating_add(overhead.memory),
             host_ports,
             owner,
             priority: pod.spec.priority.unwrap_or(0),
@@ -265,8 +272,8 @@ impl NodeInfo {
 
     pub fn add_pod(&mut self, f: &PodFacts) {
         self.requested.add(&f.requests);
-        self.nonzero_milli_cpu += f.nonzero_milli_cpu;
-        self.nonzero_memory += f.nonzero_memory;
+        self.nonzero_milli_cpu = self.nonzero_milli_cpu.saturating_add(f.nonzero_milli_cpu);
+        self.nonzero_memory = self.nonzero_memory.saturating_add(f.nonzero_memory);
         for p in &f.host_ports {
             *self.host_ports.entry(p.clone()).or_insert(0) += 1;
         }
@@ -277,8 +284,8 @@ impl NodeInfo {
 
     pub fn remove_pod(&mut self, f: &PodFacts) {
         self.requested.sub(&f.requests);
-        self.nonzero_milli_cpu -= f.nonzero_milli_cpu;
-        self.nonzero_memory -= f.nonzero_memory;
+        self.nonzero_milli_cpu = self.nonzero_milli_cpu.saturating_sub(f.nonzero_milli_cpu);
+        self.nonzero_memory = self.nonzero_memory.saturating_sub(f.nonzero_memory);
         for p in &f.host_ports {
             if let Some(n) = self.host_ports.get_mut(p) {
                 *n -= 1;
@@ -639,6 +646,46 @@ mod tests {
         });
         assert_eq!(PodFacts::of(&pod).requests.milli_cpu, 1010);
         assert_eq!(PodFacts::of(&pod).requests.memory, 128 << 20);
+    }
+
+    /// Requests are any quantity: the sums of containers, sidecars, overhead and of the pods
+    /// on a node saturate where they overflowed.
+    #[test]
+    fn the_largest_requests_saturate() {
+        let big = "9223372036854775807";
+        let mut pod = Pod::default();
+        pod.spec.containers = vec![container(&format!("{big}m"), big); 2];
+        let mut sidecar = container(&format!("{big}m"), big);
+        sidecar.restart_policy = Some("Always".into());
+        pod.spec.init_containers =
+            vec![sidecar.clone(), sidecar, container(&format!("{big}m"), big)];
+        pod.spec.overhead = [("cpu".to_string(), Quantity(format!("{big}m")))].into();
+        let f = PodFacts::of(&pod);
+        assert_eq!(f.requests.milli_cpu, i64::MAX);
+        assert_eq!(f.requests.memory, i64::MAX);
+        assert_eq!(
+            (f.nonzero_milli_cpu, f.nonzero_memory),
+            (i64::MAX, i64::MAX)
+        );
+        let mut node = Node::default();
+        node.status.allocatable = [
+            ("cpu".to_string(), Quantity(format!("{big}m"))),
+            ("memory".to_string(), Quantity(big.into())),
+            ("pods".to_string(), Quantity(big.into())),
+        ]
+        .into();
+        let mut info = NodeInfo::new(Arc::new(node));
+        info.add_pod(&f);
+        info.add_pod(&f);
+        assert_eq!(info.nonzero_milli_cpu, i64::MAX);
+        let mut reasons = Vec::new();
+        crate::scheduler::filter::check_resources(&f, &info, &mut reasons);
+        assert!(!reasons.is_empty());
+        let _ = crate::scheduler::score::least_allocated(&info, &f);
+        let _ = crate::scheduler::score::balanced_allocation(&info, &f);
+        info.remove_pod(&f);
+        info.remove_pod(&f);
+        assert_eq!(info.requested.pods, 0);
     }
 
     #[test]

@@ -248,17 +248,20 @@ pub fn check_node_affinity(pod: &Pod, node: &Node) -> Result<(), Reason> {
 /// Requests against allocatable minus what is already accounted; every shortfall counts.
 pub fn check_resources(facts: &PodFacts, info: &NodeInfo, out: &mut Vec<Reason>) {
     let (want, have, used) = (&facts.requests, &info.allocatable, &info.requested);
-    if used.pods + 1 > have.pods {
+    if used.pods.saturating_add(1) > have.pods {
         out.push(Reason::TooManyPods);
     }
-    if want.milli_cpu > 0 && want.milli_cpu > have.milli_cpu - used.milli_cpu {
+    if want.milli_cpu > 0 && want.milli_cpu > have.milli_cpu.saturating_sub(used.milli_cpu) {
         out.push(Reason::Insufficient("cpu"));
     }
-    if want.memory > 0 && want.memory > have.memory - used.memory {
+    if want.memory > 0 && want.memory > have.memory.saturating_sub(used.memory) {
         out.push(Reason::Insufficient("memory"));
     }
     if want.ephemeral_storage > 0
-        && want.ephemeral_storage > have.ephemeral_storage - used.ephemeral_storage
+        && want.ephemeral_storage
+            > have
+                .ephemeral_storage
+                .saturating_sub(used.ephemeral_storage)
     {
         out.push(Reason::Insufficient("ephemeral-storage"));
     }

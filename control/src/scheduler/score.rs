@@ -26,11 +26,12 @@ fn fractions(info: &NodeInfo, facts: &PodFacts) -> (f64, f64) {
     };
     (
         frac(
-            info.nonzero_milli_cpu + facts.nonzero_milli_cpu,
+            info.nonzero_milli_cpu
+                .saturating_add(facts.nonzero_milli_cpu),
             info.allocatable.milli_cpu,
         ),
         frac(
-            info.nonzero_memory + facts.nonzero_memory,
+            info.nonzero_memory.saturating_add(facts.nonzero_memory),
             info.allocatable.memory,
         ),
     )

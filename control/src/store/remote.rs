@@ -473,7 +473,12 @@ impl Remote {
         let mut at: Option<i64> = None;
         let mut counted = 0;
         let mut last_key: Option<String> = None;
-        let chunk = if limit > 0 { (limit + 1) as i64 } else { 0 };
+        // One more than the page, to know whether more follow; any limit, saturating.
+        let chunk = if limit > 0 {
+            i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX)
+        } else {
+            0
+        };
         loop {
             let range = self.client.range(&from, Some(&end), at, chunk).await?;
             at.get_or_insert(range.revision);
