@@ -212,6 +212,35 @@ docker = archive([("manifest.json", json.dumps(docker_manifest).encode()), ("con
 put("image_archive", "docker-save.tar", docker)
 put("image_archive", "docker-save.tar.gz", gzip.compress(docker, mtime=0))
 
+# Request targets and headers as kubectl, client-go and the Python client send them (the
+# target on the first line, header lines, then after an empty line a DeleteOptions body), and
+# the extreme values that overflowed.
+KUBECTL_UA = "User-Agent: kubectl/v1.34.1 (linux/amd64) kubernetes/abcdef0"
+for name, head in [
+    ("list-paged", "/api/v1/namespaces/default/pods?limit=500\nAccept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json\n" + KUBECTL_UA),
+    ("list-continue", "/apis/apps/v1/deployments?limit=2&continue=MTIzCmRlZmF1bHQvd2Vi&resourceVersion=0&resourceVersionMatch=NotOlderThan\nAccept: application/vnd.kubernetes.protobuf, */*"),
+    ("watch", "/api/v1/namespaces/default/pods?watch=true&resourceVersion=42&timeoutSeconds=300&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dweb-0\nAccept: application/json"),
+    ("watch-huge-timeout", "/api/v1/pods?watch=1&timeoutSeconds=9223372036854775807"),
+    ("watch-negative-timeout", "/api/v1/pods?watch=1&timeoutSeconds=-9223372036854775808&resourceVersion=18446744073709551615"),
+    ("list-huge-limit", "/api/v1/pods?limit=9223372036854775807"),
+    ("list-limit-past-int64", "/api/v1/pods?limit=18446744073709551615"),
+    ("logs", "/api/v1/namespaces/default/pods/web-0/log?container=app&follow=true&timestamps=true&tailLines=10&limitBytes=1024&sinceSeconds=60"),
+    ("logs-since-time", "/api/v1/namespaces/default/pods/web-0/log?previous=1&sinceTime=2026-11-21T10%3A00%3A00Z"),
+    ("logs-huge", "/api/v1/namespaces/default/pods/web-0/log?tailLines=9223372036854775807&limitBytes=9223372036854775807&sinceSeconds=9223372036854775807"),
+    ("logs-future-since-time", "/api/v1/namespaces/default/pods/web-0/log?sinceTime=9999-12-31T23%3A59%3A59Z"),
+    ("delete-grace", "/api/v1/namespaces/default/pods/web-0?gracePeriodSeconds=0&propagationPolicy=Background&dryRun=All\nContent-Type: application/json\n\n{\"kind\":\"DeleteOptions\",\"apiVersion\":\"v1\",\"gracePeriodSeconds\":30,\"preconditions\":{\"uid\":\"u-1\"}}"),
+    ("delete-huge-grace", "/api/v1/namespaces/default/pods/web-0?gracePeriodSeconds=9223372036854775807"),
+    ("delete-body-min-grace", "/api/v1/namespaces/default/pods/web-0\nContent-Type: application/json\n\n{\"gracePeriodSeconds\":-9223372036854775808,\"dryRun\":[\"All\"]}"),
+    ("apply", "/apis/apps/v1/namespaces/default/deployments/web?fieldManager=kubectl-client-side-apply&fieldValidation=Strict&force=true\nContent-Type: application/apply-patch+yaml\n" + KUBECTL_UA),
+    ("patch-strategic", "/apis/apps/v1/namespaces/default/deployments/web/scale?fieldValidation=Warn\nContent-Type: application/strategic-merge-patch+json; charset=utf-8\nUser-Agent: python-kubernetes/31.0.0"),
+    ("impersonate", "/api/v1/namespaces/default/pods\nImpersonate-User: system:serviceaccount:default:builder\nImpersonate-Group: system:authenticated\nImpersonate-Group: devs\nImpersonate-Uid: 1234\nImpersonate-Extra-Scopes: view\nImpersonate-Extra-acme.com%2Fproject: p1"),
+    ("impersonate-groups-only", "/api/v1/pods\nImpersonate-Group: devs\nImpersonate-User: "),
+    ("dotted-path", "/api/v1/namespaces/default/pods/%2E%2E?dryRun=All&dryRun=Some"),
+    ("exec", "/api/v1/namespaces/default/pods/web-0/exec?command=sh&command=-c&command=echo%20hi&stdin=true&stdout=true&tty=true&container=app"),
+    ("portforward", "/api/v1/namespaces/default/pods/web-0/portforward?ports=8080,65535&ports=0"),
+]:
+    put("query_headers", name, head)
+
 # Kubeconfigs as skiff, kubectl and `skiff user create` write them.
 put("kubeconfig", "token.yaml", """apiVersion: v1
 kind: Config
