@@ -92,6 +92,7 @@ print(urllib.request.urlopen("http://127.0.0.1:8080/", timeout=3).read().decode(
     echo "GET http://127.0.0.1:8080/ inside pod $POD -> $out"
 fi
 echo "== kubectl exec: a command inside the pod"
+# shellcheck disable=SC2016 # expanded inside the pod, not here
 kubectl exec "$POD" -- sh -c 'echo "hello from $(hostname)"; ls /www'
 echo "== kubectl cp: a file into the pod and back"
 echo "copied at $(date -u +%H:%M:%S)" >"$DATA/note.txt"
