@@ -29,6 +29,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -43,8 +44,8 @@ BRIDGE = "skiffguide0"
 CGROUP = "skiff-guide"
 BLOCK_TIMEOUT = 180
 
-FENCE = re.compile(r"^```(\S*)\s*$")
-NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(.*?)\s*-->\s*$")
+FENCE = re.compile(r"^\s*```(\S*)\s*$")
+NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(.*?)\s*-->\s*$")
 
 
 def blocks(page):
@@ -60,7 +61,7 @@ def blocks(page):
         lang = m.group(1)
         start = i
         j = i + 1
-        while j < len(lines) and not lines[j].startswith("```"):
+        while j < len(lines) and not lines[j].lstrip().startswith("```"):
             j += 1
         if lang == "sh":
             reason = None
@@ -71,7 +72,7 @@ def blocks(page):
                 nr = NOT_RUN.match(lines[k])
                 if nr:
                     reason = nr.group(1)
-            out.append((start + 1, "\n".join(lines[start + 1 : j]), reason))
+            out.append((start + 1, textwrap.dedent("\n".join(lines[start + 1 : j])), reason))
         i = j + 1
     return out
 
@@ -218,9 +219,10 @@ def test_page(site, page):
     # As in a checkout: the blocks use scripts/, examples/ and systemd/.
     for d in ("scripts", "examples", "systemd"):
         (workdir / d).symlink_to(ROOT / d)
-    ran = 0
+    ran, skipped, took = 0, 0, []
     for line, text, reason in blocks(page):
         if reason is not None:
+            skipped += 1
             continue
         started = time.time()
         try:
@@ -239,3 +241,6 @@ def test_page(site, page):
                 f"--- server log\n{site['log'].read_text()[-2000:]}"
             )
         ran += 1
+        took.append(f"{line}:{time.time() - started:.1f}s")
+    # Shown with `pytest -s`: what ran, and where the time went.
+    print(f"\n{page.name}: {ran} blocks run, {skipped} not run; {' '.join(took)}")
