@@ -327,6 +327,11 @@ fn plan(source: &LogSource, req: &LogRequest) -> Result<Plan, Refusal> {
         container_dir,
         run,
     });
+    let reader = if follow.is_some() {
+        reader
+    } else {
+        reader.up_to_now()
+    };
     Ok(Plan { reader, follow })
 }
 

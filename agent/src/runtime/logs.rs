@@ -359,6 +359,10 @@ pub struct LogReader {
     /// Which file `<live>.1` was when reading of the live file began: a new one means the
     /// live file was copied there and truncated.
     rotated: Option<(u64, u64)>,
+    /// For a read that does not follow: the live file's length when the reader opened. Lines
+    /// written later are not returned, so `tailLines=3` answers three lines even while the
+    /// container writes.
+    until: Option<u64>,
 }
 
 fn identity(path: &Path) -> Option<(u64, u64)> {
@@ -384,6 +388,7 @@ impl LogReader {
             query,
             written: 0,
             rotated: None,
+            until: None,
         };
         // Whole rotated files older than `since` hold nothing wanted.
         if let Some(since) = reader.query.since_nanos {
@@ -404,6 +409,12 @@ impl LogReader {
 
     fn live(&self) -> &Path {
         &self.files[self.files.len() - 1]
+    }
+
+    /// Returns only what the log holds now: nothing appended after this call.
+    pub fn up_to_now(mut self) -> LogReader {
+        self.until = Some(std::fs::metadata(self.live()).map_or(0, |m| m.len()));
+        self
     }
 
     /// True once `limitBytes` is reached: nothing more will be returned.
@@ -434,7 +445,12 @@ impl LogReader {
                 }
                 // Rotated under us: what we had not read yet is at the end of `<live>.1`.
                 self.rotated = copy_now;
-                let rest = read_from(&copy, self.offset)?;
+                let mut rest = read_from(&copy, self.offset)?;
+                if let Some(until) = self.until {
+                    // What the log held at the start was all copied: the new live file is newer.
+                    rest.truncate(until.saturating_sub(self.offset) as usize);
+                    self.until = Some(0);
+                }
                 let stamps = read_index(&numbered(&path, 1));
                 let end = self.offset + rest.len() as u64;
                 self.emit(
@@ -454,6 +470,10 @@ impl LogReader {
             }
             file.seek(SeekFrom::Start(self.offset))?;
             let mut buf = vec![0u8; READ_CHUNK];
+            if let Some(until) = self.until.filter(|_| is_live) {
+                let room = until.saturating_sub(self.offset).min(READ_CHUNK as u64);
+                buf.truncate(room as usize);
+            }
             let n = file.read(&mut buf)?;
             buf.truncate(n);
             if n == 0 {
@@ -801,6 +821,26 @@ mod tests {
         assert_eq!(runs(&cdir), vec![1, 2]);
         assert!(index_path(&run_log(&cdir, 2)).exists());
         assert!(!index_path(&run_log(&cdir, 0)).exists());
+    }
+
+    #[test]
+    fn a_read_that_does_not_follow_ends_where_the_log_ended_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, "a\nb\nc\nd\n").expect("write");
+        let q = LogQuery {
+            tail_lines: Some(2),
+            ..Default::default()
+        };
+        let mut r = LogReader::open(vec![path.clone()], q)
+            .expect("open")
+            .up_to_now();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("append");
+        writeln!(f, "e").expect("write");
+        assert_eq!(all(&mut r), "c\nd\n");
     }
 
     #[test]
