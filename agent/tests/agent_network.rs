@@ -427,6 +427,34 @@ fn scenario(net: &Net, archive: &std::path::Path) {
     let log = client_log(&c, &agent_b, "get-after");
     assert_eq!(outcome, "Succeeded", "web-a still reachable: {log}");
 
+    // Hairpin: a pod reaches itself through its own Service (DNATed back to its own address,
+    // so its veth must be in hairpin mode on the bridge).
+    let svc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "hairpin", "namespace": "default"},
+        "spec": {
+            "selector": {"app": "hairpin"},
+            "ports": [{"port": 80, "targetPort": WEB_PORT, "protocol": "TCP"}],
+        },
+    });
+    let svc = smol::block_on(c.create_value(api::Kind::Service, Some("default"), &svc))
+        .expect("create the Service");
+    let cluster_ip = svc["spec"]["clusterIP"].as_str().expect("a ClusterIP");
+    let script = format!(
+        "mkdir -p /www && echo \"hairpin $POD_IP\" > /www/index.html && httpd -p {WEB_PORT} -h /www; \
+         for i in $(seq 1 30); do printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {cluster_ip} 80 > /page; \
+         grep -q '^hairpin ' /page && exit 0; sleep 1; done; exit 1"
+    );
+    let mut hairpin = pod("hairpin", &node_b, &["sh", "-c", &script], vec![], "Never");
+    hairpin
+        .metadata
+        .labels
+        .insert("app".to_string(), "hairpin".to_string());
+    create(&c, &hairpin);
+    let outcome = finished(&c, "hairpin");
+    let log = client_log(&c, &agent_b, "hairpin");
+    assert_eq!(outcome, "Succeeded", "a pod through its own Service: {log}");
+
     agent_a.clean_up();
     agent_b.clean_up();
 }

@@ -355,6 +355,10 @@ impl Network {
             NetError::Pod(format!("the veth {host} vanished right after its creation"))
         })?;
         nl.set_up(host_index, Some(bridge))?;
+        // Hairpin: a pod reaching itself through a Service is DNATed back to its own address;
+        // with bridge-nf-call-iptables the frame is bridged back out of the port it came in
+        // by, which a bridge port refuses unless in hairpin mode (the kubelet's hairpin-veth).
+        nl.set_hairpin(host_index)?;
         in_netns(&ns, move |nl| {
             let eth0 = nl.link_index("eth0")?.ok_or(NetlinkError::Kernel {
                 what: "find eth0".into(),

@@ -12,7 +12,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    InfoBridgePort, InfoData, InfoKind, InfoPortData, InfoPortKind, InfoVeth, LinkAttribute,
+    LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -249,6 +250,25 @@ impl Netlink {
         self.change(
             || format!("bring link {index} up"),
             RouteNetlinkMessage::SetLink(m),
+            0,
+        )
+    }
+
+    /// Puts a bridge port in hairpin mode (`ip link set dev X type bridge_slave hairpin on`):
+    /// the bridge may send a frame back out of the port it came in by. Through netlink, as
+    /// `/sys/class/net` shows the links of the namespace sysfs was mounted in, not ours.
+    pub fn set_hairpin(&mut self, index: u32) -> Result<(), NetlinkError> {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::PortKind(InfoPortKind::Bridge),
+            LinkInfo::PortData(InfoPortData::BridgePort(vec![InfoBridgePort::HairpinMode(
+                true,
+            )])),
+        ]));
+        self.change(
+            || format!("set hairpin mode on link {index}"),
+            RouteNetlinkMessage::NewLink(m),
             0,
         )
     }
