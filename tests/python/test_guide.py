@@ -244,3 +244,37 @@ def test_page(site, page):
         took.append(f"{line}:{time.time() - started:.1f}s")
     # Shown with `pytest -s`: what ran, and where the time went.
     print(f"\n{page.name}: {ran} blocks run, {skipped} not run; {' '.join(took)}")
+
+
+def _commands(binary, path=()):
+    """Every command path of `binary` (clap's `Commands:` sections, `help` left out)."""
+    text = subprocess.run([binary, *path, "--help"], capture_output=True, text=True).stdout
+    found = [path]
+    if "Commands:" in text:
+        section = text.split("Commands:", 1)[1].split("\n\n", 1)[0]
+        for line in section.splitlines():
+            m = re.match(r"^  (\S+)", line)
+            if m and m.group(1) != "help":
+                found += _commands(binary, (*path, m.group(1)))
+    return found
+
+
+def test_reference_names_every_option():
+    """16-reference.md names every command and every option the binaries' --help prints."""
+    skiff = Path(os.environ.get("SKIFF_BIN", ROOT / "target" / "debug" / "skiff")).resolve()
+    agent = Path(os.environ.get("SKIFF_AGENT_BIN", skiff.parent / "skiff-agent")).resolve()
+    page = (GUIDE / "16-reference.md").read_text()
+    missing = []
+    for binary, name in ((skiff, "skiff"), (agent, "skiff-agent")):
+        for path in _commands(str(binary)):
+            command = " ".join((name, *path))
+            text = subprocess.run([str(binary), *path, "--help"], capture_output=True,
+                                  text=True).stdout
+            # Each command that does something has its section (groups such as `skiff
+            # rollout` only hold them).
+            if path and "Commands:" not in text and f"`{command}`" not in page:
+                missing.append(command)
+            for flag in re.findall(r"^\s+(?:-\w, )?(--[\w-]+)", text, re.M):
+                if f"`{flag}`" not in page:
+                    missing.append(f"{command} {flag}")
+    assert not missing, f"16-reference.md does not name: {', '.join(sorted(set(missing)))}"
