@@ -24,6 +24,7 @@ pub mod pki;
 pub mod podsecurity;
 pub mod rbac;
 pub mod registry;
+pub mod resources;
 pub mod scheduler;
 pub mod server;
 pub mod serviceaccount;

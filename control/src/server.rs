@@ -522,6 +522,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 
     let state = Arc::new(AppState {
         registry: registry.clone(),
+        resources: Default::default(),
         pki: Arc::new(pki),
         store: store.clone(),
         auth,

@@ -55,6 +55,8 @@ const ACCEPT_DELAY_MAX: Duration = Duration::from_secs(1);
 /// Everything a request handler needs.
 pub struct AppState {
     pub registry: Registry,
+    /// The resources served (routing and discovery read it).
+    pub resources: Arc<crate::resources::Resources>,
     pub pki: Arc<crate::pki::Pki>,
     pub store: Store,
     pub auth: Authenticator,
@@ -245,7 +247,8 @@ async fn endpoint(mut req: tide::Request<State>) -> tide::Result {
     let state = req.state().clone();
     let method = req.method();
     let path = sent_path(&req);
-    let route = route::parse(&path);
+    let table = state.resources.snapshot();
+    let route = route::parse(&table, &path);
     req.set_ext(RequestPath(path));
     let (verb, resource) = metric_labels(&req, &route);
     // What the audit log needs of the request, taken before the handler consumes it.
@@ -635,17 +638,20 @@ async fn handle(
         Route::CoreVersions => {
             get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::core_versions()))
         }
-        Route::GroupList => {
-            get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::group_list()))
-        }
-        Route::Group(g) => {
-            get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::group(&g)))
-        }
+        Route::GroupList => get_only(&req).map(|_| {
+            let table = state.resources.snapshot();
+            json_response(StatusCode::Ok, &discovery::group_list(&table))
+        }),
+        Route::Group(g) => get_only(&req).map(|_| {
+            let table = state.resources.snapshot();
+            json_response(StatusCode::Ok, &discovery::group(&table, &g))
+        }),
         Route::ResourceList { group, version } => {
             get_only(&req)?;
+            let table = state.resources.snapshot();
             Ok(json_response(
                 StatusCode::Ok,
-                &discovery::resource_list(&group, &version),
+                &discovery::resource_list(&table, &group, &version),
             ))
         }
         Route::ResourceMetrics(path) => {

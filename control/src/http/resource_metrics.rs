@@ -600,29 +600,6 @@ async fn futures_util_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F
     out.into_iter().flatten().collect()
 }
 
-/// The `metrics.k8s.io` entry of `/apis`.
-pub fn group_entry() -> Value {
-    let gv = format!("{GROUP}/{VERSION}");
-    json!({
-        "name": GROUP,
-        "versions": [{"groupVersion": gv, "version": VERSION}],
-        "preferredVersion": {"groupVersion": gv, "version": VERSION},
-    })
-}
-
-/// The APIResourceList of `metrics.k8s.io/v1beta1`.
-pub fn resource_list() -> Value {
-    json!({
-        "kind": "APIResourceList",
-        "apiVersion": "v1",
-        "groupVersion": format!("{GROUP}/{VERSION}"),
-        "resources": [
-            {"name": "nodes", "singularName": "", "namespaced": false, "kind": "NodeMetrics", "verbs": ["get", "list"]},
-            {"name": "pods", "singularName": "", "namespaced": true, "kind": "PodMetrics", "verbs": ["get", "list"]},
-        ],
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,17 +34,6 @@ pub fn kind_of(plural: &str) -> &'static str {
     }
 }
 
-/// The discovery entries of a review group.
-pub fn resources(group: &str) -> Vec<Value> {
-    PLURALS
-        .iter()
-        .filter(|(g, _, _)| *g == group)
-        .map(|(_, plural, namespaced)| {
-            json!({"name": plural, "singularName": kind_of(plural).to_ascii_lowercase(), "namespaced": namespaced, "kind": kind_of(plural), "verbs": ["create"]})
-        })
-        .collect()
-}
-
 /// Answers a review (POST only): the request echoed with its `status` filled in.
 pub fn serve(
     state: &State,
