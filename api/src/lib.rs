@@ -12,6 +12,7 @@ pub mod codec;
 pub mod config;
 pub mod coordination;
 pub mod core;
+pub mod discovery;
 pub mod join;
 pub mod kubeconfig;
 pub mod meta;

@@ -219,6 +219,7 @@ kinds! {
     ControllerRevision => apps::ControllerRevision,
     HorizontalPodAutoscaler => autoscaling::HorizontalPodAutoscaler,
     Lease => coordination::Lease,
+    EndpointSlice => discovery::EndpointSlice,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -498,6 +499,17 @@ impl Kind {
         };
         static JOB: KindInfo = batch("Job", "jobs", "job", &[]);
         static CRON_JOB: KindInfo = batch("CronJob", "cronjobs", "cronjob", &["cj"]);
+        static ENDPOINT_SLICE: KindInfo = KindInfo {
+            kind: "EndpointSlice",
+            group: crate::discovery::GROUP,
+            version: "v1",
+            plural: "endpointslices",
+            singular: "endpointslice",
+            short_names: &[],
+            namespaced: true,
+            has_status: false,
+            categories: &[],
+        };
         static PDB: KindInfo = KindInfo {
             kind: "PodDisruptionBudget",
             group: crate::policy::GROUP,
@@ -543,6 +555,7 @@ impl Kind {
             Kind::StatefulSet => &STATEFUL_SET,
             Kind::ControllerRevision => &CONTROLLER_REVISION,
             Kind::Lease => &LEASE,
+            Kind::EndpointSlice => &ENDPOINT_SLICE,
         }
     }
 

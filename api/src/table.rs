@@ -102,6 +102,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Endpoints", "string", "Endpoints of the service", 0),
             age(),
         ],
+        Kind::EndpointSlice => vec![
+            name(),
+            col("AddressType", "string", "addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported:\n* IPv4: Represents an IPv4 Address.\n* IPv6: Represents an IPv6 Address.\n* FQDN: Represents a Fully Qualified Domain Name.", 0),
+            col("Ports", "string", "ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. When ports is empty, it indicates that there are no defined ports. When a port is defined with a nil port value, it indicates \"all ports\". Each slice may include a maximum of 100 ports.", 0),
+            col("Endpoints", "string", "endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints.", 0),
+            age(),
+        ],
         Kind::ConfigMap => vec![
             name(),
             col("Data", "string", "Data contains the configuration data.", 0),
@@ -533,6 +540,13 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Namespace(ns) => namespace_cells(ns, name, age),
         AnyObject::Service(s) => service_cells(s, name, age),
         AnyObject::Endpoints(e) => vec![json!(name), json!(format_endpoints(e)), json!(age)],
+        AnyObject::EndpointSlice(e) => vec![
+            json!(name),
+            json!(e.address_type),
+            json!(format_slice_ports(&e.ports)),
+            json!(format_slice_endpoints(&e.endpoints)),
+            json!(age),
+        ],
         AnyObject::ConfigMap(c) => config_map_cells(c, name, age),
         AnyObject::Secret(s) => secret_cells(s, name, age),
         AnyObject::ServiceAccount(s) => vec![json!(name), json!(s.secrets.len()), json!(age)],
@@ -1114,6 +1128,43 @@ fn service_cells(svc: &Service, name: String, age: String) -> Vec<Value> {
     ]
 }
 
+/// The printers' listWithMoreString: at most three items, then ` + N more...`; `<unset>`
+/// for none.
+fn list_with_more<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    const MAX: usize = 3;
+    let all: Vec<&str> = items.collect();
+    let shown = all[..all.len().min(MAX)].join(",");
+    if all.len() > MAX {
+        format!("{shown} + {} more...", all.len() - MAX)
+    } else if shown.is_empty() {
+        "<unset>".into()
+    } else {
+        shown
+    }
+}
+
+/// The printers' formatDiscoveryPorts: each port's number, else its name, else `*`.
+fn format_slice_ports(ports: &[crate::discovery::EndpointPort]) -> String {
+    let texts: Vec<String> = ports
+        .iter()
+        .map(|p| match (p.port, &p.name) {
+            (Some(n), _) => n.to_string(),
+            (None, Some(name)) => name.clone(),
+            (None, None) => "*".into(),
+        })
+        .collect();
+    list_with_more(texts.iter().map(String::as_str))
+}
+
+/// The printers' formatDiscoveryEndpoints: every address of every endpoint.
+fn format_slice_endpoints(endpoints: &[crate::discovery::Endpoint]) -> String {
+    list_with_more(
+        endpoints
+            .iter()
+            .flat_map(|e| e.addresses.iter().map(String::as_str)),
+    )
+}
+
 /// kubectl's formatEndpoints: at most three `ip:port`, then ` + N more...`.
 fn format_endpoints(e: &Endpoints) -> String {
     if e.subsets.is_empty() {
@@ -1381,6 +1432,38 @@ mod tests {
     }
 
     #[test]
+    fn endpoint_slice_cells_as_kubectl_prints_them() {
+        use crate::discovery::{Endpoint, EndpointPort, EndpointSlice};
+        let mut e = EndpointSlice {
+            address_type: "IPv4".into(),
+            ..Default::default()
+        };
+        let cells = |e: &EndpointSlice| strs(&cells(&e.clone().into_any()));
+        assert_eq!(cells(&e)[1..4], ["IPv4", "<unset>", "<unset>"]);
+        for (i, ip) in ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+            .iter()
+            .enumerate()
+        {
+            e.endpoints.push(Endpoint {
+                addresses: vec![ip.to_string()],
+                ..Default::default()
+            });
+            e.ports.push(EndpointPort {
+                name: Some(format!("p{i}")),
+                port: (i != 1).then_some(8080 + i as i32),
+                ..Default::default()
+            });
+        }
+        assert_eq!(
+            cells(&e)[2..4],
+            [
+                "8080,p1,8082 + 1 more...",
+                "10.0.0.1,10.0.0.2,10.0.0.3 + 1 more..."
+            ]
+        );
+    }
+
+    #[test]
     fn human_durations() {
         let cases = [
             (0, "0s"),
@@ -1417,6 +1500,7 @@ mod tests {
             Namespace::default().into_any(),
             Service::default().into_any(),
             Endpoints::default().into_any(),
+            crate::discovery::EndpointSlice::default().into_any(),
             ConfigMap::default().into_any(),
             Secret::default().into_any(),
             Event::default().into_any(),

@@ -329,3 +329,181 @@ fn endpoints_follow_pods() {
         endpoints(&s, "web").is_none().then_some(())
     });
 }
+
+/// Per slice: its ports, and (address, ready, serving, terminating) per endpoint.
+type SliceSummary = Vec<(Vec<i64>, Vec<(String, bool, bool, bool)>)>;
+
+/// The EndpointSlices of Service `name`: (ports, [(address, ready, serving, terminating)]) per
+/// slice, sorted, and the slices themselves.
+fn slices(s: &TestServer, name: &str) -> (SliceSummary, Vec<Value>) {
+    let (code, v) = s.http(
+        "GET",
+        &format!(
+            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io/service-name%3D{name}"
+        ),
+        None,
+    );
+    assert_eq!(code, 200, "{v}");
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    let flag = |c: &Value, k: &str| c[k].as_bool().unwrap_or(false);
+    let mut out: Vec<_> = items
+        .iter()
+        .map(|e| {
+            let ports = e["ports"]
+                .as_array()
+                .map(|p| p.iter().filter_map(|p| p["port"].as_i64()).collect())
+                .unwrap_or_default();
+            let eps = e["endpoints"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|ep| {
+                            let c = &ep["conditions"];
+                            (
+                                ep["addresses"][0].as_str().unwrap_or("").to_string(),
+                                flag(c, "ready"),
+                                flag(c, "serving"),
+                                flag(c, "terminating"),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (ports, eps)
+        })
+        .collect();
+    out.sort();
+    (out, items)
+}
+
+#[test]
+fn endpoint_slices_follow_pods_and_mirror_hand_made_endpoints() {
+    let s = TestServer::start();
+    let (code, web) = create(
+        &s,
+        svc(
+            "web",
+            json!({"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}),
+        ),
+    );
+    assert_eq!(code, 201, "{web}");
+    // A Service that selects no pod yet has one empty placeholder slice.
+    let (_, items) = wait_for("the placeholder slice", Duration::from_secs(10), || {
+        let got = slices(&s, "web");
+        (got.0 == vec![(vec![], vec![])]).then_some(got)
+    });
+    let slice = &items[0];
+    assert_eq!(slice["addressType"], "IPv4");
+    assert!(slice["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .starts_with("web-"));
+    let labels = &slice["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/service-name"], "web");
+    assert_eq!(
+        labels["endpointslice.kubernetes.io/managed-by"],
+        "endpointslice-controller.k8s.io"
+    );
+    let owner = &slice["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["controller"].as_bool()),
+        (Some("Service"), Some(true))
+    );
+    assert_eq!(owner["uid"], web["metadata"]["uid"]);
+
+    for (name, port) in [("a", 8080), ("b", 8080), ("c", 9090)] {
+        let (code, v) = s.json("POST", "/api/v1/namespaces/default/pods", &pod(name, port));
+        assert_eq!(code, 201, "{v}");
+    }
+    set_status(&s, "a", "10.42.0.5", true);
+    set_status(&s, "b", "10.42.0.6", false);
+    set_status(&s, "c", "10.42.0.7", true);
+    let t = |ip: &str, r, sv, term| (ip.to_string(), r, sv, term);
+    let want = vec![
+        (
+            vec![8080],
+            vec![
+                t("10.42.0.5", true, true, false),
+                t("10.42.0.6", false, false, false),
+            ],
+        ),
+        (vec![9090], vec![t("10.42.0.7", true, true, false)]),
+    ];
+    let (_, items) = wait_for("slices of a, b, c", Duration::from_secs(10), || {
+        let got = slices(&s, "web");
+        (got.0 == want).then_some(got)
+    });
+    let a = items
+        .iter()
+        .flat_map(|i| i["endpoints"].as_array().cloned().unwrap_or_default())
+        .find(|e| e["addresses"][0] == "10.42.0.5")
+        .expect("a's endpoint");
+    assert_eq!(a["nodeName"], "n1");
+    assert_eq!(a["targetRef"]["kind"], "Pod");
+    assert_eq!(a["targetRef"]["name"], "a");
+    // The Endpoints controller's own Endpoints are not mirrored.
+    let e = endpoints(&s, "web").expect("endpoints");
+    assert_eq!(
+        e["metadata"]["labels"]["endpointslice.kubernetes.io/skip-mirror"],
+        "true"
+    );
+
+    // kubectl reads them as it prints them.
+    let (ok, out, err) = common::kubectl(
+        &s,
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+        ],
+    );
+    assert!(ok, "{err}");
+    let header = out.lines().next().unwrap_or("");
+    assert!(
+        header.starts_with("NAME") && header.contains("ADDRESSTYPE   PORTS   ENDPOINTS"),
+        "{out}"
+    );
+    assert!(
+        out.contains("IPv4          8080    10.42.0.5,10.42.0.6"),
+        "{out}"
+    );
+
+    // A Service without a selector gets its hand-made Endpoints mirrored.
+    let (code, _) = create(&s, svc("manual", json!({})));
+    assert_eq!(code, 201);
+    let (code, v) = s.json(
+        "POST",
+        "/api/v1/namespaces/default/endpoints",
+        &json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "manual"},
+                "subsets": [{"addresses": [{"ip": "192.0.2.1"}], "notReadyAddresses": [{"ip": "192.0.2.2"}],
+                             "ports": [{"name": "http", "port": 80}]}]}),
+    );
+    assert_eq!(code, 201, "{v}");
+    let want = vec![(
+        vec![80],
+        vec![
+            t("192.0.2.1", true, false, false),
+            t("192.0.2.2", false, false, false),
+        ],
+    )];
+    let (_, items) = wait_for("the mirrored slice", Duration::from_secs(10), || {
+        let got = slices(&s, "manual");
+        (got.0 == want).then_some(got)
+    });
+    assert_eq!(
+        items[0]["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+        "endpointslicemirroring-controller.k8s.io"
+    );
+    assert_eq!(
+        items[0]["metadata"]["ownerReferences"][0]["kind"],
+        "Endpoints"
+    );
+
+    // The slices go with their Service.
+    let (code, _) = s.json("DELETE", &format!("{SVCS}/web"), &json!({}));
+    assert_eq!(code, 200);
+    wait_for("slices removed", Duration::from_secs(10), || {
+        slices(&s, "web").1.is_empty().then_some(())
+    });
+}

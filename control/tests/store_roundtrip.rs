@@ -984,6 +984,11 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
             set("/spec/behavior/scaleDown/policies/0/type", json!("Pods")),
         ],
         "Lease" => vec![set("/spec/strategy", json!("OldestEmulationVersion"))],
+        "EndpointSlice" => vec![
+            set("/addressType", json!("IPv4")),
+            set("/endpoints/0/addresses", json!(["10.42.0.9"])),
+            set("/ports/0/protocol", json!("UDP")),
+        ],
         _ => Vec::new(),
     }
 }

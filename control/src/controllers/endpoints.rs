@@ -45,7 +45,7 @@ pub fn start(ctx: &Context) {
 }
 
 /// The Services a change concerns.
-fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
+pub(crate) fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
     let Some(obj) = change.object() else {
         return ctx
             .informers
@@ -82,7 +82,7 @@ fn keys_for(ctx: &Context, change: &Change) -> Vec<Key> {
 }
 
 /// The Service's pod selector; None for Services whose Endpoints are written by hand.
-fn selector_of(s: &Service) -> Option<Selector> {
+pub(crate) fn selector_of(s: &Service) -> Option<Selector> {
     if s.spec.selector.is_empty() || s.spec.type_or_default() == "ExternalName" {
         return None;
     }
@@ -157,9 +157,11 @@ async fn sync(ctx: &Context, (ns, name): &Key, s: &mut Synced) -> Result<(), Api
     }
 }
 
-/// The Service's labels, plus the headless marker.
+/// The Service's labels, plus the headless marker and, as Kubernetes' Endpoints controller
+/// marks its own, the label that keeps the mirroring controller off them.
 fn endpoints_labels(s: &Service) -> BTreeMap<String, String> {
     let mut labels = s.metadata.labels.clone();
+    labels.insert(api::discovery::SKIP_MIRROR_LABEL.into(), "true".into());
     if s.spec.is_headless() {
         labels.insert(HEADLESS_LABEL.into(), String::new());
     } else {

@@ -10,6 +10,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
+pub mod endpointslice;
 pub mod gc;
 pub mod ingress;
 pub mod job;
@@ -36,6 +37,7 @@ pub fn start_all(ctx: &Context) {
     job::start(ctx);
     cronjob::start(ctx);
     endpoints::start(ctx);
+    endpointslice::start(ctx);
     nodelifecycle::start(ctx);
     podgc::start(ctx);
     nodeipam::start(ctx);

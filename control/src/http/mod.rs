@@ -1078,6 +1078,7 @@ async fn authorize_node(
         | Kind::Pod
         | Kind::Service
         | Kind::Endpoints
+        | Kind::EndpointSlice
         | Kind::Namespace
         | Kind::Event
         // The node's built-in ingress proxy reads these (with Services, Endpoints, Secrets).

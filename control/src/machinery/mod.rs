@@ -26,6 +26,7 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::Pod,
     Kind::Service,
     Kind::Endpoints,
+    Kind::EndpointSlice,
     Kind::ReplicaSet,
     Kind::ReplicationController,
     Kind::Deployment,
