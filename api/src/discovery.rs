@@ -183,6 +183,151 @@ impl EndpointConditions {
     }
 }
 
+/// The Endpoints form of a Service's slices, as kube-proxy's EndpointSliceCache merges them:
+/// each slice a subset with its ports, its ready endpoints (an unknown `ready` counts as
+/// ready) as addresses and the others as not-ready addresses. Only IPv4 slices count.
+pub fn endpoints_of<'a>(
+    namespace: &str,
+    service: &str,
+    slices: impl Iterator<Item = &'a EndpointSlice>,
+) -> crate::core::Endpoints {
+    use crate::core::{EndpointAddress, EndpointSubset};
+    let mut subsets = Vec::new();
+    for slice in slices.filter(|s| s.address_type == "IPv4") {
+        let mut subset = EndpointSubset {
+            ports: slice
+                .ports
+                .iter()
+                .filter_map(|p| {
+                    Some(crate::core::EndpointPort {
+                        name: p.name.clone().filter(|n| !n.is_empty()),
+                        port: p.port?,
+                        protocol: p.protocol.clone(),
+                        app_protocol: p.app_protocol.clone(),
+                    })
+                })
+                .collect(),
+            ..Default::default()
+        };
+        for e in &slice.endpoints {
+            for ip in &e.addresses {
+                let a = EndpointAddress {
+                    ip: ip.clone(),
+                    hostname: e.hostname.clone(),
+                    node_name: e.node_name.clone(),
+                    target_ref: e.target_ref.clone(),
+                };
+                if e.conditions.is_ready() {
+                    subset.addresses.push(a);
+                } else {
+                    subset.not_ready_addresses.push(a);
+                }
+            }
+        }
+        if !subset.addresses.is_empty() || !subset.not_ready_addresses.is_empty() {
+            subsets.push(subset);
+        }
+    }
+    crate::core::Endpoints {
+        metadata: ObjectMeta {
+            name: service.into(),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        subsets,
+    }
+}
+
+/// A watcher's copy of the EndpointSlices, by namespace and slice name, that answers with
+/// the Endpoints form of a Service's slices ([`endpoints_of`]).
+#[derive(Clone, Debug, Default)]
+pub struct SliceIndex {
+    slices: BTreeMap<(String, String), EndpointSlice>,
+}
+
+/// A Service, by namespace and name.
+pub type ServiceKey = (String, String);
+
+impl SliceIndex {
+    fn service_of(s: &EndpointSlice) -> Option<ServiceKey> {
+        s.service_name()
+            .map(|svc| (s.metadata.namespace().to_string(), svc.to_string()))
+    }
+
+    /// Replaces every slice (after a list).
+    pub fn set_all(&mut self, all: Vec<EndpointSlice>) {
+        self.slices = all
+            .into_iter()
+            .map(|s| {
+                (
+                    (s.metadata.namespace().to_string(), s.metadata.name.clone()),
+                    s,
+                )
+            })
+            .collect();
+    }
+
+    /// A slice was added or changed: the Service whose endpoints it changes (also the one it
+    /// belonged to before, if its label moved).
+    pub fn put(&mut self, slice: EndpointSlice) -> Vec<ServiceKey> {
+        let key = (
+            slice.metadata.namespace().to_string(),
+            slice.metadata.name.clone(),
+        );
+        let new = Self::service_of(&slice);
+        let old = self
+            .slices
+            .insert(key, slice)
+            .and_then(|o| Self::service_of(&o));
+        let mut services: Vec<ServiceKey> = new.into_iter().chain(old).collect();
+        services.dedup();
+        services
+    }
+
+    /// A slice was deleted: the Service whose endpoints it changes.
+    pub fn remove(&mut self, slice: &EndpointSlice) -> Option<ServiceKey> {
+        let key = (
+            slice.metadata.namespace().to_string(),
+            slice.metadata.name.clone(),
+        );
+        self.slices.remove(&key).and_then(|o| Self::service_of(&o))
+    }
+
+    /// The Endpoints form of a Service's slices; None when it has none.
+    pub fn endpoints(&self, (ns, service): &ServiceKey) -> Option<crate::core::Endpoints> {
+        let mut slices = self
+            .slices
+            .range((ns.clone(), String::new())..)
+            .take_while(|((n, _), _)| n == ns)
+            .map(|(_, s)| s)
+            .filter(|s| s.service_name() == Some(service.as_str()))
+            .peekable();
+        slices.peek()?;
+        Some(endpoints_of(ns, service, slices))
+    }
+
+    /// The Endpoints form of every Service's slices.
+    pub fn all_endpoints(&self) -> Vec<crate::core::Endpoints> {
+        endpoints_by_service(self.slices.values())
+    }
+}
+
+/// The Endpoints form of every Service's slices among `slices`.
+pub fn endpoints_by_service<'a>(
+    slices: impl Iterator<Item = &'a EndpointSlice>,
+) -> Vec<crate::core::Endpoints> {
+    let mut by_service: BTreeMap<ServiceKey, Vec<&EndpointSlice>> = BTreeMap::new();
+    for s in slices {
+        if let Some(k) = SliceIndex::service_of(s) {
+            by_service.entry(k).or_default().push(s);
+        }
+    }
+    by_service
+        .into_iter()
+        .map(|((ns, svc), slices)| endpoints_of(&ns, &svc, slices.into_iter()))
+        .collect()
+}
+
 fn check_address(errs: &mut Vec<FieldError>, field: String, address: &str, address_type: &str) {
     let why = match address_type {
         "IPv4" if address.parse::<std::net::Ipv4Addr>().is_err() => "must be a valid IPv4 address",
@@ -349,6 +494,34 @@ mod tests {
         });
         s.set_defaults();
         s
+    }
+
+    #[test]
+    fn slices_merge_into_endpoints_per_service() {
+        let mut index = SliceIndex::default();
+        let mut a = slice();
+        a.metadata
+            .labels
+            .insert(SERVICE_NAME_LABEL.into(), "web".into());
+        let mut b = a.clone();
+        b.metadata.name = "web-def".into();
+        b.endpoints[0].addresses = vec!["10.42.1.7".into()];
+        b.endpoints[0].conditions.ready = Some(false);
+        let key = ("default".to_string(), "web".to_string());
+        assert_eq!(index.put(a.clone()), vec![key.clone()]);
+        index.put(b.clone());
+        let e = index.endpoints(&key).expect("endpoints");
+        assert_eq!(e.metadata.name, "web");
+        assert_eq!(e.subsets.len(), 2);
+        assert_eq!(e.subsets[0].addresses[0].ip, "10.42.0.5");
+        assert_eq!(e.subsets[0].addresses[0].node_name.as_deref(), Some("n1"));
+        assert_eq!(e.subsets[0].ports[0].port, 8080);
+        assert_eq!(e.subsets[0].ports[0].name.as_deref(), Some("http"));
+        assert_eq!(e.subsets[1].not_ready_addresses[0].ip, "10.42.1.7");
+        assert_eq!(index.all_endpoints().len(), 1);
+        assert_eq!(index.remove(&a), Some(key.clone()));
+        index.remove(&b);
+        assert!(index.endpoints(&key).is_none());
     }
 
     #[test]

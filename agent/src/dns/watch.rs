@@ -1,4 +1,4 @@
-//! Keeps the [`Zone`] up to date: a list then a watch of Services and of Endpoints in every
+//! Keeps the [`Zone`] up to date: a list then a watch of Services and of EndpointSlices in every
 //! namespace; a watch that ends is resumed from the last resourceVersion seen, and any error
 //! (a 410 for a version out of the window, or the server being away) starts over with a
 //! list after a short pause.
@@ -7,7 +7,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use api::client::{Client, ClientError, WatchEvent};
-use api::core::{Endpoints, Service};
+use api::core::Service;
+use api::discovery::EndpointSlice;
 use api::object::Resource;
 use futures_lite::StreamExt;
 
@@ -32,15 +33,16 @@ impl ZoneKind for Service {
     }
 }
 
-impl ZoneKind for Endpoints {
+/// As CoreDNS, the endpoints of a Service come from its EndpointSlices.
+impl ZoneKind for EndpointSlice {
     fn set_all(zone: &mut Zone, all: &[Self]) {
-        zone.set_endpoints(all);
+        zone.set_slices(all.to_vec());
     }
     fn put(zone: &mut Zone, object: &Self) {
-        zone.put_endpoints(object);
+        zone.put_slice(object.clone());
     }
     fn remove(zone: &mut Zone, object: &Self) {
-        zone.remove_endpoints(object);
+        zone.remove_slice(object);
     }
 }
 
@@ -48,7 +50,7 @@ impl ZoneKind for Endpoints {
 pub async fn keep_zone(client: Client, zone: Arc<RwLock<Zone>>) {
     futures_lite::future::zip(
         reflect::<Service>(client.clone(), zone.clone()),
-        reflect::<Endpoints>(client, zone),
+        reflect::<EndpointSlice>(client, zone),
     )
     .await;
 }

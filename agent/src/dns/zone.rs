@@ -232,6 +232,8 @@ pub struct Zone {
     domain: String,
     services: BTreeMap<Key, ServiceEntry>,
     endpoints: BTreeMap<Key, Vec<Address>>,
+    /// The EndpointSlices the endpoints come from.
+    slices: api::discovery::SliceIndex,
     services_synced: bool,
     endpoints_synced: bool,
     serial: u32,
@@ -247,6 +249,7 @@ impl Zone {
             domain: normalize(domain),
             services: BTreeMap::new(),
             endpoints: BTreeMap::new(),
+            slices: Default::default(),
             services_synced: false,
             endpoints_synced: false,
             serial: u32::try_from(now % u64::from(u32::MAX)).unwrap_or(1),
@@ -314,6 +317,38 @@ impl Zone {
     pub fn remove_endpoints(&mut self, eps: &Endpoints) {
         self.endpoints.remove(&key(&eps.metadata));
         self.touch();
+    }
+
+    /// Replaces every EndpointSlice (after a list).
+    pub fn set_slices(&mut self, all: Vec<api::discovery::EndpointSlice>) {
+        self.slices.set_all(all);
+        let all = self.slices.all_endpoints();
+        self.set_endpoints(&all);
+    }
+
+    /// An EndpointSlice was added or changed.
+    pub fn put_slice(&mut self, slice: api::discovery::EndpointSlice) {
+        for service in self.slices.put(slice) {
+            self.refresh(&service);
+        }
+    }
+
+    /// An EndpointSlice was deleted.
+    pub fn remove_slice(&mut self, slice: &api::discovery::EndpointSlice) {
+        if let Some(service) = self.slices.remove(slice) {
+            self.refresh(&service);
+        }
+    }
+
+    /// Recomputes a Service's addresses from its slices.
+    fn refresh(&mut self, service: &api::discovery::ServiceKey) {
+        match self.slices.endpoints(service) {
+            Some(e) => self.put_endpoints(&e),
+            None => {
+                self.endpoints.remove(service);
+                self.touch();
+            }
+        }
     }
 
     /// The zone's SOA record (also the authority of negative answers).

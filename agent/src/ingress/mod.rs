@@ -24,7 +24,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use api::client::{Client, ClientError, WatchEvent};
-use api::core::{Endpoints, Secret, Service};
+use api::core::{Secret, Service};
+use api::discovery::EndpointSlice;
 use api::networking::{Ingress, IngressClass};
 use api::object::Resource;
 use futures_lite::StreamExt;
@@ -219,7 +220,42 @@ macro_rules! watched_in_objects {
 
 watched_in_objects!(Ingress, ingresses, key_of);
 watched_in_objects!(Service, services, key_of);
-watched_in_objects!(Endpoints, endpoints, key_of);
+/// As ingress controllers do, a Service's endpoints come from its EndpointSlices.
+impl Watched for EndpointSlice {
+    fn set_all(shared: &Shared, all: Vec<Self>) {
+        let mut o = shared.objects.lock().unwrap_or_else(|e| e.into_inner());
+        o.slices.set_all(all);
+        o.endpoints = o
+            .slices
+            .all_endpoints()
+            .into_iter()
+            .map(|e| (key_of(&e), e))
+            .collect();
+    }
+    fn put(shared: &Shared, x: Self) {
+        let mut o = shared.objects.lock().unwrap_or_else(|e| e.into_inner());
+        for service in o.slices.put(x) {
+            refresh_endpoints(&mut o, service);
+        }
+    }
+    fn remove(shared: &Shared, x: &Self) {
+        let mut o = shared.objects.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(service) = o.slices.remove(x) {
+            refresh_endpoints(&mut o, service);
+        }
+    }
+}
+
+fn refresh_endpoints(o: &mut routes::Objects, service: api::discovery::ServiceKey) {
+    match o.slices.endpoints(&service) {
+        Some(e) => {
+            o.endpoints.insert(service, e);
+        }
+        None => {
+            o.endpoints.remove(&service);
+        }
+    }
+}
 watched_in_objects!(IngressClass, classes, |c: &IngressClass| c
     .metadata
     .name
@@ -339,7 +375,7 @@ pub async fn start(client: Client, cfg: IngressConfig) -> std::io::Result<()> {
     smol::spawn(reflect::<IngressClass>(client.clone(), shared.clone())).detach();
     smol::spawn(reflect::<Ingress>(client.clone(), shared.clone())).detach();
     smol::spawn(reflect::<Service>(client.clone(), shared.clone())).detach();
-    smol::spawn(reflect::<Endpoints>(client.clone(), shared.clone())).detach();
+    smol::spawn(reflect::<EndpointSlice>(client.clone(), shared.clone())).detach();
     smol::spawn(reflect::<Secret>(client, shared.clone())).detach();
 
     let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(

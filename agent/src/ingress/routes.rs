@@ -162,7 +162,10 @@ pub struct Objects {
     pub ingresses: BTreeMap<(String, String), Ingress>,
     pub classes: BTreeMap<String, IngressClass>,
     pub services: BTreeMap<(String, String), Service>,
+    /// The Endpoints form of each Service's EndpointSlices.
     pub endpoints: BTreeMap<(String, String), Endpoints>,
+    /// The EndpointSlices `endpoints` comes from.
+    pub slices: api::discovery::SliceIndex,
 }
 
 /// The ready endpoints of `backend`'s Service port in `ns`.

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use api::client::{Client, WatchEvent};
 use api::core::{Endpoints, Node, Service, SERVICE_LB_PORTS_IN_USE};
+use api::discovery::EndpointSlice;
 use api::object::Resource;
 use futures_lite::StreamExt;
 
@@ -234,11 +235,13 @@ fn report_of(input: &str, full: bool) -> SyncReport {
     r
 }
 
-/// The proxy's copy of the cluster's Services and Endpoints.
+/// The proxy's copy of the cluster's Services and EndpointSlices (as kube-proxy, it reads a
+/// Service's endpoints from its slices).
 #[derive(Default)]
 struct World {
     services: BTreeMap<(String, String), Service>,
-    endpoints: BTreeMap<(String, String), Endpoints>,
+    /// By namespace and slice name.
+    slices: BTreeMap<(String, String), EndpointSlice>,
     nodes: BTreeMap<(String, String), Node>,
     services_listed: bool,
     endpoints_listed: bool,
@@ -274,9 +277,9 @@ impl Reflected for Service {
     }
 }
 
-impl Reflected for Endpoints {
+impl Reflected for EndpointSlice {
     fn part(w: &mut World) -> (&mut BTreeMap<(String, String), Self>, &mut bool) {
-        (&mut w.endpoints, &mut w.endpoints_listed)
+        (&mut w.slices, &mut w.endpoints_listed)
     }
 }
 
@@ -374,7 +377,7 @@ pub fn start(client: Client, cfg: ProxyConfig) -> Result<(), ProxyError> {
         tx.clone(),
     ))
     .detach();
-    smol::spawn(reflect::<Endpoints>(client, world, tx)).detach();
+    smol::spawn(reflect::<EndpointSlice>(client, world, tx)).detach();
     Ok(())
 }
 
@@ -410,7 +413,7 @@ fn sync_loop(world: &Mutex<World>, rx: &Receiver<()>, cfg: &ProxyConfig, client:
                     .and_then(|n| w.nodes.get(&(String::new(), n.clone())).cloned());
                 (
                     w.services.values().cloned().collect::<Vec<_>>(),
-                    w.endpoints.values().cloned().collect::<Vec<_>>(),
+                    api::discovery::endpoints_by_service(w.slices.values()),
                     own,
                 )
             };
