@@ -462,3 +462,52 @@ fn leftovers_do_not_hold_up_new_pods() {
     );
     assert!(started.elapsed() < Duration::from_secs(25));
 }
+
+#[test]
+fn pods_run_only_with_a_runtime_class_the_agent_has() {
+    image_util::require_root_and_busybox();
+    let server = TestServer::start();
+    let client = server.client();
+    let token = server.join_token();
+    let mut agent = TestAgent::new(&server);
+    let archive = agent.data_dir().join("testbox.tar");
+    image_util::write_oci_archive(&archive, &image_util::busybox_image("hello"), IMAGE);
+    agent.import(&archive);
+    agent.start(Some(&token));
+    let node = agent.node_name.clone();
+    for (name, handler) in [("default", api::node::AGENT_HANDLER), ("kata", "kata-fc")] {
+        let rc = serde_json::json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": name}, "handler": handler});
+        smol::block_on(client.create_value(api::Kind::RuntimeClass, None, &rc))
+            .expect("create the RuntimeClass");
+    }
+    let mut runs = pod("runs", &node, &["sleep", "600"], None);
+    runs.spec.runtime_class_name = Some("default".into());
+    let mut waits = pod("waits", &node, &["sleep", "600"], None);
+    waits.spec.runtime_class_name = Some("kata".into());
+    smol::block_on(client.create(&runs)).expect("create pod");
+    smol::block_on(client.create(&waits)).expect("create pod");
+    wait_phase(&client, "runs", "Running", Duration::from_secs(60));
+    // The other waits for a runtime the node does not have, and says so.
+    let event = wait_for("FailedCreatePodSandBox", Duration::from_secs(30), || {
+        let (events, _) = smol::block_on(client.list::<api::core::Event>(
+            Some("default"),
+            None,
+            Some("involvedObject.name=waits"),
+        ))
+        .ok()?;
+        events
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("FailedCreatePodSandBox"))
+    });
+    assert!(
+        event
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("no runtime for \"kata-fc\" is configured")),
+        "{event:?}"
+    );
+    let waits = get_pod(&client, "waits").expect("the pod");
+    assert_eq!(phase(&waits), "Pending");
+    agent.clean_up();
+}

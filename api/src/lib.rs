@@ -17,6 +17,7 @@ pub mod join;
 pub mod kubeconfig;
 pub mod meta;
 pub mod networking;
+pub mod node;
 pub mod notify;
 pub mod object;
 mod omit;

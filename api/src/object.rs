@@ -220,6 +220,7 @@ kinds! {
     HorizontalPodAutoscaler => autoscaling::HorizontalPodAutoscaler,
     Lease => coordination::Lease,
     EndpointSlice => discovery::EndpointSlice,
+    RuntimeClass => node::RuntimeClass,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -510,6 +511,17 @@ impl Kind {
             has_status: false,
             categories: &[],
         };
+        static RUNTIME_CLASS: KindInfo = KindInfo {
+            kind: "RuntimeClass",
+            group: crate::node::GROUP,
+            version: "v1",
+            plural: "runtimeclasses",
+            singular: "runtimeclass",
+            short_names: &[],
+            namespaced: false,
+            has_status: false,
+            categories: &[],
+        };
         static PDB: KindInfo = KindInfo {
             kind: "PodDisruptionBudget",
             group: crate::policy::GROUP,
@@ -556,6 +568,7 @@ impl Kind {
             Kind::ControllerRevision => &CONTROLLER_REVISION,
             Kind::Lease => &LEASE,
             Kind::EndpointSlice => &ENDPOINT_SLICE,
+            Kind::RuntimeClass => &RUNTIME_CLASS,
         }
     }
 

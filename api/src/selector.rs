@@ -925,6 +925,7 @@ mod tests {
             Kind::StorageClass => crate::storage::StorageClass::default().into_any(),
             Kind::Lease => crate::coordination::Lease::default().into_any(),
             Kind::EndpointSlice => crate::discovery::EndpointSlice::default().into_any(),
+            Kind::RuntimeClass => crate::node::RuntimeClass::default().into_any(),
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
             Kind::HorizontalPodAutoscaler => {

@@ -102,6 +102,11 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Endpoints", "string", "Endpoints of the service", 0),
             age(),
         ],
+        Kind::RuntimeClass => vec![
+            name(),
+            col("Handler", "string", "handler specifies the underlying runtime and configuration that the CRI implementation will use to handle pods of this class. The possible values are specific to the node & CRI configuration.  It is assumed that all handlers are available on every node, and handlers of the same name are equivalent on every node. For example, a handler called \"runc\" might specify that the runc OCI runtime (using native Linux containers) will be used to run the containers in a pod. The Handler must be lowercase, conform to the DNS Label (RFC 1123) requirements, and is immutable.", 0),
+            age(),
+        ],
         Kind::EndpointSlice => vec![
             name(),
             col("AddressType", "string", "addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported:\n* IPv4: Represents an IPv4 Address.\n* IPv6: Represents an IPv6 Address.\n* FQDN: Represents a Fully Qualified Domain Name.", 0),
@@ -540,6 +545,7 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Namespace(ns) => namespace_cells(ns, name, age),
         AnyObject::Service(s) => service_cells(s, name, age),
         AnyObject::Endpoints(e) => vec![json!(name), json!(format_endpoints(e)), json!(age)],
+        AnyObject::RuntimeClass(r) => vec![json!(name), json!(r.handler), json!(age)],
         AnyObject::EndpointSlice(e) => vec![
             json!(name),
             json!(e.address_type),
@@ -1501,6 +1507,7 @@ mod tests {
             Service::default().into_any(),
             Endpoints::default().into_any(),
             crate::discovery::EndpointSlice::default().into_any(),
+            crate::node::RuntimeClass::default().into_any(),
             ConfigMap::default().into_any(),
             Secret::default().into_any(),
             Event::default().into_any(),

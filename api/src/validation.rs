@@ -864,52 +864,7 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &str) -> Vec<FieldError> {
         }
     }
     for (i, t) in spec.tolerations.iter().enumerate() {
-        let p = format!("{path}.tolerations[{i}]");
-        let key = t.key.as_deref().unwrap_or("");
-        if !key.is_empty() {
-            if let Err(why) = qualified_name(key) {
-                errs.push(FieldError::invalid(format!("{p}.key"), key, why));
-            }
-        }
-        match t.operator.as_deref().unwrap_or("Equal") {
-            "Equal" | "" => {
-                if key.is_empty() {
-                    errs.push(FieldError::invalid(
-                        format!("{p}.operator"),
-                        "Equal",
-                        "operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
-                    ));
-                }
-            }
-            "Exists" => {
-                if !t.value.as_deref().unwrap_or("").is_empty() {
-                    errs.push(FieldError::invalid(
-                        format!("{p}.operator"),
-                        t.value.as_deref().unwrap_or(""),
-                        "value must be empty when `operator` is 'Exists'",
-                    ));
-                }
-            }
-            op => errs.push(FieldError::not_supported(
-                format!("{p}.operator"),
-                op,
-                &["Equal", "Exists"],
-            )),
-        }
-        let effect = t.effect.as_deref().unwrap_or("");
-        check_one_of(
-            &mut errs,
-            format!("{p}.effect"),
-            effect,
-            &["", "NoSchedule", "PreferNoSchedule", "NoExecute"],
-        );
-        if t.toleration_seconds.is_some() && effect != "NoExecute" {
-            errs.push(FieldError::invalid(
-                format!("{p}.effect"),
-                effect,
-                "effect must be 'NoExecute' when `tolerationSeconds` is set",
-            ));
-        }
+        errs.extend(validate_toleration(t, &format!("{path}.tolerations[{i}]")));
     }
     for (i, h) in spec.host_aliases.iter().enumerate() {
         if h.ip.parse::<std::net::IpAddr>().is_err() {
@@ -1491,6 +1446,57 @@ fn validate_probe(probe: &Probe, p: &str, success_must_be_one: bool) -> Vec<Fiel
     errs
 }
 
+/// Kubernetes' ValidateTolerations for one toleration at `p`.
+pub fn validate_toleration(t: &crate::core::Toleration, p: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let key = t.key.as_deref().unwrap_or("");
+    if !key.is_empty() {
+        if let Err(why) = qualified_name(key) {
+            errs.push(FieldError::invalid(format!("{p}.key"), key, why));
+        }
+    }
+    match t.operator.as_deref().unwrap_or("Equal") {
+        "Equal" | "" => {
+            if key.is_empty() {
+                errs.push(FieldError::invalid(
+                    format!("{p}.operator"),
+                    "Equal",
+                    "operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
+                ));
+            }
+        }
+        "Exists" => {
+            if !t.value.as_deref().unwrap_or("").is_empty() {
+                errs.push(FieldError::invalid(
+                    format!("{p}.operator"),
+                    t.value.as_deref().unwrap_or(""),
+                    "value must be empty when `operator` is 'Exists'",
+                ));
+            }
+        }
+        op => errs.push(FieldError::not_supported(
+            format!("{p}.operator"),
+            op,
+            &["Equal", "Exists"],
+        )),
+    }
+    let effect = t.effect.as_deref().unwrap_or("");
+    check_one_of(
+        &mut errs,
+        format!("{p}.effect"),
+        effect,
+        &["", "NoSchedule", "PreferNoSchedule", "NoExecute"],
+    );
+    if t.toleration_seconds.is_some() && effect != "NoExecute" {
+        errs.push(FieldError::invalid(
+            format!("{p}.effect"),
+            effect,
+            "effect must be 'NoExecute' when `tolerationSeconds` is set",
+        ));
+    }
+    errs
+}
+
 /// A Node's spec: taints and pod CIDRs.
 pub fn validate_node_spec(spec: &NodeSpec) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -1827,6 +1833,14 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
         }
         (AnyObject::StorageClass(n), AnyObject::StorageClass(o)) => {
             errs.extend(crate::storage::validate_class_update(n, o));
+        }
+        (AnyObject::RuntimeClass(n), AnyObject::RuntimeClass(o)) if n.handler != o.handler => {
+            errs.push(immutable("handler", &n.handler));
+        }
+        (AnyObject::EndpointSlice(n), AnyObject::EndpointSlice(o))
+            if n.address_type != o.address_type =>
+        {
+            errs.push(immutable("addressType", &n.address_type));
         }
         (AnyObject::Job(n), AnyObject::Job(o)) => {
             errs.extend(crate::batch::validate_job_update(n, o));

@@ -628,18 +628,74 @@ fn shown_name(meta: &api::meta::ObjectMeta) -> String {
     }
 }
 
-/// Kubernetes' RuntimeClass admission: a pod naming a RuntimeClass that does not exist is
-/// refused. skiff serves none yet (its one runtime is libcontainer), so a pod that asks for a
-/// sandboxed runtime (gVisor, Kata) is refused rather than run without the sandbox.
-fn admit_runtime_class(pod: &Pod) -> Result<(), ApiError> {
-    match pod.spec.runtime_class_name.as_deref() {
-        Some(class) if !class.is_empty() => Err(ApiError::forbidden_object(
-            Kind::Pod,
-            &shown_name(&pod.metadata),
-            &format!("pod rejected: RuntimeClass {class:?} not found"),
-        )),
-        _ => Ok(()),
+/// Kubernetes' RuntimeClass admission of a pod being created: the class it names must exist;
+/// the class's overhead becomes the pod's (a pod that sets another, or an overhead without a
+/// class that defines one, is refused); the class's node selector is merged into the pod's
+/// (a conflicting value is refused) and its tolerations are added.
+fn admit_runtime_class(txn: &Txn, pod: &mut Pod) -> Result<(), ApiError> {
+    let refuse = |pod: &Pod, why: String| {
+        ApiError::forbidden_object(Kind::Pod, &shown_name(&pod.metadata), &why)
+    };
+    let class = match pod.spec.runtime_class_name.as_deref() {
+        Some(name) if !name.is_empty() => {
+            match txn
+                .get(Kind::RuntimeClass, "", name)?
+                .and_then(api::node::RuntimeClass::from_any)
+            {
+                Some(c) => Some(c),
+                None => {
+                    return Err(refuse(
+                        pod,
+                        format!("pod rejected: RuntimeClass {name:?} not found"),
+                    ))
+                }
+            }
+        }
+        _ => None,
+    };
+    match class.as_ref().and_then(|c| c.overhead.as_ref()) {
+        Some(o) => {
+            if !pod.spec.overhead.is_empty() && pod.spec.overhead != o.pod_fixed {
+                return Err(refuse(
+                    pod,
+                    "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+                        .into(),
+                ));
+            }
+            pod.spec.overhead = o.pod_fixed.clone();
+        }
+        None if !pod.spec.overhead.is_empty() => {
+            return Err(refuse(
+                pod,
+                "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
+                    .into(),
+            ));
+        }
+        None => {}
     }
+    if let Some(scheduling) = class.and_then(|c| c.scheduling) {
+        for (k, v) in &scheduling.node_selector {
+            match pod.spec.node_selector.get(k) {
+                Some(have) if have != v => {
+                    return Err(refuse(
+                        pod,
+                        format!(
+                            "conflict: runtimeClass.scheduling.nodeSelector[{k}] = {v}; pod.spec.nodeSelector[{k}] = {have}"
+                        ),
+                    ))
+                }
+                _ => {
+                    pod.spec.node_selector.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        for t in scheduling.tolerations {
+            if !pod.spec.tolerations.contains(&t) {
+                pod.spec.tolerations.push(t);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What a namespace uses of `quota`, read inside the write.
@@ -1037,7 +1093,7 @@ fn create_in<K: Resource>(
         default_ingress_class(txn, ing)?;
     }
     if let Some(pod) = as_pod_mut(&mut obj) {
-        admit_runtime_class(pod)?;
+        admit_runtime_class(txn, pod)?;
         admit_limit_ranges(txn, pod)?;
         admit_priority(txn, pod)?;
     }

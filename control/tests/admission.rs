@@ -1,5 +1,5 @@
 //! Admission plugins of kube-apiserver that guard a site's storage and runtime, against a real
-//! server (see docs/admission.md): RuntimeClass, LimitRanger and ResourceQuota for claims,
+//! server (see docs/admission.md): RuntimeClass (the class, its overhead and scheduling), LimitRanger and ResourceQuota for claims,
 //! ResourceQuota on updates, PersistentVolumeClaimResize.
 
 mod common;
@@ -44,6 +44,95 @@ fn a_pod_asking_for_a_runtime_class_that_does_not_exist_is_refused() {
     assert_eq!(
         message(&body),
         "pods \"sandboxed\" is forbidden: pod rejected: RuntimeClass \"gvisor\" not found"
+    );
+}
+
+#[test]
+fn runtime_classes_give_pods_their_overhead_and_scheduling() {
+    let s = TestServer::start();
+    const CLASSES: &str = "/apis/node.k8s.io/v1/runtimeclasses";
+    let class = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "kata"}, "handler": "kata-fc",
+        "overhead": {"podFixed": {"cpu": "250m", "memory": "120Mi"}},
+        "scheduling": {"nodeSelector": {"runtime": "kata"},
+            "tolerations": [{"key": "runtime", "operator": "Equal", "value": "kata", "effect": "NoSchedule"}]}});
+    let (code, body) = s.json("POST", CLASSES, &class);
+    assert_eq!(code, 201, "{body}");
+    let pod = |name: &str, extra: Value| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"runtimeClassName": "kata", "schedulerName": "none",
+                "containers": [{"name": "c", "image": "busybox"}]}});
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            p["spec"][k] = v;
+        }
+        p
+    };
+    let (code, body) = s.json(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        &pod("admitted", json!({"nodeSelector": {"disk": "ssd"}})),
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        body["spec"]["overhead"],
+        json!({"cpu": "250m", "memory": "120Mi"})
+    );
+    assert_eq!(
+        body["spec"]["nodeSelector"],
+        json!({"disk": "ssd", "runtime": "kata"})
+    );
+    let tolerations = body["spec"]["tolerations"].as_array().expect("tolerations");
+    assert!(
+        tolerations
+            .iter()
+            .any(|t| t["key"] == "runtime" && t["value"] == "kata"),
+        "{body}"
+    );
+    for (name, extra, why) in [
+        (
+            "conflict",
+            json!({"nodeSelector": {"runtime": "runc"}}),
+            "conflict: runtimeClass.scheduling.nodeSelector[runtime] = kata; pod.spec.nodeSelector[runtime] = runc",
+        ),
+        (
+            "other-overhead",
+            json!({"overhead": {"cpu": "1"}}),
+            "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead",
+        ),
+    ] {
+        let (code, body) = s.json("POST", "/api/v1/namespaces/default/pods", &pod(name, extra));
+        assert_eq!(code, 403, "{body}");
+        assert_eq!(message(&body), format!("pods \"{name}\" is forbidden: {why}"));
+    }
+    let mut bare = pod("no-class", json!({"overhead": {"cpu": "1"}}));
+    bare["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("runtimeClassName");
+    let (code, body) = s.json("POST", "/api/v1/namespaces/default/pods", &bare);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        message(&body),
+        "pods \"no-class\" is forbidden: pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
+    );
+    // The handler is immutable; a handler must be a DNS label.
+    let (code, body) = merge(&s, &format!("{CLASSES}/kata"), json!({"handler": "runsc"}));
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("handler: Invalid value: \"runsc\": field is immutable"),
+        "{body}"
+    );
+    let mut bad = class.clone();
+    bad["metadata"]["name"] = json!("bad");
+    bad["handler"] = json!("Not_A_Label");
+    let (code, body) = s.json("POST", CLASSES, &bad);
+    assert_eq!(code, 422, "{body}");
+    // kubectl lists them with their handler.
+    let (ok, out, err) = common::kubectl(&s, &["get", "runtimeclasses"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("NAME   HANDLER   AGE") && out.contains("kata   kata-fc"),
+        "{out}"
     );
 }
 

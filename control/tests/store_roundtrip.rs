@@ -775,9 +775,15 @@ fn csr_request() -> Value {
 fn kind_overrides(kind: &str) -> Vec<Op> {
     match kind {
         "Namespace" => vec![set("/status/phase", json!("Active"))],
-        // No RuntimeClass is served yet, and a pod naming one that does not exist is refused
-        // (RuntimeClass admission); workload templates keep the field.
-        "Pod" => vec![remove("/spec/runtimeClassName")],
+        // A pod naming a RuntimeClass that does not exist is refused (RuntimeClass
+        // admission), and the generated classes are written after the pods; workload
+        // templates keep the field.
+        // The overhead comes from the class alone (a pod that sets one without a class is
+        // refused).
+        "Pod" => vec![
+            remove("/spec/runtimeClassName"),
+            remove("/spec/overhead"),
+        ],
         "Node" => vec![
             // CIDRs, the first of podCIDRs being podCIDR, one per family.
             set("/spec/podCIDR", json!("10.42.7.0/24")),
@@ -984,6 +990,12 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
             set("/spec/behavior/scaleDown/policies/0/type", json!("Pods")),
         ],
         "Lease" => vec![set("/spec/strategy", json!("OldestEmulationVersion"))],
+        "RuntimeClass" => vec![
+            set("/handler", json!("runc")),
+            set("/scheduling/tolerations/0/operator", json!("Exists")),
+            set("/scheduling/tolerations/0/value", json!("")),
+            set("/scheduling/tolerations/0/effect", json!("NoExecute")),
+        ],
         "EndpointSlice" => vec![
             set("/addressType", json!("IPv4")),
             set("/endpoints/0/addresses", json!(["10.42.0.9"])),

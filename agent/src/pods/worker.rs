@@ -538,6 +538,19 @@ impl Worker {
                 return at - Instant::now();
             }
         }
+        if let Some(why) = self.unsupported_runtime_class().await {
+            // As the kubelet when the runtime has no such handler: the pod waits in
+            // ContainerCreating and the sandbox is tried again.
+            self.ctx.events.pod(
+                &self.pod,
+                EventType::Warning,
+                "FailedCreatePodSandBox",
+                why.clone(),
+            );
+            self.message = Some(why);
+            self.sandbox_retry = Some(Instant::now() + Duration::from_secs(10));
+            return Duration::from_secs(10);
+        }
         let host_network = self.pod.spec.host_network == Some(true);
         if !host_network && !self.ctx.network.is_ready() {
             self.message = Some("waiting for the node's pod network (podCIDR)".into());
@@ -603,6 +616,38 @@ impl Worker {
                 self.message = Some(format!("cannot create the pod sandbox: {e}"));
                 self.sandbox_retry = Some(Instant::now() + Duration::from_secs(10));
                 Duration::from_secs(10)
+            }
+        }
+    }
+
+    /// Why the pod's RuntimeClass cannot run here: its handler is not the agent's. A class
+    /// that cannot be read (the server away: a node restarting on its own) does not stop a
+    /// pod the server admitted.
+    async fn unsupported_runtime_class(&self) -> Option<String> {
+        let name = self
+            .pod
+            .spec
+            .runtime_class_name
+            .as_deref()
+            .filter(|n| !n.is_empty())?;
+        match self
+            .ctx
+            .client
+            .get::<api::node::RuntimeClass>("", name)
+            .await
+        {
+            Ok(rc) if rc.handler == api::node::AGENT_HANDLER => None,
+            Ok(rc) => Some(format!(
+                "Failed to create pod sandbox: no runtime for {:?} is configured (this node's runtime handler is {:?})",
+                rc.handler,
+                api::node::AGENT_HANDLER
+            )),
+            Err(e) if e.is_not_found() => Some(format!(
+                "Failed to create pod sandbox: RuntimeClass {name:?} not found"
+            )),
+            Err(e) => {
+                tracing::warn!(pod = %self.key(), class = name, "cannot read the RuntimeClass: {e}");
+                None
             }
         }
     }

@@ -1079,6 +1079,7 @@ async fn authorize_node(
         | Kind::Service
         | Kind::Endpoints
         | Kind::EndpointSlice
+        | Kind::RuntimeClass
         | Kind::Namespace
         | Kind::Event
         // The node's built-in ingress proxy reads these (with Services, Endpoints, Secrets).
