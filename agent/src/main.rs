@@ -130,6 +130,11 @@ struct Cli {
     /// Do not program iptables for Services (no service proxy on this node).
     #[arg(long, env = "SKIFF_AGENT_DISABLE_PROXY")]
     disable_proxy: bool,
+    /// Registry mirrors, rewrites, credentials and CAs, in k3s's registries.yaml format (an
+    /// absent file: none).
+    #[arg(long, env = "SKIFF_AGENT_REGISTRIES_CONFIG", value_name = "FILE",
+        default_value = agent::image::mirrors::DEFAULT_PATH)]
+    registries_config: PathBuf,
     /// Do not run the built-in ingress proxy on this node (as k3s' --disable traefik).
     #[arg(long, env = "SKIFF_AGENT_DISABLE_INGRESS")]
     disable_ingress: bool,
@@ -246,6 +251,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             max_files: usize::from(cli.container_log_max_files),
         },
         disable_proxy: cli.disable_proxy,
+        registries_config: Some(cli.registries_config.clone()),
         service_cidr: Some(cli.service_cidr),
         ingress: (!cli.disable_ingress).then_some(agent::ingress::IngressConfig {
             http: cli.ingress_http_address,

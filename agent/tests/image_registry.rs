@@ -343,3 +343,52 @@ fn bearer_token_challenges_fetch_a_token_with_basic_credentials() {
     smol::block_on(store2.pull(&reference, &bearer, &opts)).unwrap();
     assert_eq!(token_requests(), 2);
 }
+
+#[test]
+fn mirrors_rewrite_and_fall_back_to_the_registry() {
+    require_root_and_busybox();
+    let reg = Registry::start(None);
+    let image = busybox_image("pulled through a mirror\n");
+    reg.push("site/busybox", "1.0", &image);
+    reg.push("skiff/direct", "1.0", &image);
+    let (_tmp, store) = new_store();
+    // A registry name nobody resolves, mirrored by a dead endpoint then the local registry,
+    // with Docker Hub's `library/` rewritten to the site's project: the pull never leaves
+    // 127.0.0.1, and the image keeps the name it was asked by.
+    let yaml = format!(
+        r#"
+mirrors:
+  "images.example.invalid":
+    endpoint:
+      - "https://127.0.0.1:1"
+      - "https://{host}"
+    rewrite:
+      "^library/(.*)": "site/$1"
+  "{host}":
+    endpoint: ["https://127.0.0.1:1"]
+configs:
+  "{host}":
+    tls:
+      ca_file: "{ca}"
+"#,
+        host = reg.host(),
+        ca = reg.ca_file.display()
+    );
+    let registries = RegistryConfig::from_yaml("registries.yaml", &yaml).expect("parses");
+    let opts = PullOptions {
+        registries,
+        platform: None,
+    };
+    let reference = "images.example.invalid/library/busybox:1.0";
+    let info = smol::block_on(store.pull(reference, &RegistryAuth::Anonymous, &opts)).unwrap();
+    assert_eq!(info.reference, reference);
+    assert_eq!(info.manifest_digest, image.manifest_digest());
+    assert!(
+        reg.log_text().contains("/v2/site/busybox/manifests/1.0"),
+        "the rewritten repository was asked for"
+    );
+    // A mirror that fails: the registry itself answers.
+    let direct = format!("{}/skiff/direct:1.0", reg.host());
+    let info = smol::block_on(store.pull(&direct, &RegistryAuth::Anonymous, &opts)).unwrap();
+    assert_eq!(info.reference, direct);
+}

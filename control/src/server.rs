@@ -207,6 +207,11 @@ pub struct EmbeddedAgentArgs {
     /// Do not program Services into this machine's iptables.
     #[arg(long, env = "SKIFF_DISABLE_PROXY")]
     pub disable_proxy: bool,
+    /// The local agent's registry mirrors, rewrites, credentials and CAs, in k3s's
+    /// registries.yaml format (an absent file: none).
+    #[arg(long, env = "SKIFF_REGISTRIES_CONFIG", value_name = "FILE",
+        default_value = agent::image::mirrors::DEFAULT_PATH)]
+    pub registries_config: PathBuf,
     /// The bridge this machine's pods are attached to.
     #[arg(long, env = "SKIFF_BRIDGE_NAME", default_value = api::cidr::DEFAULT_BRIDGE)]
     pub bridge_name: String,
@@ -281,6 +286,7 @@ impl EmbeddedAgentArgs {
             log_port: self.agent_port,
             log_limits: Default::default(),
             disable_proxy: self.disable_proxy,
+            registries_config: Some(self.registries_config.clone()),
             service_cidr: None,
             ingress: (!self.disable_ingress).then_some(agent::ingress::IngressConfig {
                 http: self.ingress_http_address,

@@ -780,10 +780,7 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
         // templates keep the field.
         // The overhead comes from the class alone (a pod that sets one without a class is
         // refused).
-        "Pod" => vec![
-            remove("/spec/runtimeClassName"),
-            remove("/spec/overhead"),
-        ],
+        "Pod" => vec![remove("/spec/runtimeClassName"), remove("/spec/overhead")],
         "Node" => vec![
             // CIDRs, the first of podCIDRs being podCIDR, one per family.
             set("/spec/podCIDR", json!("10.42.7.0/24")),

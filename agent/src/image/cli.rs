@@ -43,6 +43,9 @@ pub enum ImageArgs {
         /// Platform to pull, `os/arch[/variant]` (default: this node's).
         #[arg(long)]
         platform: Option<String>,
+        /// Registry mirrors, rewrites, credentials and CAs, in k3s's registries.yaml format.
+        #[arg(long, value_name = "FILE", default_value = super::mirrors::DEFAULT_PATH)]
+        registries_config: PathBuf,
     },
 }
 
@@ -96,6 +99,7 @@ pub fn cli_image(data_dir: &Path, args: ImageArgs, in_use: &HashSet<String>) -> 
             reference,
             username,
             platform,
+            registries_config,
         } => {
             let auth = match username {
                 Some(username) => RegistryAuth::Basic {
@@ -110,8 +114,12 @@ pub fn cli_image(data_dir: &Path, args: ImageArgs, in_use: &HashSet<String>) -> 
                 Some(p) => Some(parse_platform(&p)?),
                 None => None,
             };
+            let mut registries = RegistryConfig::load(&registries_file(data_dir))?;
+            let yaml = RegistryConfig::load_yaml(&registries_config)?;
+            registries.registries.extend(yaml.registries);
+            registries.mirrors = yaml.mirrors;
             let opts = PullOptions {
-                registries: RegistryConfig::load(&registries_file(data_dir))?,
+                registries,
                 platform,
             };
             let info = smol::block_on(store.pull(&reference, &auth, &opts))?;

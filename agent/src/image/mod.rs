@@ -25,6 +25,7 @@ pub mod cli;
 mod error;
 pub mod http;
 mod layer;
+pub mod mirrors;
 mod mount;
 pub mod oci;
 pub mod reference;

@@ -42,6 +42,10 @@ pub struct RegistryHost {
     pub username: Option<String>,
     #[serde(default)]
     pub password: Option<String>,
+    /// A bearer token used when a pull gives no credentials (registries.yaml's
+    /// `identity_token`).
+    #[serde(default)]
+    pub identity_token: Option<String>,
 }
 
 /// The node's registry configuration: registry host (`host` or `host:port`, as written in
@@ -51,6 +55,10 @@ pub struct RegistryHost {
 pub struct RegistryConfig {
     #[serde(default)]
     pub registries: BTreeMap<String, RegistryHost>,
+    /// Mirrors by registry (`*` for all), from a k3s `registries.yaml`
+    /// ([`RegistryConfig::load_yaml`]).
+    #[serde(skip)]
+    pub mirrors: BTreeMap<String, super::mirrors::Mirror>,
 }
 
 impl RegistryConfig {
@@ -249,7 +257,10 @@ impl<'a> Session<'a> {
                 (Some((username.clone(), password.clone())), None)
             }
             RegistryAuth::Bearer(t) => (None, Some(format!("Bearer {t}"))),
-            RegistryAuth::Anonymous => (host.username.clone().zip(host.password.clone()), None),
+            RegistryAuth::Anonymous => (
+                host.username.clone().zip(host.password.clone()),
+                host.identity_token.as_ref().map(|t| format!("Bearer {t}")),
+            ),
         };
         Ok(Session {
             http: http::client(tls),
@@ -564,14 +575,41 @@ fn bad_manifest(r: &Reference, detail: impl std::fmt::Display) -> ImageError {
     }
 }
 
-/// Pulls `r` into `store` (no deduplication here: see [`ImageStore::pull`]).
+/// Pulls `r` into `store` (no deduplication here: see [`ImageStore::pull`]): from each of
+/// its registry's mirrors in turn (with the node's credentials for the mirror), then from the
+/// registry itself (with the pull's).
 pub(crate) async fn pull(
     store: &ImageStore,
     r: &Reference,
     auth: &RegistryAuth,
     opts: &PullOptions,
 ) -> Result<ImageInfo, ImageError> {
-    let mut s = Session::new(r, auth, opts)?;
+    let candidates = opts.registries.candidates(r);
+    let (upstream, mirrors) = candidates
+        .split_last()
+        .expect("the registry itself is last");
+    for m in mirrors {
+        match pull_from(store, m, r, &RegistryAuth::Anonymous, opts).await {
+            Ok(info) => return Ok(info),
+            // What the content says is wrong is wrong everywhere.
+            Err(e @ ImageError::DigestMismatch { .. }) => return Err(e),
+            Err(e) => {
+                tracing::warn!(image = %r, mirror = %m, "mirror failed, trying the next: {e}")
+            }
+        }
+    }
+    pull_from(store, upstream, r, auth, opts).await
+}
+
+/// Pulls `from` (the image `r`, or its copy on a mirror) into `store` under `r`'s name.
+async fn pull_from(
+    store: &ImageStore,
+    from: &Reference,
+    r: &Reference,
+    auth: &RegistryAuth,
+    opts: &PullOptions,
+) -> Result<ImageInfo, ImageError> {
+    let mut s = Session::new(from, auth, opts)?;
     let (media_type, body, repo_digest) = s.manifest(r.manifest_ref(), r.digest.as_deref()).await?;
     let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| bad_manifest(r, e))?;
     let media_type = if media_type.is_empty() || media_type == "application/json" {

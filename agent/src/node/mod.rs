@@ -77,6 +77,9 @@ pub struct AgentConfig {
     pub log_limits: LogLimits,
     /// Do not run the service proxy (no iptables rules for Services on this node).
     pub disable_proxy: bool,
+    /// A k3s `registries.yaml` (mirrors, rewrites, credentials, CAs), merged over the data
+    /// dir's `registries.json`.
+    pub registries_config: Option<PathBuf>,
     /// The cluster's Service range (the server's `--service-cidr`): connections to it that
     /// no Service takes are refused on this node.
     pub service_cidr: Option<crate::net::Ipv4Cidr>,
@@ -191,8 +194,17 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let images = ImageStore::open(&images_dir(&cfg.data_dir))?;
         let cache_path = cfg.data_dir.join("pods.redb");
         let cache = smol::unblock(move || PodCache::open(&cache_path)).await?;
+        let mut registries = RegistryConfig::load(&registries_file(&cfg.data_dir))?;
+        if let Some(path) = &cfg.registries_config {
+            let yaml = RegistryConfig::load_yaml(path)?;
+            registries.registries.extend(yaml.registries);
+            registries.mirrors = yaml.mirrors;
+            if !registries.mirrors.is_empty() {
+                tracing::info!(file = %path.display(), mirrored = ?registries.mirrors.keys().collect::<Vec<_>>(), "registry mirrors");
+            }
+        }
         let pull_options = PullOptions {
-            registries: RegistryConfig::load(&registries_file(&cfg.data_dir))?,
+            registries,
             platform: None,
         };
 
