@@ -121,3 +121,59 @@ fn pods_pull_from_a_registry_with_their_pull_secret() {
         .unwrap_or_default();
     assert!(message.contains("Back-off pulling image"), "{message}");
 }
+
+#[test]
+fn agents_pull_through_the_mirrors_their_server_hands_out() {
+    image_util::require_root_and_busybox();
+    let reg = image_util::Registry::start(None);
+    let image = image_util::busybox_image("pulled through the site mirror\n");
+    reg.push("site/busybox", "1.0", &image);
+    // The server's registries.yaml: a registry name nobody resolves is mirrored by the local
+    // registry, Docker Hub style `library/` rewritten to the site's project.
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("registries.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "mirrors:\n  images.example.invalid:\n    endpoint: [\"https://{host}\"]\n    rewrite:\n      \"^library/(.*)\": \"site/$1\"\nconfigs:\n  \"{host}\":\n    tls:\n      ca_file: \"{ca}\"\n",
+            host = reg.host(),
+            ca = reg.ca_file.display()
+        ),
+    )
+    .expect("write registries.yaml");
+    let server = TestServer::start_with(&["--registries-config", file.to_str().expect("path")]);
+    let client = server.client();
+    // Admins read it too.
+    let r = smol::block_on(client.request("GET", "/skiff/v1/registries", None, "application/yaml"))
+        .expect("GET");
+    assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.body).contains("images.example.invalid"));
+    let mut agent = TestAgent::new(&server);
+    let mut cmd = agent.command(Some(&server.join_token()));
+    // The node has no file of its own: it takes the server's.
+    cmd.args(["--registries-config", "/nonexistent/registries.yaml"]);
+    {
+        use std::os::unix::process::CommandExt;
+        let child = cmd.process_group(0).spawn().expect("start skiff-agent");
+        agent.groups.push(child.id() as i32);
+        agent.child = Some(child);
+    }
+    let node = agent.node_name.clone();
+    smol::block_on(client.create(&pod(
+        "mirrored",
+        &node,
+        "images.example.invalid/library/busybox:1.0",
+        None,
+    )))
+    .expect("create pod");
+    let p = wait_for("the mirrored pod running", Duration::from_secs(60), || {
+        get(&client, "mirrored").filter(|p| p.status.phase.as_deref() == Some("Running"))
+    });
+    let status = &p.status.container_statuses[0];
+    assert_eq!(status.image, "images.example.invalid/library/busybox:1.0");
+    assert!(
+        agent.data_dir().join("registries.server.yaml").exists(),
+        "a copy is kept"
+    );
+    agent.clean_up();
+}

@@ -209,8 +209,13 @@ pub struct EmbeddedAgentArgs {
     pub disable_proxy: bool,
     /// The local agent's registry mirrors, rewrites, credentials and CAs, in k3s's
     /// registries.yaml format (an absent file: none).
-    #[arg(long, env = "SKIFF_REGISTRIES_CONFIG", value_name = "FILE",
-        default_value = agent::image::mirrors::DEFAULT_PATH)]
+    /// Also handed to agents that have none of their own (`/skiff/v1/registries`).
+    #[arg(
+        long,
+        env = "SKIFF_REGISTRIES_CONFIG",
+        value_name = "FILE",
+        default_value = "/etc/skiff/registries.yaml"
+    )]
     pub registries_config: PathBuf,
     /// The bridge this machine's pods are attached to.
     #[arg(long, env = "SKIFF_BRIDGE_NAME", default_value = api::cidr::DEFAULT_BRIDGE)]
@@ -526,6 +531,10 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             let _ = stop_tx.send_blocking(());
         })?;
 
+    // The registries.yaml handed to agents: refused now if it is wrong, not at their pulls.
+    #[cfg(feature = "embedded-agent")]
+    agent::image::RegistryConfig::load_yaml(&args.agent.registries_config)
+        .map_err(|e| anyhow::anyhow!("--registries-config: {e}"))?;
     let state = Arc::new(AppState {
         registry: registry.clone(),
         resources: Default::default(),
@@ -539,6 +548,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         resource_metrics: Default::default(),
         local_agent: Default::default(),
         ui: !args.disable_ui,
+        registries_config: Some(args.agent.registries_config.clone()),
         audit: if args.disable_audit_log {
             None
         } else {

@@ -156,6 +156,51 @@ pub async fn credentials(cfg: &AgentConfig) -> Result<Credentials, AgentError> {
     Ok(credentials::join(&given, token, &cfg.node_name, &addresses, &cfg.data_dir).await?)
 }
 
+/// The node's registries.yaml: its own file if it has one, else the one its server hands out
+/// (`/skiff/v1/registries`), kept in the data dir for starts without the server.
+async fn registries_yaml(
+    cfg: &AgentConfig,
+    client: &api::client::Client,
+) -> Result<RegistryConfig, AgentError> {
+    if let Some(path) = cfg.registries_config.as_ref().filter(|p| p.exists()) {
+        return Ok(RegistryConfig::load_yaml(path)?);
+    }
+    let kept = cfg.data_dir.join("registries.server.yaml");
+    // Not long: a node starting without its server runs its pods from the local cache.
+    let fetch = client.request("GET", "/skiff/v1/registries", None, "application/yaml");
+    let timeout = async {
+        smol::Timer::after(std::time::Duration::from_secs(3)).await;
+        Err(api::client::ClientError::Decode(
+            "no answer within 3 s".into(),
+        ))
+    };
+    match futures_lite::future::or(fetch, timeout).await {
+        Ok(r) if r.status == 200 => {
+            let text = String::from_utf8_lossy(&r.body).into_owned();
+            let parsed = RegistryConfig::from_yaml("the server's registries.yaml", &text)?;
+            if let Err(e) = std::fs::write(&kept, &text) {
+                tracing::warn!("cannot keep the server's registries.yaml: {e}");
+            }
+            Ok(parsed)
+        }
+        Ok(r) if r.status == 404 => {
+            let _ = std::fs::remove_file(&kept);
+            Ok(RegistryConfig::default())
+        }
+        Ok(r) => {
+            tracing::warn!(
+                status = r.status,
+                "cannot read the server's registries.yaml; using the kept copy"
+            );
+            Ok(RegistryConfig::load_yaml(&kept)?)
+        }
+        Err(e) => {
+            tracing::warn!("cannot read the server's registries.yaml ({e}); using the kept copy");
+            Ok(RegistryConfig::load_yaml(&kept)?)
+        }
+    }
+}
+
 /// Runs the agent: join (once), register, heartbeat, pods. Returns only on a fatal error.
 pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     std::fs::create_dir_all(&cfg.data_dir).map_err(|source| AgentError::Io {
@@ -195,13 +240,11 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let cache_path = cfg.data_dir.join("pods.redb");
         let cache = smol::unblock(move || PodCache::open(&cache_path)).await?;
         let mut registries = RegistryConfig::load(&registries_file(&cfg.data_dir))?;
-        if let Some(path) = &cfg.registries_config {
-            let yaml = RegistryConfig::load_yaml(path)?;
-            registries.registries.extend(yaml.registries);
-            registries.mirrors = yaml.mirrors;
-            if !registries.mirrors.is_empty() {
-                tracing::info!(file = %path.display(), mirrored = ?registries.mirrors.keys().collect::<Vec<_>>(), "registry mirrors");
-            }
+        let yaml = registries_yaml(&cfg, &client).await?;
+        registries.registries.extend(yaml.registries);
+        registries.mirrors = yaml.mirrors;
+        if !registries.mirrors.is_empty() {
+            tracing::info!(mirrored = ?registries.mirrors.keys().collect::<Vec<_>>(), "registry mirrors");
         }
         let pull_options = PullOptions {
             registries,

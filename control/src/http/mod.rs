@@ -74,6 +74,9 @@ pub struct AppState {
     pub ui: bool,
     /// Where requests are recorded, unless `--disable-audit-log`.
     pub audit: Option<crate::audit::AuditLog>,
+    /// The registries.yaml handed to agents that have none of their own (read per request,
+    /// so an edit reaches agents as they restart).
+    pub registries_config: Option<std::path::PathBuf>,
 }
 
 /// The address a request came from (put on each request of a connection).
@@ -611,6 +614,28 @@ async fn handle(
                 &serde_json::to_value(answer).unwrap_or_default(),
             ))
         }
+        Route::Registries => {
+            get_only(&req)?;
+            if user.node_name().is_none() && !user.is_master() {
+                return Err(ApiError::forbidden(
+                    "only nodes and admins may read the registries configuration",
+                ));
+            }
+            let text = state
+                .registries_config
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok());
+            match text {
+                Some(t) => {
+                    let mut r = tide::Response::new(StatusCode::Ok);
+                    r.set_body(t);
+                    r.set_content_type("application/yaml");
+                    Ok(r)
+                }
+                None => Err(ApiError::path_not_found()
+                    .with_message("the server has no registries configuration")),
+            }
+        }
         Route::Tokens => {
             if !user.is_master() {
                 return Err(ApiError::forbidden("only an admin may create join tokens"));
@@ -894,7 +919,12 @@ fn authorize(
     route: &Route,
     user: &User,
 ) -> Result<(), ApiError> {
-    if user.node_name().is_some() && matches!(route, Route::Resource(_) | Route::ResourceMetrics(_))
+    // Nodes: resources by the Node authorizer (in `handle`); the registries file is theirs.
+    if user.node_name().is_some()
+        && matches!(
+            route,
+            Route::Resource(_) | Route::ResourceMetrics(_) | Route::Registries
+        )
     {
         return Ok(());
     }

@@ -40,6 +40,8 @@ pub enum Route {
     Ui,
     /// User client certificate signing (admin, `skiff user create`).
     Users,
+    /// The registries.yaml the server hands to its agents (nodes and admins).
+    Registries,
     /// The review kinds of authorization.k8s.io and authentication.k8s.io (create only,
     /// never stored): SelfSubjectAccessReview, TokenReview, ...
     Review(ReviewPath),
@@ -114,6 +116,7 @@ pub fn parse(table: &Table, path: &str) -> Result<Route, NoRoute> {
         ["skiff", "v1", "tokens"] => Ok(Route::Tokens),
         ["ui", ..] => Ok(Route::Ui),
         ["skiff", "v1", "users"] => Ok(Route::Users),
+        ["skiff", "v1", "registries"] => Ok(Route::Registries),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
         ["apis", group] if !group.is_empty() && table.group(group).is_some() => {
