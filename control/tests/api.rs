@@ -838,3 +838,68 @@ fn a_job_with_a_success_policy_reads_back() {
     let (code, _) = s.http("DELETE", &format!("{JOBS}/job-success"), None);
     assert_eq!(code, 200);
 }
+
+#[test]
+fn metadata_only_answers_for_objects_lists_and_watches() {
+    let s = TestServer::start();
+    let c = s.client();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "meta", "labels": {"app": "x"}}, "data": {"secret-ish": "v"}});
+    let (code, created) = s.json("POST", "/api/v1/namespaces/default/configmaps", &cm);
+    assert_eq!(code, 201, "{created}");
+    // As client-go's metadata client asks: protobuf first, then JSON.
+    let accept = |as_: &str| {
+        format!("application/vnd.kubernetes.protobuf;as={as_};g=meta.k8s.io;v=v1,application/json;as={as_};g=meta.k8s.io;v=v1,application/json")
+    };
+    let get = |path: &str, as_: &str| {
+        let r = smol::block_on(c.request("GET", path, None, &accept(as_))).expect("GET");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        serde_json::from_slice::<Value>(&r.body).expect("JSON")
+    };
+    let one = get(
+        "/api/v1/namespaces/default/configmaps/meta",
+        "PartialObjectMetadata",
+    );
+    assert_eq!(one["kind"], "PartialObjectMetadata");
+    assert_eq!(one["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(one["metadata"]["name"], "meta");
+    assert_eq!(one["metadata"]["labels"]["app"], "x");
+    assert_eq!(one["metadata"]["uid"], created["metadata"]["uid"]);
+    assert!(one.get("data").is_none(), "{one}");
+    let list = get(
+        "/api/v1/namespaces/default/configmaps?labelSelector=app%3Dx",
+        "PartialObjectMetadataList",
+    );
+    assert_eq!(list["kind"], "PartialObjectMetadataList");
+    assert!(list["metadata"]["resourceVersion"].is_string(), "{list}");
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["kind"], "PartialObjectMetadata");
+    assert_eq!(items[0]["metadata"]["name"], "meta");
+    assert!(items[0].get("data").is_none());
+    // A watch's events carry metadata only.
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
+    let path = format!(
+        "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&timeoutSeconds=2"
+    );
+    let (code, patched) = s.http(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/meta",
+        Some((
+            "application/merge-patch+json",
+            br#"{"data":{"more":"x"}}"#.to_vec(),
+        )),
+    );
+    assert_eq!(code, 200, "{patched}");
+    let r = smol::block_on(c.request("GET", &path, None, &accept("PartialObjectMetadata")))
+        .expect("watch");
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    let event: Value =
+        serde_json::from_str(text.lines().next().expect("an event")).expect("event JSON");
+    assert_eq!(event["type"], "MODIFIED", "{text}");
+    assert_eq!(event["object"]["kind"], "PartialObjectMetadata");
+    assert!(event["object"].get("data").is_none(), "{text}");
+}

@@ -46,8 +46,10 @@ fuzz_target!(|data: &[u8]| {
 
     // The path, decoded as sent, then routed.
     let path = http::decode_sent_path(Some(target), "/");
-    let _ = http::route::parse(&path);
-    let _ = http::route::parse(target);
+    static TABLE: std::sync::OnceLock<control::resources::Table> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(control::resources::Table::builtin);
+    let _ = http::route::parse(table, &path);
+    let _ = http::route::parse(table, target);
 
     // List and watch options; a watch's deadline is computed from its timeout.
     if let Ok(options) = http::list_options(query) {
@@ -100,6 +102,7 @@ fuzz_target!(|data: &[u8]| {
     // Content negotiation.
     let _ = http::accepts_protobuf_first(header("Accept"));
     let _ = http::accepts_table_first(header("Accept"));
+    let _ = http::metadata::accepts_metadata(header("Accept"));
     let _ = http::patch_type_of(&media);
 
     // Impersonation.

@@ -5,6 +5,7 @@
 mod autoscaling_v1;
 mod backup;
 mod conn;
+pub mod metadata;
 pub use backup::PATH as BACKUP_PATH;
 pub use logs::LocalAgent;
 pub mod discovery;
@@ -742,6 +743,9 @@ async fn handle(
                 let name = path.name.clone().unwrap_or_default();
                 return eviction::serve(&state, &req, &ns, &name, &body).await;
             }
+            // Metadata-only answers: asked of the ordinary path as JSON, converted after.
+            let metadata_only = metadata::accepts_metadata(header(&req, "Accept").as_deref())
+                .map(|v| metadata::request(&mut req, v));
             let legacy = if path.legacy_version {
                 let (converted, answer) = autoscaling_v1::request(&mut req, body)?;
                 body = converted;
@@ -785,6 +789,9 @@ async fn handle(
             warnings.extend(notes.warnings);
             if let Some(answer) = legacy {
                 response = autoscaling_v1::response(response, answer).await?;
+            }
+            if let Some(answer) = metadata_only {
+                response = metadata::response(response, answer).await?;
             }
             openapi::add_warnings(&mut response, &warnings);
             Ok(response)
