@@ -642,9 +642,12 @@ impl ObjectMeta {
 #[serde(rename_all = "camelCase", default)]
 #[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")]
 pub struct ListMeta {
+    // Kubernetes omits each member when empty (`omitempty`): a Status's `metadata` is `{}`.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub resource_version: String,
-    #[serde(rename = "continue")]
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
     pub continue_: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining_item_count: Option<i64>,
 }
 
@@ -683,25 +686,44 @@ pub struct LabelSelector {
 #[serde(rename_all = "camelCase", default)]
 #[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.Status")]
 pub struct Status {
+    // Members Kubernetes leaves out when empty (`omitempty`), as clients that compare error
+    // bodies expect.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub kind: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub api_version: String,
     pub metadata: ListMeta,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub status: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<StatusDetails>,
+    #[serde(skip_serializing_if = "is_zero")]
     pub code: u16,
+}
+
+fn is_zero(n: &u16) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 #[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.StatusDetails")]
 pub struct StatusDetails {
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub group: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub kind: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub uid: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<StatusCause>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<i32>,
 }
 
@@ -709,8 +731,11 @@ pub struct StatusDetails {
 #[serde(rename_all = "camelCase", default)]
 #[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.StatusCause")]
 pub struct StatusCause {
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub field: String,
 }
 

@@ -11,7 +11,7 @@
 //!   left out (a pod template's name, uid, resourceVersion); map values inside it, such as an
 //!   empty label value, stay;
 //! * the object's own metadata (the top level) never carries `selfLink`,
-//!   and the top level starts with `apiVersion` and `kind`.
+//!   and the top level starts with `kind` and `apiVersion`, as kube-apiserver writes them.
 //!
 //! Array elements are never left out. Whether a value is "empty" is decided by [`shape`],
 //! which looks only as far as the first element or field.
@@ -477,8 +477,9 @@ impl<S: Serializer> Serializer for Omit<S> {
         if let Mode::Top(kind, _) = self.mode {
             let info = kind.info();
             let mut m = self.inner.serialize_map(len.map(|l| l + 2))?;
-            m.serialize_entry("apiVersion", &info.api_version())?;
+            // kube-apiserver's order: `kind`, then `apiVersion`.
             m.serialize_entry("kind", info.kind)?;
+            m.serialize_entry("apiVersion", &info.api_version())?;
             return Ok(OmitCompound::new(m, self.mode));
         }
         Ok(OmitCompound::new(self.inner.serialize_map(len)?, self.mode))
@@ -492,8 +493,8 @@ impl<S: Serializer> Serializer for Omit<S> {
         if let Mode::Top(kind, _) = self.mode {
             let info = kind.info();
             let mut st = self.inner.serialize_struct(name, len + 2)?;
-            st.serialize_field("apiVersion", &info.api_version())?;
             st.serialize_field("kind", info.kind)?;
+            st.serialize_field("apiVersion", &info.api_version())?;
             return Ok(OmitCompound::new(st, self.mode));
         }
         Ok(OmitCompound::new(
@@ -752,11 +753,11 @@ mod tests {
         });
         assert_eq!(
             written_as(Kind::Pod, &pod, View::Main),
-            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"labels":{"x":"1"},"name":"a"},"spec":{"nodeName":"n"}}"#
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"labels":{"x":"1"},"name":"a"},"spec":{"nodeName":"n"}}"#
         );
         assert_eq!(
             written_as(Kind::Pod, &pod, View::Status),
-            r#"{"apiVersion":"v1","kind":"Pod","status":{"phase":"Running"}}"#
+            r#"{"kind":"Pod","apiVersion":"v1","status":{"phase":"Running"}}"#
         );
         assert!(written(Kind::Pod, &pod).contains("managedFields"));
     }
@@ -787,7 +788,7 @@ mod tests {
         assert_eq!(
             written(Kind::Pod, &obj),
             concat!(
-                r#"{"apiVersion":"v1","kind":"Pod","#,
+                r#"{"kind":"Pod","apiVersion":"v1","#,
                 r#""metadata":{"labels":{"empty":""},"name":"p"},"#,
                 r#""spec":{"hostname":"","items":[null,""],"template":{"metadata":{}},"#,
                 r#""volumes":[{"emptyDir":{},"name":"v"}]}}"#

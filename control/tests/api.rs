@@ -903,3 +903,65 @@ fn metadata_only_answers_for_objects_lists_and_watches() {
     assert_eq!(event["object"]["kind"], "PartialObjectMetadata");
     assert!(event["object"].get("data").is_none(), "{text}");
 }
+
+#[test]
+fn errors_are_the_bytes_kube_apiserver_writes() {
+    let s = TestServer::start();
+    let c = s.client();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "twice"}});
+    let (code, _) = s.json("POST", "/api/v1/namespaces/default/configmaps", &cm);
+    assert_eq!(code, 201);
+    let body = serde_json::to_vec(&cm).expect("json");
+    let r = smol::block_on(c.request(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(("application/json", body)),
+        "application/json",
+    ))
+    .expect("POST");
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        String::from_utf8_lossy(&r.body).trim_end(),
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"twice\" already exists","reason":"AlreadyExists","details":{"name":"twice","kind":"configmaps"},"code":409}"#
+    );
+    // Lists: kind, apiVersion, metadata, items, as kube-apiserver orders them.
+    let r = smol::block_on(c.request(
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        None,
+        "application/json",
+    ))
+    .expect("GET");
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    assert!(
+        text.starts_with(
+            r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":""#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r#""items":[{"#), "{text}");
+    let r = smol::block_on(c.request(
+        "GET",
+        "/api/v1/namespaces/default/configmaps/twice",
+        None,
+        "application/json",
+    ))
+    .expect("GET");
+    assert!(
+        String::from_utf8_lossy(&r.body)
+            .starts_with(r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"#),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let r = smol::block_on(c.request(
+        "GET",
+        "/api/v1/namespaces/default/configmaps/none",
+        None,
+        "application/json",
+    ))
+    .expect("GET");
+    assert_eq!(
+        String::from_utf8_lossy(&r.body).trim_end(),
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"none\" not found","reason":"NotFound","details":{"name":"none","kind":"configmaps"},"code":404}"#
+    );
+}

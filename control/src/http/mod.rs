@@ -334,9 +334,8 @@ fn metric_labels(
 fn status_response(e: &ApiError) -> tide::Response {
     let code = StatusCode::try_from(e.code()).unwrap_or(StatusCode::InternalServerError);
     let mut r = tide::Response::new(code);
-    let mut body = serde_json::to_value(&e.0).unwrap_or_default();
-    api::codec::strip_nulls(&mut body);
-    r.set_body(serde_json::to_vec(&body).unwrap_or_default());
+    // In the struct's order and with its omissions, which are kube-apiserver's.
+    r.set_body(serde_json::to_vec(&e.0).unwrap_or_default());
     r.set_content_type(mime::JSON);
     r
 }
@@ -1442,7 +1441,18 @@ fn object_matches(
 /// `head` (a JSON object) with one more member, `field`, whose value is the JSON array with
 /// the already encoded, comma-separated `elements`: lists are written element by element, so
 /// no JSON tree of the whole list is ever built.
-fn spliced_response(head: &Value, field: &str, elements: &[u8]) -> tide::Response {
+/// The members of a list before its items, in kube-apiserver's order.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListHead<'a, C: serde::Serialize> {
+    kind: &'a str,
+    api_version: &'a str,
+    metadata: &'a api::meta::ListMeta,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    column_definitions: Option<&'a C>,
+}
+
+fn spliced_response(head: &impl serde::Serialize, field: &str, elements: &[u8]) -> tide::Response {
     let mut out = serde_json::to_vec(head).unwrap_or_default();
     out.pop(); // the closing brace
     out.extend_from_slice(format!(",\"{field}\":[").as_bytes());
@@ -1684,17 +1694,28 @@ async fn resource<K: Resource>(
                 )
                 .await?;
             let list_rev = token_rev.unwrap_or(page.revision);
-            let mut meta = json!({"resourceVersion": list_rev.to_string()});
-            if let Some(key) = &page.next {
-                meta["continue"] = json!(encode_continue(list_rev, key));
-            }
+            let meta = api::meta::ListMeta {
+                resource_version: list_rev.to_string(),
+                continue_: page.next.as_ref().map(|key| encode_continue(list_rev, key)),
+                remaining_item_count: None,
+            };
             let response = if as_table {
-                let columns = serde_json::to_value(api::table::columns(kind)).unwrap_or(json!([]));
-                let head = json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": columns});
+                let columns = api::table::columns(kind);
+                let head = ListHead {
+                    kind: "Table",
+                    api_version: "meta.k8s.io/v1",
+                    metadata: &meta,
+                    column_definitions: Some(&columns),
+                };
                 spliced_response(&head, "rows", &items)
             } else {
                 let info = kind.info();
-                let head = json!({"kind": list_kind_name(kind), "apiVersion": info.api_version(), "metadata": meta});
+                let head: ListHead<'_, ()> = ListHead {
+                    kind: &list_kind_name(kind),
+                    api_version: &info.api_version(),
+                    metadata: &meta,
+                    column_definitions: None,
+                };
                 spliced_response(&head, "items", &items)
             };
             release_memory_after(items.len());
