@@ -131,6 +131,7 @@ pub async fn reconcile(
         Err(e) => return Err(e),
     }
     let wanted = subsets(address, port);
+    reconcile_slice(registry, &wanted).await?;
     match registry.get::<Endpoints>(NAMESPACE, NAME).await {
         Ok(e) if e.subsets == wanted => Ok(()),
         Ok(_) => registry
@@ -156,6 +157,81 @@ pub async fn reconcile(
                 subsets: wanted,
             };
             match registry.create(e, None).await {
+                Ok(_) => Ok(()),
+                Err(e) if e.code() == 409 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The Service's EndpointSlice, written beside its Endpoints as kube-apiserver's endpoints
+/// adapter does (named after the Service; the mirroring controller leaves the Endpoints be).
+async fn reconcile_slice(registry: &Registry, subsets: &[EndpointSubset]) -> Result<(), ApiError> {
+    use api::discovery::{Endpoint, EndpointConditions, EndpointPort as SlicePort, EndpointSlice};
+    let subset = subsets.first().cloned().unwrap_or_default();
+    let ports: Vec<SlicePort> = subset
+        .ports
+        .iter()
+        .map(|p| SlicePort {
+            name: Some(p.name.clone().unwrap_or_default()),
+            protocol: p.protocol.clone(),
+            port: Some(p.port),
+            app_protocol: None,
+        })
+        .collect();
+    let endpoints: Vec<Endpoint> = [
+        (&subset.addresses, true),
+        (&subset.not_ready_addresses, false),
+    ]
+    .into_iter()
+    .flat_map(|(addresses, ready)| {
+        addresses.iter().map(move |a| Endpoint {
+            addresses: vec![a.ip.clone()],
+            conditions: EndpointConditions {
+                ready: Some(ready),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    })
+    .collect();
+    match registry.get::<EndpointSlice>(NAMESPACE, NAME).await {
+        Ok(e) if e.endpoints == endpoints && e.ports == ports => Ok(()),
+        Ok(_) => registry
+            .mutate::<EndpointSlice>(NAMESPACE, NAME, Part::Main, move |e| {
+                e.endpoints = endpoints.clone();
+                e.ports = ports.clone();
+                Ok(())
+            })
+            .await
+            .map(drop),
+        Err(e) if e.code() == 404 => {
+            let slice = EndpointSlice {
+                metadata: ObjectMeta {
+                    name: NAME.into(),
+                    namespace: Some(NAMESPACE.into()),
+                    labels: [(
+                        api::discovery::SERVICE_NAME_LABEL.to_string(),
+                        NAME.to_string(),
+                    )]
+                    .into(),
+                    ..Default::default()
+                },
+                address_type: if !endpoints.is_empty()
+                    && endpoints
+                        .iter()
+                        .all(|e| e.addresses[0].parse::<std::net::Ipv6Addr>().is_ok())
+                {
+                    "IPv6".into()
+                } else {
+                    "IPv4".into()
+                },
+                endpoints,
+                ports,
+            };
+            match registry.create(slice, None).await {
                 Ok(_) => Ok(()),
                 Err(e) if e.code() == 409 => Ok(()),
                 Err(e) => Err(e),

@@ -379,6 +379,13 @@ fn slices(s: &TestServer, name: &str) -> (SliceSummary, Vec<Value>) {
 #[test]
 fn endpoint_slices_follow_pods_and_mirror_hand_made_endpoints() {
     let s = TestServer::start();
+    // The API's own Service has its slice from the server, as kube-apiserver writes it.
+    let (kube, _) = wait_for("the kubernetes slice", Duration::from_secs(10), || {
+        let got = slices(&s, "kubernetes");
+        (!got.0.is_empty()).then_some(got)
+    });
+    assert_eq!(kube[0].1.len(), 1);
+    assert!(kube[0].1[0].1, "ready");
     let (code, web) = create(
         &s,
         svc(

@@ -4,11 +4,10 @@
 //! back to v1 ([`api::autoscaling::to_v1`] and [`api::autoscaling::from_v1`] carry what v1
 //! has no fields for in its annotations). Tables and Status answers pass unchanged.
 
-use futures_lite::AsyncBufReadExt;
 use serde_json::Value;
 use tide::http::Method;
 
-use super::stream::ChannelReader;
+use super::stream::convert_json_answer;
 use super::{parse_object_body, protobuf, State};
 use crate::error::ApiError;
 
@@ -84,65 +83,15 @@ fn convert(v: &mut Value) {
 
 /// Converts the v2 path's answer to v1, in the encoding the client asked for.
 pub(super) async fn response(
-    mut r: tide::Response,
+    r: tide::Response,
     answer: Answer,
 ) -> Result<tide::Response, ApiError> {
-    let is_json = r
-        .content_type()
-        .is_some_and(|m| m.essence() == "application/json");
-    if !is_json {
-        return Ok(r);
-    }
-    let streamed = r.len().is_none();
-    let body = r.take_body();
-    if streamed {
-        // A watch: one event per line, converted as it passes.
-        let (tx, rx) = async_channel::bounded::<Vec<u8>>(64);
-        smol::spawn(async move {
-            let mut reader = futures_lite::io::BufReader::new(body);
-            let mut line = String::new();
-            loop {
-                line.clear();
-                match reader.read_line(&mut line).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-                let mut out = match serde_json::from_str::<Value>(line.trim_end()) {
-                    Ok(mut event) => {
-                        convert(&mut event);
-                        serde_json::to_vec(&event).unwrap_or_default()
-                    }
-                    Err(_) => line.trim_end().as_bytes().to_vec(),
-                };
-                out.push(b'\n');
-                if tx.send(out).await.is_err() {
-                    return;
-                }
-            }
-        })
-        .detach();
-        r.set_body(tide::Body::from_reader(ChannelReader::new(rx), None));
-        r.set_content_type(tide::http::mime::JSON);
-        return Ok(r);
-    }
-    let bytes = body
-        .into_bytes()
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
-        r.set_body(bytes);
-        r.set_content_type(tide::http::mime::JSON);
-        return Ok(r);
-    };
-    convert(&mut v);
-    if answer.protobuf && v["kind"] == "HorizontalPodAutoscaler" {
+    let (mut r, whole) = convert_json_answer(r, convert).await?;
+    if let Some(v) = whole.filter(|v| answer.protobuf && v["kind"] == "HorizontalPodAutoscaler") {
         if let Ok(encoded) = protobuf::encode(&v) {
             r.set_body(encoded);
             r.set_content_type(protobuf::MEDIA_TYPE);
-            return Ok(r);
         }
     }
-    r.set_body(serde_json::to_vec(&v).unwrap_or_default());
-    r.set_content_type(tide::http::mime::JSON);
     Ok(r)
 }

@@ -7,10 +7,9 @@
 //! the answer is converted as it passes, for every resource alike. Tables and Status answers
 //! pass unchanged.
 
-use futures_lite::AsyncBufReadExt;
 use serde_json::{json, Map, Value};
 
-use super::stream::ChannelReader;
+use super::stream::convert_json_answer;
 use super::State;
 use crate::error::ApiError;
 
@@ -100,60 +99,11 @@ fn convert(v: &mut Value, api_version: &str) {
 
 /// Converts the ordinary path's JSON answer to its metadata-only form.
 pub(super) async fn response(
-    mut r: tide::Response,
+    r: tide::Response,
     answer: Answer,
 ) -> Result<tide::Response, ApiError> {
-    let is_json = r
-        .content_type()
-        .is_some_and(|m| m.essence() == "application/json");
-    if !is_json {
-        return Ok(r);
-    }
     let api_version = answer.api_version;
-    let streamed = r.len().is_none();
-    let body = r.take_body();
-    if streamed {
-        // A watch: one event per line, converted as it passes.
-        let (tx, rx) = async_channel::bounded::<Vec<u8>>(64);
-        smol::spawn(async move {
-            let mut reader = futures_lite::io::BufReader::new(body);
-            let mut line = String::new();
-            loop {
-                line.clear();
-                match reader.read_line(&mut line).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {}
-                }
-                let mut out = match serde_json::from_str::<Value>(line.trim_end()) {
-                    Ok(mut event) => {
-                        convert(&mut event, api_version);
-                        serde_json::to_vec(&event).unwrap_or_default()
-                    }
-                    Err(_) => line.trim_end().as_bytes().to_vec(),
-                };
-                out.push(b'\n');
-                if tx.send(out).await.is_err() {
-                    return;
-                }
-            }
-        })
-        .detach();
-        r.set_body(tide::Body::from_reader(ChannelReader::new(rx), None));
-        r.set_content_type(tide::http::mime::JSON);
-        return Ok(r);
-    }
-    let bytes = body
-        .into_bytes()
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
-        r.set_body(bytes);
-        r.set_content_type(tide::http::mime::JSON);
-        return Ok(r);
-    };
-    convert(&mut v, api_version);
-    r.set_body(serde_json::to_vec(&v).unwrap_or_default());
-    r.set_content_type(tide::http::mime::JSON);
+    let (r, _) = convert_json_answer(r, move |v| convert(v, api_version)).await?;
     Ok(r)
 }
 

@@ -155,3 +155,64 @@ mod tests {
         });
     }
 }
+
+/// Rewrites a JSON answer through `convert` (which leaves alone what it does not know, such
+/// as a Status or a Table): a streamed one (a watch) event by event as it passes, a whole one
+/// at once; answers in other encodings pass unchanged. Returns the converted value of a whole
+/// answer, for callers that re-encode it.
+pub(super) async fn convert_json_answer(
+    mut r: tide::Response,
+    convert: impl Fn(&mut serde_json::Value) + Send + 'static,
+) -> Result<(tide::Response, Option<serde_json::Value>), crate::error::ApiError> {
+    use futures_lite::AsyncBufReadExt;
+    let is_json = r
+        .content_type()
+        .is_some_and(|m| m.essence() == "application/json");
+    if !is_json {
+        return Ok((r, None));
+    }
+    let streamed = r.len().is_none();
+    let body = r.take_body();
+    if streamed {
+        let (tx, rx) = async_channel::bounded::<Vec<u8>>(64);
+        smol::spawn(async move {
+            let mut reader = futures_lite::io::BufReader::new(body);
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match reader.read_line(&mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let mut out = match serde_json::from_str::<serde_json::Value>(line.trim_end()) {
+                    Ok(mut event) => {
+                        convert(&mut event);
+                        serde_json::to_vec(&event).unwrap_or_default()
+                    }
+                    Err(_) => line.trim_end().as_bytes().to_vec(),
+                };
+                out.push(b'\n');
+                if tx.send(out).await.is_err() {
+                    return;
+                }
+            }
+        })
+        .detach();
+        r.set_body(tide::Body::from_reader(ChannelReader::new(rx), None));
+        r.set_content_type(tide::http::mime::JSON);
+        return Ok((r, None));
+    }
+    let bytes = body
+        .into_bytes()
+        .await
+        .map_err(|e| crate::error::ApiError::internal(e.to_string()))?;
+    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        r.set_body(bytes);
+        r.set_content_type(tide::http::mime::JSON);
+        return Ok((r, None));
+    };
+    convert(&mut v);
+    r.set_body(serde_json::to_vec(&v).unwrap_or_default());
+    r.set_content_type(tide::http::mime::JSON);
+    Ok((r, Some(v)))
+}
