@@ -108,54 +108,6 @@ impl<T: AsRef<[u8]> + Unpin> AsyncRead for ChannelReader<T> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use futures_lite::AsyncReadExt;
-
-    use super::*;
-
-    #[test]
-    fn a_read_takes_every_queued_chunk_that_fits() {
-        smol::block_on(async {
-            let (tx, rx) = async_channel::unbounded::<Chunk>();
-            for part in ["ab", "cd", "efgh"] {
-                tx.send(Chunk::Shared(part.as_bytes().into()))
-                    .await
-                    .unwrap();
-            }
-            tx.send(Chunk::Owned(b"ij".to_vec())).await.unwrap();
-            drop(tx);
-            let mut r = ChannelReader::new(rx);
-            let mut buf = [0u8; 6];
-            assert_eq!(
-                r.read(&mut buf).await.unwrap(),
-                4,
-                "efgh does not fit whole"
-            );
-            assert_eq!(&buf[..4], b"abcd");
-            let mut rest = Vec::new();
-            r.read_to_end(&mut rest).await.unwrap();
-            assert_eq!(rest, b"efghij");
-        });
-    }
-
-    #[test]
-    fn a_chunk_larger_than_the_buffer_is_read_in_pieces() {
-        smol::block_on(async {
-            let (tx, rx) = async_channel::unbounded::<Vec<u8>>();
-            tx.send(b"abcdefg".to_vec()).await.unwrap();
-            drop(tx);
-            let mut r = ChannelReader::new(rx);
-            let mut buf = [0u8; 3];
-            assert_eq!(r.read(&mut buf).await.unwrap(), 3);
-            assert_eq!(&buf, b"abc");
-            let mut rest = Vec::new();
-            r.read_to_end(&mut rest).await.unwrap();
-            assert_eq!(rest, b"defg");
-        });
-    }
-}
-
 /// Rewrites a JSON answer through `convert` (which leaves alone what it does not know, such
 /// as a Status or a Table): a streamed one (a watch) event by event as it passes, a whole one
 /// at once; answers in other encodings pass unchanged. Returns the converted value of a whole
@@ -215,4 +167,52 @@ pub(super) async fn convert_json_answer(
     r.set_body(serde_json::to_vec(&v).unwrap_or_default());
     r.set_content_type(tide::http::mime::JSON);
     Ok((r, Some(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_lite::AsyncReadExt;
+
+    use super::*;
+
+    #[test]
+    fn a_read_takes_every_queued_chunk_that_fits() {
+        smol::block_on(async {
+            let (tx, rx) = async_channel::unbounded::<Chunk>();
+            for part in ["ab", "cd", "efgh"] {
+                tx.send(Chunk::Shared(part.as_bytes().into()))
+                    .await
+                    .unwrap();
+            }
+            tx.send(Chunk::Owned(b"ij".to_vec())).await.unwrap();
+            drop(tx);
+            let mut r = ChannelReader::new(rx);
+            let mut buf = [0u8; 6];
+            assert_eq!(
+                r.read(&mut buf).await.unwrap(),
+                4,
+                "efgh does not fit whole"
+            );
+            assert_eq!(&buf[..4], b"abcd");
+            let mut rest = Vec::new();
+            r.read_to_end(&mut rest).await.unwrap();
+            assert_eq!(rest, b"efghij");
+        });
+    }
+
+    #[test]
+    fn a_chunk_larger_than_the_buffer_is_read_in_pieces() {
+        smol::block_on(async {
+            let (tx, rx) = async_channel::unbounded::<Vec<u8>>();
+            tx.send(b"abcdefg".to_vec()).await.unwrap();
+            drop(tx);
+            let mut r = ChannelReader::new(rx);
+            let mut buf = [0u8; 3];
+            assert_eq!(r.read(&mut buf).await.unwrap(), 3);
+            assert_eq!(&buf, b"abc");
+            let mut rest = Vec::new();
+            r.read_to_end(&mut rest).await.unwrap();
+            assert_eq!(rest, b"defg");
+        });
+    }
 }
