@@ -7,6 +7,7 @@
 //! builds a new one and swaps it in whole, so a request takes one snapshot and never holds a
 //! lock across an await.
 
+use std::cmp::{Ordering, Reverse};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -114,11 +115,137 @@ impl Entry {
     }
 }
 
-/// A named API group with its versions, the preferred one first.
+/// A named API group with its versions, the preferred one first: in kube-aggregator's order,
+/// by the versions' APIService `versionPriority` (highest first), then newest first
+/// ([`compare_versions`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Group {
     pub name: Arc<str>,
     pub versions: Vec<Arc<str>>,
+    /// The APIService `groupPriorityMinimum` of the group (the highest of its versions'):
+    /// discovery lists groups by it, highest first ([`priority`]).
+    pub priority: i32,
+}
+
+/// An APIService's priorities, as kube-apiserver registers them for the group versions it
+/// serves: `group` (`groupPriorityMinimum`) orders groups, highest first; `version`
+/// (`versionPriority`) orders the versions within a group, highest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Priority {
+    pub group: i32,
+    pub version: i32,
+}
+
+/// The priorities of a group version: kube-apiserver's for its built-in groups (kubernetes'
+/// `DefaultGenericAPIServicePriorities` in pkg/controlplane/apiserver/aggregator.go merged
+/// with the kube-specific `apiVersionPriorities` of cmd/kube-apiserver/app/aggregator.go; the
+/// GA groups' have not changed for many releases, the alpha and beta ones are as of a release
+/// after 1.32, e.g. resource.k8s.io), the aggregator's own group above all (kube-aggregator's
+/// `APIRegistrationGroupPriority`), metrics-server's APIService for metrics.k8s.io, and what
+/// kube-aggregator's CRD registration gives any other group (custom resources).
+pub fn priority(group: &str, version: &str) -> Priority {
+    let (group_priority, version_priority) = match (group, version) {
+        ("", "v1") => (18000, 1),
+        ("apiregistration.k8s.io", _) => (20001, 15),
+        ("apps", "v1") => (17800, 15),
+        ("events.k8s.io", "v1") => (17750, 15),
+        ("events.k8s.io", "v1beta1") => (17750, 5),
+        ("authentication.k8s.io", "v1") => (17700, 15),
+        ("authentication.k8s.io", "v1beta1") => (17700, 9),
+        ("authentication.k8s.io", "v1alpha1") => (17700, 1),
+        ("authorization.k8s.io", "v1") => (17600, 15),
+        ("autoscaling", "v2") => (17500, 30),
+        ("autoscaling", "v1") => (17500, 15),
+        ("autoscaling", "v2beta1") => (17500, 9),
+        ("autoscaling", "v2beta2") => (17500, 1),
+        ("batch", "v1") => (17400, 15),
+        ("batch", "v1beta1" | "v2alpha1") => (17400, 9),
+        ("certificates.k8s.io", "v1") => (17300, 15),
+        ("certificates.k8s.io", "v1beta1") => (17300, 9),
+        ("certificates.k8s.io", "v1alpha1") => (17300, 1),
+        ("networking.k8s.io", "v1") => (17200, 15),
+        ("networking.k8s.io", "v1beta1") => (17200, 9),
+        ("policy", "v1") => (17100, 15),
+        ("policy", "v1beta1") => (17100, 9),
+        ("rbac.authorization.k8s.io", "v1") => (17000, 15),
+        ("storage.k8s.io", "v1") => (16800, 15),
+        ("storage.k8s.io", "v1beta1") => (16800, 9),
+        ("storage.k8s.io", "v1alpha1") => (16800, 1),
+        ("apiextensions.k8s.io", "v1") => (16700, 15),
+        ("admissionregistration.k8s.io", "v1") => (16700, 15),
+        ("admissionregistration.k8s.io", "v1beta1") => (16700, 12),
+        ("admissionregistration.k8s.io", "v1alpha1") => (16700, 9),
+        ("scheduling.k8s.io", "v1") => (16600, 15),
+        ("coordination.k8s.io", "v1") => (16500, 15),
+        ("coordination.k8s.io", "v1beta1") => (16500, 13),
+        ("coordination.k8s.io", "v1alpha2") => (16500, 12),
+        ("node.k8s.io", "v1") => (16300, 15),
+        ("node.k8s.io", "v1beta1") => (16300, 9),
+        ("node.k8s.io", "v1alpha1") => (16300, 1),
+        ("discovery.k8s.io", "v1") => (16200, 15),
+        ("discovery.k8s.io", "v1beta1") => (16200, 12),
+        ("flowcontrol.apiserver.k8s.io", "v1") => (16100, 21),
+        ("flowcontrol.apiserver.k8s.io", "v1beta3") => (16100, 18),
+        ("flowcontrol.apiserver.k8s.io", "v1beta2") => (16100, 15),
+        ("flowcontrol.apiserver.k8s.io", "v1beta1") => (16100, 12),
+        ("flowcontrol.apiserver.k8s.io", "v1alpha1") => (16100, 9),
+        ("internal.apiserver.k8s.io", "v1alpha1") => (16000, 9),
+        ("resource.k8s.io", "v1beta2") => (16200, 15),
+        ("resource.k8s.io", "v1beta1") => (16200, 9),
+        ("resource.k8s.io", "v1alpha3") => (16200, 1),
+        ("storagemigration.k8s.io", _) => (15800, 9),
+        // metrics-server's APIService v1beta1.metrics.k8s.io.
+        ("metrics.k8s.io", _) => (100, 100),
+        // kube-aggregator's CRD registration ("CRDs should have relatively low priority"),
+        // and so any version not above.
+        _ => (1000, 100),
+    };
+    Priority {
+        group: group_priority,
+        version: version_priority,
+    }
+}
+
+/// Kubernetes' order of version names (apimachinery's `CompareKubeAwareVersionStrings`):
+/// `Greater` for the newer. Kube-like names (`v<major>[alpha|beta<minor>]`) rank GA over beta
+/// over alpha, then by major, then by minor; they are newer than any other name, and other
+/// names are newer the earlier they sort alphabetically.
+pub fn compare_versions(a: &str, b: &str) -> Ordering {
+    if a == b {
+        return Ordering::Equal;
+    }
+    match (kube_version(a), kube_version(b)) {
+        (None, None) => b.cmp(a),
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(x), Some(y)) => x.cmp(&y),
+    }
+}
+
+/// (stability: alpha 0, beta 1, GA 2; major; minor) of a kube-like version name.
+fn kube_version(v: &str) -> Option<(u8, u64, u64)> {
+    fn number(s: &str) -> Option<u64> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        // Go's Atoi: an int64, so a longer number is no version.
+        s.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)
+    }
+    let rest = v.strip_prefix('v')?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let major = number(&rest[..digits])?;
+    let tail = &rest[digits..];
+    if tail.is_empty() {
+        return Some((2, major, 0));
+    }
+    let (stability, minor) = if let Some(m) = tail.strip_prefix("alpha") {
+        (0, m)
+    } else if let Some(m) = tail.strip_prefix("beta") {
+        (1, m)
+    } else {
+        return None;
+    };
+    Some((stability, major, number(minor)?))
 }
 
 /// An immutable snapshot of every resource served.
@@ -128,7 +255,8 @@ pub struct Table {
     entries: Vec<Option<Arc<Entry>>>,
     /// group → plural → id.
     by_plural: HashMap<Arc<str>, HashMap<Arc<str>, ResourceId>>,
-    /// The named groups in discovery order, then the core group's versions.
+    /// The named groups in discovery order (as kube-apiserver's aggregated discovery lists
+    /// them: by priority, highest first, then by name), then the core group.
     groups: Vec<Group>,
 }
 
@@ -156,7 +284,7 @@ impl Table {
             next += 1;
             entries.push(e);
         };
-        // authentication.k8s.io comes before authorization.k8s.io in `/apis`.
+        // Where a group is listed comes from its priority (`priority`), not from this order.
         for group in [
             crate::http::route::AUTHENTICATION_GROUP,
             crate::http::route::AUTHORIZATION_GROUP,
@@ -203,6 +331,7 @@ impl Table {
         let mut core = Group {
             name: "".into(),
             versions: Vec::new(),
+            priority: 0,
         };
         for e in &entries {
             by_plural
@@ -217,6 +346,7 @@ impl Table {
                 groups.push(Group {
                     name: e.group.clone(),
                     versions: Vec::new(),
+                    priority: 0,
                 });
                 groups.last_mut().expect("just pushed")
             };
@@ -226,6 +356,24 @@ impl Table {
                 }
             }
         }
+        for g in groups.iter_mut().chain(std::iter::once(&mut core)) {
+            // kube's aggregated discovery: a group's priority is the highest of its versions'.
+            g.priority = g
+                .versions
+                .iter()
+                .map(|v| priority(&g.name, v).group)
+                .max()
+                .unwrap_or(0);
+            g.versions.sort_by(|a, b| {
+                let (pa, pb) = (priority(&g.name, a).version, priority(&g.name, b).version);
+                pb.cmp(&pa).then_with(|| compare_versions(b, a))
+            });
+        }
+        groups.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then_with(|| a.name.cmp(&b.name))
+        });
         groups.push(core);
         let mut slots: Vec<Option<Arc<Entry>>> = Vec::new();
         for e in entries {
@@ -265,9 +413,30 @@ impl Table {
         self.entries.iter().flatten()
     }
 
-    /// The named groups in discovery order.
+    /// The named groups in discovery order: by priority, highest first, then by name, as
+    /// kube-apiserver's aggregated discovery (`apidiscovery.k8s.io/v2`) lists them.
     pub fn groups(&self) -> impl Iterator<Item = &Group> {
         self.groups.iter().filter(|g| !g.name.is_empty())
+    }
+
+    /// The named groups as kube-aggregator's `/apis` (APIGroupList) lists them: it sorts the
+    /// APIServices (one per group version, named `<version>.<group>`) by group priority,
+    /// highest first, then by name, and lists each group where its first APIService falls.
+    /// The same order as [`Table::groups`] but for ties of priority.
+    pub fn legacy_groups(&self) -> Vec<&Group> {
+        let mut groups: Vec<&Group> = self.groups().collect();
+        groups.sort_by_cached_key(|g| {
+            g.versions
+                .iter()
+                .map(|v| {
+                    (
+                        Reverse(priority(&g.name, v).group),
+                        format!("{v}.{}", g.name),
+                    )
+                })
+                .min()
+        });
+        groups
     }
 
     /// A named group, or the core group for "".
@@ -487,5 +656,149 @@ mod tests {
         let authz = names.iter().position(|g| *g == "authorization.k8s.io");
         assert!(authn < authz);
         assert!(!names.contains(&""));
+    }
+
+    #[test]
+    fn groups_in_kube_apiserver_order() {
+        let t = Table::builtin();
+        let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
+        // kube-apiserver 1.32's order of these groups (their APIService priorities), with
+        // metrics-server's group last.
+        assert_eq!(
+            names,
+            [
+                "apps",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
+                "autoscaling",
+                "batch",
+                "certificates.k8s.io",
+                "networking.k8s.io",
+                "policy",
+                "rbac.authorization.k8s.io",
+                "storage.k8s.io",
+                "scheduling.k8s.io",
+                "coordination.k8s.io",
+                "node.k8s.io",
+                "discovery.k8s.io",
+                "metrics.k8s.io",
+            ]
+        );
+        let legacy: Vec<&str> = t.legacy_groups().iter().map(|g| &*g.name).collect();
+        assert_eq!(legacy, names);
+        assert_eq!(t.group("apps").map(|g| g.priority), Some(17800));
+        assert_eq!(t.group("metrics.k8s.io").map(|g| g.priority), Some(100));
+        assert_eq!(priority("autoscaling", "v2").version, 30);
+        assert_eq!(
+            priority("example.com", "v1"),
+            Priority {
+                group: 1000,
+                version: 100
+            }
+        );
+    }
+
+    #[test]
+    fn ties_of_priority() {
+        // Two groups of custom resources (priority 1000 both), one at v1, one at v1beta1 and v1.
+        let mut b = simple(
+            "b.example.com",
+            "v1",
+            "B",
+            "bs",
+            "b",
+            true,
+            STORED_VERBS,
+            Storage::Review,
+        );
+        b.id = ResourceId(0);
+        let mut a = simple(
+            "a.example.com",
+            "v1beta1",
+            "A",
+            "as",
+            "a",
+            true,
+            STORED_VERBS,
+            Storage::Review,
+        );
+        a.id = ResourceId(1);
+        a.versions.push(Version {
+            name: "v1".into(),
+            storage: false,
+        });
+        let t = Table::from_entries(vec![b, a]);
+        // Aggregated discovery breaks the tie by group name...
+        let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
+        assert_eq!(names, ["a.example.com", "b.example.com"]);
+        // ... kube-aggregator's APIGroupList by APIService name: v1.a < v1.b.
+        let legacy: Vec<&str> = t.legacy_groups().iter().map(|g| &*g.name).collect();
+        assert_eq!(legacy, ["a.example.com", "b.example.com"]);
+        // Versions newest first when their priorities tie.
+        let a = t.group("a.example.com").expect("a");
+        assert_eq!(a.versions, [Arc::from("v1"), Arc::from("v1beta1")]);
+
+        let mut c = simple(
+            "c.example.com",
+            "v1beta1",
+            "C",
+            "cs",
+            "c",
+            true,
+            STORED_VERBS,
+            Storage::Review,
+        );
+        c.id = ResourceId(0);
+        let mut d = simple(
+            "d.example.com",
+            "v1",
+            "D",
+            "ds",
+            "d",
+            true,
+            STORED_VERBS,
+            Storage::Review,
+        );
+        d.id = ResourceId(1);
+        let t = Table::from_entries(vec![d, c]);
+        let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
+        assert_eq!(names, ["c.example.com", "d.example.com"]);
+        // "v1.d.example.com" < "v1beta1.c.example.com".
+        let legacy: Vec<&str> = t.legacy_groups().iter().map(|g| &*g.name).collect();
+        assert_eq!(legacy, ["d.example.com", "c.example.com"]);
+    }
+
+    #[test]
+    fn kube_aware_version_order() {
+        let mut versions = vec![
+            "v1alpha1",
+            "foo",
+            "v2",
+            "v1beta1",
+            "v1",
+            "bar",
+            "v10",
+            "v11alpha2",
+            "v1beta2",
+            "v1gamma1",
+            "v99999999999999999999",
+        ];
+        versions.sort_by(|a, b| compare_versions(b, a));
+        assert_eq!(
+            versions,
+            [
+                "v10",
+                "v2",
+                "v1",
+                "v1beta2",
+                "v1beta1",
+                "v11alpha2",
+                "v1alpha1",
+                "bar",
+                "foo",
+                "v1gamma1",
+                "v99999999999999999999",
+            ]
+        );
     }
 }

@@ -660,13 +660,27 @@ async fn handle(
                 &serde_json::to_value(answer).unwrap_or_default(),
             ))
         }
-        Route::CoreVersions => {
-            get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::core_versions()))
-        }
-        Route::GroupList => get_only(&req).map(|_| {
+        Route::CoreVersions | Route::GroupList => {
+            get_only(&req)?;
             let table = state.resources.snapshot();
-            json_response(StatusCode::Ok, &discovery::group_list(&table))
-        }),
+            let core = route == Route::CoreVersions;
+            // kubectl asks for the aggregated document first (apidiscovery.k8s.io/v2).
+            if let Some(version) =
+                discovery::negotiate_aggregated(header(&req, "Accept").as_deref())
+            {
+                return Ok(discovery::serve_aggregated(
+                    &table,
+                    core,
+                    version,
+                    header(&req, "If-None-Match").as_deref(),
+                ));
+            }
+            Ok(if core {
+                json_response(StatusCode::Ok, &discovery::core_versions())
+            } else {
+                json_response(StatusCode::Ok, &discovery::group_list(&table))
+            })
+        }
         Route::Group(g) => get_only(&req).map(|_| {
             let table = state.resources.snapshot();
             json_response(StatusCode::Ok, &discovery::group(&table, &g))
