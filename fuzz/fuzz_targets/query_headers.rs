@@ -103,6 +103,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = http::accepts_protobuf_first(header("Accept"));
     let _ = http::accepts_table_first(header("Accept"));
     let _ = http::metadata::accepts_metadata(header("Accept"));
+    let _ = http::discovery::negotiate_aggregated(header("Accept"));
     let _ = http::patch_type_of(&media);
 
     // Impersonation.
