@@ -116,8 +116,7 @@ pub fn cli_image(data_dir: &Path, args: ImageArgs, in_use: &HashSet<String>) -> 
             };
             let mut registries = RegistryConfig::load(&registries_file(data_dir))?;
             let yaml = RegistryConfig::load_yaml(&registries_config)?;
-            registries.registries.extend(yaml.registries);
-            registries.mirrors = yaml.mirrors;
+            registries.merge_yaml(yaml);
             let opts = PullOptions {
                 registries,
                 platform,

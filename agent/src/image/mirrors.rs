@@ -214,6 +214,12 @@ impl RegistryConfig {
         Ok(cfg)
     }
 
+    /// Adds a registries.yaml's hosts and mirrors (its hosts win over ours).
+    pub fn merge_yaml(&mut self, yaml: RegistryConfig) {
+        self.registries.extend(yaml.registries);
+        self.mirrors = yaml.mirrors;
+    }
+
     /// Where to ask for `r`, in order: each mirror endpoint of its registry (or of `*`),
     /// the repository rewritten, then the registry itself.
     pub fn candidates(&self, r: &Reference) -> Vec<Reference> {

@@ -241,8 +241,7 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let cache = smol::unblock(move || PodCache::open(&cache_path)).await?;
         let mut registries = RegistryConfig::load(&registries_file(&cfg.data_dir))?;
         let yaml = registries_yaml(&cfg, &client).await?;
-        registries.registries.extend(yaml.registries);
-        registries.mirrors = yaml.mirrors;
+        registries.merge_yaml(yaml);
         if !registries.mirrors.is_empty() {
             tracing::info!(mirrored = ?registries.mirrors.keys().collect::<Vec<_>>(), "registry mirrors");
         }

@@ -202,11 +202,17 @@ fn eligible(pod: &Pod, publish_not_ready: bool) -> bool {
     pod.metadata.deletion_timestamp.is_none() || publish_not_ready
 }
 
-fn address_of(pod: &Pod, service: &Service) -> EndpointAddress {
-    let hostname = match (&pod.spec.hostname, &pod.spec.subdomain) {
+/// The pod's hostname as an endpoint of `service` (Kubernetes' ShouldSetHostname): set when
+/// the pod names the Service as its subdomain.
+pub(crate) fn endpoint_hostname(pod: &Pod, service: &Service) -> Option<String> {
+    match (&pod.spec.hostname, &pod.spec.subdomain) {
         (Some(h), Some(sub)) if !h.is_empty() && *sub == service.metadata.name => Some(h.clone()),
         _ => None,
-    };
+    }
+}
+
+fn address_of(pod: &Pod, service: &Service) -> EndpointAddress {
+    let hostname = endpoint_hostname(pod, service);
     EndpointAddress {
         ip: pod.status.pod_ip.clone().unwrap_or_default(),
         hostname,

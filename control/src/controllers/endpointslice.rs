@@ -285,12 +285,7 @@ fn desired_for_pods(
         let serving = workload::pod_ready(pod);
         let terminating = pod.metadata.deletion_timestamp.is_some();
         let node = pod.spec.node_name.clone().filter(|n| !n.is_empty());
-        let hostname = match (&pod.spec.hostname, &pod.spec.subdomain) {
-            (Some(h), Some(sub)) if !h.is_empty() && *sub == service.metadata.name => {
-                Some(h.clone())
-            }
-            _ => None,
-        };
+        let hostname = super::endpoints::endpoint_hostname(pod, service);
         groups.entry(ports).or_default().push(Endpoint {
             addresses: vec![ip.to_string()],
             conditions: EndpointConditions {

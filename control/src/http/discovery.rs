@@ -193,7 +193,7 @@ impl AggregatedVersion {
 }
 
 /// One media range of an `Accept` header, as goautoneg's `ParseAccept` reads it.
-struct MediaRange<'a> {
+pub(super) struct MediaRange<'a> {
     q: f64,
     ty: &'a str,
     sub: &'a str,
@@ -202,7 +202,7 @@ struct MediaRange<'a> {
 }
 
 impl<'a> MediaRange<'a> {
-    fn parse(part: &'a str) -> Option<MediaRange<'a>> {
+    pub(super) fn parse(part: &'a str) -> Option<MediaRange<'a>> {
         let mut pieces = part.split(';');
         let range = pieces.next().unwrap_or("");
         let (ty, sub) = match range.split('/').collect::<Vec<_>>()[..] {
@@ -230,7 +230,7 @@ impl<'a> MediaRange<'a> {
         Some(range)
     }
 
-    fn param(&self, name: &str) -> &'a str {
+    pub(super) fn param(&self, name: &str) -> &'a str {
         self.params
             .iter()
             .rev()

@@ -21,24 +21,14 @@ pub(super) struct Answer {
 /// The metadata-only media type the client prefers, if its first acceptable JSON or
 /// protobuf range asks for one. The fuzz target `query_headers` calls it.
 pub fn accepts_metadata(accept: Option<&str>) -> Option<&'static str> {
-    let first = accept?.split(',').next()?;
-    let mut params = first.split(';').skip(1).map(|p| {
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        (k.trim(), v.trim())
-    });
-    let (mut as_, mut g, mut v) = ("", "", "");
-    for (k, val) in params.by_ref() {
-        match k {
-            "as" => as_ = val,
-            "g" => g = val,
-            "v" => v = val,
-            _ => {}
-        }
-    }
-    if !matches!(as_, "PartialObjectMetadata" | "PartialObjectMetadataList") || g != "meta.k8s.io" {
+    let first = super::discovery::MediaRange::parse(accept?.split(',').next()?)?;
+    let as_ = first.param("as");
+    if !matches!(as_, "PartialObjectMetadata" | "PartialObjectMetadataList")
+        || first.param("g") != "meta.k8s.io"
+    {
         return None;
     }
-    match v {
+    match first.param("v") {
         "v1" => Some("meta.k8s.io/v1"),
         "v1beta1" => Some("meta.k8s.io/v1beta1"),
         _ => None,

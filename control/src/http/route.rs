@@ -140,11 +140,6 @@ pub fn parse(table: &Table, path: &str) -> Result<Route, NoRoute> {
     }
 }
 
-/// The older version a kind is also served at, converted at the edge.
-pub fn legacy_version(kind: Kind) -> Option<&'static str> {
-    (kind == Kind::HorizontalPodAutoscaler).then_some(api::autoscaling::LEGACY_VERSION)
-}
-
 fn resource(table: &Table, group: &str, version: &str, rest: &[&str]) -> Result<Route, NoRoute> {
     let entry_of = |plural: &str| {
         table
