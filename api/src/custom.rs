@@ -41,7 +41,8 @@ pub struct CustomObject {
 pub trait CustomRules: Send + Sync + std::fmt::Debug {
     /// Drops unknown fields and fills defaults (kube's decoding of a custom resource).
     fn normalize(&self, obj: &mut CustomObject);
-    /// Validates the object; `old` is the stored one on an update (transition rules).
+    /// Validates the object (`old`: None), or, on an update, only what needs the stored one
+    /// to judge (`old`: Some; CEL transition rules).
     fn validate(&self, obj: &CustomObject, old: Option<&CustomObject>) -> Vec<FieldError>;
     /// Validates only the status (a status write kept the rest).
     fn validate_status(&self, obj: &CustomObject, old: Option<&CustomObject>) -> Vec<FieldError>;

@@ -1761,6 +1761,12 @@ pub fn validate_update(new: &AnyObject, old: &AnyObject) -> Vec<FieldError> {
         errs.push(immutable("metadata.namespace", nm.namespace()));
     }
     match (new, old) {
+        // A custom resource's transition rules (CEL rules reading `oldSelf`).
+        (AnyObject::Custom(n), AnyObject::Custom(o)) => {
+            if let Some(rules) = n.kind.custom_rules() {
+                errs.extend(rules.validate(n, Some(o)));
+            }
+        }
         (AnyObject::Pod(n), AnyObject::Pod(o)) if !pod_spec_update_allowed(&n.spec, &o.spec) => {
             errs.push(FieldError::forbidden("spec", POD_UPDATE_MSG));
         }

@@ -49,6 +49,13 @@ spec:
           spec:
             type: object
             required: [cronSpec]
+            x-kubernetes-validations:
+            - rule: "!has(self.image) || self.image.startsWith('my-')"
+              message: image must come from the site registry
+            - rule: "!has(oldSelf.image) || self.image == oldSelf.image"
+              messageExpression: "'image is immutable, was ' + oldSelf.image"
+              reason: FieldValueForbidden
+              fieldPath: .image
             properties:
               cronSpec:
                 type: string
@@ -249,6 +256,39 @@ fn custom_resources_end_to_end() {
     );
     assert!(
         !patched && err.contains("spec.replicas in body must be of type integer"),
+        "{err}"
+    );
+    // CEL rules (x-kubernetes-validations), a transition rule among them.
+    let (patched, _, err) = kubectl(
+        &s,
+        &[
+            "patch",
+            "ct",
+            "my-cron",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"image":"other"}}"#,
+        ],
+    );
+    assert!(!patched);
+    assert!(
+        err.contains(r#"spec: Invalid value: "object": image must come from the site registry"#),
+        "{err}"
+    );
+    let (patched, _, err) = kubectl(
+        &s,
+        &[
+            "patch",
+            "ct",
+            "my-cron",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"image":"my-other"}}"#,
+        ],
+    );
+    assert!(!patched);
+    assert!(
+        err.contains("spec.image: Forbidden: image is immutable, was my-image"),
         "{err}"
     );
 

@@ -14,6 +14,7 @@
 //!   `Terminating`, its objects are deleted through the registry (their finalizers and
 //!   watches behave), then the finalizer goes and the store lets the definition go.
 
+mod cel;
 pub mod schema;
 
 use std::sync::Arc;
@@ -74,10 +75,13 @@ impl CustomRules for Rules {
         }
     }
 
-    fn validate(&self, obj: &CustomObject, _old: Option<&CustomObject>) -> Vec<FieldError> {
+    fn validate(&self, obj: &CustomObject, old: Option<&CustomObject>) -> Vec<FieldError> {
         let mut errs = Vec::new();
         if let Some(s) = &self.schema {
-            s.validate_body(&obj.body, &mut errs);
+            match old {
+                None => s.validate_body(&obj.body, &mut errs),
+                Some(old) => s.validate_transitions_body(&obj.body, &old.body, &mut errs),
+            }
         }
         errs
     }

@@ -40,6 +40,10 @@ pub struct Schema {
     int_or_string: bool,
     preserve_unknown: bool,
     embedded_resource: bool,
+    /// `x-kubernetes-validations`.
+    rules: Vec<super::cel::Rule>,
+    /// This node or one under it has rules.
+    any_rules: bool,
 }
 
 /// A problem with the schema itself, as kube's CRD validation reports it.
@@ -204,6 +208,60 @@ impl Schema {
     /// Validates a custom object's body (the root object, without its type members and
     /// metadata, which are checked apart).
     pub fn validate_body(&self, body: &Map<String, Value>, errs: &mut Vec<FieldError>) {
+        let before = errs.len();
+        self.validate_schema_body(body, errs);
+        if !self.any_rules {
+            return;
+        }
+        // CEL rules, as kube runs them: not on an object with a type error.
+        if errs[before..]
+            .iter()
+            .any(|e| e.message.contains("must be of type"))
+        {
+            errs.push(FieldError {
+                reason: "FieldValueInvalid".into(),
+                field: "<nil>".into(),
+                message: "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+            });
+            return;
+        }
+        let root = Value::Object(body.clone());
+        self.check_rules(&root, "", errs);
+    }
+
+    /// Runs the (non-transition) CEL rules of this node and of those under it.
+    fn check_rules(&self, v: &Value, at: &str, errs: &mut Vec<FieldError>) {
+        let type_ = self.type_.as_deref().unwrap_or(type_name(v));
+        for rule in &self.rules {
+            rule.check(v, None, false, type_, at, errs);
+        }
+        let join = |k: &str| {
+            if at.is_empty() {
+                k.to_string()
+            } else {
+                format!("{at}.{k}")
+            }
+        };
+        match v {
+            Value::Object(m) => {
+                for (k, val) in m {
+                    if let Some(p) = self.properties.get(k).or(self.additional.as_deref()) {
+                        p.check_rules(val, &join(k), errs);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(s) = &self.items {
+                    for (i, item) in items.iter().enumerate() {
+                        s.check_rules(item, &format!("{at}[{i}]"), errs);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn validate_schema_body(&self, body: &Map<String, Value>, errs: &mut Vec<FieldError>) {
         for r in &self.required {
             if !body.contains_key(r) {
                 errs.push(FieldError::required(r.clone()));
@@ -364,6 +422,43 @@ impl Schema {
                     v,
                     format!("{at} in body should not validate the given schema"),
                 ));
+            }
+        }
+    }
+
+    /// Evaluates the transition rules (those reading `oldSelf`) of an update, where the new
+    /// object and the old one both have the value (kube correlates values by path; list
+    /// items are not correlated here).
+    pub fn validate_transitions_body(
+        &self,
+        new: &Map<String, Value>,
+        old: &Map<String, Value>,
+        errs: &mut Vec<FieldError>,
+    ) {
+        if self.rules.iter().any(|r| r.is_transition()) {
+            let (n, o) = (Value::Object(new.clone()), Value::Object(old.clone()));
+            for rule in &self.rules {
+                rule.check(&n, Some(&o), true, "object", "", errs);
+            }
+        }
+        for (k, v) in new {
+            if let (Some(p), Some(o)) = (self.properties.get(k), old.get(k)) {
+                p.validate_transitions(v, o, k, errs);
+            }
+        }
+    }
+
+    fn validate_transitions(&self, v: &Value, old: &Value, at: &str, errs: &mut Vec<FieldError>) {
+        let type_ = self.type_.as_deref().unwrap_or(type_name(v));
+        for rule in &self.rules {
+            rule.check(v, Some(old), true, type_, at, errs);
+        }
+        if let (Value::Object(n), Value::Object(o)) = (v, old) {
+            for (k, val) in n {
+                let child = self.properties.get(k).or(self.additional.as_deref());
+                if let (Some(p), Some(ov)) = (child, o.get(k)) {
+                    p.validate_transitions(val, ov, &format!("{at}.{k}"), errs);
+                }
             }
         }
     }
@@ -558,6 +653,10 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
     s.int_or_string = bool_of("x-kubernetes-int-or-string");
     s.preserve_unknown = bool_of("x-kubernetes-preserve-unknown-fields");
     s.embedded_resource = bool_of("x-kubernetes-embedded-resource");
+    if let Some(rules) = m.get("x-kubernetes-validations") {
+        s.rules =
+            super::cel::Rule::compile_all(rules, &format!("{at}.x-kubernetes-validations"), errs);
+    }
     for forbidden in [
         "$ref",
         "definitions",
@@ -578,6 +677,10 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
             "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
         ));
     }
+    s.any_rules = !s.rules.is_empty()
+        || s.properties.values().any(|p| p.any_rules)
+        || s.additional.as_ref().is_some_and(|a| a.any_rules)
+        || s.items.as_ref().is_some_and(|i| i.any_rules);
     // Structural: every node states its type, unless it is int-or-string or preserves
     // unknown fields (kube's "must not be empty for specified ... properties").
     if s.type_.is_none() && !s.int_or_string && !s.preserve_unknown && is_value_node(at) {
@@ -760,6 +863,74 @@ mod tests {
             Value::Object(b),
             json!({"spec": {"cronSpec": "x", "free": {"any": {"thing": 1}}, "replicas": 1}})
         );
+    }
+
+    #[test]
+    fn cel_rules_with_messages_reasons_and_transitions() {
+        let s = Schema::compile(
+            &json!({"type": "object", "properties": {"spec": {
+            "type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.replicas <= self.maxReplicas",
+                 "message": "replicas should be less than or equal to maxReplicas"},
+                {"rule": "!has(self.name) || self.name.startsWith('x-')",
+                 "messageExpression": "'name ' + self.name + ' must start with x-'",
+                 "reason": "FieldValueForbidden", "fieldPath": ".name"},
+                {"rule": "self.replicas >= oldSelf.replicas", "message": "may not shrink"}
+            ],
+            "properties": {
+                "replicas": {"type": "integer"},
+                "maxReplicas": {"type": "integer"},
+                "name": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"},
+                         "x-kubernetes-validations": [{"rule": "self.all(t, t.lowerAscii() == t)"}]}
+            }}}}),
+            "openAPIV3Schema",
+        )
+        .unwrap();
+        let check = |v: Value| {
+            let mut errs = Vec::new();
+            s.validate_body(&body(v), &mut errs);
+            errs.into_iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            check(
+                json!({"spec": {"replicas": 5, "maxReplicas": 3, "name": "y", "tags": ["a", "B"]}})
+            ),
+            [
+                r#"spec: Invalid value: "object": replicas should be less than or equal to maxReplicas"#,
+                "spec.name: Forbidden: name y must start with x-",
+                r#"spec.tags: Invalid value: "array": failed rule: self.all(t, t.lowerAscii() == t)"#,
+            ]
+        );
+        assert!(check(
+            json!({"spec": {"replicas": 1, "maxReplicas": 3, "name": "x-a", "tags": ["a"]}})
+        )
+        .is_empty());
+        let mut errs = Vec::new();
+        s.validate_transitions_body(
+            &body(json!({"spec": {"replicas": 1, "maxReplicas": 3}})),
+            &body(json!({"spec": {"replicas": 2, "maxReplicas": 3}})),
+            &mut errs,
+        );
+        let text: Vec<String> = errs
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        assert_eq!(text, [r#"spec: Invalid value: "object": may not shrink"#]);
+        // A rule that does not compile is refused with the definition.
+        let errs = Schema::compile(
+            &json!({"type": "object", "x-kubernetes-validations": [{"rule": "self.a ==="}]}),
+            "openAPIV3Schema",
+        )
+        .unwrap_err();
+        assert!(
+            errs[0].field.ends_with("x-kubernetes-validations[0].rule"),
+            "{errs:?}"
+        );
+        assert!(errs[0].message.contains("compilation failed"), "{errs:?}");
     }
 
     #[test]
