@@ -44,6 +44,9 @@ pub struct Schema {
     rules: Vec<super::cel::Rule>,
     /// This node or one under it has rules.
     any_rules: bool,
+    /// `x-kubernetes-list-type` (`atomic`, `set`, `map`) and its map keys.
+    list_type: Option<String>,
+    list_map_keys: Vec<String>,
 }
 
 /// A problem with the schema itself, as kube's CRD validation reports it.
@@ -336,6 +339,7 @@ impl Schema {
                         format!("{at} in body should have at least {min} items"),
                     ));
                 }
+                self.check_list_type(items, at, errs);
                 if self.unique_items {
                     for (i, a) in items.iter().enumerate() {
                         if items[..i].contains(a) {
@@ -460,6 +464,46 @@ impl Schema {
                     p.validate_transitions(val, ov, &format!("{at}.{k}"), errs);
                 }
             }
+        }
+    }
+
+    /// kube's list-type invariants: a `set` holds no value twice, a `map` no key twice.
+    fn check_list_type(&self, items: &[Value], at: &str, errs: &mut Vec<FieldError>) {
+        match self.list_type.as_deref() {
+            Some("set") => {
+                for (i, a) in items.iter().enumerate() {
+                    if items[..i].contains(a) {
+                        errs.push(duplicate(&format!("{at}[{i}]"), go_value(a)));
+                    }
+                }
+            }
+            Some("map") => {
+                let key = |v: &Value| -> Vec<Option<Value>> {
+                    self.list_map_keys
+                        .iter()
+                        .map(|k| v.get(k).cloned())
+                        .collect()
+                };
+                for (i, a) in items.iter().enumerate() {
+                    let ka = key(a);
+                    if items[..i].iter().any(|b| key(b) == ka) {
+                        // Go prints the key map: map[string]interface {}{"name":"a"}.
+                        let shown: Vec<String> = self
+                            .list_map_keys
+                            .iter()
+                            .zip(&ka)
+                            .filter_map(|(k, v)| {
+                                v.as_ref().map(|v| format!("{k:?}:{}", go_value(v)))
+                            })
+                            .collect();
+                        errs.push(duplicate(
+                            &format!("{at}[{i}]"),
+                            format!("map[string]interface {{}}{{{}}}", shown.join(", ")),
+                        ));
+                    }
+                }
+            }
+            _ => {}
         }
     }
 
@@ -677,6 +721,23 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
             "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
         ));
     }
+    s.list_type = str_of("x-kubernetes-list-type");
+    s.list_map_keys = m
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    if s.list_type.as_deref() == Some("map") && s.list_map_keys.is_empty() {
+        errs.push(FieldError::required_msg(
+            format!("{at}.x-kubernetes-list-map-keys"),
+            "must not be empty if x-kubernetes-list-type is map",
+        ));
+    }
     s.any_rules = !s.rules.is_empty()
         || s.properties.values().any(|p| p.any_rules)
         || s.additional.as_ref().is_some_and(|a| a.any_rules)
@@ -692,14 +753,14 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
     s
 }
 
-/// Whether a node at `at` describes a value (not a branch of allOf/anyOf/oneOf/not, which
-/// need no type of their own in a structural schema).
+/// Whether a node at `at` describes a value: not in a branch of allOf/anyOf/oneOf/not,
+/// kube's value validations, which state no types in a structural schema.
 fn is_value_node(at: &str) -> bool {
-    let last = at.rsplit('.').next().unwrap_or("");
-    !(last.starts_with("allOf[")
-        || last.starts_with("anyOf[")
-        || last.starts_with("oneOf[")
-        || last == "not")
+    !(at.contains(".allOf[")
+        || at.contains(".anyOf[")
+        || at.contains(".oneOf[")
+        || at.contains(".not.")
+        || at.ends_with(".not"))
 }
 
 fn type_matches(t: &str, v: &Value) -> bool {
@@ -776,6 +837,15 @@ fn go_number(x: f64) -> String {
         format!("{}", x as i64)
     } else {
         x.to_string()
+    }
+}
+
+/// kube's `field.Duplicate`, the value as Go prints it.
+fn duplicate(at: &str, shown: String) -> FieldError {
+    FieldError {
+        reason: "FieldValueDuplicate".into(),
+        field: at.into(),
+        message: format!("Duplicate value: {shown}"),
     }
 }
 
