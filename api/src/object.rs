@@ -221,6 +221,7 @@ kinds! {
     Lease => coordination::Lease,
     EndpointSlice => discovery::EndpointSlice,
     RuntimeClass => node::RuntimeClass,
+    NetworkPolicy => networking::NetworkPolicy,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -533,6 +534,17 @@ impl Kind {
             has_status: true,
             categories: &[],
         };
+        static NETWORK_POLICY: KindInfo = KindInfo {
+            kind: "NetworkPolicy",
+            group: "networking.k8s.io",
+            version: "v1",
+            plural: "networkpolicies",
+            singular: "networkpolicy",
+            short_names: &["netpol"],
+            namespaced: true,
+            has_status: false,
+            categories: &[],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -569,6 +581,7 @@ impl Kind {
             Kind::Lease => &LEASE,
             Kind::EndpointSlice => &ENDPOINT_SLICE,
             Kind::RuntimeClass => &RUNTIME_CLASS,
+            Kind::NetworkPolicy => &NETWORK_POLICY,
         }
     }
 
