@@ -321,7 +321,12 @@ pub fn start(client: Client, cfg: NetpolConfig) -> Result<(), NetpolError> {
         tx.clone(),
     ))
     .detach();
-    smol::spawn(reflect::<Namespace>(client.clone(), world.clone(), tx.clone())).detach();
+    smol::spawn(reflect::<Namespace>(
+        client.clone(),
+        world.clone(),
+        tx.clone(),
+    ))
+    .detach();
     smol::spawn(reflect::<Pod>(client, world, tx)).detach();
     Ok(())
 }

@@ -481,7 +481,10 @@ fn policy_rules(
 pub fn build(inputs: &Inputs<'_>) -> Chains {
     let mut by_namespace: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
     for p in inputs.pods {
-        by_namespace.entry(p.namespace.as_str()).or_default().push(p);
+        by_namespace
+            .entry(p.namespace.as_str())
+            .or_default()
+            .push(p);
     }
     // Namespaces without pods still count for selection (they add no peers).
     for ns in inputs.namespaces.keys() {
@@ -523,7 +526,10 @@ pub fn build(inputs: &Inputs<'_>) -> Chains {
                 continue;
             }
             let chain = policy_chain(ns, &policy.metadata.name, dir);
-            chains.insert(chain.clone(), policy_rules(&cluster, policy, dir, &selected));
+            chains.insert(
+                chain.clone(),
+                policy_rules(&cluster, policy, dir, &selected),
+            );
             for p in &selected {
                 let key = (p.ip, p.key());
                 local.insert(key.clone(), p);
@@ -551,7 +557,9 @@ pub fn build(inputs: &Inputs<'_>) -> Chains {
             let mut rules = vec![format!("-j MARK --set-xmark 0x0/{ALLOW_MARK}")];
             for pc in policy_chains {
                 rules.push(format!("-j {pc}"));
-                rules.push(format!("-m mark --mark {ALLOW_MARK}/{ALLOW_MARK} -j RETURN"));
+                rules.push(format!(
+                    "-m mark --mark {ALLOW_MARK}/{ALLOW_MARK} -j RETURN"
+                ));
             }
             rules.push(format!(
                 "-m comment --comment \"{} {what} not allowed by any NetworkPolicy\" -j DROP",
@@ -787,16 +795,16 @@ mod tests {
             "a",
             "web",
             serde_json::json!({"podSelector": {"matchLabels": {"app": "web"}},
-                "ingress": [{
-                    "from": [{"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.1.0/24", "192.168.128.0/17"]}}],
-                    "ports": [{"port": 80}, {"port": 9000, "endPort": 9010, "protocol": "UDP"},
-                              {"protocol": "SCTP"}, {"port": "http"}, {"port": "nope"}],
-                }],
-                "egress": [
-                    {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}]},
-                    {"ports": [{"port": "dns", "protocol": "UDP"}]},
-                    {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443}]},
-                ]}),
+            "ingress": [{
+                "from": [{"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.1.0/24", "192.168.128.0/17"]}}],
+                "ports": [{"port": 80}, {"port": 9000, "endPort": 9010, "protocol": "UDP"},
+                          {"protocol": "SCTP"}, {"port": "http"}, {"port": "nope"}],
+            }],
+            "egress": [
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}]},
+                {"ports": [{"port": "dns", "protocol": "UDP"}]},
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443}]},
+            ]}),
         );
         let chains = build_with(&pods, &ns, &[p]);
         let blocks = [
@@ -820,7 +828,9 @@ mod tests {
         }
         // The named port: web's own http port, with web's address.
         for b in blocks {
-            want.push(format!("-s {b} -d 10.42.0.10/32 -p tcp -m tcp --dport 8080"));
+            want.push(format!(
+                "-s {b} -d 10.42.0.10/32 -p tcp -m tcp --dport 8080"
+            ));
         }
         assert_eq!(allow_rules(&chains, "a", "web", Direction::Ingress), want);
         let egress = allow_rules(&chains, "a", "web", Direction::Egress);
@@ -842,7 +852,10 @@ mod tests {
             ]
         );
         let top = &chains[TOP_CHAIN];
-        assert!(top[1].starts_with("-s 10.42.0.10/32 "), "egress first: {top:#?}");
+        assert!(
+            top[1].starts_with("-s 10.42.0.10/32 "),
+            "egress first: {top:#?}"
+        );
         assert!(top[2].starts_with("-d 10.42.0.10/32 "), "{top:#?}");
     }
 
@@ -860,8 +873,14 @@ mod tests {
             serde_json::json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         );
         let chains = build_with(&pods, &ns, &[all, remote]);
-        assert_eq!(allow_rules(&chains, "a", "allow-all", Direction::Ingress), [""]);
-        assert_eq!(allow_rules(&chains, "a", "allow-all", Direction::Egress), [""]);
+        assert_eq!(
+            allow_rules(&chains, "a", "allow-all", Direction::Ingress),
+            [""]
+        );
+        assert_eq!(
+            allow_rules(&chains, "a", "allow-all", Direction::Egress),
+            [""]
+        );
         assert!(!chains.contains_key(&policy_chain("b", "deny", Direction::Ingress)));
         // Two local pods, each isolated both ways: 4 pod chains, 2 policy chains, the top.
         assert_eq!(chains.len(), 7, "{chains:#?}");
