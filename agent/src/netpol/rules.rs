@@ -5,13 +5,14 @@
 //!
 //! ```text
 //! FORWARD -> SKIFF-FORWARD (the pod network's) -> first: SKIFF-NETPOL
-//!   SKIFF-NETPOL: established and related packets return at once;
+//!   SKIFF-NETPOL: established and related packets return at once; the allow mark is
+//!                 cleared;
 //!                 -s <pod>/32 -> SKIFF-NP-E-<pod>   per local pod isolated for egress
+//!                 the mark cleared again;
 //!                 -d <pod>/32 -> SKIFF-NP-I-<pod>   per local pod isolated for ingress
-//!                 last: the allow mark is cleared
-//!   SKIFF-NP-I-<pod> (and -E-): clears the allow mark; per policy that selects the pod for
-//!                 that direction: -> SKIFF-NP-PI-<policy> (-PE-), then returns if the
-//!                 mark is set; last: DROP
+//!                 last: the mark cleared
+//!   SKIFF-NP-I-<pod> (and -E-): per policy that selects the pod for that direction:
+//!                 -> SKIFF-NP-PI-<policy> (-PE-); last: DROP unless one set the mark
 //!   SKIFF-NP-PI-<policy>: per rule, peer and port: sets the allow mark (0x10000)
 //!   SKIFF-NP-PE-<policy>: the same for the policy's egress rules
 //! ```
@@ -541,7 +542,11 @@ pub fn build(inputs: &Inputs<'_>) -> Chains {
     if isolated.is_empty() {
         return chains;
     }
-    let mut top = vec!["-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN".to_string()];
+    let clear = format!("-j MARK --set-xmark 0x0/{ALLOW_MARK}");
+    let mut top = vec![
+        "-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN".to_string(),
+        clear.clone(),
+    ];
     let mut ingress_jumps = Vec::new();
     for (key, [ingress, egress]) in &isolated {
         let pod = local[key];
@@ -554,15 +559,10 @@ pub fn build(inputs: &Inputs<'_>) -> Chains {
                 Direction::Ingress => ("ingress", "-d"),
                 Direction::Egress => ("egress", "-s"),
             };
-            let mut rules = vec![format!("-j MARK --set-xmark 0x0/{ALLOW_MARK}")];
-            for pc in policy_chains {
-                rules.push(format!("-j {pc}"));
-                rules.push(format!(
-                    "-m mark --mark {ALLOW_MARK}/{ALLOW_MARK} -j RETURN"
-                ));
-            }
+            let mut rules: Vec<String> =
+                policy_chains.iter().map(|pc| format!("-j {pc}")).collect();
             rules.push(format!(
-                "-m comment --comment \"{} {what} not allowed by any NetworkPolicy\" -j DROP",
+                "-m mark ! --mark {ALLOW_MARK}/{ALLOW_MARK} -m comment --comment \"{} {what} not allowed by any NetworkPolicy\" -j DROP",
                 pod.key()
             ));
             chains.insert(chain.clone(), rules);
@@ -578,8 +578,10 @@ pub fn build(inputs: &Inputs<'_>) -> Chains {
             }
         }
     }
+    // The mark an egress check left is cleared before the ingress checks, and at the end.
+    top.push(clear.clone());
     top.extend(ingress_jumps);
-    top.push(format!("-j MARK --set-xmark 0x0/{ALLOW_MARK}"));
+    top.push(clear);
     chains.insert(TOP_CHAIN.to_string(), top);
     chains
 }
@@ -729,6 +731,8 @@ mod tests {
             chains[TOP_CHAIN],
             [
                 "-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN".to_string(),
+                "-j MARK --set-xmark 0x0/0x10000".to_string(),
+                "-j MARK --set-xmark 0x0/0x10000".to_string(),
                 format!("-d 10.42.0.10/32 -m comment --comment \"a/web ingress\" -j {web_in}"),
                 format!("-d 10.42.0.11/32 -m comment --comment \"a/other ingress\" -j {other_in}"),
                 "-j MARK --set-xmark 0x0/0x10000".to_string(),
@@ -737,10 +741,8 @@ mod tests {
         assert_eq!(
             chains[&web_in],
             [
-                "-j MARK --set-xmark 0x0/0x10000".to_string(),
                 format!("-j {pc}"),
-                "-m mark --mark 0x10000/0x10000 -j RETURN".to_string(),
-                "-m comment --comment \"a/web ingress not allowed by any NetworkPolicy\" -j DROP"
+                "-m mark ! --mark 0x10000/0x10000 -m comment --comment \"a/web ingress not allowed by any NetworkPolicy\" -j DROP"
                     .to_string(),
             ]
         );
@@ -853,10 +855,10 @@ mod tests {
         );
         let top = &chains[TOP_CHAIN];
         assert!(
-            top[1].starts_with("-s 10.42.0.10/32 "),
+            top[2].starts_with("-s 10.42.0.10/32 "),
             "egress first: {top:#?}"
         );
-        assert!(top[2].starts_with("-d 10.42.0.10/32 "), "{top:#?}");
+        assert!(top[4].starts_with("-d 10.42.0.10/32 "), "{top:#?}");
     }
 
     #[test]
