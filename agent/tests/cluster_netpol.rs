@@ -708,6 +708,15 @@ fn rules_read_back_exactly_as_written() {
             }],
         });
     }
+    // The longest name a pod may have: its rules' comments are cut to what iptables keeps.
+    pods.push(PodInfo {
+        namespace: "prod".into(),
+        name: "n".repeat(253),
+        node: "here".into(),
+        ip: "10.246.0.99".parse().unwrap(),
+        labels: labels("web"),
+        named_ports: Vec::new(),
+    });
     let namespaces = BTreeMap::from([
         (
             "prod".to_string(),

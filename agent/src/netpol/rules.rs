@@ -478,6 +478,15 @@ fn policy_rules(
     out
 }
 
+/// A rule's comment: iptables keeps 255 bytes at most (a pod's name alone may have 253).
+fn comment(text: &str) -> &str {
+    let mut end = text.len().min(255);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Builds every owned chain.
 pub fn build(inputs: &Inputs<'_>) -> Chains {
     let mut by_namespace: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
@@ -562,14 +571,17 @@ pub fn build(inputs: &Inputs<'_>) -> Chains {
             let mut rules: Vec<String> =
                 policy_chains.iter().map(|pc| format!("-j {pc}")).collect();
             rules.push(format!(
-                "-m mark ! --mark {ALLOW_MARK}/{ALLOW_MARK} -m comment --comment \"{} {what} not allowed by any NetworkPolicy\" -j DROP",
-                pod.key()
+                "-m mark ! --mark {ALLOW_MARK}/{ALLOW_MARK} -m comment --comment \"{}\" -j DROP",
+                comment(&format!(
+                    "{} {what} not allowed by any NetworkPolicy",
+                    pod.key()
+                ))
             ));
             chains.insert(chain.clone(), rules);
             let jump = format!(
-                "{flag} {}/32 -m comment --comment \"{} {what}\" -j {chain}",
+                "{flag} {}/32 -m comment --comment \"{}\" -j {chain}",
                 pod.ip,
-                pod.key()
+                comment(&format!("{} {what}", pod.key()))
             );
             // Egress checks first: a packet between two local pods passes both.
             match dir {
@@ -886,6 +898,22 @@ mod tests {
         assert!(!chains.contains_key(&policy_chain("b", "deny", Direction::Ingress)));
         // Two local pods, each isolated both ways: 4 pod chains, 2 policy chains, the top.
         assert_eq!(chains.len(), 7, "{chains:#?}");
+    }
+
+    #[test]
+    fn comments_fit_iptables_for_the_longest_names() {
+        let long = "x".repeat(253);
+        let pods = vec![pod("a", &long, NODE, "10.42.0.10", &[])];
+        let ns = namespaces(&[("a", &[])]);
+        let deny = policy("a", "deny", serde_json::json!({"podSelector": {}}));
+        let chains = build_with(&pods, &ns, &[deny]);
+        for rule in chains.values().flatten() {
+            if let Some((_, rest)) = rule.split_once("--comment \"") {
+                let text = rest.split('"').next().unwrap();
+                assert!(text.len() <= 255, "{} bytes", text.len());
+            }
+        }
+        assert_eq!(comment("short"), "short");
     }
 
     #[test]
