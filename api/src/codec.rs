@@ -84,26 +84,37 @@ pub fn type_of(v: &Value) -> Result<Kind, DecodeError> {
 
 /// Decodes Kubernetes JSON into `K`. `apiVersion`/`kind` may be absent; if present they
 /// must name `K`. Unknown fields are refused with their path.
-pub fn from_json<K: Resource>(mut v: Value) -> Result<K, DecodeError> {
+pub fn from_json<K: Resource>(v: Value) -> Result<K, DecodeError> {
+    from_json_as(K::KIND, v)
+}
+
+/// [`from_json`] for an object of `kind` (which for a built-in type is always `K::KIND`; a
+/// custom object gets its kind from here).
+pub fn from_json_as<K: Resource>(kind: Kind, mut v: Value) -> Result<K, DecodeError> {
     let Value::Object(m) = &mut v else {
         return Err(DecodeError::Syntax("the body must be a JSON object".into()));
     };
-    check_type::<K>(m)?;
-    strip_nulls(&mut v);
+    check_type(kind, m)?;
+    // Custom objects keep their nulls (kube-apiserver stores them; the schema judges them).
+    if !kind.is_custom() {
+        strip_nulls(&mut v);
+    }
     // Only a value that does not decode (an unknown field, a wrong type) pays for tracking
     // the path of its error.
-    if let Ok(obj) = K::deserialize(&v) {
-        return Ok(obj);
-    }
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        DecodeError::Field { path, message }
-    })
+    let mut obj = match K::deserialize(&v) {
+        Ok(obj) => obj,
+        Err(_) => serde_path_to_error::deserialize(v).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.into_inner().to_string();
+            DecodeError::Field { path, message }
+        })?,
+    };
+    obj.set_kind(kind);
+    Ok(obj)
 }
 
-fn check_type<K: Resource>(m: &mut Map<String, Value>) -> Result<(), DecodeError> {
-    let info = K::KIND.info();
+fn check_type(kind: Kind, m: &mut Map<String, Value>) -> Result<(), DecodeError> {
+    let info = kind.info();
     let api_version = m.remove("apiVersion");
     let kind = m.remove("kind");
     let found_kind = kind.as_ref().and_then(Value::as_str).unwrap_or(info.kind);
@@ -195,6 +206,10 @@ pub fn from_json_bytes<K: Resource>(bytes: &[u8]) -> Option<K> {
     })
     .ok()?;
     de.end().ok()?;
+    if K::KIND.is_custom() {
+        // A custom object's kind is the request's: the careful path checks it.
+        return None;
+    }
     let info = K::KIND.info();
     let kind_ok = seen.kind.as_deref().is_none_or(|k| k == info.kind);
     let version_ok = seen

@@ -1,6 +1,7 @@
 //! The skiff object model: Kubernetes-shaped types, their validation and codecs, label and
 //! field selectors, and the HTTPS client. No server code lives here.
 
+pub mod apiextensions;
 pub mod apps;
 pub mod autoscaling;
 pub mod batch;
@@ -12,6 +13,7 @@ pub mod codec;
 pub mod config;
 pub mod coordination;
 pub mod core;
+pub mod custom;
 pub mod discovery;
 pub mod join;
 pub mod kubeconfig;

@@ -57,6 +57,15 @@ pub trait Resource:
     fn from_any(o: AnyObject) -> Option<Self>;
     fn from_any_ref(o: &AnyObject) -> Option<&Self>;
 
+    /// This object's kind: `Self::KIND`, except for custom objects, which carry theirs.
+    fn kind_of(&self) -> Kind {
+        Self::KIND
+    }
+
+    /// Sets the kind of an object decoded for `kind` (custom objects; built-in kinds are
+    /// their type).
+    fn set_kind(&mut self, _kind: Kind) {}
+
     /// Kubernetes' defaulting (SetDefaults_*), applied on every create and update.
     fn set_defaults(&mut self) {}
 
@@ -99,67 +108,175 @@ pub trait Resource:
 
 macro_rules! kinds {
     ($( $variant:ident => $module:ident :: $name:ident ),* $(,)?) => {
-        /// Every kind the server stores.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        pub enum Kind { $( $variant ),* }
+        /// The built-in kinds' ordinals, in declaration order.
+        #[derive(Clone, Copy)]
+        #[repr(u32)]
+        enum Ordinal { $( $variant ),* }
 
+        /// A kind of object the server stores: one of the built-in kinds (the associated
+        /// constants, numbered in declaration order, which is also their variant index in the
+        /// stored [`AnyObject`]) or a custom resource's, defined at run time
+        /// ([`Kind::define_custom`]). Copy and cheap to compare; custom kinds' numbers are
+        /// process-local and never stored.
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct Kind(u32);
+
+        #[allow(non_upper_case_globals)]
         impl Kind {
+            $( pub const $variant: Kind = Kind(Ordinal::$variant as u32); )*
+
+            /// Every built-in kind.
             pub const ALL: &'static [Kind] = &[ $( Kind::$variant ),* ];
 
+            /// The Rust name of a built-in kind.
+            fn builtin_name(self) -> Option<&'static str> {
+                match self { $( Kind::$variant => Some(stringify!($variant)), )* _ => None }
+            }
+
             /// The Kubernetes name of the kind's OpenAPI definition
-            /// (`io.k8s.api.core.v1.Pod`; see [`crate::schema`]).
+            /// (`io.k8s.api.core.v1.Pod`; see [`crate::schema`]); a custom resource's is its
+            /// group reversed, version and kind (`com.example.v1.Widget`), as
+            /// kube-apiserver names it.
             pub fn schema_name(self) -> String {
                 match self {
-                    $( Kind::$variant => <$crate::$module::$name as schemars::JsonSchema>::schema_name().into_owned() ),*
+                    $( Kind::$variant => <$crate::$module::$name as schemars::JsonSchema>::schema_name().into_owned(), )*
+                    _ => {
+                        let info = self.info();
+                        let group: Vec<&str> = info.group.split('.').rev().collect();
+                        format!("{}.{}.{}", group.join("."), info.version, info.kind)
+                    }
                 }
             }
 
-            /// Adds the kind's schema, and those it refers to, to `generator`'s definitions.
+            /// Adds the kind's schema, and those it refers to, to `generator`'s definitions
+            /// (built-in kinds only: a custom resource's schema is its definition's).
             pub fn add_schema(self, generator: &mut schemars::SchemaGenerator) {
                 match self {
-                    $( Kind::$variant => { generator.subschema_for::<$crate::$module::$name>(); } ),*
+                    $( Kind::$variant => { generator.subschema_for::<$crate::$module::$name>(); } )*
+                    _ => {}
                 }
             }
         }
 
         /// An object of any kind.
-        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[derive(Clone, Debug, PartialEq)]
         #[allow(clippy::large_enum_variant)] // objects are moved rarely; boxing every variant costs more
-        pub enum AnyObject { $( $variant($crate::$module::$name) ),* }
+        pub enum AnyObject {
+            $( $variant($crate::$module::$name), )*
+            /// An object of a custom resource.
+            Custom($crate::custom::CustomObject),
+        }
 
         impl AnyObject {
             pub fn kind(&self) -> Kind {
-                match self { $( AnyObject::$variant(_) => Kind::$variant ),* }
+                match self {
+                    $( AnyObject::$variant(_) => Kind::$variant, )*
+                    AnyObject::Custom(o) => o.kind,
+                }
             }
             pub fn meta(&self) -> &ObjectMeta {
-                match self { $( AnyObject::$variant(o) => o.meta() ),* }
+                match self { $( AnyObject::$variant(o) => o.meta(), )* AnyObject::Custom(o) => o.meta() }
             }
             pub fn meta_mut(&mut self) -> &mut ObjectMeta {
-                match self { $( AnyObject::$variant(o) => o.meta_mut() ),* }
+                match self { $( AnyObject::$variant(o) => o.meta_mut(), )* AnyObject::Custom(o) => o.meta_mut() }
             }
             pub fn spec_fingerprint(&self) -> Vec<u8> {
-                match self { $( AnyObject::$variant(o) => o.spec_fingerprint() ),* }
+                match self {
+                    $( AnyObject::$variant(o) => o.spec_fingerprint(), )*
+                    AnyObject::Custom(o) => o.spec_fingerprint(),
+                }
             }
             /// A field for field selectors, including the metadata ones.
             pub fn field(&self, path: &str) -> Option<String> {
                 match path {
                     "metadata.name" => Some(self.meta().name.clone()),
                     "metadata.namespace" => Some(self.meta().namespace().to_string()),
-                    _ => match self { $( AnyObject::$variant(o) => o.field(path) ),* },
+                    _ => match self {
+                        $( AnyObject::$variant(o) => o.field(path), )*
+                        AnyObject::Custom(o) => o.field(path),
+                    },
                 }
             }
             /// The Kubernetes JSON of this object, with `apiVersion` and `kind`.
             pub fn to_json(&self) -> serde_json::Value {
-                match self { $( AnyObject::$variant(o) => crate::codec::to_json(o) ),* }
+                match self {
+                    $( AnyObject::$variant(o) => crate::codec::to_json(o), )*
+                    AnyObject::Custom(o) => crate::codec::to_json(o),
+                }
             }
             /// The Kubernetes JSON of this object appended to `out` ([`AnyObject::to_json`]
             /// written in one pass).
             pub fn write_json(&self, out: &mut Vec<u8>) {
-                match self { $( AnyObject::$variant(o) => crate::codec::write_json(o, out) ),* }
+                match self {
+                    $( AnyObject::$variant(o) => crate::codec::write_json(o, out), )*
+                    AnyObject::Custom(o) => crate::codec::write_json(o, out),
+                }
             }
             /// This object in Kubernetes' JSON shape, to embed in a larger document.
             pub fn as_json(&self) -> AnyJson<'_> {
                 AnyJson(self)
+            }
+        }
+
+        /// The stored form: the variant index (postcard's varint) of a built-in kind is its
+        /// ordinal; custom objects take [`CUSTOM_VARIANT`], far above any built-in kind, so
+        /// adding built-in kinds never renumbers what is stored.
+        impl Serialize for AnyObject {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    $( AnyObject::$variant(o) => s.serialize_newtype_variant(
+                        "AnyObject", Ordinal::$variant as u32, stringify!($variant), o), )*
+                    AnyObject::Custom(o) => s.serialize_newtype_variant(
+                        "AnyObject", CUSTOM_VARIANT, "Custom", o),
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for AnyObject {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AnyObject, D::Error> {
+                use serde::de::{EnumAccess, Error as _, VariantAccess};
+                const NAMES: &[&str] = &[ $( stringify!($variant), )* "Custom" ];
+                struct Tag(u32);
+                struct TagVisitor;
+                impl serde::de::Visitor<'_> for TagVisitor {
+                    type Value = Tag;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("an AnyObject variant")
+                    }
+                    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Tag, E> {
+                        u32::try_from(v).map(Tag).map_err(|_| E::custom("variant index out of range"))
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Tag, E> {
+                        match v {
+                            $( stringify!($variant) => Ok(Tag(Ordinal::$variant as u32)), )*
+                            "Custom" => Ok(Tag(CUSTOM_VARIANT)),
+                            other => Err(E::unknown_variant(other, NAMES)),
+                        }
+                    }
+                }
+                impl<'de> Deserialize<'de> for Tag {
+                    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Tag, D::Error> {
+                        d.deserialize_identifier(TagVisitor)
+                    }
+                }
+                struct AnyVisitor;
+                impl<'de> serde::de::Visitor<'de> for AnyVisitor {
+                    type Value = AnyObject;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("an object of any kind")
+                    }
+                    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<AnyObject, A::Error> {
+                        let (tag, variant): (Tag, _) = data.variant()?;
+                        $( if tag.0 == Ordinal::$variant as u32 {
+                            return variant.newtype_variant().map(AnyObject::$variant);
+                        } )*
+                        if tag.0 == CUSTOM_VARIANT {
+                            return variant.newtype_variant().map(AnyObject::Custom);
+                        }
+                        Err(A::Error::custom(format_args!("unknown kind number {}", tag.0)))
+                    }
+                }
+                d.deserialize_enum("AnyObject", NAMES, AnyVisitor)
             }
         }
 
@@ -168,22 +285,30 @@ macro_rules! kinds {
 
         impl Serialize for AnyJson<'_> {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                match self.0 { $( AnyObject::$variant(o) => crate::codec::json(o).serialize(s) ),* }
+                match self.0 {
+                    $( AnyObject::$variant(o) => crate::codec::json(o).serialize(s), )*
+                    AnyObject::Custom(o) => crate::codec::json(o).serialize(s),
+                }
             }
         }
 
-        /// Runs `$body` with the type alias `$k` bound to the Rust type of `$kind`.
+        /// Runs `$body` with the type alias `$k` bound to the Rust type of `$kind`
+        /// ([`crate::custom::CustomObject`] for a custom resource's kind).
         #[macro_export]
         macro_rules! with_kind {
             ($kind:expr, $k:ident, $body:block) => {{
                 match $kind {
                     // `$crate`, not `crate`: the paths must resolve in the caller's crate too.
-                    $( $crate::object::Kind::$variant => { type $k = $crate::$module::$name; $body } ),*
+                    $( $crate::object::Kind::$variant => { type $k = $crate::$module::$name; $body } )*
+                    _ => { type $k = $crate::custom::CustomObject; $body }
                 }
             }};
         }
     };
 }
+
+/// The stored variant index of [`AnyObject::Custom`].
+const CUSTOM_VARIANT: u32 = 0x4000;
 
 kinds! {
     Namespace => core::Namespace,
@@ -221,10 +346,118 @@ kinds! {
     Lease => coordination::Lease,
     EndpointSlice => discovery::EndpointSlice,
     RuntimeClass => node::RuntimeClass,
+    CustomResourceDefinition => apiextensions::CustomResourceDefinition,
     NetworkPolicy => networking::NetworkPolicy,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
+
+/// The first number of a custom resource's [`Kind`].
+const CUSTOM_BASE: u32 = 1 << 20;
+
+/// The names of a custom resource, from its CustomResourceDefinition ([`Kind::define_custom`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CustomKindInfo {
+    pub kind: String,
+    pub group: String,
+    /// The storage version.
+    pub version: String,
+    pub plural: String,
+    pub singular: String,
+    pub short_names: Vec<String>,
+    pub namespaced: bool,
+    pub has_status: bool,
+    pub categories: Vec<String>,
+}
+
+impl CustomKindInfo {
+    fn describes(&self, info: &KindInfo) -> bool {
+        self.kind == info.kind
+            && self.group == info.group
+            && self.version == info.version
+            && self.plural == info.plural
+            && self.singular == info.singular
+            && self
+                .short_names
+                .iter()
+                .map(String::as_str)
+                .eq(info.short_names.iter().copied())
+            && self.namespaced == info.namespaced
+            && self.has_status == info.has_status
+            && self
+                .categories
+                .iter()
+                .map(String::as_str)
+                .eq(info.categories.iter().copied())
+    }
+
+    /// A `'static` [`KindInfo`]: custom resources' names change only when their definition
+    /// does, so the few hundred bytes each change leaves behind are bounded by the edits.
+    fn leak(self) -> &'static KindInfo {
+        fn s(v: String) -> &'static str {
+            Box::leak(v.into_boxed_str())
+        }
+        fn list(v: Vec<String>) -> &'static [&'static str] {
+            Box::leak(v.into_iter().map(s).collect::<Vec<_>>().into_boxed_slice())
+        }
+        Box::leak(Box::new(KindInfo {
+            kind: s(self.kind),
+            group: s(self.group),
+            version: s(self.version),
+            plural: s(self.plural),
+            singular: s(self.singular),
+            short_names: list(self.short_names),
+            namespaced: self.namespaced,
+            has_status: self.has_status,
+            categories: list(self.categories),
+        }))
+    }
+}
+
+/// Custom resources' kinds, by `plural.group`, and their names.
+#[derive(Default)]
+struct CustomKinds {
+    by_name: std::collections::HashMap<String, Kind>,
+    infos: Vec<Option<&'static KindInfo>>,
+    /// `plural.group`, the name of each custom kind's storage.
+    names: Vec<&'static str>,
+    rules: Vec<Option<std::sync::Arc<dyn crate::custom::CustomRules>>>,
+}
+
+fn custom_kinds() -> &'static std::sync::RwLock<CustomKinds> {
+    static KINDS: std::sync::OnceLock<std::sync::RwLock<CustomKinds>> = std::sync::OnceLock::new();
+    KINDS.get_or_init(Default::default)
+}
+
+/// What a custom kind's names are; a kind that was never defined (impossible outside this
+/// module) reads as an empty one.
+fn custom_info(kind: Kind) -> &'static KindInfo {
+    static UNDEFINED: KindInfo = KindInfo {
+        kind: "",
+        group: "",
+        version: "",
+        plural: "",
+        singular: "",
+        short_names: &[],
+        namespaced: false,
+        has_status: false,
+        categories: &[],
+    };
+    let kinds = custom_kinds().read().unwrap_or_else(|e| e.into_inner());
+    kind.0
+        .checked_sub(CUSTOM_BASE)
+        .and_then(|i| kinds.infos.get(i as usize).copied().flatten())
+        .unwrap_or(&UNDEFINED)
+}
+
+impl std::fmt::Debug for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.builtin_name() {
+            Some(name) => f.write_str(name),
+            None => f.write_str(self.info().kind),
+        }
+    }
+}
 
 impl Kind {
     pub fn info(self) -> &'static KindInfo {
@@ -523,6 +756,17 @@ impl Kind {
             has_status: false,
             categories: &[],
         };
+        static CRD: KindInfo = KindInfo {
+            kind: "CustomResourceDefinition",
+            group: crate::apiextensions::GROUP,
+            version: "v1",
+            plural: "customresourcedefinitions",
+            singular: "customresourcedefinition",
+            short_names: &["crd", "crds"],
+            namespaced: false,
+            has_status: true,
+            categories: &["api-extensions"],
+        };
         static PDB: KindInfo = KindInfo {
             kind: "PodDisruptionBudget",
             group: crate::policy::GROUP,
@@ -581,8 +825,119 @@ impl Kind {
             Kind::Lease => &LEASE,
             Kind::EndpointSlice => &ENDPOINT_SLICE,
             Kind::RuntimeClass => &RUNTIME_CLASS,
+            Kind::CustomResourceDefinition => &CRD,
             Kind::NetworkPolicy => &NETWORK_POLICY,
+            _ => custom_info(self),
         }
+    }
+
+    /// Whether this is a custom resource's kind.
+    pub fn is_custom(self) -> bool {
+        self.0 >= CUSTOM_BASE
+    }
+
+    /// A custom kind's number among custom kinds (0 for the first defined in the process).
+    pub fn custom_ordinal(self) -> Option<usize> {
+        (self.is_custom() && self != Kind::ANY_CUSTOM).then(|| (self.0 - CUSTOM_BASE) as usize)
+    }
+
+    /// A number for this kind, unique in the process: the built-in kinds' are
+    /// `0..Kind::ALL.len()`, custom ones' are larger.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The kind of the custom resource `info` describes, defined (or its names updated) now.
+    /// A resource (`plural.group`) keeps its kind for the life of the process, through
+    /// redefinitions, so a kind held anywhere never comes to name another resource.
+    pub fn define_custom(info: CustomKindInfo) -> Kind {
+        let key = format!("{}.{}", info.plural, info.group);
+        let mut kinds = custom_kinds().write().unwrap_or_else(|e| e.into_inner());
+        let kind = match kinds.by_name.get(&key) {
+            Some(k) => *k,
+            None => {
+                let k = Kind(CUSTOM_BASE + kinds.infos.len() as u32);
+                kinds.names.push(Box::leak(key.clone().into_boxed_str()));
+                kinds.by_name.insert(key, k);
+                kinds.infos.push(None);
+                kinds.rules.push(None);
+                k
+            }
+        };
+        let slot = &mut kinds.infos[(kind.0 - CUSTOM_BASE) as usize];
+        if slot.is_none_or(|old| !info.describes(old)) {
+            *slot = Some(info.leak());
+        }
+        kind
+    }
+
+    /// Stands for every custom resource's kind where a Rust type names the kind
+    /// ([`crate::custom::CustomObject`]'s `KIND`); objects carry their own.
+    pub const ANY_CUSTOM: Kind = Kind(u32::MAX);
+
+    /// The kind of custom resource `plural` of `group`, numbered now if it is new (its names
+    /// come with [`Kind::define_custom`]; objects read back before that still know theirs).
+    pub fn custom_named(group: &str, plural: &str) -> Kind {
+        let key = format!("{plural}.{group}");
+        if let Some(k) = Kind::custom(group, plural) {
+            return k;
+        }
+        let mut kinds = custom_kinds().write().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = kinds.by_name.get(&key) {
+            return *k;
+        }
+        let k = Kind(CUSTOM_BASE + kinds.infos.len() as u32);
+        kinds.names.push(Box::leak(key.clone().into_boxed_str()));
+        kinds.by_name.insert(key, k);
+        kinds.infos.push(None);
+        kinds.rules.push(None);
+        k
+    }
+
+    /// Every custom kind this process has defined, of resources served or gone.
+    pub fn defined_custom() -> Vec<Kind> {
+        let kinds = custom_kinds().read().unwrap_or_else(|e| e.into_inner());
+        (0..kinds.infos.len())
+            .filter(|i| kinds.infos[*i].is_some())
+            .map(|i| Kind(CUSTOM_BASE + i as u32))
+            .collect()
+    }
+
+    /// Where objects of this kind are stored: the plural of a built-in kind (its redb table
+    /// and etcd prefix), `plural.group` for a custom resource.
+    pub fn storage_name(self) -> &'static str {
+        match self.custom_ordinal() {
+            None => self.info().plural,
+            Some(i) => {
+                let kinds = custom_kinds().read().unwrap_or_else(|e| e.into_inner());
+                kinds.names.get(i).copied().unwrap_or("")
+            }
+        }
+    }
+
+    /// The rules of a custom resource's definition (schema), if the server set them.
+    pub fn custom_rules(self) -> Option<std::sync::Arc<dyn crate::custom::CustomRules>> {
+        let kinds = custom_kinds().read().unwrap_or_else(|e| e.into_inner());
+        let i = self.0.checked_sub(CUSTOM_BASE)? as usize;
+        kinds.rules.get(i).cloned().flatten()
+    }
+
+    /// Sets (or, with None, clears) the rules of a custom resource's kind.
+    pub fn set_custom_rules(self, rules: Option<std::sync::Arc<dyn crate::custom::CustomRules>>) {
+        let mut kinds = custom_kinds().write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = self
+            .0
+            .checked_sub(CUSTOM_BASE)
+            .and_then(|i| kinds.rules.get_mut(i as usize))
+        {
+            *slot = rules;
+        }
+    }
+
+    /// The kind of custom resource `plural` of `group`, if it was ever defined.
+    pub fn custom(group: &str, plural: &str) -> Option<Kind> {
+        let kinds = custom_kinds().read().unwrap_or_else(|e| e.into_inner());
+        kinds.by_name.get(&format!("{plural}.{group}")).copied()
     }
 
     /// The kind served at `/api(s)/<group>/<version>/<plural>`.
@@ -593,12 +948,19 @@ impl Kind {
             .find(|k| k.info().group == group && k.info().plural == plural)
     }
 
-    /// The kind named by `apiVersion` and `kind` in a manifest.
+    /// The kind named by `apiVersion` and `kind` in a manifest (a custom resource's at any of
+    /// its versions).
     pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
-        Kind::ALL
+        let builtin = Kind::ALL
             .iter()
             .copied()
-            .find(|k| k.info().kind == kind && k.info().api_version() == api_version)
+            .find(|k| k.info().kind == kind && k.info().api_version() == api_version);
+        builtin.or_else(|| {
+            let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            Kind::defined_custom()
+                .into_iter()
+                .find(|k| k.info().kind == kind && k.info().group == group)
+        })
     }
 
     /// A kind as a user types it on the command line: plural, singular, short name or

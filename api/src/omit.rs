@@ -78,13 +78,24 @@ enum Mode {
     /// The object's own metadata: empty strings and `selfLink` go (and `managedFields`
     /// outside the whole view).
     TopMetadata(View),
+    /// A member of a custom object other than its metadata: written as stored.
+    Verbatim,
 }
 
 impl Mode {
+    /// This mode if it is an object's own, of a kind `keep` accepts.
+    fn filter(self, keep: impl FnOnce(Kind) -> bool) -> Mode {
+        match self {
+            Mode::Top(kind, _) if !keep(kind) => Mode::Plain,
+            other => other,
+        }
+    }
+
     /// The mode of the value of member `key` of a compound in this mode.
     fn child(self, key: &str) -> Mode {
         match (self, key) {
             (Mode::Top(_, view), "metadata") => Mode::TopMetadata(view),
+            (Mode::Top(kind, _), _) if kind.is_custom() => Mode::Verbatim,
             (_, "metadata") => Mode::Metadata,
             _ => Mode::Plain,
         }
@@ -107,6 +118,10 @@ impl Mode {
                 key == "selfLink" || (view != View::Whole && key == "managedFields")
             }
             Mode::Top(_, View::Main) => key == "status",
+            // A custom object writes its own type members.
+            Mode::Top(kind, View::Status) if kind.is_custom() => {
+                !matches!(key, "status" | "apiVersion" | "kind")
+            }
             Mode::Top(_, View::Status) => key != "status",
             _ => false,
         }
@@ -474,7 +489,7 @@ impl<S: Serializer> Serializer for Omit<S> {
     }
     fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
         use ser::SerializeMap;
-        if let Mode::Top(kind, _) = self.mode {
+        if let Mode::Top(kind, _) = self.mode.filter(|k| !k.is_custom()) {
             let info = kind.info();
             let mut m = self.inner.serialize_map(len.map(|l| l + 2))?;
             // kube-apiserver's order: `kind`, then `apiVersion`.
@@ -618,10 +633,16 @@ impl<C: ser::SerializeMap> ser::SerializeMap for OmitCompound<C> {
 
 impl<C: ser::SerializeMap> OmitCompound<C> {
     fn entry<T: Serialize + ?Sized>(&mut self, key: &str, v: &T) -> Result<(), C::Error> {
-        if self.mode.drops(key) || self.mode.omits(key, shape(v)) {
+        if self.mode.drops(key) {
             return Ok(());
         }
         let mode = self.mode.child(key);
+        if matches!(mode, Mode::Verbatim) {
+            return self.inner.serialize_entry(key, v);
+        }
+        if self.mode.omits(key, shape(v)) {
+            return Ok(());
+        }
         self.inner.serialize_entry(key, &Child { value: v, mode })
     }
 }

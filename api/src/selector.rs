@@ -527,10 +527,15 @@ impl FieldSelector {
     /// `field label not supported: <field>` for the first field `kind` lacks.
     pub fn check_kind(&self, kind: Kind) -> Result<(), SelectorError> {
         let supported = supported_fields(kind);
+        // A custom resource's: its definition's selectableFields.
+        let selectable = kind
+            .custom_rules()
+            .map(|r| r.selectable_fields())
+            .unwrap_or_default();
         match self
             .requirements
             .iter()
-            .find(|r| !supported.contains(&r.field.as_str()))
+            .find(|r| !supported.contains(&r.field.as_str()) && !selectable.contains(&r.field))
         {
             Some(r) => Err(SelectorError::UnsupportedField(r.field.clone())),
             None => Ok(()),
@@ -932,6 +937,10 @@ mod tests {
             Kind::HorizontalPodAutoscaler => {
                 crate::autoscaling::HorizontalPodAutoscaler::default().into_any()
             }
+            Kind::CustomResourceDefinition => {
+                crate::apiextensions::CustomResourceDefinition::default().into_any()
+            }
+            other => unreachable!("{other:?} is not a built-in kind"),
         }
     }
 

@@ -327,6 +327,14 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Images", "string", "Images referenced by each container in the template.", 1),
             col("Selector", "string", JOB_SELECTOR_DESC, 1),
         ],
+        Kind::CustomResourceDefinition => vec![
+            name(),
+            col("Created At", "date", AGE_DESC, 0),
+        ],
+        kind => match kind.custom_rules() {
+            Some(rules) => rules.columns(),
+            None => vec![name(), age()],
+        },
     }
 }
 
@@ -382,6 +390,38 @@ pub fn human_duration(d: Duration) -> String {
         };
     }
     format!("{}y", hours / 24 / 365)
+}
+
+/// The time since `t` as kubectl prints it, `<unknown>` when unset.
+pub fn age_at(t: Option<Time>, now: SystemTime) -> String {
+    since(t, now)
+}
+
+/// The Name column every table starts with.
+pub fn name_column() -> ColumnDefinition {
+    col("Name", "string", NAME_DESC, 0)
+}
+
+/// The Age column.
+pub fn age_column() -> ColumnDefinition {
+    col("Age", "date", AGE_DESC, 0)
+}
+
+/// A column as a custom resource's definition describes it (`additionalPrinterColumns`).
+pub fn column(
+    name: &str,
+    type_: &str,
+    format: &str,
+    description: &str,
+    priority: i32,
+) -> ColumnDefinition {
+    ColumnDefinition {
+        name: name.into(),
+        type_: type_.into(),
+        format: format.into(),
+        description: description.into(),
+        priority,
+    }
 }
 
 /// The time since `t` as kubectl prints it, `<unknown>` when unset.
@@ -545,6 +585,13 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
     let age = since(obj.meta().creation_timestamp, now);
     let name = obj.meta().name.clone();
     match obj {
+        AnyObject::CustomResourceDefinition(c) => {
+            vec![json!(name), json!(c.metadata.creation_timestamp)]
+        }
+        AnyObject::Custom(o) => match o.kind.custom_rules() {
+            Some(rules) => rules.cells(o, now),
+            None => vec![json!(name), json!(age)],
+        },
         AnyObject::Pod(p) => pod_cells(p, name, age, now),
         AnyObject::Node(n) => node_cells(n, name, age),
         AnyObject::Namespace(ns) => namespace_cells(ns, name, age),

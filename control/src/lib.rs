@@ -9,6 +9,7 @@ pub mod certificates;
 pub mod cli;
 pub mod cluster_join;
 pub mod controllers;
+pub mod crd;
 pub mod error;
 pub mod etcd;
 pub mod fieldmanager;

@@ -73,6 +73,9 @@ pub struct Registry {
     dry_run: bool,
     /// Where admission warnings go (the API answers them as `Warning` headers).
     warnings: Warnings,
+    /// The kind a generic call with [`api::custom::CustomObject`] acts on
+    /// ([`Registry::for_kind`]).
+    kind: Option<Kind>,
 }
 
 /// What admission says about a request beside its answer, and the admission that needs to
@@ -417,14 +420,19 @@ fn decode_error(e: DecodeError) -> ApiError {
 /// Decodes a request body into `K`. A body of another or an unknown kind is an invalid
 /// object (422 with the `kind` field as its cause).
 pub fn decode<K: Resource>(body: Value) -> Result<K, ApiError> {
+    decode_as(K::KIND, body)
+}
+
+/// [`decode`] of an object of `kind` (a custom object's kind is the request's).
+pub fn decode_as<K: Resource>(kind: Kind, body: Value) -> Result<K, ApiError> {
     let name = body
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    codec::from_json::<K>(body).map_err(|e| match e {
+    codec::from_json_as::<K>(kind, body).map_err(|e| match e {
         DecodeError::WrongKind { expected, found } => ApiError::invalid(
-            K::KIND,
+            kind,
             &name,
             vec![api::validation::FieldError::not_supported(
                 "kind",
@@ -905,6 +913,8 @@ fn add_protection_finalizer<K: Resource>(obj: &mut K) {
     let finalizer = match K::KIND {
         Kind::PersistentVolumeClaim => api::storage::PVC_PROTECTION_FINALIZER,
         Kind::PersistentVolume => api::storage::PV_PROTECTION_FINALIZER,
+        // Held until the definition's objects are gone (the CRD finalizer controller).
+        Kind::CustomResourceDefinition => api::apiextensions::CLEANUP_FINALIZER,
         _ => return,
     };
     let finalizers = &mut obj.meta_mut().finalizers;
@@ -930,10 +940,10 @@ fn typed<K: Resource>(obj: AnyObject) -> Result<K, ApiError> {
 }
 
 /// The stored object, or NotFound.
-fn get_existing<K: Resource>(txn: &Txn, ns: &str, name: &str) -> Result<K, ApiError> {
-    match txn.get(K::KIND, ns, name)? {
+fn get_existing<K: Resource>(txn: &Txn, kind: Kind, ns: &str, name: &str) -> Result<K, ApiError> {
+    match txn.get(kind, ns, name)? {
         Some(o) => typed(o),
-        None => Err(ApiError::not_found(K::KIND, name)),
+        None => Err(ApiError::not_found(kind, name)),
     }
 }
 
@@ -950,7 +960,7 @@ fn check_namespace_open(txn: &Txn, ns: &str) -> Result<(), ApiError> {
 
 /// Settles the namespace of an object against the request path.
 fn settle_namespace<K: Resource>(obj: &mut K, path_ns: Option<&str>) -> Result<(), ApiError> {
-    let info = K::KIND.info();
+    let info = obj.kind_of().info();
     let meta = obj.meta_mut();
     if !info.namespaced {
         meta.namespace = None;
@@ -983,8 +993,13 @@ fn validate<K: Resource>(obj: &K) -> Result<(), ApiError> {
 fn validate_part<K: Resource>(obj: &K, part: Part) -> Result<(), ApiError> {
     let errors = match part {
         Part::Main => {
-            let mut errors = api::validation::validate_meta(obj.meta(), K::KIND);
+            let mut errors = api::validation::validate_meta(obj.meta(), obj.kind_of());
             errors.extend(obj.validate());
+            if let Some(crd) =
+                (obj as &dyn Any).downcast_ref::<api::apiextensions::CustomResourceDefinition>()
+            {
+                errors.extend(crate::crd::validate_schemas(crd));
+            }
             errors
         }
         Part::Status => obj.validate_status(),
@@ -993,7 +1008,7 @@ fn validate_part<K: Resource>(obj: &K, part: Part) -> Result<(), ApiError> {
         Ok(())
     } else {
         let name = obj.meta().name.clone();
-        Err(ApiError::invalid(K::KIND, &name, errors))
+        Err(ApiError::invalid(obj.kind_of(), &name, errors))
     }
 }
 
@@ -1076,7 +1091,8 @@ fn create_in<K: Resource>(
     warnings: &Warnings,
 ) -> Result<K, ApiError> {
     let ns = obj.meta().namespace().to_string();
-    if K::KIND.info().namespaced {
+    let kind = obj.kind_of();
+    if kind.info().namespaced {
         check_namespace_open(txn, &ns)?;
     }
     if let Some(pod) = as_pod_mut(&mut obj) {
@@ -1107,14 +1123,14 @@ fn create_in<K: Resource>(
     add_protection_finalizer(&mut obj);
     for attempt in 0..8 {
         let name = obj.meta().name.clone();
-        if txn.absent(K::KIND, &ns, &name)? {
+        if txn.absent(kind, &ns, &name)? {
             // Last, as Kubernetes' ResourceQuota admission: it counts what the others made.
             let any = obj.into_any();
             admit_quota(txn, &any)?;
             return typed(txn.put(any)?);
         }
         if !generate || attempt == 7 {
-            return Err(ApiError::already_exists(K::KIND, &name));
+            return Err(ApiError::already_exists(kind, &name));
         }
         let prefix = obj.meta().generate_name.clone().unwrap_or_default();
         obj.meta_mut().name = generated_name(&prefix);
@@ -1154,13 +1170,14 @@ fn apply_update_checked<K: Resource>(
     warnings: &Warnings,
 ) -> Result<K, ApiError> {
     let name = old.meta().name.clone();
+    let kind = old.kind_of();
     let rv = new.meta().resource_version.clone();
     if !rv.is_empty() && rv != old.meta().resource_version {
-        return Err(ApiError::stale(K::KIND, &name));
+        return Err(ApiError::stale(kind, &name));
     }
     if !new.meta().uid.is_empty() && new.meta().uid != old.meta().uid {
         return Err(ApiError::conflict(
-            K::KIND,
+            kind,
             &name,
             &format!(
                 "Precondition failed: UID in precondition: {}, UID in object meta: {}",
@@ -1172,7 +1189,7 @@ fn apply_update_checked<K: Resource>(
     match part {
         Part::Status => new.copy_all_but_status_from(&old),
         Part::Main => {
-            if K::KIND.info().has_status {
+            if kind.info().has_status {
                 new.copy_status_from(&old);
             }
             new.set_defaults();
@@ -1228,7 +1245,7 @@ fn apply_update_checked<K: Resource>(
     };
     let requester = lock_warnings(warnings).requester.clone();
     if let Some(r) = requester {
-        r.admit_update(K::KIND, &old, &mut new)?;
+        r.admit_update(kind, &old, &mut new)?;
     }
     // A status write kept the stored spec, so only a main write can change the generation.
     if part == Part::Main && new.spec_fingerprint() != old.spec_fingerprint() {
@@ -1242,7 +1259,7 @@ fn apply_update_checked<K: Resource>(
         let errors =
             api::validation::validate_update(&new.clone().into_any(), &old.clone().into_any());
         if !errors.is_empty() {
-            return Err(ApiError::invalid(K::KIND, &name, errors));
+            return Err(ApiError::invalid(kind, &name, errors));
         }
     }
     if let (Some(o), Some(n)) = (
@@ -1294,14 +1311,14 @@ fn apply_update_checked<K: Resource>(
             Some(&codec::to_json_view(&old, view)),
             &codec::to_json_view(&new, view),
             who,
-            &K::KIND.info().api_version(),
+            &kind.info().api_version(),
             Time::now(),
         );
         new.meta_mut().managed_fields = managers.encode();
     }
     let ns = new.meta().namespace().to_string();
     if ready_to_remove(&new) {
-        return typed(txn.delete(K::KIND, &ns, &name)?);
+        return typed(txn.delete(kind, &ns, &name)?);
     }
     typed(txn.put(new.into_any())?)
 }
@@ -1382,13 +1399,13 @@ fn patched<K: Resource>(
     }
     let current = codec::to_json(&current);
     let patched = apply_patch(current, patch_type, patch)?;
-    let mut new: K = decode(patched)?;
+    let mut new: K = decode_as(old.kind_of(), patched)?;
     if new.meta().name != name {
         return Err(ApiError::bad_request(
             "metadata.name may not be changed by a patch",
         ));
     }
-    if K::KIND.info().namespaced && new.meta().namespace() != ns {
+    if old.kind_of().info().namespaced && new.meta().namespace() != ns {
         return Err(ApiError::bad_request(
             "metadata.namespace may not be changed by a patch",
         ));
@@ -1543,6 +1560,7 @@ impl Registry {
             via_scale: false,
             dry_run: false,
             warnings: Default::default(),
+            kind: None,
         }
     }
 
@@ -1645,8 +1663,25 @@ impl Registry {
     }
 
     pub async fn get<K: Resource>(&self, ns: &str, name: &str) -> Result<K, ApiError> {
-        let obj = self.store.get(K::KIND, ns, name).await?;
+        let obj = self.store.get(self.kind::<K>(), ns, name).await?;
         typed(obj)
+    }
+
+    /// This registry for objects of `kind`: what the generic methods act on when `K` is
+    /// [`api::custom::CustomObject`] (a built-in type names its kind itself).
+    pub fn for_kind(&self, kind: Kind) -> Registry {
+        Registry {
+            kind: Some(kind),
+            ..self.clone()
+        }
+    }
+
+    /// The kind `K` stands for here.
+    fn kind<K: Resource>(&self) -> Kind {
+        match self.kind {
+            Some(kind) if K::KIND == Kind::ANY_CUSTOM => kind,
+            _ => K::KIND,
+        }
     }
 
     /// Creates `obj` in `path_ns` (the namespace of the request path, if any).
@@ -1694,7 +1729,7 @@ impl Registry {
             None,
             &json,
             &self.manager(Part::Main),
-            &K::KIND.info().api_version(),
+            &obj.kind_of().info().api_version(),
             Time::now(),
         );
         obj.meta_mut().managed_fields = managers.encode();
@@ -1778,10 +1813,11 @@ impl Registry {
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
+        let kind = obj.kind_of();
         self.write(
             move |txn| {
                 let ns = obj.meta().namespace().to_string();
-                let old: K = get_existing(txn, &ns, &name)?;
+                let old: K = get_existing(txn, kind, &ns, &name)?;
                 apply_update(
                     txn,
                     &beats,
@@ -1829,9 +1865,10 @@ impl Registry {
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
+        let kind = self.kind::<K>();
         self.write(
             move |txn| {
-                let old: K = get_existing(txn, &ns, &name)?;
+                let old: K = get_existing(txn, kind, &ns, &name)?;
                 let new: K = patched(&beats, &old, &ns, &name, patch_type, &patch)?;
                 apply_update(txn, &beats, &ranges, old, new, part, who.clone(), &warnings)
             },
@@ -1881,10 +1918,11 @@ impl Registry {
             Some(_) => {}
         }
         let who = self.manager(part);
-        let api_version = K::KIND.info().api_version();
+        let kind = self.kind::<K>();
+        let api_version = kind.info().api_version();
         if part == Part::Main && matches!(self.get::<K>(ns, name).await, Err(e) if e.code() == 404)
         {
-            let obj: K = decode(config.clone())?;
+            let obj: K = decode_as(kind, config.clone())?;
             let path_ns = Some(ns).filter(|n| !n.is_empty());
             let (mut obj, _) = self.prepare_create_unowned(obj, path_ns)?;
             let mut managers = Managers::default();
@@ -1927,7 +1965,7 @@ impl Registry {
         let warnings = self.warnings.clone();
         self.write(
             move |txn| {
-                let old: K = get_existing(txn, &ns, &name)?;
+                let old: K = get_existing(txn, kind, &ns, &name)?;
                 let live = codec::to_json(&old);
                 let mut merged = live.clone();
                 crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
@@ -1960,8 +1998,8 @@ impl Registry {
                 if who.name == fieldmanager::KUBECTL_APPLY {
                     fieldmanager::sync_last_applied(&mut merged, &config);
                 }
-                let mut new: K = decode(merged)?;
-                if K::KIND.info().namespaced && new.meta().namespace() != ns {
+                let mut new: K = decode_as(kind, merged)?;
+                if kind.info().namespaced && new.meta().namespace() != ns {
                     return Err(ApiError::bad_request(
                         "metadata.namespace may not be changed by a patch",
                     ));
@@ -1991,9 +2029,10 @@ impl Registry {
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         let who = Ownership::Update(self.manager(part));
+        let kind = self.kind::<K>();
         self.write(
             move |txn| {
-                let old: K = get_existing(txn, &ns, &name)?;
+                let old: K = get_existing(txn, kind, &ns, &name)?;
                 let mut new = old.clone();
                 f(&mut new)?;
                 apply_update(txn, &beats, &ranges, old, new, part, who.clone(), &warnings)
@@ -2057,7 +2096,7 @@ impl Registry {
         let warnings = self.warnings.clone();
         self.write(
             move |txn| {
-                let old: Pod = get_existing(txn, &ns, &name)?;
+                let old: Pod = get_existing(txn, Kind::Pod, &ns, &name)?;
                 if old.metadata.deletion_timestamp.is_some() {
                     return Err(ApiError::conflict(
                         Kind::Pod,
@@ -2110,6 +2149,7 @@ impl Registry {
         name: &str,
         opts: DeleteOptions,
     ) -> Result<(K, bool), ApiError> {
+        let kind = self.kind::<K>();
         if K::KIND == Kind::Namespace && SYSTEM_NAMESPACES.contains(&name) {
             return Err(ApiError::forbidden(format!(
                 "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
@@ -2119,14 +2159,14 @@ impl Registry {
             && api::scheduling::SYSTEM_CLASSES.iter().any(|c| c.0 == name)
         {
             return Err(ApiError::forbidden_object(
-                K::KIND,
+                kind,
                 name,
                 "this is a system priority class and cannot be deleted",
             ));
         }
         let propagation = Propagation::of(&opts).map_err(|m| {
             ApiError::invalid(
-                K::KIND,
+                kind,
                 name,
                 vec![api::validation::FieldError::invalid(
                     "propagationPolicy",
@@ -2137,18 +2177,18 @@ impl Registry {
         })?;
         let (ns, name) = (ns.to_string(), name.to_string());
         self.write(move |txn| {
-                let mut obj: K = get_existing(txn, &ns, &name)?;
+                let mut obj: K = get_existing(txn, kind, &ns, &name)?;
                 if let Some(pre) = &opts.preconditions {
                     if let Some(uid) = pre.uid.as_deref().filter(|u| *u != obj.meta().uid) {
                         return Err(ApiError::conflict(
-                            K::KIND,
+                            kind,
                             &name,
                             &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", obj.meta().uid),
                         ));
                     }
                     if let Some(rv) = pre.resource_version.as_deref().filter(|r| *r != obj.meta().resource_version) {
                         return Err(ApiError::conflict(
-                            K::KIND,
+                            kind,
                             &name,
                             &format!(
                                 "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
@@ -2189,7 +2229,7 @@ impl Registry {
                     }
                 }
                 if ready_to_remove(&marked) || (K::KIND != Kind::Namespace && grace == 0 && marked.meta().finalizers.is_empty()) {
-                    let gone = typed(txn.delete(K::KIND, &ns, &name)?)?;
+                    let gone = typed(txn.delete(kind, &ns, &name)?)?;
                     return Ok((gone, true));
                 }
                 if marked == obj {

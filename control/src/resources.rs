@@ -32,10 +32,17 @@ impl ResourceId {
 
 impl From<Kind> for ResourceId {
     fn from(kind: Kind) -> ResourceId {
-        // `Kind::ALL` lists the variants in declaration order.
-        ResourceId(kind as u32)
+        // Built-in kinds are numbered densely from 0; custom ones take the ids after the
+        // built-in table's entries (`CUSTOM_IDS`), in the order they were first defined.
+        match kind.custom_ordinal() {
+            None => ResourceId(kind.index() as u32),
+            Some(i) => ResourceId(CUSTOM_IDS + i as u32),
+        }
     }
 }
+
+/// The first id of a custom resource: past every entry of the built-in table.
+const CUSTOM_IDS: u32 = 1024;
 
 /// Where a resource's requests are served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -277,6 +284,11 @@ impl Table {
     /// The table of what every server serves: the built-in kinds, the reviews and the
     /// resource metrics.
     pub fn builtin() -> Table {
+        Table::with_custom(Vec::new())
+    }
+
+    /// The built-in table and the entries of established custom resources.
+    pub fn with_custom(custom: Vec<Entry>) -> Table {
         let mut entries: Vec<Entry> = Kind::ALL.iter().map(|k| builtin_entry(*k)).collect();
         let mut next = entries.len() as u32;
         let mut push = |mut e: Entry| {
@@ -322,6 +334,7 @@ impl Table {
                 Storage::Metrics,
             ));
         }
+        entries.extend(custom);
         Table::from_entries(entries)
     }
 
@@ -478,6 +491,15 @@ impl Resources {
         Resources {
             table: RwLock::new(Arc::new(Table::builtin())),
         }
+    }
+
+    /// Replaces the custom resources' entries (the CRD installer, `crate::crd`).
+    pub fn set_custom(&self, custom: Vec<Entry>) {
+        let table = Arc::new(Table::with_custom(custom));
+        *self
+            .table
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = table;
     }
 
     pub fn snapshot(&self) -> Arc<Table> {
@@ -677,6 +699,7 @@ mod tests {
                 "policy",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
+                "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "node.k8s.io",

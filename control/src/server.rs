@@ -597,6 +597,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
                 cluster_cidr: args.cluster_cidr,
             },
         };
+        crate::crd::start_installer(state.resources.clone(), &loops.informers).await;
         authorizer.start(&loops.informers);
         node_graph.start(&loops.informers);
         sa_tokens.set_cache(loops.informers.cache().clone());
@@ -622,6 +623,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
                 crate::rbac::aggregation::start(&loops);
                 crate::certificates::start(&loops, state.pki.clone());
                 crate::controllers::start_all(&loops);
+                crate::crd::start(&loops);
                 crate::controllers::podautoscaler::start(
                     &loops,
                     http::pod_metrics(state.clone()),

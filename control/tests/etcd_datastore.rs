@@ -125,6 +125,36 @@ fn two_servers_share_reads_writes_watches_and_conflicts_through_etcd() {
         );
     }
 
+    // A custom resource defined through one server is served by the other, and its objects
+    // are shared (stored under /registry/<group>/<plural>/, as kube-apiserver lays them out).
+    let (code, crd) = a.json(
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "gadgets.etcd.example.com"},
+                "spec": {"group": "etcd.example.com", "scope": "Namespaced",
+                         "names": {"plural": "gadgets", "kind": "Gadget"},
+                         "versions": [{"name": "v1", "served": true, "storage": true,
+                             "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                 "spec": {"type": "object", "properties": {"n": {"type": "integer"}}}}}}}]}}),
+    );
+    assert_eq!(code, 201, "{crd}");
+    const GADGETS: &str = "/apis/etcd.example.com/v1/namespaces/default/gadgets";
+    eventually(30, "the other server serves the custom resource", || {
+        (b.http("GET", GADGETS, None).0 == 200).then_some(())
+    });
+    let (code, made) = b.json(
+        "POST",
+        GADGETS,
+        &json!({"apiVersion": "etcd.example.com/v1", "kind": "Gadget",
+                "metadata": {"name": "g"}, "spec": {"n": 1, "dropped": true}}),
+    );
+    assert_eq!(code, 201, "{made}");
+    let (code, read) = a.http("GET", &format!("{GADGETS}/g"), None);
+    assert_eq!(code, 200, "{read}");
+    assert_eq!(read["spec"], json!({"n": 1}), "{read}");
+    assert_eq!(rv(&read), rv(&made));
+
     // A Secret sealed by one server opens on the other (they share secrets.key).
     common::etcd::secret_sealed_by_one_opens_on_the_other(&a, &b);
 

@@ -1006,6 +1006,45 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
             Op::Fn("/spec/egress/0/to".into(), selectors_then_ip_block),
             set("/spec/policyTypes", json!(["Ingress", "Egress"])),
         ],
+        "CustomResourceDefinition" => vec![
+            // Named `plural.group`, a domain group, a structural schema, one storage version.
+            set("/metadata/name", json!("rts.roundtrip.example.com")),
+            set("/spec/group", json!("roundtrip.example.com")),
+            set(
+                "/spec/names",
+                json!({"plural": "rts", "singular": "rt", "kind": "Rt", "listKind": "RtList",
+                       "shortNames": ["rtx"], "categories": ["all"]}),
+            ),
+            set("/spec/scope", json!("Namespaced")),
+            set("/spec/preserveUnknownFields", json!(false)),
+            set("/spec/conversion", json!({"strategy": "None"})),
+            set("/spec/versions/0/name", json!("v1")),
+            set("/spec/versions/0/served", json!(true)),
+            set("/spec/versions/0/storage", json!(true)),
+            set(
+                "/spec/versions/0/schema/openAPIV3Schema",
+                json!({"type": "object", "properties": {"spec": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}),
+            ),
+            set("/spec/versions/0/subresources/status", json!({})),
+            set(
+                "/spec/versions/0/subresources/scale",
+                json!({"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                       "labelSelectorPath": ".status.selector"}),
+            ),
+            set(
+                "/spec/versions/0/additionalPrinterColumns/0/type",
+                json!("string"),
+            ),
+            set(
+                "/spec/versions/0/additionalPrinterColumns/0/jsonPath",
+                json!(".spec.x"),
+            ),
+            set(
+                "/spec/versions/0/selectableFields/0/jsonPath",
+                json!(".spec.x"),
+            ),
+        ],
         "EndpointSlice" => vec![
             set("/addressType", json!("IPv4")),
             set("/endpoints/0/addresses", json!(["10.42.0.9"])),

@@ -146,7 +146,8 @@ impl Collector {
         let store = &self.registry.store;
         let mut revision = u64::MAX;
         let mut all = Vec::new();
-        for &kind in Kind::ALL {
+        // Custom resources' objects too: owners and dependents may be of any kind.
+        for kind in Kind::ALL.iter().copied().chain(Kind::defined_custom()) {
             let (items, rev) = store.list(kind, None).await?;
             revision = revision.min(rev);
             all.extend(items);
@@ -175,7 +176,8 @@ impl Collector {
             self.queue.add(item);
         }
         drop(all);
-        let mut watch = store.watch(Kind::ALL, Some(revision)).await?;
+        // Every kind, custom resources defined later included.
+        let mut watch = store.watch(&[], Some(revision)).await?;
         while let Some(ev) = watch.next().await {
             self.observe(ev.event_type, &ev.object);
         }
@@ -299,6 +301,7 @@ impl Collector {
                 let owner_uid = uid.to_string();
                 let r = with_kind!(dep.0, K, {
                     self.registry
+                        .for_kind(dep.0)
                         .mutate::<K>(&dep.1, &dep.2, Part::Main, move |d| {
                             d.meta_mut().owner_references.retain(|r| r.uid != owner_uid);
                             Ok(())
@@ -344,6 +347,7 @@ impl Collector {
         let uid = uid.to_string();
         let r = with_kind!(key.0, K, {
             self.registry
+                .for_kind(key.0)
                 .mutate::<K>(&key.1, &key.2, Part::Main, move |o| {
                     if o.meta().uid == uid {
                         o.meta_mut().finalizers.retain(|f| f != finalizer);
@@ -382,6 +386,7 @@ impl Collector {
         };
         let r = with_kind!(key.0, K, {
             self.registry
+                .for_kind(key.0)
                 .delete::<K>(&key.1, &key.2, opts)
                 .await
                 .map(|_| ())
@@ -428,6 +433,7 @@ impl Collector {
         if !dangling.is_empty() {
             let r = with_kind!(key.0, K, {
                 self.registry
+                    .for_kind(key.0)
                     .mutate::<K>(&key.1, &key.2, Part::Main, move |d| {
                         d.meta_mut()
                             .owner_references

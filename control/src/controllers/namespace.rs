@@ -59,7 +59,9 @@ async fn pass(registry: &Registry) -> Result<(), ApiError> {
 /// Deletes everything in `ns`; true once nothing is left.
 async fn empty_namespace(registry: &Registry, ns: &str) -> Result<bool, ApiError> {
     let mut empty = true;
-    for kind in Kind::ALL.iter().copied().filter(|k| k.info().namespaced) {
+    // Custom resources' objects too (kinds of definitions since deleted find nothing).
+    let kinds = Kind::ALL.iter().copied().chain(Kind::defined_custom());
+    for kind in kinds.filter(|k| k.info().namespaced) {
         let (items, _) = registry.store.list(kind, Some(ns)).await?;
         for item in items {
             empty = false;
@@ -69,6 +71,7 @@ async fn empty_namespace(registry: &Registry, ns: &str) -> Result<bool, ApiError
             let name = item.meta().name.clone();
             let result = with_kind!(kind, K, {
                 registry
+                    .for_kind(kind)
                     .delete::<K>(ns, &name, DeleteOptions::default())
                     .await
                     .map(|_| ())

@@ -22,6 +22,7 @@ pub mod route;
 mod stream;
 mod tokenrequest;
 mod ui;
+mod versions;
 mod watch;
 
 pub use logs::{log_options, LogOptions};
@@ -766,6 +767,11 @@ async fn handle(
             } else {
                 None
             };
+            // A custom resource at a version it is not stored at (conversion None).
+            let versions = versions::Versions::of(path.kind, &path.version);
+            if let Some(v) = &versions {
+                body = versions::request(&req, v, body)?;
+            }
             let mut warnings = openapi::check_request(&req, &path, &mut body)?;
             // Admission (Pod Security) adds its warnings through the request's writer.
             let admission = registry::Warnings::default();
@@ -802,6 +808,9 @@ async fn handle(
             warnings.extend(notes.warnings);
             if let Some(answer) = legacy {
                 response = autoscaling_v1::response(response, answer).await?;
+            }
+            if let Some(v) = versions {
+                response = versions::response(response, v).await?;
             }
             if let Some(answer) = metadata_only {
                 response = metadata::response(response, answer).await?;
@@ -1406,6 +1415,15 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
 /// Decodes a create or update body: JSON straight into the model when it is well formed,
 /// otherwise through a JSON tree, which also gives precise errors.
 fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K, ApiError> {
+    decode_body_as(req, K::KIND, body)
+}
+
+/// [`decode_body`] of an object of `kind` (a custom object's kind is the request's).
+fn decode_body_as<K: Resource>(
+    req: &tide::Request<State>,
+    kind: Kind,
+    body: &[u8],
+) -> Result<K, ApiError> {
     if matches!(
         media_type(req).as_str(),
         "application/json" | "" | "application/octet-stream"
@@ -1414,7 +1432,7 @@ fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K
             return Ok(obj);
         }
     }
-    registry::decode(parse_object_body(req, body)?)
+    registry::decode_as(kind, parse_object_body(req, body)?)
 }
 
 fn patch_type(req: &tide::Request<State>) -> Result<PatchType, ApiError> {
@@ -1632,7 +1650,8 @@ async fn resource<K: Resource>(
     body: Vec<u8>,
 ) -> Result<tide::Response, ApiError> {
     use tide::http::Method;
-    let kind = K::KIND;
+    let kind = path.kind;
+    let registry = state.registry.for_kind(kind);
     let ns = path.namespace.clone();
     let ns_str = ns.clone().unwrap_or_default();
     let sub = path.subresource.as_deref();
@@ -1648,7 +1667,7 @@ async fn resource<K: Resource>(
                     | Kind::ReplicaSet
                     | Kind::ReplicationController
                     | Kind::StatefulSet
-            ) =>
+            ) || custom_scale(kind).is_some() =>
         {
             Part::Main
         }
@@ -1739,7 +1758,7 @@ async fn resource<K: Resource>(
             Ok(response)
         }
         (Method::Get, Some(name), None | Some("status") | Some("approval")) => {
-            let obj: K = state.registry.get(&ns_str, name).await?;
+            let obj: K = registry.get(&ns_str, name).await?;
             let mut any = obj.into_any();
             state.registry.heartbeats.overlay_any(&mut any);
             if wants_table(req) {
@@ -1752,12 +1771,15 @@ async fn resource<K: Resource>(
             Ok(object_response(req, StatusCode::Ok, &any.as_json()))
         }
         (Method::Get, Some(name), Some("scale")) => {
-            let obj: K = state.registry.get(&ns_str, name).await?;
+            let obj: K = registry.get(&ns_str, name).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Post, None, None) => {
-            let obj: K = decode_body(req, &body)?;
-            let created = writer(state, req)?.create(obj, ns.as_deref()).await?;
+            let obj: K = decode_body_as(req, kind, &body)?;
+            let created = writer(state, req)?
+                .for_kind(kind)
+                .create(obj, ns.as_deref())
+                .await?;
             Ok(object_response(
                 req,
                 StatusCode::Created,
@@ -1784,8 +1806,9 @@ async fn resource<K: Resource>(
             Ok(json_response(StatusCode::Created, &ok))
         }
         (Method::Put, Some(name), None | Some("status") | Some("finalize") | Some("approval")) => {
-            let obj: K = decode_body(req, &body)?;
+            let obj: K = decode_body_as(req, kind, &body)?;
             let updated = writer(state, req)?
+                .for_kind(kind)
                 .update(obj, ns.as_deref(), name, part)
                 .await?;
             Ok(object_response(
@@ -1804,11 +1827,11 @@ async fn resource<K: Resource>(
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
                 .map(str::to_string);
-            let obj = set_replicas::<K>(state, req, &ns_str, name, replicas, rv).await?;
+            let obj = set_replicas::<K>(state, req, kind, &ns_str, name, replicas, rv).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Patch, Some(name), Some("scale")) => {
-            let current: K = state.registry.get(&ns_str, name).await?;
+            let current: K = registry.get(&ns_str, name).await?;
             let mut scale = scale_of(&current.into_any());
             let patch: Value = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::bad_request(format!("invalid patch: {e}")))?;
@@ -1824,7 +1847,7 @@ async fn resource<K: Resource>(
                 .pointer("/spec/replicas")
                 .and_then(Value::as_i64)
                 .ok_or_else(|| ApiError::bad_request("a Scale needs spec.replicas"))?;
-            let obj = set_replicas::<K>(state, req, &ns_str, name, replicas, None).await?;
+            let obj = set_replicas::<K>(state, req, kind, &ns_str, name, replicas, None).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Patch, Some(name), None | Some("status") | Some("approval")) => {
@@ -1858,6 +1881,7 @@ async fn resource<K: Resource>(
                 ));
             }
             let patched: K = writer(state, req)?
+                .for_kind(kind)
                 .patch(&ns_str, name, pt, body, part)
                 .await?;
             Ok(object_response(
@@ -1868,13 +1892,13 @@ async fn resource<K: Resource>(
         }
         (Method::Delete, Some(name), None) => {
             let opts = delete_options(req, &body)?;
-            let registry = state.registry.dry_run(dry_run(req, &opts.dry_run)?);
+            let registry = registry.dry_run(dry_run(req, &opts.dry_run)?);
             let (obj, _gone) = registry.delete::<K>(&ns_str, name, opts).await?;
             Ok(json_response(StatusCode::Ok, &api::codec::json(&obj)))
         }
         (Method::Delete, None, None) => {
             let opts = delete_options(req, &body)?;
-            let registry = state.registry.dry_run(dry_run(req, &opts.dry_run)?);
+            let registry = registry.dry_run(dry_run(req, &opts.dry_run)?);
             let (labels, fields) = selectors(req, kind)?;
             let (items, _) = state.store.list(kind, ns.as_deref()).await?;
             let mut deleted = Vec::new();
@@ -2007,11 +2031,42 @@ pub fn delete_options_of(
     Ok(opts)
 }
 
+/// A custom resource's scale subresource paths (JSON pointers: spec replicas, status
+/// replicas, status selector), if its definition has one.
+fn custom_scale(kind: Kind) -> Option<(String, String, Option<String>)> {
+    let pointer = |p: &str| p.replace('.', "/");
+    kind.custom_rules()?
+        .scale_paths()
+        .map(|(spec, status, selector)| {
+            (
+                pointer(&spec),
+                pointer(&status),
+                selector.map(|s| pointer(&s)),
+            )
+        })
+}
+
 /// The autoscaling/v1 Scale of a Deployment, ReplicaSet, StatefulSet or ReplicationController
-/// (whose selector is the label map itself).
+/// (whose selector is the label map itself), or of a custom resource with a scale subresource
+/// (from its definition's paths, as kube's scale of a custom resource).
 fn scale_of(obj: &AnyObject) -> Value {
     let json = obj.to_json();
     let meta = obj.meta();
+    if let Some((spec, status, selector)) = custom_scale(obj.kind()) {
+        let selector = selector
+            .and_then(|p| json.pointer(&p).and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_default();
+        return json!({
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                "name": meta.name, "namespace": meta.namespace(), "uid": meta.uid,
+                "resourceVersion": meta.resource_version, "creationTimestamp": json.pointer("/metadata/creationTimestamp"),
+            },
+            "spec": {"replicas": json.pointer(&spec).cloned().unwrap_or(json!(0))},
+            "status": {"replicas": json.pointer(&status).cloned().unwrap_or(json!(0)), "selector": selector},
+        });
+    }
     let labels = match obj.kind() {
         Kind::ReplicationController => "/spec/selector",
         _ => "/spec/selector/matchLabels",
@@ -2038,17 +2093,29 @@ fn scale_of(obj: &AnyObject) -> Value {
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn set_replicas<K: Resource>(
     state: &State,
     req: &tide::Request<State>,
+    kind: Kind,
     ns: &str,
     name: &str,
     replicas: i64,
     rv: Option<String>,
 ) -> Result<K, ApiError> {
-    let patch = json!({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": rv}});
+    let mut patch = json!({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": rv}});
+    if let Some((spec, _, _)) = custom_scale(kind) {
+        // The replicas at the definition's specReplicasPath.
+        let mut at = json!(replicas);
+        for part in spec.trim_start_matches('/').rsplit('/') {
+            at = json!({ part: at });
+        }
+        json_patch::merge(&mut at, &json!({"metadata": {"resourceVersion": rv}}));
+        patch = at;
+    }
     let body = serde_json::to_vec(&patch).unwrap_or_default();
     writer(state, req)?
+        .for_kind(kind)
         .via_scale()
         .patch::<K>(ns, name, PatchType::Merge, body, Part::Main)
         .await

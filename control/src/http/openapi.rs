@@ -771,6 +771,14 @@ pub fn validate_fields(
     body: &mut Value,
     duplicates: &[String],
 ) -> Result<Vec<String>, ApiError> {
+    if kind.is_custom() {
+        // A custom resource's schema decides (what pruning would drop is unknown).
+        let unknown = match (kind.custom_rules(), shape) {
+            (Some(rules), BodyShape::Object | BodyShape::MergePatch) => rules.unknown_fields(body),
+            _ => Vec::new(),
+        };
+        return field_messages(kind, mode, &unknown, duplicates);
+    }
     let v = validator();
     let Some(&(_, root)) = v.roots.iter().find(|(k, _)| *k == kind) else {
         return Ok(Vec::new());
@@ -793,6 +801,16 @@ pub fn validate_fields(
             &mut unknown,
         ),
     }
+    field_messages(kind, mode, &unknown, duplicates)
+}
+
+/// The answer of field validation that found `unknown` and `duplicates`.
+fn field_messages(
+    kind: Kind,
+    mode: FieldValidation,
+    unknown: &[String],
+    duplicates: &[String],
+) -> Result<Vec<String>, ApiError> {
     let messages: Vec<String> = unknown
         .iter()
         .map(|f| format!("unknown field \"{f}\""))

@@ -76,6 +76,8 @@ pub struct ResourcePath {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Option<String>,
+    /// The version the path names.
+    pub version: String,
     /// The path names the kind's older version (autoscaling/v1 for a HorizontalPodAutoscaler
     /// stored as v2): bodies are converted at the edge.
     pub legacy_version: bool,
@@ -175,10 +177,12 @@ fn resource(table: &Table, group: &str, version: &str, rest: &[&str]) -> Result<
         Storage::Builtin(kind) => Ok(Route::Resource(ResourcePath {
             resource: entry.id,
             kind,
+            version: version.to_string(),
             namespace,
             name,
             subresource,
-            legacy_version: entry.storage_version() != version,
+            legacy_version: kind == Kind::HorizontalPodAutoscaler
+                && entry.storage_version() != version,
         })),
         Storage::Review => {
             let group = review_group(group).ok_or(NoRoute)?;
@@ -227,6 +231,7 @@ mod tests {
         Route::Resource(ResourcePath {
             resource: kind.into(),
             kind,
+            version: kind.info().version.into(),
             namespace: ns.map(Into::into),
             name: name.map(Into::into),
             subresource: sub.map(Into::into),

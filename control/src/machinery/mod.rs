@@ -60,6 +60,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::HorizontalPodAutoscaler,
     // For the node lifecycle controller (node Leases are heartbeats).
     Kind::Lease,
+    // For the custom resource installer and the establishing controller.
+    Kind::CustomResourceDefinition,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).

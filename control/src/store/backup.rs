@@ -56,6 +56,16 @@ impl Store {
                     dst.insert(k.value(), v.value())?;
                 }
             }
+            // Custom resources' tables (`plural.group`), whichever exist.
+            for name in custom_tables(&rtx)? {
+                let def = TableDefinition::<&str, &[u8]>::new(&name);
+                let src = rtx.open_table(def)?;
+                let mut dst = wtx.open_table(def)?;
+                for entry in src.iter()? {
+                    let (k, v) = entry?;
+                    dst.insert(k.value(), v.value())?;
+                }
+            }
             wtx.open_table(EVENT_TABLE)?;
             let mut meta = wtx.open_table(META_TABLE)?;
             meta.insert(META_SCHEMA, SCHEMA_VERSION)?;
@@ -95,6 +105,16 @@ pub fn inspect(path: &Path) -> Result<BackupSummary, StoreError> {
             .len()?;
         if n > 0 {
             objects.push((*kind, n));
+        }
+    }
+    for name in custom_tables(&rtx)? {
+        let n = rtx
+            .open_table(TableDefinition::<&str, &[u8]>::new(&name))
+            .map_err(not_backup)?
+            .len()?;
+        let (plural, group) = name.split_once('.').unwrap_or((&name, ""));
+        if n > 0 {
+            objects.push((Kind::custom_named(group, plural), n));
         }
     }
     let mut files = Vec::new();
@@ -164,4 +184,15 @@ pub fn restore(backup: &Path, data_dir: &Path) -> Result<BackupSummary, StoreErr
     let state = data_dir.join("state.redb");
     std::fs::rename(&tmp, &state).map_err(|e| io("renaming to", &state, e))?;
     Ok(summary)
+}
+
+/// The names of the custom resources' tables in a file (`plural.group`: no built-in
+/// kind's table, nor the bookkeeping ones, has a dot).
+pub(crate) fn custom_tables(rtx: &redb::ReadTransaction) -> Result<Vec<String>, StoreError> {
+    use redb::TableHandle;
+    Ok(rtx
+        .list_tables()?
+        .map(|t| t.name().to_string())
+        .filter(|n| n.contains('.'))
+        .collect())
 }

@@ -62,7 +62,8 @@ pub(crate) fn unseal<'b>(
 /// One table per kind, named by the kind's plural (`pods`, `deployments`), keyed by
 /// [`object_key`], valued by a postcard [`Stored`].
 pub(crate) fn kind_table(kind: Kind) -> TableDefinition<'static, &'static str, &'static [u8]> {
-    TableDefinition::new(kind.info().plural)
+    // Custom resources' tables are `plural.group`: no built-in plural has a dot.
+    TableDefinition::new(kind.storage_name())
 }
 
 /// Bookkeeping: `revision`, `compacted`, `schema`. The leading underscore keeps it apart from

@@ -14,8 +14,10 @@ use event_listener::Event;
 
 use super::{StoreError, WatchEvent};
 
-// A watcher's kinds are a bit set.
-const _: () = assert!(Kind::ALL.len() <= 64);
+// A watcher's kinds are a bit set: a bit per built-in kind, and the last bit for every custom
+// resource's kind (a watch of custom kinds filters their events itself, [`Watch::only`]).
+const _: () = assert!(Kind::ALL.len() < 64);
+const CUSTOM_BIT: u64 = 1 << 63;
 
 pub(crate) fn kind_mask(kinds: &[Kind]) -> u64 {
     if kinds.is_empty() {
@@ -25,7 +27,19 @@ pub(crate) fn kind_mask(kinds: &[Kind]) -> u64 {
 }
 
 pub(crate) fn kind_bit(kind: Kind) -> u64 {
-    1 << (kind as u32)
+    if kind.is_custom() {
+        CUSTOM_BIT
+    } else {
+        1 << kind.index()
+    }
+}
+
+/// The custom kinds a watch of `kinds` must filter to (None: the mask is exact).
+pub(crate) fn custom_filter(kinds: &[Kind]) -> Option<Box<[Kind]>> {
+    kinds
+        .iter()
+        .any(|k| k.is_custom())
+        .then(|| kinds.iter().copied().filter(|k| k.is_custom()).collect())
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -209,6 +223,8 @@ pub struct Watch {
     /// The [`WatchEvent::index`] of the last event handed out within `last` (`u32::MAX`:
     /// every event of `last`).
     pub(crate) last_index: u32,
+    /// The custom kinds watched, when any is: events of other custom kinds share their bit.
+    pub(crate) only: Option<Box<[Kind]>>,
 }
 
 impl Watch {
@@ -260,7 +276,8 @@ impl Watch {
         if (event.revision, event.index) > (self.last, self.last_index) {
             self.last = event.revision;
             self.last_index = event.index;
-            true
+            let kind = event.object.kind();
+            !kind.is_custom() || self.only.as_ref().is_none_or(|only| only.contains(&kind))
         } else {
             false
         }

@@ -95,7 +95,7 @@ use codec::{
     decode_event, decode_object, kind_table, namespace_range, object_key, EVENT_TABLE,
     META_COMPACTED, META_REVISION, META_SCHEMA, META_TABLE, SCHEMA_VERSION,
 };
-use hub::{kind_bit, kind_mask, lock, Hub};
+use hub::{custom_filter, kind_bit, kind_mask, lock, Hub};
 use txn::{Plan, RecentWrites, Tables};
 use writer::{Job, JobOutcome, Msg, Writer};
 
@@ -822,7 +822,17 @@ impl Store {
         let (namespace, name) = (namespace.to_string(), name.to_string());
         smol::unblock(move || {
             let rtx = db.begin_read()?;
-            let table = rtx.open_table(kind_table(kind))?;
+            let table = match rtx.open_table(kind_table(kind)) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => {
+                    return Err(StoreError::NotFound {
+                        kind,
+                        namespace,
+                        name,
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            };
             let value = table.get(key.as_str())?;
             match value {
                 Some(v) => decode_object(kind, &key, v.value(), keys.as_deref()),
@@ -858,7 +868,11 @@ impl Store {
         smol::unblock(move || {
             let rtx = db.begin_read()?;
             let revision = read_meta(&rtx.open_table(META_TABLE)?, META_REVISION)?;
-            let table = rtx.open_table(kind_table(kind))?;
+            let table = match rtx.open_table(kind_table(kind)) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), revision)),
+                Err(e) => return Err(e.into()),
+            };
             let entries = match &range {
                 Some((start, end)) => table.range(start.as_str()..end.as_str())?,
                 None => table.iter()?,
@@ -907,7 +921,19 @@ impl Store {
         smol::unblock(move || {
             let rtx = db.begin_read()?;
             let revision = read_meta(&rtx.open_table(META_TABLE)?, META_REVISION)?;
-            let table = rtx.open_table(kind_table(kind))?;
+            let table = match rtx.open_table(kind_table(kind)) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => {
+                    return Ok((
+                        sink,
+                        Page {
+                            revision,
+                            next: None,
+                        },
+                    ))
+                }
+                Err(e) => return Err(e.into()),
+            };
             let lower = match (&after, &start) {
                 (Some(a), _) => std::ops::Bound::Excluded(a.as_str()),
                 (None, Some(s)) => std::ops::Bound::Included(s.as_str()),
@@ -973,6 +999,7 @@ impl Store {
             replay: VecDeque::new(),
             last: published,
             last_index: u32::MAX,
+            only: custom_filter(kinds),
         };
         if let Some(after) = after {
             watch.last = after;

@@ -66,15 +66,26 @@ impl From<EtcdError> for StoreError {
 }
 
 /// The etcd key of the object at `key` ([`object_key`]) of `kind`.
+/// The etcd prefix of `kind` after `/registry/`: its plural, or for a custom resource
+/// `group/plural`, as kube-apiserver lays them out.
+fn prefix_of(kind: Kind) -> String {
+    let info = kind.info();
+    if kind.is_custom() {
+        format!("{}/{}", info.group, info.plural)
+    } else {
+        info.plural.to_string()
+    }
+}
+
 pub(crate) fn etcd_key(kind: Kind, key: &str) -> Vec<u8> {
-    let plural = kind.info().plural;
+    let plural = prefix_of(kind);
     let rest = key.strip_prefix('/').unwrap_or(key);
     format!("{PREFIX}{plural}/{rest}").into_bytes()
 }
 
 /// The etcd range `[start, end)` of every object of `kind` (in `namespace` if given).
 pub(crate) fn etcd_range(kind: Kind, namespace: Option<&str>) -> (Vec<u8>, Vec<u8>) {
-    let plural = kind.info().plural;
+    let plural = prefix_of(kind);
     let start = match namespace {
         Some(ns) if kind.info().namespaced => format!("{PREFIX}{plural}/{ns}/"),
         _ => format!("{PREFIX}{plural}/"),
@@ -88,12 +99,27 @@ pub(crate) fn etcd_range(kind: Kind, namespace: Option<&str>) -> (Vec<u8>, Vec<u
 pub(crate) fn parse_key(key: &[u8]) -> Option<(Kind, String)> {
     let rest = std::str::from_utf8(key).ok()?.strip_prefix(PREFIX)?;
     let (plural, name) = rest.split_once('/')?;
+    if plural.contains('.') {
+        // A custom resource's: `<group>/<plural>/[<namespace>/]<name>`.
+        let (plural, name) = name.split_once('/')?;
+        let kind = Kind::custom_named(group_of_key(rest), plural);
+        return match name.split('/').count() {
+            1 => Some((kind, format!("/{name}"))),
+            2 => Some((kind, name.to_string())),
+            _ => None,
+        };
+    }
     let kind = *Kind::ALL.iter().find(|k| k.info().plural == plural)?;
     if kind.info().namespaced {
         name.contains('/').then(|| (kind, name.to_string()))
     } else {
         (!name.contains('/')).then(|| (kind, format!("/{name}")))
     }
+}
+
+/// The group of a custom resource's key (what comes before its first `/`).
+fn group_of_key(rest: &str) -> &str {
+    rest.split('/').next().unwrap_or("")
 }
 
 fn revision_of(kv: &KeyValue) -> u64 {

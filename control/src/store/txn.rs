@@ -38,6 +38,8 @@ type KeyedObjects = Vec<(String, AnyObject)>;
 enum ObjectTable<'t> {
     Write(redb::Table<'t, &'static str, &'static [u8]>),
     Read(redb::ReadOnlyTable<&'static str, &'static [u8]>),
+    /// A table not made yet (a custom resource's before its first write): empty.
+    Missing,
 }
 
 /// Runs `$body` with `$t` bound to the table, whichever transaction it belongs to.
@@ -46,6 +48,7 @@ macro_rules! readable {
         match $table {
             ObjectTable::Write($t) => $body,
             ObjectTable::Read($t) => $body,
+            ObjectTable::Missing => Ok(Default::default()),
         }
     };
 }
@@ -272,7 +275,12 @@ impl<'t> Tables<'t> {
             None => {
                 let table = match self.source {
                     Source::Batch(wtx) => ObjectTable::Write(wtx.open_table(kind_table(kind))?),
-                    Source::Snapshot(rtx) => ObjectTable::Read(rtx.open_table(kind_table(kind))?),
+                    Source::Snapshot(rtx) => match rtx.open_table(kind_table(kind)) {
+                        Ok(t) => ObjectTable::Read(t),
+                        // A custom resource no write has stored anything of yet.
+                        Err(redb::TableError::TableDoesNotExist(_)) => ObjectTable::Missing,
+                        Err(e) => return Err(e.into()),
+                    },
                     Source::Remote(_) => {
                         return Err(StoreError::Db("etcd has no redb tables".into()));
                     }
@@ -513,20 +521,22 @@ impl<'a, 't> Txn<'a, 't> {
                 ));
                 Ok(())
             };
-            readable!(table, t => match namespace {
-                Some(ns) => {
-                    let (start, end) = codec::namespace_range(ns);
-                    for entry in t.range(start.as_str()..end.as_str())? {
-                        push(entry)?;
+            readable!(table, t => {
+                match namespace {
+                    Some(ns) => {
+                        let (start, end) = codec::namespace_range(ns);
+                        for entry in t.range(start.as_str()..end.as_str())? {
+                            push(entry)?;
+                        }
+                    }
+                    None => {
+                        for entry in t.iter()? {
+                            push(entry)?;
+                        }
                     }
                 }
-                None => {
-                    for entry in t.iter()? {
-                        push(entry)?;
-                    }
-                }
-            });
-            Ok(())
+                Ok(())
+            })
         })?;
         if read_often(kind) {
             self.tables
