@@ -5,6 +5,7 @@ pub mod dns;
 pub mod image;
 pub mod ingress;
 pub mod net;
+pub mod netpol;
 pub mod node;
 pub mod pods;
 pub mod proxy;

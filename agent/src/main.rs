@@ -130,6 +130,9 @@ struct Cli {
     /// Do not program iptables for Services (no service proxy on this node).
     #[arg(long, env = "SKIFF_AGENT_DISABLE_PROXY")]
     disable_proxy: bool,
+    /// Do not enforce NetworkPolicies on this node (as k3s' --disable-network-policy).
+    #[arg(long, env = "SKIFF_AGENT_DISABLE_NETWORK_POLICY")]
+    disable_network_policy: bool,
     /// Registry mirrors, rewrites, credentials and CAs, in k3s's registries.yaml format (an
     /// absent file: none).
     #[arg(long, env = "SKIFF_AGENT_REGISTRIES_CONFIG", value_name = "FILE",
@@ -251,6 +254,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             max_files: usize::from(cli.container_log_max_files),
         },
         disable_proxy: cli.disable_proxy,
+        disable_network_policy: cli.disable_network_policy,
         registries_config: Some(cli.registries_config.clone()),
         service_cidr: Some(cli.service_cidr),
         ingress: (!cli.disable_ingress).then_some(agent::ingress::IngressConfig {

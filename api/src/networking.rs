@@ -1,4 +1,4 @@
-//! networking.k8s.io/v1 kinds: Ingress and IngressClass.
+//! networking.k8s.io/v1 kinds: Ingress, IngressClass and NetworkPolicy.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::core::spec_and_status;
-use crate::meta::ObjectMeta;
+use crate::meta::{IntOrString, LabelSelector, ObjectMeta};
 use crate::object::{Kind, Resource};
 use crate::validation::{self, FieldError};
 
@@ -610,6 +610,447 @@ pub fn skiff_default_class() -> IngressClass {
     c
 }
 
+// ---------------------------------------------------------------------------------------
+// NetworkPolicy
+
+/// The policy type that isolates the selected pods for incoming traffic.
+pub const POLICY_INGRESS: &str = "Ingress";
+/// The policy type that isolates the selected pods for outgoing traffic.
+pub const POLICY_EGRESS: &str = "Egress";
+const POLICY_TYPES: &[&str] = &[POLICY_INGRESS, POLICY_EGRESS];
+const POLICY_PROTOCOLS: &[&str] = &["TCP", "UDP", "SCTP"];
+
+/// networking.k8s.io/v1 NetworkPolicy.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.networking.v1.NetworkPolicy")]
+#[schemars(
+    description = "NetworkPolicy describes what network traffic is allowed for a set of Pods"
+)]
+pub struct NetworkPolicy {
+    /// Standard object's metadata.
+    pub metadata: ObjectMeta,
+    /// spec represents the specification of the desired behavior for this NetworkPolicy.
+    pub spec: NetworkPolicySpec,
+}
+
+/// networking.k8s.io/v1 NetworkPolicySpec.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.networking.v1.NetworkPolicySpec")]
+#[schemars(description = "NetworkPolicySpec provides the specification of a NetworkPolicy")]
+pub struct NetworkPolicySpec {
+    /// podSelector selects the pods to which this NetworkPolicy object applies, in the
+    /// policy's namespace. An empty podSelector selects all pods in the namespace.
+    pub pod_selector: LabelSelector,
+    /// ingress is a list of ingress rules to be applied to the selected pods. Traffic is
+    /// allowed to a pod if there are no NetworkPolicies selecting the pod (and cluster policy
+    /// otherwise allows the traffic), OR if the traffic source is the pod's local node, OR if
+    /// the traffic matches at least one ingress rule across all of the NetworkPolicy objects
+    /// whose podSelector matches the pod. If this field is empty then this NetworkPolicy
+    /// does not allow any traffic (and serves solely to ensure that the pods it selects are
+    /// isolated by default).
+    pub ingress: Vec<NetworkPolicyIngressRule>,
+    /// egress is a list of egress rules to be applied to the selected pods. Outgoing traffic
+    /// is allowed if there are no NetworkPolicies selecting the pod, OR if the traffic matches
+    /// at least one egress rule across all of the NetworkPolicy objects whose podSelector
+    /// matches the pod. If this field is empty then this NetworkPolicy limits all outgoing
+    /// traffic (and serves solely to ensure that the pods it selects are isolated by default).
+    pub egress: Vec<NetworkPolicyEgressRule>,
+    /// policyTypes is a list of rule types that the NetworkPolicy relates to. Valid options
+    /// are ["Ingress"], ["Egress"], or ["Ingress", "Egress"]. If this field is not specified,
+    /// it will default based on the existence of ingress or egress rules; policies that
+    /// contain an egress section are assumed to affect egress, and all policies (whether or
+    /// not they contain an ingress section) are assumed to affect ingress.
+    pub policy_types: Vec<String>,
+}
+
+/// networking.k8s.io/v1 NetworkPolicyIngressRule.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.networking.v1.NetworkPolicyIngressRule")]
+#[schemars(
+    description = "NetworkPolicyIngressRule describes a particular set of traffic that is allowed to the pods matched by a NetworkPolicySpec's podSelector. The traffic must match both ports and from."
+)]
+pub struct NetworkPolicyIngressRule {
+    /// ports is a list of ports which should be made accessible on the pods selected for this
+    /// rule. Each item in this list is combined using a logical OR. If this field is empty
+    /// or missing, this rule matches all ports (traffic not restricted by port).
+    pub ports: Vec<NetworkPolicyPort>,
+    /// from is a list of sources which should be able to access the pods selected for this
+    /// rule. Items in this list are combined using a logical OR operation. If this field is
+    /// empty or missing, this rule matches all sources (traffic not restricted by source).
+    pub from: Vec<NetworkPolicyPeer>,
+}
+
+/// networking.k8s.io/v1 NetworkPolicyEgressRule.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.networking.v1.NetworkPolicyEgressRule")]
+#[schemars(
+    description = "NetworkPolicyEgressRule describes a particular set of traffic that is allowed out of pods matched by a NetworkPolicySpec's podSelector. The traffic must match both ports and to."
+)]
+pub struct NetworkPolicyEgressRule {
+    /// ports is a list of destination ports for outgoing traffic. Each item in this list is
+    /// combined using a logical OR. If this field is empty or missing, this rule matches all
+    /// ports (traffic not restricted by port).
+    pub ports: Vec<NetworkPolicyPort>,
+    /// to is a list of destinations for outgoing traffic of pods selected for this rule.
+    /// Items in this list are combined using a logical OR operation. If this field is empty
+    /// or missing, this rule matches all destinations (traffic not restricted by
+    /// destination).
+    pub to: Vec<NetworkPolicyPeer>,
+}
+
+/// networking.k8s.io/v1 NetworkPolicyPeer.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.networking.v1.NetworkPolicyPeer")]
+#[schemars(
+    description = "NetworkPolicyPeer describes a peer to allow traffic to/from. Only certain combinations of fields are allowed"
+)]
+pub struct NetworkPolicyPeer {
+    /// podSelector is a label selector which selects pods. If namespaceSelector is also set,
+    /// then the NetworkPolicyPeer as a whole selects the pods matching podSelector in the
+    /// Namespaces selected by namespaceSelector. Otherwise it selects the pods matching
+    /// podSelector in the policy's own namespace.
+    pub pod_selector: Option<LabelSelector>,
+    /// namespaceSelector selects namespaces using cluster-scoped labels. This field follows
+    /// standard label selector semantics; if present but empty, it selects all namespaces.
+    /// If podSelector is also set, then the NetworkPolicyPeer as a whole selects the pods
+    /// matching podSelector in the namespaces selected by namespaceSelector. Otherwise it
+    /// selects all pods in the namespaces selected by namespaceSelector.
+    pub namespace_selector: Option<LabelSelector>,
+    /// ipBlock defines policy on a particular IPBlock. If this field is set then neither of
+    /// the other fields can be.
+    pub ip_block: Option<IPBlock>,
+}
+
+/// networking.k8s.io/v1 IPBlock.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.networking.v1.IPBlock")]
+#[schemars(
+    description = "IPBlock describes a particular CIDR (Ex. \"192.168.1.0/24\",\"2001:db8::/64\") that is allowed to the pods matched by a NetworkPolicySpec's podSelector. The except entry describes CIDRs that should not be included within this rule."
+)]
+pub struct IPBlock {
+    /// cidr is a string representing the IPBlock Valid examples are "192.168.1.0/24" or
+    /// "2001:db8::/64"
+    pub cidr: String,
+    /// except is a slice of CIDRs that should not be included within an IPBlock Valid
+    /// examples are "192.168.1.0/24" or "2001:db8::/64" Except values will be rejected if
+    /// they are outside the cidr range
+    pub except: Vec<String>,
+}
+
+/// networking.k8s.io/v1 NetworkPolicyPort.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.networking.v1.NetworkPolicyPort")]
+#[schemars(description = "NetworkPolicyPort describes a port to allow traffic on")]
+pub struct NetworkPolicyPort {
+    /// protocol represents the protocol (TCP, UDP, or SCTP) which traffic must match. If not
+    /// specified, this field defaults to TCP.
+    pub protocol: Option<String>,
+    /// port represents the port on the given protocol. This can either be a numerical or
+    /// named port on a pod. If this field is not provided, this matches all port names and
+    /// numbers. If present, only traffic on the specified protocol AND port will be matched.
+    pub port: Option<IntOrString>,
+    /// endPort indicates that the range of ports from port to endPort if set, inclusive,
+    /// should be allowed by the policy. This field cannot be defined if the port field is not
+    /// defined or if the port field is defined as a named (string) port. The endPort must be
+    /// equal or greater than port.
+    pub end_port: Option<i32>,
+}
+
+impl NetworkPolicy {
+    /// Whether the policy isolates the pods it selects for incoming traffic.
+    pub fn affects_ingress(&self) -> bool {
+        self.spec.policy_types.iter().any(|t| t == POLICY_INGRESS)
+    }
+
+    /// Whether the policy isolates the pods it selects for outgoing traffic.
+    pub fn affects_egress(&self) -> bool {
+        self.spec.policy_types.iter().any(|t| t == POLICY_EGRESS)
+    }
+}
+
+impl Resource for NetworkPolicy {
+    const KIND: Kind = Kind::NetworkPolicy;
+    crate::resource_basics!(NetworkPolicy);
+
+    fn spec_fingerprint(&self) -> Vec<u8> {
+        crate::object::fingerprint(&self.spec)
+    }
+
+    /// Kubernetes' SetDefaults_NetworkPolicy and SetDefaults_NetworkPolicyPort: policyTypes
+    /// is Ingress, plus Egress when there are egress rules; a port's protocol is TCP.
+    fn set_defaults(&mut self) {
+        let spec = &mut self.spec;
+        if spec.policy_types.is_empty() {
+            spec.policy_types.push(POLICY_INGRESS.into());
+            if !spec.egress.is_empty() {
+                spec.policy_types.push(POLICY_EGRESS.into());
+            }
+        }
+        let ports = spec
+            .ingress
+            .iter_mut()
+            .flat_map(|r| r.ports.iter_mut())
+            .chain(spec.egress.iter_mut().flat_map(|r| r.ports.iter_mut()));
+        for p in ports {
+            p.protocol.get_or_insert_with(|| "TCP".into());
+        }
+    }
+
+    /// Kubernetes' ValidateNetworkPolicy: the name a DNS subdomain, then
+    /// ValidateNetworkPolicySpec.
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = validation::validate_meta(&self.metadata, Kind::NetworkPolicy);
+        errs.extend(validate_network_policy_spec(&self.spec));
+        errs
+    }
+}
+
+/// `Invalid value: N: why`, as Kubernetes prints an invalid integer.
+fn invalid_int(field: String, value: i32, why: &str) -> FieldError {
+    FieldError {
+        reason: "FieldValueInvalid".into(),
+        field,
+        message: format!("Invalid value: {value}: {why}"),
+    }
+}
+
+fn validate_network_policy_spec(spec: &NetworkPolicySpec) -> Vec<FieldError> {
+    let mut errs = validation::validate_label_selector(&spec.pod_selector, "spec.podSelector");
+    for (i, rule) in spec.ingress.iter().enumerate() {
+        let base = format!("spec.ingress[{i}]");
+        for (j, port) in rule.ports.iter().enumerate() {
+            validate_policy_port(&mut errs, &format!("{base}.ports[{j}]"), port);
+        }
+        for (j, peer) in rule.from.iter().enumerate() {
+            validate_policy_peer(&mut errs, &format!("{base}.from[{j}]"), peer);
+        }
+    }
+    for (i, rule) in spec.egress.iter().enumerate() {
+        let base = format!("spec.egress[{i}]");
+        for (j, port) in rule.ports.iter().enumerate() {
+            validate_policy_port(&mut errs, &format!("{base}.ports[{j}]"), port);
+        }
+        for (j, peer) in rule.to.iter().enumerate() {
+            validate_policy_peer(&mut errs, &format!("{base}.to[{j}]"), peer);
+        }
+    }
+    if spec.policy_types.len() > POLICY_TYPES.len() {
+        // Kubernetes prints the slice with Go's %#v.
+        let shown: Vec<String> = spec.policy_types.iter().map(|t| format!("{t:?}")).collect();
+        errs.push(FieldError {
+            reason: "FieldValueInvalid".into(),
+            field: "spec.policyTypes".into(),
+            message: format!(
+                "Invalid value: []networking.PolicyType{{{}}}: may not specify more than two policyTypes",
+                shown.join(", ")
+            ),
+        });
+        return errs;
+    }
+    for (i, t) in spec.policy_types.iter().enumerate() {
+        if !POLICY_TYPES.contains(&t.as_str()) {
+            errs.push(FieldError::not_supported(
+                format!("spec.policyTypes[{i}]"),
+                t,
+                POLICY_TYPES,
+            ));
+        }
+    }
+    errs
+}
+
+/// Kubernetes' ValidateNetworkPolicyPort.
+fn validate_policy_port(errs: &mut Vec<FieldError>, base: &str, port: &NetworkPolicyPort) {
+    if let Some(proto) = &port.protocol {
+        if !POLICY_PROTOCOLS.contains(&proto.as_str()) {
+            errs.push(FieldError::not_supported(
+                format!("{base}.protocol"),
+                proto,
+                POLICY_PROTOCOLS,
+            ));
+        }
+    }
+    const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
+    match (&port.port, port.end_port) {
+        (Some(IntOrString::Int(n)), end) => {
+            if !(1..=65535).contains(n) {
+                errs.push(invalid_int(format!("{base}.port"), *n, PORT_RANGE));
+            }
+            if let Some(end) = end {
+                if end < *n {
+                    errs.push(invalid_int(
+                        format!("{base}.endPort"),
+                        end,
+                        "must be greater than or equal to `port`",
+                    ));
+                }
+                if !(1..=65535).contains(&end) {
+                    errs.push(invalid_int(format!("{base}.endPort"), end, PORT_RANGE));
+                }
+            }
+        }
+        (Some(IntOrString::String(name)), end) => {
+            if let Some(end) = end {
+                errs.push(invalid_int(
+                    format!("{base}.endPort"),
+                    end,
+                    "may not be specified when `port` is non-numeric",
+                ));
+            }
+            if let Err(why) = validation::iana_svc_name(name) {
+                errs.push(FieldError::invalid(format!("{base}.port"), name, why));
+            }
+        }
+        (None, Some(end)) => errs.push(invalid_int(
+            format!("{base}.endPort"),
+            end,
+            "may not be specified when `port` is not specified",
+        )),
+        (None, None) => {}
+    }
+}
+
+/// Kubernetes' ValidateNetworkPolicyPeer: exactly one kind of peer, except that podSelector
+/// and namespaceSelector go together.
+fn validate_policy_peer(errs: &mut Vec<FieldError>, base: &str, peer: &NetworkPolicyPeer) {
+    let mut count = 0;
+    if let Some(sel) = &peer.pod_selector {
+        count += 1;
+        errs.extend(validation::validate_label_selector(
+            sel,
+            &format!("{base}.podSelector"),
+        ));
+    }
+    if let Some(sel) = &peer.namespace_selector {
+        count += 1;
+        errs.extend(validation::validate_label_selector(
+            sel,
+            &format!("{base}.namespaceSelector"),
+        ));
+    }
+    if let Some(block) = &peer.ip_block {
+        count += 1;
+        validate_ip_block(errs, &format!("{base}.ipBlock"), block);
+    }
+    if count == 0 {
+        errs.push(FieldError::required_msg(base, "must specify a peer"));
+    } else if count > 1 && peer.ip_block.is_some() {
+        errs.push(FieldError::forbidden(
+            base,
+            "may not specify both ipBlock and another peer",
+        ));
+    }
+}
+
+/// Kubernetes' ValidateIPBlock (1.32): a CIDR, and excepts strictly inside it.
+fn validate_ip_block(errs: &mut Vec<FieldError>, base: &str, block: &IPBlock) {
+    if block.cidr.is_empty() {
+        errs.push(FieldError::required(format!("{base}.cidr")));
+        return;
+    }
+    let Some(cidr) = IpCidr::parse(&block.cidr) else {
+        errs.push(FieldError::invalid(
+            format!("{base}.cidr"),
+            &block.cidr,
+            "not a valid CIDR",
+        ));
+        return;
+    };
+    for (i, text) in block.except.iter().enumerate() {
+        let field = format!("{base}.except[{i}]");
+        let Some(except) = IpCidr::parse(text) else {
+            errs.push(FieldError::invalid(field, text, "not a valid CIDR"));
+            return;
+        };
+        if !cidr.contains(except.network) || cidr.prefix >= except.prefix {
+            errs.push(FieldError::invalid(
+                field,
+                text,
+                "must be a strict subset of `cidr`",
+            ));
+        }
+    }
+}
+
+/// An IPv4 or IPv6 network as Go's net.ParseCIDR reads it (IPv4 octets may have leading
+/// zeros, as netutils.ParseCIDRSloppy allows); the address is the network's (host bits
+/// cleared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct IpCidr {
+    pub network: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl IpCidr {
+    pub fn parse(s: &str) -> Option<IpCidr> {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let (addr, prefix) = s.split_once('/')?;
+        if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let prefix: u8 = prefix.parse().ok()?;
+        let ip = if addr.contains(':') {
+            IpAddr::V6(addr.parse::<Ipv6Addr>().ok()?)
+        } else {
+            let mut octets = [0u8; 4];
+            let mut parts = addr.split('.');
+            for o in &mut octets {
+                let part = parts.next()?;
+                if part.is_empty() || part.len() > 3 || !part.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                *o = part.parse().ok()?;
+            }
+            if parts.next().is_some() {
+                return None;
+            }
+            IpAddr::V4(Ipv4Addr::from(octets))
+        };
+        let network = match ip {
+            IpAddr::V4(v4) if prefix <= 32 => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
+            }
+            IpAddr::V6(v6) if prefix <= 128 => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+            }
+            _ => return None,
+        };
+        Some(IpCidr { network, prefix })
+    }
+
+    /// Whether `ip` lies in this network (never across families).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let p = u32::from(self.prefix);
+        match (self.network, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                u32::from(a) & u32::MAX.checked_shl(32 - p).unwrap_or(0) == u32::from(n)
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                u128::from(a) & u128::MAX.checked_shl(128 - p).unwrap_or(0) == u128::from(n)
+            }
+            _ => false,
+        }
+    }
+
+    /// The IPv4 network, if this is one.
+    pub fn v4(&self) -> Option<crate::cidr::Ipv4Cidr> {
+        match self.network {
+            std::net::IpAddr::V4(a) => crate::cidr::Ipv4Cidr::new(a, self.prefix).ok(),
+            std::net::IpAddr::V6(_) => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -712,6 +1153,167 @@ mod tests {
         let m = messages(&i);
         assert_eq!(m.len(), 1, "{m:?}");
         assert!(m[0].starts_with("spec.tls[0].hosts[1]: Invalid value: \"Bad_Host\""));
+    }
+
+    fn policy(spec: serde_json::Value) -> NetworkPolicy {
+        let mut p: NetworkPolicy = crate::codec::from_json(serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": spec,
+        }))
+        .expect("decode");
+        p.set_defaults();
+        p
+    }
+
+    fn policy_messages(p: &NetworkPolicy) -> Vec<String> {
+        p.validate()
+            .into_iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
+    }
+
+    #[test]
+    fn network_policy_defaults_as_kubernetes() {
+        let p = policy(serde_json::json!({"podSelector": {}}));
+        assert_eq!(p.spec.policy_types, ["Ingress"]);
+        assert!(p.affects_ingress() && !p.affects_egress());
+        let p = policy(serde_json::json!({
+            "podSelector": {},
+            "egress": [{"ports": [{"port": 53}, {"protocol": "UDP", "port": 53}]}],
+            "ingress": [{"ports": [{"port": "http"}]}],
+        }));
+        assert_eq!(p.spec.policy_types, ["Ingress", "Egress"]);
+        assert_eq!(p.spec.egress[0].ports[0].protocol.as_deref(), Some("TCP"));
+        assert_eq!(p.spec.egress[0].ports[1].protocol.as_deref(), Some("UDP"));
+        assert_eq!(p.spec.ingress[0].ports[0].protocol.as_deref(), Some("TCP"));
+        assert_eq!(
+            p.spec.ingress[0].ports[0].port,
+            Some(IntOrString::String("http".into()))
+        );
+        // Given types stay as given, even Egress alone with ingress rules.
+        let p = policy(serde_json::json!({
+            "podSelector": {}, "policyTypes": ["Egress"], "ingress": [{}],
+        }));
+        assert_eq!(p.spec.policy_types, ["Egress"]);
+        assert!(policy_messages(&p).is_empty());
+        // The JSON keeps an empty peer selector (it selects everything) and an empty rule.
+        let p = policy(serde_json::json!({
+            "podSelector": {}, "ingress": [{}, {"from": [{"namespaceSelector": {}}]}],
+        }));
+        let json = crate::codec::to_json(&p);
+        assert_eq!(json["spec"]["podSelector"], serde_json::json!({}));
+        assert_eq!(json["spec"]["ingress"][0], serde_json::json!({}));
+        assert_eq!(
+            json["spec"]["ingress"][1]["from"][0],
+            serde_json::json!({"namespaceSelector": {}})
+        );
+    }
+
+    #[test]
+    fn network_policy_refusals_carry_kubernetes_messages() {
+        let p = policy(serde_json::json!({
+            "podSelector": {"matchExpressions": [{"key": "a", "operator": "Up"}]},
+            "ingress": [{
+                "ports": [
+                    {"protocol": "ICMP", "port": 70000},
+                    {"port": 90, "endPort": 80},
+                    {"port": "http", "endPort": 80},
+                    {"port": "no_such-", "protocol": "UDP"},
+                    {"endPort": 80},
+                    {"port": 0, "endPort": 70000},
+                ],
+                "from": [
+                    {},
+                    {"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}},
+                    {"ipBlock": {"cidr": ""}},
+                    {"ipBlock": {"cidr": "10.0.0.0/33"}},
+                    {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.0.0.0/8", "11.0.0.0/16", "10.1.0.0/16"]}},
+                    {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["x", "12.0.0.0/16"]}},
+                ],
+            }],
+            "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"bad key!": "v"}}}]}],
+            "policyTypes": ["Ingress", "Sideways"],
+        }));
+        let m = policy_messages(&p);
+        let want = [
+            "spec.podSelector.matchExpressions[0].operator: Invalid value: \"Up\": not a valid selector operator",
+            "spec.ingress[0].ports[0].protocol: Unsupported value: \"ICMP\": supported values: \"TCP\", \"UDP\", \"SCTP\"",
+            "spec.ingress[0].ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive",
+            "spec.ingress[0].ports[1].endPort: Invalid value: 80: must be greater than or equal to `port`",
+            "spec.ingress[0].ports[2].endPort: Invalid value: 80: may not be specified when `port` is non-numeric",
+            "spec.ingress[0].ports[4].endPort: Invalid value: 80: may not be specified when `port` is not specified",
+            "spec.ingress[0].ports[5].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+            "spec.ingress[0].ports[5].endPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+            "spec.ingress[0].from[0]: Required value: must specify a peer",
+            "spec.ingress[0].from[1]: Forbidden: may not specify both ipBlock and another peer",
+            "spec.ingress[0].from[2].ipBlock.cidr: Required value",
+            "spec.ingress[0].from[3].ipBlock.cidr: Invalid value: \"10.0.0.0/33\": not a valid CIDR",
+            "spec.ingress[0].from[4].ipBlock.except[0]: Invalid value: \"10.0.0.0/8\": must be a strict subset of `cidr`",
+            "spec.ingress[0].from[4].ipBlock.except[1]: Invalid value: \"11.0.0.0/16\": must be a strict subset of `cidr`",
+            "spec.ingress[0].from[5].ipBlock.except[0]: Invalid value: \"x\": not a valid CIDR",
+            "spec.policyTypes[1]: Unsupported value: \"Sideways\": supported values: \"Ingress\", \"Egress\"",
+        ];
+        for w in want {
+            assert!(m.contains(&w.to_string()), "missing {w}\nin {m:#?}");
+        }
+        assert!(
+            m.iter().any(
+                |l| l.starts_with("spec.ingress[0].ports[3].port: Invalid value: \"no_such-\"")
+            ),
+            "{m:#?}"
+        );
+        assert!(
+            m.iter().any(|l| l.starts_with(
+                "spec.egress[0].to[0].namespaceSelector.matchLabels: Invalid value: \"bad key!\""
+            )),
+            "{m:#?}"
+        );
+        // The except after a malformed one is not looked at (Kubernetes returns there).
+        assert!(!m.iter().any(|l| l.contains("12.0.0.0/16")), "{m:#?}");
+        assert_eq!(m.len(), want.len() + 2, "{m:#?}");
+
+        let p = policy(serde_json::json!({
+            "podSelector": {}, "policyTypes": ["Ingress", "Egress", "Ingress"],
+        }));
+        assert_eq!(
+            policy_messages(&p),
+            ["spec.policyTypes: Invalid value: []networking.PolicyType{\"Ingress\", \"Egress\", \"Ingress\"}: may not specify more than two policyTypes"]
+        );
+        let mut p = policy(serde_json::json!({"podSelector": {}}));
+        p.metadata.name = "Bad".into();
+        assert_eq!(policy_messages(&p).len(), 1);
+    }
+
+    #[test]
+    fn cidrs_parse_as_go_reads_them() {
+        let c = IpCidr::parse("10.1.2.3/16").unwrap();
+        assert_eq!(c.network.to_string(), "10.1.0.0");
+        assert_eq!(c.v4().unwrap().to_string(), "10.1.0.0/16");
+        assert!(c.contains("10.1.200.1".parse().unwrap()));
+        assert!(!c.contains("10.2.0.1".parse().unwrap()));
+        assert!(!c.contains("::1".parse().unwrap()));
+        assert_eq!(
+            IpCidr::parse("010.001.0.0/16").unwrap(),
+            IpCidr::parse("10.1.0.0/16").unwrap()
+        );
+        let all = IpCidr::parse("0.0.0.0/0").unwrap();
+        assert!(all.contains("255.1.2.3".parse().unwrap()));
+        let v6 = IpCidr::parse("2001:db8::1/64").unwrap();
+        assert_eq!(v6.network.to_string(), "2001:db8::");
+        assert!(v6.v4().is_none());
+        for bad in [
+            "10.0.0.0",
+            "10.0.0/8",
+            "10.0.0.256/8",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "1.2.3.4.5/8",
+            "::/129",
+            "a/8",
+        ] {
+            assert!(IpCidr::parse(bad).is_none(), "{bad}");
+        }
     }
 
     #[test]

@@ -347,6 +347,7 @@ kinds! {
     EndpointSlice => discovery::EndpointSlice,
     RuntimeClass => node::RuntimeClass,
     CustomResourceDefinition => apiextensions::CustomResourceDefinition,
+    NetworkPolicy => networking::NetworkPolicy,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -777,6 +778,17 @@ impl Kind {
             has_status: true,
             categories: &[],
         };
+        static NETWORK_POLICY: KindInfo = KindInfo {
+            kind: "NetworkPolicy",
+            group: "networking.k8s.io",
+            version: "v1",
+            plural: "networkpolicies",
+            singular: "networkpolicy",
+            short_names: &["netpol"],
+            namespaced: true,
+            has_status: false,
+            categories: &[],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -814,6 +826,7 @@ impl Kind {
             Kind::EndpointSlice => &ENDPOINT_SLICE,
             Kind::RuntimeClass => &RUNTIME_CLASS,
             Kind::CustomResourceDefinition => &CRD,
+            Kind::NetworkPolicy => &NETWORK_POLICY,
             _ => custom_info(self),
         }
     }

@@ -931,6 +931,7 @@ mod tests {
             Kind::Lease => crate::coordination::Lease::default().into_any(),
             Kind::EndpointSlice => crate::discovery::EndpointSlice::default().into_any(),
             Kind::RuntimeClass => crate::node::RuntimeClass::default().into_any(),
+            Kind::NetworkPolicy => crate::networking::NetworkPolicy::default().into_any(),
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
             Kind::HorizontalPodAutoscaler => {

@@ -102,6 +102,11 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Endpoints", "string", "Endpoints of the service", 0),
             age(),
         ],
+        Kind::NetworkPolicy => vec![
+            name(),
+            col("Pod-Selector", "string", "Selects the pods to which this NetworkPolicy object applies. The array of ingress rules is applied to any pods selected by this field. Multiple network policies can select the same set of pods. In this case, the ingress rules for each are combined additively. This field is NOT optional and follows standard label selector semantics. An empty podSelector matches all pods in this namespace.", 0),
+            age(),
+        ],
         Kind::RuntimeClass => vec![
             name(),
             col("Handler", "string", "handler specifies the underlying runtime and configuration that the CRI implementation will use to handle pods of this class. The possible values are specific to the node & CRI configuration.  It is assumed that all handlers are available on every node, and handlers of the same name are equivalent on every node. For example, a handler called \"runc\" might specify that the runc OCI runtime (using native Linux containers) will be used to run the containers in a pod. The Handler must be lowercase, conform to the DNS Label (RFC 1123) requirements, and is immutable.", 0),
@@ -593,6 +598,11 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Service(s) => service_cells(s, name, age),
         AnyObject::Endpoints(e) => vec![json!(name), json!(format_endpoints(e)), json!(age)],
         AnyObject::RuntimeClass(r) => vec![json!(name), json!(r.handler), json!(age)],
+        AnyObject::NetworkPolicy(p) => vec![
+            json!(name),
+            json!(format_selector(Some(&p.spec.pod_selector))),
+            json!(age),
+        ],
         AnyObject::EndpointSlice(e) => vec![
             json!(name),
             json!(e.address_type),
@@ -1555,6 +1565,7 @@ mod tests {
             Endpoints::default().into_any(),
             crate::discovery::EndpointSlice::default().into_any(),
             crate::node::RuntimeClass::default().into_any(),
+            crate::networking::NetworkPolicy::default().into_any(),
             ConfigMap::default().into_any(),
             Secret::default().into_any(),
             Event::default().into_any(),

@@ -207,6 +207,9 @@ pub struct EmbeddedAgentArgs {
     /// Do not program Services into this machine's iptables.
     #[arg(long, env = "SKIFF_DISABLE_PROXY")]
     pub disable_proxy: bool,
+    /// Do not enforce NetworkPolicies on this machine (as k3s' --disable-network-policy).
+    #[arg(long, env = "SKIFF_DISABLE_NETWORK_POLICY")]
+    pub disable_network_policy: bool,
     /// The local agent's registry mirrors, rewrites, credentials and CAs, in k3s's
     /// registries.yaml format (an absent file: none).
     /// Also handed to agents that have none of their own (`/skiff/v1/registries`).
@@ -291,6 +294,7 @@ impl EmbeddedAgentArgs {
             log_port: self.agent_port,
             log_limits: Default::default(),
             disable_proxy: self.disable_proxy,
+            disable_network_policy: self.disable_network_policy,
             registries_config: Some(self.registries_config.clone()),
             service_cidr: None,
             ingress: (!self.disable_ingress).then_some(agent::ingress::IngressConfig {

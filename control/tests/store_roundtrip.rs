@@ -640,6 +640,12 @@ fn type_overrides(definition: &str) -> Vec<Op> {
             set("/hostIP", json!("127.0.0.1")),
         ],
         "HTTPGetAction" => vec![set("/scheme", json!("HTTP"))],
+        // A numeric port may have an end port at or above it.
+        "NetworkPolicyPort" => vec![
+            set("/protocol", json!("TCP")),
+            set("/port", json!(8080)),
+            set("/endPort", json!(8090)),
+        ],
         "SecurityContext" => vec![set("/procMount", json!("Default"))],
         "HostPathVolumeSource" => vec![set("/type", json!("DirectoryOrCreate"))],
         // tolerationSeconds is for NoExecute only.
@@ -993,6 +999,13 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
             set("/scheduling/tolerations/0/value", json!("")),
             set("/scheduling/tolerations/0/effect", json!("NoExecute")),
         ],
+        // A peer with an ipBlock has nothing else: the generated peer keeps its selectors
+        // and an ipBlock peer (with excepts inside its CIDR) follows it.
+        "NetworkPolicy" => vec![
+            Op::Fn("/spec/ingress/0/from".into(), selectors_then_ip_block),
+            Op::Fn("/spec/egress/0/to".into(), selectors_then_ip_block),
+            set("/spec/policyTypes", json!(["Ingress", "Egress"])),
+        ],
         "CustomResourceDefinition" => vec![
             // Named `plural.group`, a domain group, a structural schema, one storage version.
             set("/metadata/name", json!("rts.roundtrip.example.com")),
@@ -1039,6 +1052,17 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
         ],
         _ => Vec::new(),
     }
+}
+
+/// A NetworkPolicy rule's generated peers become two: the first's pod and namespace
+/// selectors, then an ipBlock alone.
+fn selectors_then_ip_block(peers: &mut Value) {
+    let list = peers.as_array_mut().expect("peers");
+    let mut selectors = list[0].clone();
+    selectors.as_object_mut().expect("a peer").remove("ipBlock");
+    let block =
+        json!({"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16", "10.2.0.0/16"]}});
+    *list = vec![selectors, block];
 }
 
 /// Leaf paths no write can populate, left out of a kind's count: `metadata.selfLink`, which

@@ -9,8 +9,10 @@
 //! ```
 //!
 //! The pod network owns `nat/SKIFF-POSTROUTING` (masquerade), `nat/SKIFF-HOSTPORTS` (hostPort
-//! DNAT, from PREROUTING and OUTPUT) and `filter/SKIFF-FORWARD`; the Service proxy uses its
-//! own `SKIFF-*` chains with the same two helpers.
+//! DNAT, from PREROUTING and OUTPUT) and `filter/SKIFF-FORWARD`, whose first rule jumps to the
+//! NetworkPolicy enforcer's `SKIFF-NETPOL` (created here when missing, filled by
+//! [`crate::netpol`]); the Service proxy uses its own `SKIFF-*` chains with the same two
+//! helpers.
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -21,6 +23,8 @@ use api::cidr::Ipv4Cidr;
 pub const POSTROUTING_CHAIN: &str = "SKIFF-POSTROUTING";
 pub const HOSTPORTS_CHAIN: &str = "SKIFF-HOSTPORTS";
 pub const FORWARD_CHAIN: &str = "SKIFF-FORWARD";
+/// The NetworkPolicy enforcer's chain, jumped to first from [`FORWARD_CHAIN`].
+pub const NETPOL_CHAIN: &str = crate::netpol::rules::TOP_CHAIN;
 
 /// An iptables command failed.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +149,8 @@ pub fn render(cluster: Ipv4Cidr, host_ports: &[HostPort]) -> String {
     }
     s.push_str("COMMIT\n*filter\n");
     s.push_str(&format!(":{FORWARD_CHAIN} - [0:0]\n"));
+    // NetworkPolicies first: their chain drops what no policy allows (see crate::netpol).
+    s.push_str(&format!("-A {FORWARD_CHAIN} -j {NETPOL_CHAIN}\n"));
     s.push_str(&format!("-A {FORWARD_CHAIN} -s {cluster} -j ACCEPT\n"));
     s.push_str(&format!("-A {FORWARD_CHAIN} -d {cluster} -j ACCEPT\n"));
     s.push_str("COMMIT\n");
@@ -153,6 +159,9 @@ pub fn render(cluster: Ipv4Cidr, host_ports: &[HostPort]) -> String {
 
 /// Writes the pod network's chains and makes sure the built-in chains jump to them.
 pub fn apply(cluster: Ipv4Cidr, host_ports: &[HostPort]) -> Result<(), IptablesError> {
+    // The NetworkPolicy enforcer fills its chain; it must exist for the jump to it. Creating
+    // a chain that exists answers 1, which is fine.
+    iptables(&["-t", "filter", "-N", NETPOL_CHAIN])?;
     restore(&render(cluster, host_ports))?;
     ensure_jump("nat", "POSTROUTING", POSTROUTING_CHAIN, &[])?;
     ensure_jump("nat", "PREROUTING", HOSTPORTS_CHAIN, &[])?;
@@ -180,7 +189,7 @@ mod tests {
         assert!(s.contains(
             "-A SKIFF-HOSTPORTS -d 172.31.213.11/32 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.42.0.5:80\n"
         ));
-        assert!(s.contains("*filter\n:SKIFF-FORWARD - [0:0]\n"));
+        assert!(s.contains("*filter\n:SKIFF-FORWARD - [0:0]\n-A SKIFF-FORWARD -j SKIFF-NETPOL\n"));
         assert_eq!(s.matches("COMMIT\n").count(), 2);
     }
 }

@@ -77,6 +77,8 @@ pub struct AgentConfig {
     pub log_limits: LogLimits,
     /// Do not run the service proxy (no iptables rules for Services on this node).
     pub disable_proxy: bool,
+    /// Do not enforce NetworkPolicies on this node (its policy chains are emptied).
+    pub disable_network_policy: bool,
     /// A k3s `registries.yaml` (mirrors, rewrites, credentials, CAs), merged over the data
     /// dir's `registries.json`.
     pub registries_config: Option<PathBuf>,
@@ -338,6 +340,18 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             ) {
                 tracing::error!("service proxy not started: Services will not work here: {e}");
             }
+        }
+
+        if cfg.disable_network_policy {
+            let iptables = crate::proxy::Iptables::default();
+            if let Err(e) = smol::unblock(move || crate::netpol::clear(&iptables)).await {
+                tracing::warn!("cannot remove the NetworkPolicy rules of an earlier run: {e}");
+            }
+        } else if let Err(e) = crate::netpol::start(
+            client.clone(),
+            crate::netpol::NetpolConfig::new(&cfg.node_name),
+        ) {
+            tracing::error!("NetworkPolicies are not enforced on this node: {e}");
         }
 
         let mut dns_settings = cfg.dns.clone();

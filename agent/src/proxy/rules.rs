@@ -185,7 +185,7 @@ fn base32(data: &[u8], chars: usize) -> String {
     out
 }
 
-fn hash(text: &str, chars: usize) -> String {
+pub(crate) fn hash(text: &str, chars: usize) -> String {
     base32(
         ring::digest::digest(&ring::digest::SHA256, text.as_bytes()).as_ref(),
         chars,

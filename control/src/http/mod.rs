@@ -1139,6 +1139,9 @@ async fn authorize_node(
         | Kind::Endpoints
         | Kind::EndpointSlice
         | Kind::RuntimeClass
+        // Each agent enforces NetworkPolicies (with pods' and namespaces' labels), as
+        // kube-router's or Calico's node agents do with their own RBAC.
+        | Kind::NetworkPolicy
         | Kind::Namespace
         | Kind::Event
         // The node's built-in ingress proxy reads these (with Services, Endpoints, Secrets).
