@@ -192,6 +192,15 @@ fn custom_resources_end_to_end() {
     }
     assert!(raw.contains(r#""spec":{"cronSpec":"* * * * */5","extra":{"empty":[],"kept":{"deep":[1,2]}},"image":"my-image","replicas":1}"#), "{raw}");
 
+    // OpenAPI v3 for the custom kind: kubectl explain reads its schema.
+    let explained = ok(&s, &["explain", "crontab.spec"]);
+    assert!(
+        explained.contains("KIND:       CronTab")
+            && explained.contains("cronSpec\t<string> -required-")
+            && explained.contains("replicas\t<integer>"),
+        "{explained}"
+    );
+
     // Tables: the printer columns, by plural, short name and category.
     let table = ok(&s, &["get", "ct"]);
     assert!(table.starts_with("NAME"), "{table}");

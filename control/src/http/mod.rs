@@ -564,10 +564,26 @@ async fn handle(
         }
         Route::OpenApiV2 | Route::OpenApiV3 => {
             get_only(&req)?;
+            // The custom resources' documents, from the stored definitions (read only for
+            // the v3 paths, which are the only ones that list them).
+            let custom = if matches!(route, Route::OpenApiV3) {
+                let (crds, _) = state
+                    .store
+                    .list(Kind::CustomResourceDefinition, None)
+                    .await?;
+                let crds: Vec<api::apiextensions::CustomResourceDefinition> = crds
+                    .into_iter()
+                    .filter_map(api::apiextensions::CustomResourceDefinition::from_any)
+                    .collect();
+                openapi::custom_documents(&crds)
+            } else {
+                Default::default()
+            };
             Ok(openapi::serve(
                 request_path(&req),
                 header(&req, "Accept").as_deref(),
                 header(&req, "If-None-Match").as_deref(),
+                &custom,
             ))
         }
         Route::JoinCa | Route::Join | Route::ServerJoin | Route::Ui => {

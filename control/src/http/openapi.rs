@@ -17,7 +17,7 @@ use tide::http::{mime, StatusCode};
 use crate::error::ApiError;
 
 /// One document as served.
-struct Served {
+pub struct Served {
     body: Vec<u8>,
     etag: String,
 }
@@ -658,8 +658,158 @@ fn capitalize(s: &str) -> String {
 // ---------------------------------------------------------------------------------------
 // Serving
 
-/// Answers `/openapi/v2` and `/openapi/v3[/<group-version>]` GETs.
-pub fn serve(path: &str, accept: Option<&str>, if_none_match: Option<&str>) -> tide::Response {
+/// The v3 documents of the custom resources' group-versions (`apis/<group>/<version>`),
+/// from their established definitions' schemas, as kube-apiserver publishes them: each
+/// served version's schema with `apiVersion`, `kind`, `metadata` and its
+/// `x-kubernetes-group-version-kind`, the List, and the paths (with their `fieldValidation`
+/// parameters, which kubectl looks for before it asks the server to validate fields).
+pub fn custom_documents(
+    crds: &[api::apiextensions::CustomResourceDefinition],
+) -> BTreeMap<String, Served> {
+    // Group-version -> (paths, schemas).
+    type Doc = (Map<String, Value>, Map<String, Value>);
+    let mut by_gv: BTreeMap<String, Doc> = BTreeMap::new();
+    for crd in crds.iter().filter(|c| c.condition("Established")) {
+        let names = crd
+            .status
+            .as_ref()
+            .and_then(|s| s.accepted_names.clone())
+            .unwrap_or_else(|| crd.spec.names.clone());
+        let Some(kind) = Kind::custom(&crd.spec.group, &names.plural) else {
+            continue;
+        };
+        let storage = kind.info().version;
+        let reversed: Vec<&str> = crd.spec.group.split('.').rev().collect();
+        let reversed = reversed.join(".");
+        for v in crd.spec.versions.iter().filter(|v| v.served) {
+            let gv = format!("apis/{}/{}", crd.spec.group, v.name);
+            let (paths, schemas) = by_gv.entry(gv).or_default();
+            let name = format!("{reversed}.{}.{}", v.name, names.kind);
+            let list_name = format!("{name}List");
+            let gvk = |k: &str| json!([{"group": crd.spec.group, "kind": k, "version": v.name}]);
+            let mut schema = v
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.clone())
+                .map(|s| s.0)
+                .unwrap_or_else(|| json!({"type": "object"}));
+            if let Value::Object(m) = &mut schema {
+                let props = m
+                    .entry("properties")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                let mut all = Map::new();
+                all.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"}));
+                all.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"}));
+                all.insert("metadata".into(), json!({"$ref": format!("{V3_REF_PREFIX}io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"), "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"}));
+                all.extend(props);
+                m.insert("properties".into(), Value::Object(all));
+                m.insert("x-kubernetes-group-version-kind".into(), gvk(&names.kind));
+            }
+            schemas.insert(name.clone(), schema);
+            schemas.insert(
+                list_name,
+                json!({
+                    "description": format!("{}List is a list of {}", names.kind, names.kind),
+                    "type": "object",
+                    "required": ["items"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "items": {"type": "array", "description": format!("List of {}. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md", names.plural), "items": {"$ref": format!("{V3_REF_PREFIX}{name}")}},
+                        "kind": {"type": "string"},
+                        "metadata": {"$ref": format!("{V3_REF_PREFIX}io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")},
+                    },
+                    "x-kubernetes-group-version-kind": gvk(&format!("{}List", names.kind)),
+                }),
+            );
+            // The storage version's paths, renamed for this version.
+            let storage_name = kind.schema_name();
+            for (path, item) in operations(kind) {
+                let text = serde_json::to_string(&v3_path_item(&item))
+                    .unwrap_or_default()
+                    .replace(&storage_name, &name)
+                    .replace(
+                        &format!("\"version\":\"{storage}\""),
+                        &format!("\"version\":\"{}\"", v.name),
+                    );
+                let path = path.replace(
+                    &format!("/{}/{storage}/", crd.spec.group),
+                    &format!("/{}/{}/", crd.spec.group, v.name),
+                );
+                if let Ok(item) = serde_json::from_str(&text) {
+                    paths.insert(path, item);
+                }
+            }
+        }
+    }
+    by_gv
+        .into_iter()
+        .map(|(gv, (paths, mut schemas))| {
+            let mut roots: Vec<String> = Vec::new();
+            for p in paths.values() {
+                collect_refs(p, &mut roots);
+            }
+            for s in schemas.values() {
+                collect_refs(s, &mut roots);
+            }
+            roots.retain(|r| !schemas.contains_key(r));
+            roots.sort();
+            roots.dedup();
+            for (k, v) in reachable(common_schemas(), &roots) {
+                schemas.entry(k).or_insert(v);
+            }
+            let doc = json!({
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"},
+                "paths": paths,
+                "components": {"schemas": schemas},
+            });
+            (gv, Served::new(&doc))
+        })
+        .collect()
+}
+
+/// Every `$ref` anywhere in `v`, by definition name.
+fn collect_refs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(r) = m.get("$ref").and_then(Value::as_str) {
+                out.push(ref_name(r).to_string());
+            }
+            m.values().for_each(|x| collect_refs(x, out));
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_refs(x, out)),
+        _ => {}
+    }
+}
+
+/// The built-in definitions custom resources' documents refer to (metadata, lists, Status,
+/// Patch, DeleteOptions and what they reach), kept once made.
+fn common_schemas() -> &'static Map<String, Value> {
+    static COMMON: OnceLock<Map<String, Value>> = OnceLock::new();
+    COMMON.get_or_init(|| {
+        let mut roots = vec![
+            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta".to_string(),
+            "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta".to_string(),
+        ];
+        for (_, item) in operations(Kind::ConfigMap) {
+            collect_refs(&v3_path_item(&item), &mut roots);
+        }
+        roots.retain(|r| !r.contains(".core.v1.ConfigMap"));
+        reachable(&schemas(), &roots)
+    })
+}
+
+/// Answers `/openapi/v2` and `/openapi/v3[/<group-version>]` GETs; `custom` holds the
+/// custom resources' v3 documents ([`custom_documents`]).
+pub fn serve(
+    path: &str,
+    accept: Option<&str>,
+    if_none_match: Option<&str>,
+    custom: &BTreeMap<String, Served>,
+) -> tide::Response {
     let rest = path.trim_end_matches('/');
     if rest == "/openapi/v2" || rest == "/swagger-2.0.0.pb-v1" {
         let wants_json = accept.is_some_and(|a| {
@@ -678,10 +828,22 @@ pub fn serve(path: &str, accept: Option<&str>, if_none_match: Option<&str>) -> t
         return answer(v2(), if_none_match, false);
     }
     if rest == "/openapi/v3" {
-        return answer(&v3().index, if_none_match, false);
+        if custom.is_empty() {
+            return answer(&v3().index, if_none_match, false);
+        }
+        let mut index: Value = serde_json::from_slice(&v3().index.body).unwrap_or_default();
+        if let Some(Value::Object(paths)) = index.get_mut("paths") {
+            for (gv, served) in custom {
+                paths.insert(
+                    gv.clone(),
+                    json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", served.etag)}),
+                );
+            }
+        }
+        return answer(&Served::new(&index), if_none_match, false);
     }
     let gv = rest.trim_start_matches("/openapi/v3/");
-    match v3().by_group_version.get(gv) {
+    match v3().by_group_version.get(gv).or_else(|| custom.get(gv)) {
         Some(served) => answer(served, if_none_match, true),
         None => {
             let e = ApiError::path_not_found();
