@@ -317,6 +317,18 @@ impl Table {
                 }
             }
         }
+        // events.k8s.io/v1 Events: the core Events' storage under other field names
+        // (converted at the edge, `http/events_v1.rs`), as kube-apiserver serves them.
+        push(simple(
+            crate::http::events_v1::GROUP,
+            "v1",
+            "Event",
+            "events",
+            "event",
+            true,
+            STORED_VERBS,
+            Storage::Builtin(Kind::Event),
+        ));
         let metrics = crate::http::route::METRICS_GROUP;
         let version = crate::http::route::METRICS_VERSION;
         for (kind, plural, namespaced) in [
@@ -690,6 +702,7 @@ mod tests {
             names,
             [
                 "apps",
+                "events.k8s.io",
                 "authentication.k8s.io",
                 "authorization.k8s.io",
                 "autoscaling",

@@ -9,6 +9,7 @@ pub mod metadata;
 pub use backup::PATH as BACKUP_PATH;
 pub use logs::LocalAgent;
 pub mod discovery;
+pub mod events_v1;
 mod eviction;
 mod exec;
 mod guard;
@@ -788,6 +789,17 @@ async fn handle(
             if let Some(v) = &versions {
                 body = versions::request(&req, v, body)?;
             }
+            // events.k8s.io/v1 Events: core Events under other names.
+            let events_v1 = path.kind == Kind::Event && path.group == events_v1::GROUP;
+            if events_v1 {
+                body = events_v1::request(&req, body)?;
+                if !wants_table(&req) {
+                    req.insert_header("Accept", "application/json");
+                }
+                if !body.is_empty() && req.method() != tide::http::Method::Patch {
+                    req.insert_header("Content-Type", "application/json");
+                }
+            }
             let mut warnings = openapi::check_request(&req, &path, &mut body)?;
             // Admission (Pod Security) adds its warnings through the request's writer.
             let admission = registry::Warnings::default();
@@ -827,6 +839,9 @@ async fn handle(
             }
             if let Some(v) = versions {
                 response = versions::response(response, v).await?;
+            }
+            if events_v1 {
+                response = events_v1::response(response).await?;
             }
             if let Some(answer) = metadata_only {
                 response = metadata::response(response, answer).await?;
@@ -927,7 +942,7 @@ fn attributes(req: &tide::Request<State>, route: &Route) -> Option<crate::rbac::
             };
             Some(Attributes::resource(
                 verb,
-                info.group,
+                &p.group,
                 info.plural,
                 sub,
                 &ns,

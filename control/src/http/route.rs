@@ -76,7 +76,9 @@ pub struct ResourcePath {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Option<String>,
-    /// The version the path names.
+    /// The group and version the path names (the kind's own, but for events.k8s.io/v1
+    /// Events, stored as core Events).
+    pub group: String,
     pub version: String,
     /// The path names the kind's older version (autoscaling/v1 for a HorizontalPodAutoscaler
     /// stored as v2): bodies are converted at the edge.
@@ -177,6 +179,7 @@ fn resource(table: &Table, group: &str, version: &str, rest: &[&str]) -> Result<
         Storage::Builtin(kind) => Ok(Route::Resource(ResourcePath {
             resource: entry.id,
             kind,
+            group: group.to_string(),
             version: version.to_string(),
             namespace,
             name,
@@ -231,6 +234,7 @@ mod tests {
         Route::Resource(ResourcePath {
             resource: kind.into(),
             kind,
+            group: kind.info().group.into(),
             version: kind.info().version.into(),
             namespace: ns.map(Into::into),
             name: name.map(Into::into),
