@@ -80,13 +80,14 @@ fi
 if [ -n "$with_python" ]; then
     # Outside the work tree, so a fresh clone on the same machine reuses it.
     venv=${SKIFF_PYENV:-${XDG_CACHE_HOME:-$HOME/.cache}/skiff/pyenv}
-    if ! "$venv/bin/python" -c 'import kubernetes, pytest' >/dev/null 2>&1; then
-        echo "setup: installing the Python kubernetes client and pytest into $venv" >&2
+    if ! "$venv/bin/python" -c 'import kubernetes, pytest, kopf' >/dev/null 2>&1; then
+        echo "setup: installing the Python kubernetes client, kopf and pytest into $venv" >&2
         rm -rf "$venv"
         mkdir -p "$(dirname "$venv")"
         # Debian's own python3: the one every Debian 12 has.
         /usr/bin/python3 -m venv "$venv"
-        "$venv/bin/python" -m pip install -q --disable-pip-version-check kubernetes pytest >&2
+        # kopf: the operator framework the custom resource tests run a controller with.
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check kubernetes pytest kopf >&2
     fi
     echo "$venv/bin/python"
 fi

@@ -286,6 +286,16 @@ impl CustomResourceDefinition {
         self.spec.versions.iter().find(|v| v.storage)
     }
 
+    /// The names the resource is served under: the accepted ones, else (before the
+    /// establishing controller has looked) the spec's.
+    pub fn served_names(&self) -> CrdNames {
+        self.status
+            .as_ref()
+            .and_then(|s| s.accepted_names.clone())
+            .filter(|n| !n.plural.is_empty())
+            .unwrap_or_else(|| self.spec.names.clone())
+    }
+
     /// Whether the condition `type_` is True.
     pub fn condition(&self, type_: &str) -> bool {
         self.status.as_ref().is_some_and(|s| {
@@ -351,8 +361,17 @@ impl Resource for CustomResourceDefinition {
         self.status = other.status.clone();
     }
 
+    /// kube's strategy for a new definition: no conditions or accepted names yet, and the
+    /// storage version recorded as stored.
     fn clear_status(&mut self) {
-        self.status = None;
+        self.status = Some(CrdStatus {
+            conditions: Vec::new(),
+            accepted_names: Some(CrdNames::default()),
+            stored_versions: self
+                .storage_version()
+                .map(|v| vec![v.name.clone()])
+                .unwrap_or_default(),
+        });
     }
 }
 

@@ -231,12 +231,7 @@ fn kind_info(crd: &CustomResourceDefinition, names: &CrdNames) -> CustomKindInfo
 
 /// The table entry of an established definition, with its kind defined and its rules set.
 pub fn install_one(crd: &CustomResourceDefinition) -> Option<Entry> {
-    let names = crd
-        .status
-        .as_ref()
-        .and_then(|s| s.accepted_names.clone())
-        .filter(|n| !n.plural.is_empty())
-        .unwrap_or_else(|| crd.spec.names.clone());
+    let names = crd.served_names();
     let storage = crd.storage_version()?;
     let info = kind_info(crd, &names);
     let kind = Kind::define_custom(info.clone());
@@ -392,6 +387,7 @@ fn name_conflict(
             .status
             .as_ref()
             .and_then(|s| s.accepted_names.as_ref())
+            .filter(|n| !n.plural.is_empty())
         else {
             continue;
         };
@@ -519,11 +515,7 @@ async fn cleanup(ctx: &Context, crd: &CustomResourceDefinition) -> Result<bool, 
             })
             .await?;
     }
-    let names = crd
-        .status
-        .as_ref()
-        .and_then(|s| s.accepted_names.clone())
-        .unwrap_or_else(|| crd.spec.names.clone());
+    let names = crd.served_names();
     let remaining = match Kind::custom(&crd.spec.group, &names.plural) {
         None => 0,
         Some(kind) => {

@@ -670,11 +670,7 @@ pub fn custom_documents(
     type Doc = (Map<String, Value>, Map<String, Value>);
     let mut by_gv: BTreeMap<String, Doc> = BTreeMap::new();
     for crd in crds.iter().filter(|c| c.condition("Established")) {
-        let names = crd
-            .status
-            .as_ref()
-            .and_then(|s| s.accepted_names.clone())
-            .unwrap_or_else(|| crd.spec.names.clone());
+        let names = crd.served_names();
         let Some(kind) = Kind::custom(&crd.spec.group, &names.plural) else {
             continue;
         };
