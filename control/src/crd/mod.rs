@@ -467,14 +467,19 @@ async fn establish(
     if same_status(&want, crd) {
         return Ok(());
     }
+    write_status(ctx, &want).await
+}
+
+/// Writes `want`'s status through the status subresource.
+async fn write_status(ctx: &Context, want: &CustomResourceDefinition) -> Result<(), ApiError> {
     let status = want.status.clone();
     ctx.registry
-        .mutate::<CustomResourceDefinition>("", &crd.metadata.name, Part::Status, move |c| {
+        .mutate::<CustomResourceDefinition>("", &want.metadata.name, Part::Status, move |c| {
             c.status = status.clone();
             Ok(())
         })
-        .await?;
-    Ok(())
+        .await
+        .map(|_| ())
 }
 
 /// Whether two definitions' statuses agree but for condition times.
@@ -507,13 +512,7 @@ async fn cleanup(ctx: &Context, crd: &CustomResourceDefinition) -> Result<bool, 
             "InstanceDeletionInProgress",
             "CustomResource deletion is in progress",
         );
-        let status = want.status.clone();
-        ctx.registry
-            .mutate::<CustomResourceDefinition>("", &crd.metadata.name, Part::Status, move |c| {
-                c.status = status.clone();
-                Ok(())
-            })
-            .await?;
+        write_status(ctx, &want).await?;
     }
     let names = crd.served_names();
     let remaining = match Kind::custom(&crd.spec.group, &names.plural) {

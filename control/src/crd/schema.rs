@@ -627,16 +627,18 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
     s.unique_items = bool_of("uniqueItems");
     s.max_properties = u64_of("maxProperties");
     s.min_properties = u64_of("minProperties");
-    s.required = m
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let strings_of = |k: &str| -> Vec<String> {
+        m.get(k)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    s.required = strings_of("required");
     if let Some(props) = m.get("properties").and_then(Value::as_object) {
         for (k, p) in props {
             let child = compile_node(p, &format!("{at}.properties[{k}]"), errs);
@@ -722,16 +724,7 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
         ));
     }
     s.list_type = str_of("x-kubernetes-list-type");
-    s.list_map_keys = m
-        .get("x-kubernetes-list-map-keys")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    s.list_map_keys = strings_of("x-kubernetes-list-map-keys");
     if s.list_type.as_deref() == Some("map") && s.list_map_keys.is_empty() {
         errs.push(FieldError::required_msg(
             format!("{at}.x-kubernetes-list-map-keys"),
