@@ -55,6 +55,8 @@ pub trait CustomRules: Send + Sync + std::fmt::Debug {
     /// The fields field selectors may name beyond the metadata ones (`selectableFields`,
     /// as `spec.color`).
     fn selectable_fields(&self) -> Vec<String>;
+    /// The definition is being deleted: no new objects (kube's 405 on create).
+    fn terminating(&self) -> bool;
     /// The table columns (`additionalPrinterColumns` after Name).
     fn columns(&self) -> Vec<crate::table::ColumnDefinition>;
     /// A table row's cells, aligned with [`CustomRules::columns`].

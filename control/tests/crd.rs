@@ -377,13 +377,52 @@ fn custom_resources_end_to_end() {
     assert_eq!(obj["spec"]["replicas"], 3);
 
     // Deleting the definition deletes its objects, then the definition, then the routes.
+    // An object held by a finalizer holds the definition, which meanwhile takes no new
+    // objects (405, as kube-apiserver answers).
+    let (held, out, err) = apply(
+        &s,
+        "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\nspec:\n  cronSpec: '* * * * *'\n",
+    );
+    assert!(held, "{out}{err}");
     ok(
         &s,
         &[
             "delete",
             "crd",
             "crontabs.stable.example.com",
-            "--wait=true",
+            "--wait=false",
+        ],
+    );
+    eventually(
+        20,
+        "creates are refused while the definition terminates",
+        || {
+            let (code, v) = s.json(
+                "POST",
+                "/apis/stable.example.com/v1/namespaces/default/crontabs",
+                &json!({"apiVersion": "stable.example.com/v1", "kind": "CronTab",
+                    "metadata": {"name": "late"}, "spec": {"cronSpec": "* * * * *"}}),
+            );
+            (code == 405).then_some(v)
+        },
+    );
+    ok(
+        &s,
+        &[
+            "patch",
+            "ct",
+            "held",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+    ok(
+        &s,
+        &[
+            "wait",
+            "--for=delete",
+            "crd/crontabs.stable.example.com",
             "--timeout=30s",
         ],
     );

@@ -42,6 +42,7 @@ pub struct Rules {
     columns: Vec<api::apiextensions::PrinterColumn>,
     scale: Option<api::apiextensions::CrdScale>,
     selectable: Vec<String>,
+    terminating: bool,
 }
 
 impl Rules {
@@ -63,6 +64,7 @@ impl Rules {
                 .iter()
                 .map(|f| f.json_path.trim_start_matches('.').to_string())
                 .collect(),
+            terminating: false,
         })
     }
 }
@@ -112,6 +114,10 @@ impl CustomRules for Rules {
                 s.label_selector_path.clone(),
             )
         })
+    }
+
+    fn terminating(&self) -> bool {
+        self.terminating
     }
 
     fn selectable_fields(&self) -> Vec<String> {
@@ -236,7 +242,10 @@ pub fn install_one(crd: &CustomResourceDefinition) -> Option<Entry> {
     let info = kind_info(crd, &names);
     let kind = Kind::define_custom(info.clone());
     match Rules::of(storage) {
-        Ok(rules) => kind.set_custom_rules(Some(Arc::new(rules))),
+        Ok(mut rules) => {
+            rules.terminating = crd.metadata.deletion_timestamp.is_some();
+            kind.set_custom_rules(Some(Arc::new(rules)))
+        }
         Err(e) => {
             tracing::warn!(crd = %crd.metadata.name, errors = ?e, "a stored definition's schema does not compile");
             kind.set_custom_rules(None);

@@ -1806,6 +1806,11 @@ async fn resource<K: Resource>(
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
         (Method::Post, None, None) => {
+            if kind.custom_rules().is_some_and(|r| r.terminating()) {
+                return Err(ApiError::method_not_allowed(
+                    "create not allowed while custom resource definition is terminating",
+                ));
+            }
             let obj: K = decode_body_as(req, kind, &body)?;
             let created = writer(state, req)?
                 .for_kind(kind)
