@@ -9,6 +9,9 @@ fn backup_from_live_server_restores_objects_uids_and_pki() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = Server::start(&dir.path().join("live"));
     apply(&server, MANIFEST);
+    // A custom resource and an object of it (its table, `movers.backup.example.com`, is
+    // backed up too).
+    let mover_uid = custom_object(&server);
     // Let the controllers settle (the Deployment makes a ReplicaSet and pods).
     std::thread::sleep(std::time::Duration::from_secs(2));
     let backup = dir.path().join("skiff.backup");
@@ -82,6 +85,18 @@ fn backup_from_live_server_restores_objects_uids_and_pki() {
     // later ConfigMap absent), with the same admin token, and goes on from the backup's
     // revision.
     let server = Server::start(&restored);
+    let mut restored_mover = String::new();
+    for _ in 0..100 {
+        restored_mover = kubectl(
+            &server,
+            &["get", "mover", "m", "-o", "jsonpath={.metadata.uid}"],
+        );
+        if !restored_mover.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(restored_mover, mover_uid, "the custom object is restored");
     let mut after = uids(&server, KINDS);
     // The restarted server's controllers may touch status (new resourceVersions): compare
     // what identifies an object.
@@ -131,4 +146,52 @@ fn backup_from_live_server_restores_objects_uids_and_pki() {
         .expect("skiff backup");
     assert!(!out.status.success());
     assert!(!dir.path().join("nope").exists());
+}
+
+/// kubectl against `server`: its stdout ("" when it fails).
+fn kubectl(server: &Server, args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", server.kubeconfig())
+        .output()
+        .expect("kubectl");
+    if out.status.success() {
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Defines `movers.backup.example.com` and makes a Mover; answers its uid.
+fn custom_object(server: &Server) -> String {
+    use std::io::Write;
+    let apply = |yaml: &str| {
+        let mut child = std::process::Command::new("kubectl")
+            .args(["apply", "-f", "-"])
+            .env("KUBECONFIG", server.kubeconfig())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(yaml.as_bytes())
+            .expect("write");
+        child.wait().expect("kubectl").success()
+    };
+    assert!(apply(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: movers.backup.example.com}\nspec:\n  group: backup.example.com\n  scope: Namespaced\n  names: {plural: movers, kind: Mover}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
+    ));
+    for _ in 0..100 {
+        if apply("apiVersion: backup.example.com/v1\nkind: Mover\nmetadata: {name: m, namespace: default}\nspec: {n: 1}\n") {
+            let uid = kubectl(server, &["get", "mover", "m", "-o", "jsonpath={.metadata.uid}"]);
+            assert!(!uid.is_empty());
+            return uid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    panic!("the custom resource was never served");
 }

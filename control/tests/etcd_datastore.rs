@@ -352,6 +352,29 @@ fn migrate_copies_a_cluster_from_redb_to_etcd_and_back() {
                 "metadata": {"name": "pw"}, "data": {"p": "aHVudGVyMg=="}}),
     );
     assert_eq!(code, 201);
+    // And a custom resource with an object.
+    let (code, crd) = first.json(
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "movers.migrate.example.com"},
+                "spec": {"group": "migrate.example.com", "scope": "Namespaced",
+                         "names": {"plural": "movers", "kind": "Mover"},
+                         "versions": [{"name": "v1", "served": true, "storage": true,
+                             "schema": {"openAPIV3Schema": {"type": "object",
+                                 "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+    );
+    assert_eq!(code, 201, "{crd}");
+    const MOVERS: &str = "/apis/migrate.example.com/v1/namespaces/default/movers";
+    let made = eventually(30, "the custom resource is served", || {
+        let (code, v) = first.json(
+            "POST",
+            MOVERS,
+            &json!({"apiVersion": "migrate.example.com/v1", "kind": "Mover",
+                    "metadata": {"name": "m"}, "spec": {"n": 1}}),
+        );
+        (code == 201).then_some(v)
+    });
     assert!(first.terminate().success());
     let redb = format!("redb:{}", first.data_dir().display());
     let out = migrate(&redb, &format!("etcd:{eps}"));
@@ -378,6 +401,12 @@ fn migrate_copies_a_cluster_from_redb_to_etcd_and_back() {
     let (code, s) = on_etcd.http("GET", "/api/v1/namespaces/default/secrets/pw", None);
     assert_eq!(code, 200, "{s}");
     assert_eq!(s["data"]["p"], "aHVudGVyMg==");
+    let mover = eventually(30, "the copied custom object is served on etcd", || {
+        let (code, v) = on_etcd.http("GET", &format!("{MOVERS}/m"), None);
+        (code == 200).then_some(v)
+    });
+    assert_eq!(mover["metadata"]["uid"], made["metadata"]["uid"]);
+    assert_eq!(mover["spec"]["n"], 1);
     // A change made on etcd comes back with the reverse migration.
     let (code, _) = on_etcd.json(
         "POST",
@@ -396,6 +425,9 @@ fn migrate_copies_a_cluster_from_redb_to_etcd_and_back() {
         let (code, v) = on_redb.http("GET", &format!("{CMS}/{name}"), None);
         assert_eq!(code, 200, "{name}: {v}");
     }
+    eventually(30, "the custom object came back to redb", || {
+        (on_redb.http("GET", &format!("{MOVERS}/m"), None).0 == 200).then_some(())
+    });
     let (code, s) = on_redb.http("GET", "/api/v1/namespaces/default/secrets/pw", None);
     assert_eq!(code, 200, "{s}");
     assert_eq!(s["data"]["p"], "aHVudGVyMg==");

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use api::object::Resource;
 use api::{AnyObject, Kind};
 
 use super::seal::{Keyring, KEY_FILE};
@@ -101,8 +102,17 @@ pub async fn migrate(from: &Place, to: &Place, tls: &EtcdConfig) -> Result<Copie
             )));
         }
     }
+    // The built-in kinds (CustomResourceDefinitions among them), then the objects of every
+    // custom resource the source defines.
+    let (crds, _) = source.list(Kind::CustomResourceDefinition, None).await?;
+    let custom = crds
+        .iter()
+        .filter_map(api::apiextensions::CustomResourceDefinition::from_any_ref)
+        // Defined here as a server defines them (names, for the stored form and the keys).
+        .filter_map(|crd| crate::crd::install_one(crd)?.builtin());
+    let kinds: Vec<Kind> = Kind::ALL.iter().copied().chain(custom).collect();
     let mut copied = Copied::default();
-    for kind in Kind::ALL {
+    for kind in &kinds {
         let (objects, _) = source.list(*kind, None).await?;
         if objects.is_empty() {
             continue;
