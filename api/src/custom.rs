@@ -21,7 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::meta::ObjectMeta;
-use crate::object::{AnyObject, Kind, Resource};
+use crate::object::{Kind, Resource};
 use crate::validation::FieldError;
 
 /// An object of a custom resource.
@@ -105,27 +105,7 @@ impl Resource for CustomObject {
     /// ([`Resource::kind_of`]).
     const KIND: Kind = Kind::ANY_CUSTOM;
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-    fn into_any(self) -> AnyObject {
-        AnyObject::Custom(self)
-    }
-    fn from_any(o: AnyObject) -> Option<Self> {
-        match o {
-            AnyObject::Custom(x) => Some(x),
-            _ => None,
-        }
-    }
-    fn from_any_ref(o: &AnyObject) -> Option<&Self> {
-        match o {
-            AnyObject::Custom(x) => Some(x),
-            _ => None,
-        }
-    }
+    crate::resource_basics!(Custom);
 
     fn kind_of(&self) -> Kind {
         self.kind
@@ -335,7 +315,7 @@ mod tests {
         let bytes = postcard::to_allocvec(&o).unwrap();
         // The variant index is the fixed custom one, then metadata.
         assert_eq!(&bytes[..3], &[0x80, 0x80, 0x01]);
-        let back: AnyObject = postcard::from_bytes(&bytes).unwrap();
+        let back: crate::object::AnyObject = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, o);
         assert_eq!(back.kind(), widget());
     }

@@ -424,6 +424,21 @@ struct CustomKinds {
     rules: Vec<Option<std::sync::Arc<dyn crate::custom::CustomRules>>>,
 }
 
+impl CustomKinds {
+    /// The kind of `plural.group`, numbered now if it is new.
+    fn intern(&mut self, key: String) -> Kind {
+        if let Some(k) = self.by_name.get(&key) {
+            return *k;
+        }
+        let k = Kind(CUSTOM_BASE + self.infos.len() as u32);
+        self.names.push(Box::leak(key.clone().into_boxed_str()));
+        self.by_name.insert(key, k);
+        self.infos.push(None);
+        self.rules.push(None);
+        k
+    }
+}
+
 fn custom_kinds() -> &'static std::sync::RwLock<CustomKinds> {
     static KINDS: std::sync::OnceLock<std::sync::RwLock<CustomKinds>> = std::sync::OnceLock::new();
     KINDS.get_or_init(Default::default)
@@ -853,17 +868,7 @@ impl Kind {
     pub fn define_custom(info: CustomKindInfo) -> Kind {
         let key = format!("{}.{}", info.plural, info.group);
         let mut kinds = custom_kinds().write().unwrap_or_else(|e| e.into_inner());
-        let kind = match kinds.by_name.get(&key) {
-            Some(k) => *k,
-            None => {
-                let k = Kind(CUSTOM_BASE + kinds.infos.len() as u32);
-                kinds.names.push(Box::leak(key.clone().into_boxed_str()));
-                kinds.by_name.insert(key, k);
-                kinds.infos.push(None);
-                kinds.rules.push(None);
-                k
-            }
-        };
+        let kind = kinds.intern(key);
         let slot = &mut kinds.infos[(kind.0 - CUSTOM_BASE) as usize];
         if slot.is_none_or(|old| !info.describes(old)) {
             *slot = Some(info.leak());
@@ -878,20 +883,11 @@ impl Kind {
     /// The kind of custom resource `plural` of `group`, numbered now if it is new (its names
     /// come with [`Kind::define_custom`]; objects read back before that still know theirs).
     pub fn custom_named(group: &str, plural: &str) -> Kind {
-        let key = format!("{plural}.{group}");
         if let Some(k) = Kind::custom(group, plural) {
             return k;
         }
         let mut kinds = custom_kinds().write().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = kinds.by_name.get(&key) {
-            return *k;
-        }
-        let k = Kind(CUSTOM_BASE + kinds.infos.len() as u32);
-        kinds.names.push(Box::leak(key.clone().into_boxed_str()));
-        kinds.by_name.insert(key, k);
-        kinds.infos.push(None);
-        kinds.rules.push(None);
-        k
+        kinds.intern(format!("{plural}.{group}"))
     }
 
     /// Every custom kind this process has defined, of resources served or gone.

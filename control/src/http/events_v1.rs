@@ -73,12 +73,7 @@ pub(super) fn request(req: &tide::Request<State>, body: Vec<u8>) -> Result<Vec<u
         return Ok(body);
     }
     let media = super::media_type(req);
-    let mut v = if media.contains("yaml") {
-        api::codec::parse_yaml(&body)
-    } else {
-        api::codec::parse_json(&body)
-    }
-    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut v = super::parse_write_body(req, &body)?;
     if media == "application/json-patch+json" {
         if let Value::Array(ops) = &mut v {
             for op in ops {

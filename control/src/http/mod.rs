@@ -1443,6 +1443,17 @@ fn parse_object_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, A
     }
 }
 
+/// Parses the body of any write (an object, a patch, an apply configuration) as YAML when
+/// its media type says so, else as JSON: for the edge converters that rewrite bodies.
+fn parse_write_body(req: &tide::Request<State>, body: &[u8]) -> Result<Value, ApiError> {
+    if media_type(req).contains("yaml") {
+        api::codec::parse_yaml(body)
+    } else {
+        api::codec::parse_json(body)
+    }
+    .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
 /// Decodes a create or update body: JSON straight into the model when it is well formed,
 /// otherwise through a JSON tree, which also gives precise errors.
 fn decode_body<K: Resource>(req: &tide::Request<State>, body: &[u8]) -> Result<K, ApiError> {

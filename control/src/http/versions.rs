@@ -42,12 +42,7 @@ pub(super) fn request(
     if !rewrites || body.iter().all(u8::is_ascii_whitespace) {
         return Ok(body);
     }
-    let mut v = if super::media_type(req).contains("yaml") {
-        api::codec::parse_yaml(&body)
-    } else {
-        api::codec::parse_json(&body)
-    }
-    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut v = super::parse_write_body(req, &body)?;
     match v.get("apiVersion").and_then(Value::as_str) {
         Some(a) if a == versions.served => {
             v["apiVersion"] = Value::String(versions.stored.clone());
