@@ -242,7 +242,51 @@ pub struct CrdConversion {
     /// `Webhook`.
     pub strategy: String,
     /// webhook describes how to call the conversion webhook.
-    pub webhook: Option<JsonValue>,
+    pub webhook: Option<WebhookConversion>,
+}
+
+/// WebhookConversion: how the API server calls a conversion webhook.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookConversion")]
+pub struct WebhookConversion {
+    /// clientConfig is the instructions for how to call the webhook if strategy is `Webhook`.
+    pub client_config: Option<WebhookClientConfig>,
+    /// conversionReviewVersions is an ordered list of preferred `ConversionReview` versions
+    /// the Webhook expects.
+    pub conversion_review_versions: Vec<String>,
+}
+
+/// WebhookClientConfig: how a webhook is reached, by URL or through a Service (the same
+/// shape as admissionregistration.k8s.io's).
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookClientConfig")]
+pub struct WebhookClientConfig {
+    /// url gives the location of the webhook, in standard URL form
+    /// (`scheme://host:port/path`). Exactly one of `url` or `service` must be specified.
+    pub url: Option<String>,
+    /// service is a reference to the service for this webhook.
+    pub service: Option<ServiceReference>,
+    /// caBundle is a PEM encoded CA bundle which will be used to validate the webhook's
+    /// server certificate. If unspecified, system trust roots on the apiserver are used.
+    pub ca_bundle: Option<crate::core::ByteString>,
+}
+
+/// ServiceReference: a Service a webhook is reached through.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.ServiceReference")]
+pub struct ServiceReference {
+    /// namespace is the namespace of the service.
+    pub namespace: String,
+    /// name is the name of the service.
+    pub name: String,
+    /// path is an optional URL path at which the webhook will be contacted.
+    pub path: Option<String>,
+    /// port is an optional service port at which the webhook will be contacted. Defaults to
+    /// 443.
+    pub port: Option<i32>,
 }
 
 /// CustomResourceDefinitionStatus.
@@ -346,6 +390,16 @@ impl Resource for CustomResourceDefinition {
                 strategy: "None".into(),
                 webhook: None,
             });
+        }
+        let service = self
+            .spec
+            .conversion
+            .as_mut()
+            .and_then(|c| c.webhook.as_mut())
+            .and_then(|w| w.client_config.as_mut())
+            .and_then(|c| c.service.as_mut());
+        if let Some(s) = service {
+            s.port.get_or_insert(443);
         }
     }
 
@@ -517,12 +571,24 @@ fn validate_crd(crd: &CustomResourceDefinition) -> Vec<FieldError> {
                 }
             }
             "Webhook" => {
-                if c.webhook.is_none() {
-                    errs.push(FieldError::required_msg(
-                        "spec.conversion.webhook",
+                // kube reports these at the paths of its internal version.
+                let at = "spec.conversion.webhookClientConfig";
+                match c.webhook.as_ref().and_then(|w| w.client_config.as_ref()) {
+                    None => errs.push(FieldError::required_msg(
+                        at,
                         "required when strategy is set to Webhook",
-                    ));
+                    )),
+                    Some(cc) => errs.extend(validate_webhook_client_config(cc, at)),
                 }
+                let versions = c
+                    .webhook
+                    .as_ref()
+                    .map(|w| w.conversion_review_versions.as_slice())
+                    .unwrap_or_default();
+                errs.extend(validate_review_versions(
+                    versions,
+                    "spec.conversion.conversionReviewVersions",
+                ));
             }
             other => errs.push(FieldError::not_supported(
                 "spec.conversion.strategy",
@@ -530,6 +596,171 @@ fn validate_crd(crd: &CustomResourceDefinition) -> Vec<FieldError> {
                 &["None", "Webhook"],
             )),
         }
+    }
+    errs
+}
+
+/// A webhook's client configuration, as kube-apiserver checks it (`url` or `service`, not
+/// both; an `https` URL without user, query or fragment; a service path of DNS subdomain
+/// segments; the CA bundle's PEM).
+pub fn validate_webhook_client_config(cc: &WebhookClientConfig, at: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    match (&cc.url, &cc.service) {
+        (Some(_), Some(_)) | (None, None) => errs.push(FieldError::required_msg(
+            at,
+            "exactly one of url or service is required",
+        )),
+        (Some(url), None) => errs.extend(validate_webhook_url(url, &format!("{at}.url"))),
+        (None, Some(s)) => errs.extend(validate_webhook_service(s, &format!("{at}.service"))),
+    }
+    if let Some(ca) = &cc.ca_bundle {
+        let pem = String::from_utf8_lossy(&ca.0);
+        if !ca.0.is_empty() && !pem.contains("-----BEGIN CERTIFICATE-----") {
+            errs.push(FieldError::invalid(
+                format!("{at}.caBundle"),
+                "",
+                "unable to load root certificates: unable to parse bytes as PEM block",
+            ));
+        }
+    }
+    errs
+}
+
+fn validate_webhook_url(raw: &str, at: &str) -> Vec<FieldError> {
+    const FORM: &str = "; desired format: https://host[/path]";
+    let mut errs = Vec::new();
+    let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
+    if scheme != "https" {
+        errs.push(FieldError::invalid(
+            at,
+            scheme,
+            format!("'https' is the only allowed URL scheme{FORM}"),
+        ));
+    }
+    let (rest, fragment) = rest.split_once('#').unwrap_or((rest, ""));
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let authority = rest.split('/').next().unwrap_or("");
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    if host.is_empty() || raw.split_once("://").is_none() {
+        errs.push(FieldError::invalid(
+            at,
+            host,
+            format!("host must be provided{FORM}"),
+        ));
+    }
+    if let Some(u) = user {
+        errs.push(FieldError::invalid(
+            at,
+            u,
+            "user information is not permitted in the URL",
+        ));
+    }
+    if !fragment.is_empty() {
+        errs.push(FieldError::invalid(
+            at,
+            fragment,
+            "fragments are not permitted in the URL",
+        ));
+    }
+    if !query.is_empty() {
+        errs.push(FieldError::invalid(
+            at,
+            query,
+            "query parameters are not permitted in the URL",
+        ));
+    }
+    errs
+}
+
+fn validate_webhook_service(s: &ServiceReference, at: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if s.name.is_empty() {
+        errs.push(FieldError::required_msg(
+            format!("{at}.name"),
+            "service name is required",
+        ));
+    }
+    if s.namespace.is_empty() {
+        errs.push(FieldError::required_msg(
+            format!("{at}.namespace"),
+            "service namespace is required",
+        ));
+    }
+    let port = s.port.unwrap_or(443);
+    if !(1..=65535).contains(&port) {
+        errs.push(FieldError::invalid_raw(
+            format!("{at}.port"),
+            port,
+            "port is not valid: must be between 1 and 65535, inclusive",
+        ));
+    }
+    let path = s.path.as_deref().unwrap_or("");
+    if path.is_empty() || path == "/" {
+        return errs;
+    }
+    let at_path = format!("{at}.path");
+    if path == "//" {
+        errs.push(FieldError::invalid(
+            &at_path,
+            path,
+            "segment[0] may not be empty",
+        ));
+        return errs;
+    }
+    if !path.starts_with('/') {
+        errs.push(FieldError::invalid(&at_path, path, "must start with a '/'"));
+    }
+    let trimmed = path.get(1..).unwrap_or("");
+    let trimmed = trimmed.strip_suffix('/').unwrap_or(trimmed);
+    for (i, step) in trimmed.split('/').enumerate() {
+        if step.is_empty() {
+            errs.push(FieldError::invalid(
+                &at_path,
+                path,
+                format!("segment[{i}] may not be empty"),
+            ));
+        } else if let Err(e) = validation::dns1123_subdomain(step) {
+            errs.push(FieldError::invalid(
+                &at_path,
+                path,
+                format!("segment[{i}]: {e}"),
+            ));
+        }
+    }
+    errs
+}
+
+/// `conversionReviewVersions`: present, no repeats, DNS labels, and one this server speaks.
+fn validate_review_versions(versions: &[String], at: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if versions.is_empty() {
+        errs.push(FieldError::required(at));
+        return errs;
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, v) in versions.iter().enumerate() {
+        if !seen.insert(v.as_str()) {
+            errs.push(FieldError::invalid(
+                format!("{at}[{i}]"),
+                v,
+                "duplicate version",
+            ));
+            continue;
+        }
+        if let Err(e) = validation::dns1035_label(v) {
+            errs.push(FieldError::invalid(format!("{at}[{i}]"), v, e));
+        }
+    }
+    if !versions.iter().any(|v| v == "v1" || v == "v1beta1") {
+        let listed: Vec<String> = versions.iter().map(|v| format!("{v:?}")).collect();
+        errs.push(FieldError::invalid_raw(
+            at,
+            format!("[]string{{{}}}", listed.join(", ")),
+            "must include at least one of v1, v1beta1",
+        ));
     }
     errs
 }

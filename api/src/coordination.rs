@@ -63,15 +63,6 @@ impl Lease {
     }
 }
 
-/// `Invalid value: N: why`, as Kubernetes prints an invalid integer.
-fn invalid_int(field: &str, value: i32, why: &str) -> FieldError {
-    FieldError {
-        reason: "FieldValueInvalid".into(),
-        field: field.into(),
-        message: format!("Invalid value: {value}: {why}"),
-    }
-}
-
 impl Resource for Lease {
     const KIND: Kind = Kind::Lease;
     crate::resource_basics!(Lease);
@@ -86,14 +77,14 @@ impl Resource for Lease {
         let mut errs = validation::validate_meta(&self.metadata, Kind::Lease);
         let spec = &self.spec;
         if let Some(d) = spec.lease_duration_seconds.filter(|d| *d <= 0) {
-            errs.push(invalid_int(
+            errs.push(FieldError::invalid_raw(
                 "spec.leaseDurationSeconds",
                 d,
                 "must be greater than 0",
             ));
         }
         if let Some(t) = spec.lease_transitions.filter(|t| *t < 0) {
-            errs.push(invalid_int(
+            errs.push(FieldError::invalid_raw(
                 "spec.leaseTransitions",
                 t,
                 "must be greater than or equal to 0",

@@ -812,15 +812,6 @@ impl Resource for NetworkPolicy {
     }
 }
 
-/// `Invalid value: N: why`, as Kubernetes prints an invalid integer.
-fn invalid_int(field: String, value: i32, why: &str) -> FieldError {
-    FieldError {
-        reason: "FieldValueInvalid".into(),
-        field,
-        message: format!("Invalid value: {value}: {why}"),
-    }
-}
-
 fn validate_network_policy_spec(spec: &NetworkPolicySpec) -> Vec<FieldError> {
     let mut errs = validation::validate_label_selector(&spec.pod_selector, "spec.podSelector");
     for (i, rule) in spec.ingress.iter().enumerate() {
@@ -881,24 +872,32 @@ fn validate_policy_port(errs: &mut Vec<FieldError>, base: &str, port: &NetworkPo
     match (&port.port, port.end_port) {
         (Some(IntOrString::Int(n)), end) => {
             if !(1..=65535).contains(n) {
-                errs.push(invalid_int(format!("{base}.port"), *n, PORT_RANGE));
+                errs.push(FieldError::invalid_raw(
+                    format!("{base}.port"),
+                    *n,
+                    PORT_RANGE,
+                ));
             }
             if let Some(end) = end {
                 if end < *n {
-                    errs.push(invalid_int(
+                    errs.push(FieldError::invalid_raw(
                         format!("{base}.endPort"),
                         end,
                         "must be greater than or equal to `port`",
                     ));
                 }
                 if !(1..=65535).contains(&end) {
-                    errs.push(invalid_int(format!("{base}.endPort"), end, PORT_RANGE));
+                    errs.push(FieldError::invalid_raw(
+                        format!("{base}.endPort"),
+                        end,
+                        PORT_RANGE,
+                    ));
                 }
             }
         }
         (Some(IntOrString::String(name)), end) => {
             if let Some(end) = end {
-                errs.push(invalid_int(
+                errs.push(FieldError::invalid_raw(
                     format!("{base}.endPort"),
                     end,
                     "may not be specified when `port` is non-numeric",
@@ -908,7 +907,7 @@ fn validate_policy_port(errs: &mut Vec<FieldError>, base: &str, port: &NetworkPo
                 errs.push(FieldError::invalid(format!("{base}.port"), name, why));
             }
         }
-        (None, Some(end)) => errs.push(invalid_int(
+        (None, Some(end)) => errs.push(FieldError::invalid_raw(
             format!("{base}.endPort"),
             end,
             "may not be specified when `port` is not specified",

@@ -49,6 +49,19 @@ impl FieldError {
         }
     }
 
+    /// `Invalid value: V: why` with `V` as Go prints it unquoted (a number, a `[]string{...}`).
+    pub fn invalid_raw(
+        field: impl Into<String>,
+        value: impl std::fmt::Display,
+        why: impl Into<String>,
+    ) -> FieldError {
+        FieldError {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {value}: {}", why.into()),
+            field: field.into(),
+        }
+    }
+
     pub fn not_supported(
         field: impl Into<String>,
         value: impl std::fmt::Display,
@@ -309,6 +322,38 @@ fn check_one_of(errs: &mut Vec<FieldError>, field: String, value: &str, allowed:
 }
 
 /// Labels: qualified-name keys and label values.
+/// Annotations: qualified names as keys, and at most [`MAX_ANNOTATIONS_BYTES`] together.
+pub fn validate_annotations(
+    annotations: &BTreeMap<String, String>,
+    field: &str,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let mut total = 0usize;
+    for (k, v) in annotations {
+        total += k.len() + v.len();
+        if let Err(why) = qualified_name(&k.to_ascii_lowercase()) {
+            errs.push(FieldError::invalid(field, k, why));
+        }
+    }
+    if total > MAX_ANNOTATIONS_BYTES {
+        errs.push(FieldError::too_long(field, MAX_ANNOTATIONS_BYTES));
+    }
+    errs
+}
+
+/// Errors as Kubernetes' `ErrorList.ToAggregate` prints them: `field: message`, several in
+/// brackets.
+pub fn aggregate(errs: &[FieldError]) -> String {
+    let each: Vec<String> = errs
+        .iter()
+        .map(|e| format!("{}: {}", e.field, e.message))
+        .collect();
+    match each.len() {
+        1 => each.into_iter().next().unwrap_or_default(),
+        _ => format!("[{}]", each.join(", ")),
+    }
+}
+
 pub fn validate_labels(labels: &BTreeMap<String, String>, field: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for (k, v) in labels {
@@ -362,19 +407,10 @@ pub fn validate_meta(meta: &ObjectMeta, kind: Kind) -> Vec<FieldError> {
         }
     }
     errs.extend(validate_labels(&meta.labels, "metadata.labels"));
-    let mut total = 0usize;
-    for (k, v) in &meta.annotations {
-        total += k.len() + v.len();
-        if let Err(why) = qualified_name(&k.to_ascii_lowercase()) {
-            errs.push(FieldError::invalid("metadata.annotations", k, why));
-        }
-    }
-    if total > MAX_ANNOTATIONS_BYTES {
-        errs.push(FieldError::too_long(
-            "metadata.annotations",
-            MAX_ANNOTATIONS_BYTES,
-        ));
-    }
+    errs.extend(validate_annotations(
+        &meta.annotations,
+        "metadata.annotations",
+    ));
     for (i, f) in meta.finalizers.iter().enumerate() {
         if let Err(why) = qualified_name(f) {
             errs.push(FieldError::invalid(

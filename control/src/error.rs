@@ -168,6 +168,26 @@ impl ApiError {
         ApiError::from_status(Status::failure(500, "InternalError", message))
     }
 
+    /// Kubernetes' NewInternalError: `Internal error occurred: <err>`, the error again as
+    /// the one cause.
+    pub fn internal_error(err: impl Into<String>) -> ApiError {
+        let err = err.into();
+        ApiError::from_status(
+            Status::failure(
+                500,
+                "InternalError",
+                format!("Internal error occurred: {err}"),
+            )
+            .with_details(StatusDetails {
+                causes: vec![api::meta::StatusCause {
+                    message: err,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        )
+    }
+
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::from_status(Status::failure(503, "ServiceUnavailable", message))
     }

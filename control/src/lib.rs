@@ -31,3 +31,4 @@ pub mod server;
 pub mod serviceaccount;
 pub mod store;
 pub mod strategic;
+pub mod webhook;

@@ -92,6 +92,9 @@ pub struct Entry {
     pub verbs: &'static [&'static str],
     pub subresources: Vec<Subresource>,
     pub storage: Storage,
+    /// A custom resource's conversion webhook; None: versions differ only in `apiVersion`
+    /// (built-in kinds convert in code, at the edge).
+    pub conversion: Option<Arc<crate::crd::Converter>>,
 }
 
 impl Entry {
@@ -549,6 +552,7 @@ fn simple(
         verbs,
         subresources: Vec::new(),
         storage,
+        conversion: None,
     }
 }
 
@@ -654,6 +658,7 @@ fn builtin_entry(kind: Kind) -> Entry {
         verbs: STORED_VERBS,
         subresources,
         storage: Storage::Builtin(kind),
+        conversion: None,
     }
 }
 

@@ -15,7 +15,10 @@
 //!   watches behave), then the finalizer goes and the store lets the definition go.
 
 mod cel;
+mod conversion;
 pub mod schema;
+
+pub use conversion::Converter;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -308,6 +311,7 @@ pub fn install_one(crd: &CustomResourceDefinition) -> Option<Entry> {
         verbs: crate::resources::STORED_VERBS,
         subresources,
         storage: Storage::Builtin(kind),
+        conversion: Converter::of(crd).map(Arc::new),
     })
 }
 

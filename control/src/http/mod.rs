@@ -784,10 +784,10 @@ async fn handle(
             } else {
                 None
             };
-            // A custom resource at a version it is not stored at (conversion None).
-            let versions = versions::Versions::of(path.kind, &path.version);
-            if let Some(v) = &versions {
-                body = versions::request(&req, v, body)?;
+            // A custom resource at a version it is not stored at.
+            let mut versions = versions::Versions::of(&state, path.kind, &path.version);
+            if let Some(v) = &mut versions {
+                body = versions::request(&state, &mut req, &path, v, body).await?;
             }
             // events.k8s.io/v1 Events: core Events under other names.
             let events_v1 = path.kind == Kind::Event && path.group == events_v1::GROUP;
@@ -824,9 +824,20 @@ async fn handle(
             }
             req.set_ext(admission.clone());
             let audit = req.ext::<AuditUser>().cloned();
-            let answered = with_kind!(path.kind, K, {
-                resource_boxed::<K>(&state, &req, path, body).await
+            let mut answered = with_kind!(path.kind, K, {
+                resource_boxed::<K>(&state, &req, path.clone(), body).await
             });
+            // A patch converted into an update retries on a conflict, as kube's patcher.
+            if let Some(v) = versions.as_mut().filter(|v| v.retries()) {
+                let mut tries = 0;
+                while tries < 5 && answered.as_ref().is_err_and(|e| e.code() == 409) {
+                    tries += 1;
+                    let body = versions::request(&state, &mut req, &path, v, Vec::new()).await?;
+                    answered = with_kind!(path.kind, K, {
+                        resource_boxed::<K>(&state, &req, path.clone(), body).await
+                    });
+                }
+            }
             let notes = std::mem::take(&mut *admission.lock().unwrap_or_else(|e| e.into_inner()));
             if let Some(slot) = audit {
                 slot.0.lock().unwrap_or_else(|e| e.into_inner()).annotations =
@@ -838,7 +849,7 @@ async fn handle(
                 response = autoscaling_v1::response(response, answer).await?;
             }
             if let Some(v) = versions {
-                response = versions::response(response, v).await?;
+                response = versions::response(&state, response, v, metadata_only.is_some()).await?;
             }
             if events_v1 {
                 response = events_v1::response(response).await?;

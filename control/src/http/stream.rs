@@ -113,9 +113,31 @@ impl<T: AsRef<[u8]> + Unpin> AsyncRead for ChannelReader<T> {
 /// at once; answers in other encodings pass unchanged. Returns the converted value of a whole
 /// answer, for callers that re-encode it.
 pub(super) async fn convert_json_answer(
-    mut r: tide::Response,
-    convert: impl Fn(&mut serde_json::Value) + Send + 'static,
+    r: tide::Response,
+    convert: impl Fn(&mut serde_json::Value) + Send + Sync + 'static,
 ) -> Result<(tide::Response, Option<serde_json::Value>), crate::error::ApiError> {
+    let convert = Arc::new(convert);
+    convert_json_answer_with(r, move |mut v| {
+        let convert = convert.clone();
+        async move {
+            convert(&mut v);
+            Ok(v)
+        }
+    })
+    .await
+}
+
+/// [`convert_json_answer`] with a conversion that waits (a conversion webhook) and may
+/// fail: a whole answer's failure is the request's; a watch ends with an ERROR event
+/// carrying the failure's Status.
+pub(super) async fn convert_json_answer_with<F, Fut>(
+    mut r: tide::Response,
+    convert: F,
+) -> Result<(tide::Response, Option<serde_json::Value>), crate::error::ApiError>
+where
+    F: Fn(serde_json::Value) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<serde_json::Value, crate::error::ApiError>> + Send,
+{
     use futures_lite::AsyncBufReadExt;
     let is_json = r
         .content_type()
@@ -136,15 +158,19 @@ pub(super) async fn convert_json_answer(
                     Ok(0) | Err(_) => return,
                     Ok(_) => {}
                 }
-                let mut out = match serde_json::from_str::<serde_json::Value>(line.trim_end()) {
-                    Ok(mut event) => {
-                        convert(&mut event);
-                        serde_json::to_vec(&event).unwrap_or_default()
-                    }
-                    Err(_) => line.trim_end().as_bytes().to_vec(),
-                };
+                let (mut out, failed) =
+                    match serde_json::from_str::<serde_json::Value>(line.trim_end()) {
+                        Ok(event) => match convert(event).await {
+                            Ok(event) => (serde_json::to_vec(&event).unwrap_or_default(), false),
+                            Err(e) => {
+                                let event = serde_json::json!({"type": "ERROR", "object": &*e.0});
+                                (serde_json::to_vec(&event).unwrap_or_default(), true)
+                            }
+                        },
+                        Err(_) => (line.trim_end().as_bytes().to_vec(), false),
+                    };
                 out.push(b'\n');
-                if tx.send(out).await.is_err() {
+                if tx.send(out).await.is_err() || failed {
                     return;
                 }
             }
@@ -158,12 +184,12 @@ pub(super) async fn convert_json_answer(
         .into_bytes()
         .await
         .map_err(|e| crate::error::ApiError::internal(e.to_string()))?;
-    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
         r.set_body(bytes);
         r.set_content_type(tide::http::mime::JSON);
         return Ok((r, None));
     };
-    convert(&mut v);
+    let v = convert(v).await?;
     r.set_body(serde_json::to_vec(&v).unwrap_or_default());
     r.set_content_type(tide::http::mime::JSON);
     Ok((r, Some(v)))
