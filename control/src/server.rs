@@ -99,6 +99,12 @@ pub struct ServerArgs {
     /// Do not serve the web dashboard at `/ui/`.
     #[arg(long, env = "SKIFF_DISABLE_UI")]
     pub disable_ui: bool,
+    /// Serve discovery only per group version (`/api`, `/apis`, `/apis/GROUP/VERSION`), not
+    /// aggregated (`apidiscovery.k8s.io/v2`), as kube-apiserver with its
+    /// AggregatedDiscoveryEndpoint feature off: for clients that mishandle the aggregated
+    /// document, and to measure what it saves (bench/discovery.sh).
+    #[arg(long, env = "SKIFF_DISABLE_AGGREGATED_DISCOVERY", hide = true)]
+    pub disable_aggregated_discovery: bool,
     /// The audit log (audit.k8s.io/v1 Events, one JSON line per request, Metadata level)
     /// [default: DATA_DIR/audit/audit.log].
     #[arg(long, env = "SKIFF_AUDIT_LOG_PATH", value_name = "FILE")]
@@ -552,6 +558,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         resource_metrics: Default::default(),
         local_agent: Default::default(),
         ui: !args.disable_ui,
+        aggregated_discovery: !args.disable_aggregated_discovery,
         registries_config: Some(args.agent.registries_config.clone()),
         audit: if args.disable_audit_log {
             None

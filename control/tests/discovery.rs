@@ -157,6 +157,20 @@ fn kubectl_reads_the_aggregated_document() {
     assert!(out.lines().any(|l| l == "deployments.apps"), "{out}");
 }
 
+/// With `--disable-aggregated-discovery` kubectl falls back to each group version's
+/// document (as with kube-apiserver before 1.26) and lists the same resources.
+#[test]
+fn kubectl_without_the_aggregated_document() {
+    let s = TestServer::start_with(&["--disable-aggregated-discovery"]);
+    let (code, v) = s.http("GET", "/apis", None);
+    assert_eq!(code, 200);
+    assert_eq!(v["kind"], "APIGroupList");
+    let (out, log) = ok(&s, &["api-resources", "-o", "wide", "-v=6"]);
+    let requests = log.lines().filter(|l| l.contains("] GET https://")).count();
+    assert!(requests > 10, "one request per group version: {log}");
+    assert_eq!(api_resources(&out), rows_from_per_version_documents(&s));
+}
+
 #[test]
 fn aggregated_and_plain_answers() {
     let s = TestServer::start();

@@ -75,6 +75,8 @@ pub struct AppState {
     pub local_agent: std::sync::OnceLock<LocalAgent>,
     /// Whether `/ui/` serves the dashboard (`--disable-ui`).
     pub ui: bool,
+    /// Whether `/api` and `/apis` answer the aggregated document when asked for it.
+    pub aggregated_discovery: bool,
     /// Where requests are recorded, unless `--disable-audit-log`.
     pub audit: Option<crate::audit::AuditLog>,
     /// The registries.yaml handed to agents that have none of their own (read per request,
@@ -683,9 +685,9 @@ async fn handle(
             let table = state.resources.snapshot();
             let core = route == Route::CoreVersions;
             // kubectl asks for the aggregated document first (apidiscovery.k8s.io/v2).
-            if let Some(version) =
-                discovery::negotiate_aggregated(header(&req, "Accept").as_deref())
-            {
+            let aggregated = discovery::negotiate_aggregated(header(&req, "Accept").as_deref())
+                .filter(|_| state.aggregated_discovery);
+            if let Some(version) = aggregated {
                 return Ok(discovery::serve_aggregated(
                     &table,
                     core,
