@@ -85,6 +85,36 @@ spec:
     )
 }
 
+/// A custom resource whose scale subresource an autoscaler can drive.
+const BURNER_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: burners.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: burners, singular: burner, kind: Burner}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas, labelSelectorPath: .status.selector}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              replicas: {type: integer}
+          status:
+            type: object
+            properties:
+              replicas: {type: integer}
+              selector: {type: string}
+"#;
+
 fn replicas(client: &Client) -> i32 {
     smol::block_on(client.get::<Deployment>("default", "burn"))
         .expect("get deployment")
@@ -259,11 +289,76 @@ fn autoscaler_scales_a_cpu_burning_deployment_up_and_down() {
         assert!(annotations[key].is_string(), "{key} in {v1}");
     }
 
-    // Stop every burner: the usage falls and the deployment goes back to one pod.
     let pods = wait_for("three burners running", Duration::from_secs(90), || {
         let r = running(&client);
         (r.len() == 3).then_some(r)
     });
+
+    // A custom resource with a scale subresource, its selector naming the same burning
+    // pods (as an operator's resource names the pods it runs): the autoscaler scales it
+    // through the definition's replica path, as it scales a Deployment.
+    ok(&server, &["apply", "-f", "-"], Some(BURNER_CRD.as_bytes()));
+    wait_for(
+        "the Burner kind to be served",
+        Duration::from_secs(30),
+        || {
+            kubectl(&server, &["get", "burners"], None)
+                .status
+                .success()
+                .then_some(())
+        },
+    );
+    ok(
+        &server,
+        &["apply", "-f", "-"],
+        Some(b"apiVersion: example.com/v1\nkind: Burner\nmetadata: {name: crb}\nspec: {replicas: 1}\n"),
+    );
+    ok(
+        &server,
+        &[
+            "patch",
+            "burner",
+            "crb",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"replicas":3,"selector":"app=burn"}}"#,
+        ],
+        None,
+    );
+    let out = ok(
+        &server,
+        &[
+            "autoscale",
+            "burner",
+            "crb",
+            "--cpu-percent=50",
+            "--min=1",
+            "--max=5",
+        ],
+        None,
+    );
+    assert!(out.contains("autoscaled"), "{out}");
+    let cr_replicas = || {
+        let out = ok(
+            &server,
+            &["get", "burner", "crb", "-o", "jsonpath={.spec.replicas}"],
+            None,
+        );
+        out.trim().parse::<i32>().unwrap_or(0)
+    };
+    wait_for(
+        "the autoscaler to scale the custom resource up",
+        Duration::from_secs(60),
+        || (cr_replicas() == 5 && hpa(&client, "crb").status.desired_replicas == 5).then_some(()),
+    );
+    let get = ok(&server, &["get", "hpa", "crb"], None);
+    assert!(get.contains("Burner/crb") && get.contains("%/50%"), "{get}");
+    let describe = ok(&server, &["describe", "hpa", "crb"], None);
+    assert!(describe.contains("New size: 5"), "{describe}");
+    ok(&server, &["delete", "hpa", "crb"], None);
+
+    // Stop every burner: the usage falls and the deployment goes back to one pod.
     for p in &pods {
         ok(
             &server,

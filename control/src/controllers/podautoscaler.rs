@@ -22,6 +22,7 @@ use api::autoscaling::{
     ResourceMetricStatus,
 };
 use api::core::Pod;
+use api::custom::CustomObject;
 use api::meta::{LabelSelector, Quantity, Time};
 use api::replication::ReplicationController;
 use api::selector::Selector;
@@ -453,7 +454,7 @@ pub trait PodMetrics: Send + Sync + 'static {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TargetScale {
     pub replicas: i32,
-    pub selector: Option<LabelSelector>,
+    pub selector: Option<Selector>,
 }
 
 /// An HPA condition as [`plan`] sets it: type, status, reason, message.
@@ -976,27 +977,29 @@ async fn run(ctx: Context, metrics: Arc<dyn PodMetrics>, settings: Settings) {
     }
 }
 
-/// The scale of the target `hpa` names, from the cache: replicas and selector, or the
-/// error Kubernetes reports when it cannot get it.
-fn target_scale(
+/// The scale of the target `hpa` names: replicas and selector, or the error Kubernetes
+/// reports when it cannot get it. Built-in workloads come from the cache; a custom resource
+/// with a scale subresource from the registry, through its definition's replica and
+/// selector paths (the selector in its string form, as the Scale's `status.selector`).
+async fn target_scale(
     ctx: &Context,
     hpa: &HorizontalPodAutoscaler,
 ) -> Result<(Kind, TargetScale), String> {
     let r = &hpa.spec.scale_target_ref;
     let ns = hpa.metadata.namespace();
-    let group = r
-        .api_version
-        .as_deref()
-        .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
-        .unwrap_or("");
+    let api_version = r.api_version.as_deref().unwrap_or("");
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let no_match = || format!("no matches for kind \"{}\" in group \"{group}\"", r.kind);
     let kind = match (r.kind.as_str(), group) {
         ("Deployment", "apps") => Kind::Deployment,
         ("ReplicaSet", "apps") => Kind::ReplicaSet,
         ("StatefulSet", "apps") => Kind::StatefulSet,
         ("ReplicationController", "") => Kind::ReplicationController,
-        (k, g) => return Err(format!("no matches for kind \"{k}\" in group \"{g}\"")),
+        _ => Kind::defined_custom()
+            .into_iter()
+            .find(|k| k.info().kind == r.kind && k.info().group == group)
+            .ok_or_else(no_match)?,
     };
-    let cache = ctx.informers.cache();
     let not_found = || {
         format!(
             "{} \"{}\" not found",
@@ -1004,23 +1007,43 @@ fn target_scale(
             r.name
         )
     };
+    let selector =
+        |ls: Option<LabelSelector>| ls.and_then(|s| Selector::from_label_selector(&s).ok());
+    if kind.is_custom() {
+        let (spec, _, selector_path) = kind
+            .custom_rules()
+            .and_then(|rules| rules.scale_paths())
+            .ok_or_else(no_match)?;
+        let obj: CustomObject = ctx
+            .registry
+            .for_kind(kind)
+            .get(ns, &r.name)
+            .await
+            .map_err(|_| not_found())?;
+        let json = serde_json::to_value(&obj).unwrap_or_default();
+        let at = |path: &str| json.pointer(&path.replace('.', "/")).cloned();
+        let replicas = at(&spec).and_then(|v| v.as_i64()).unwrap_or(0) as i32;
+        let selector = selector_path
+            .and_then(|p| at(&p))
+            .and_then(|v| v.as_str().map(str::to_string))
+            .and_then(|s| Selector::parse(&s).ok());
+        return Ok((kind, TargetScale { replicas, selector }));
+    }
+    let cache = ctx.informers.cache();
     let scale = match kind {
         Kind::Deployment => cache
             .get::<Deployment>(ns, &r.name)
-            .map(|d| (d.spec.replicas, d.spec.selector)),
+            .map(|d| (d.spec.replicas, selector(d.spec.selector))),
         Kind::ReplicaSet => cache
             .get::<ReplicaSet>(ns, &r.name)
-            .map(|d| (d.spec.replicas, d.spec.selector)),
+            .map(|d| (d.spec.replicas, selector(d.spec.selector))),
         Kind::StatefulSet => cache
             .get::<StatefulSet>(ns, &r.name)
-            .map(|d| (d.spec.replicas, d.spec.selector)),
+            .map(|d| (d.spec.replicas, selector(d.spec.selector))),
         _ => cache.get::<ReplicationController>(ns, &r.name).map(|d| {
             (
                 d.spec.replicas,
-                Some(LabelSelector {
-                    match_labels: d.spec.selector,
-                    ..Default::default()
-                }),
+                Selector::from_labels(&d.spec.selector).ok(),
             )
         }),
     }
@@ -1064,13 +1087,33 @@ async fn set_replicas(
             })
             .await
             .map(drop),
-        _ => registry
+        Kind::ReplicationController => registry
             .mutate::<ReplicationController>(ns, name, Part::Main, move |d| {
                 d.spec.replicas = Some(n);
                 Ok(())
             })
             .await
             .map(drop),
+        custom => {
+            // At the definition's spec replicas path, as a write of its scale.
+            let (spec, _, _) = custom
+                .custom_rules()
+                .and_then(|rules| rules.scale_paths())
+                .ok_or_else(|| ApiError::not_found(custom, name))?;
+            let patch = crate::crd::path_patch(&spec, serde_json::json!(n));
+            let body = serde_json::to_vec(&patch).unwrap_or_default();
+            registry
+                .for_kind(custom)
+                .patch::<CustomObject>(
+                    ns,
+                    name,
+                    crate::registry::PatchType::Merge,
+                    body,
+                    Part::Main,
+                )
+                .await
+                .map(drop)
+        }
     }
 }
 
@@ -1086,7 +1129,7 @@ async fn sync(
     let now = Time::now();
     let mut status = hpa.status.clone();
     status.observed_generation = hpa.metadata.generation;
-    match target_scale(ctx, hpa) {
+    match target_scale(ctx, hpa).await {
         Err(e) => {
             let message =
                 format!("the HPA controller was unable to get the target's current scale: {e}");
@@ -1098,11 +1141,7 @@ async fn sync(
             );
         }
         Ok((kind, target)) => {
-            let selector = target
-                .selector
-                .as_ref()
-                .and_then(|s| Selector::from_label_selector(s).ok());
-            let pods: Vec<Pod> = match &selector {
+            let pods: Vec<Pod> = match &target.selector {
                 Some(sel) => ctx
                     .informers
                     .cache()

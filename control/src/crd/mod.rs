@@ -192,6 +192,16 @@ fn json_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     Some(at)
 }
 
+/// A merge patch that sets `value` at a definition's simple path (`.spec.replicas`, or as a
+/// JSON pointer `/spec/replicas`).
+pub fn path_patch(path: &str, value: Value) -> Value {
+    let mut at = value;
+    for part in path.split(['.', '/']).filter(|p| !p.is_empty()).rev() {
+        at = json!({ part: at });
+    }
+    at
+}
+
 /// Checks a definition's schemas (kube refuses a definition whose schema is not structural).
 pub fn validate_schemas(crd: &CustomResourceDefinition) -> Vec<FieldError> {
     let mut errs = Vec::new();

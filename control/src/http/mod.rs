@@ -2166,10 +2166,7 @@ async fn set_replicas<K: Resource>(
     let mut patch = json!({"spec": {"replicas": replicas}, "metadata": {"resourceVersion": rv}});
     if let Some((spec, _, _)) = custom_scale(kind) {
         // The replicas at the definition's specReplicasPath.
-        let mut at = json!(replicas);
-        for part in spec.trim_start_matches('/').rsplit('/') {
-            at = json!({ part: at });
-        }
+        let mut at = crate::crd::path_patch(&spec, json!(replicas));
         json_patch::merge(&mut at, &json!({"metadata": {"resourceVersion": rv}}));
         patch = at;
     }
