@@ -201,6 +201,26 @@ fn custom_resources_end_to_end() {
         "{explained}"
     );
 
+    // And in the swagger 2.0 document, beside the built-in kinds.
+    let (code, v2) = s.http("GET", "/openapi/v2", None);
+    assert_eq!(code, 200);
+    let def = &v2["definitions"]["com.example.stable.v1.CronTab"];
+    assert_eq!(
+        def["properties"]["spec"]["properties"]["replicas"]["type"], "integer",
+        "{def}"
+    );
+    assert_eq!(
+        def["properties"]["metadata"]["$ref"],
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    );
+    assert!(v2["definitions"]["io.k8s.api.core.v1.Pod"].is_object());
+    let item = &v2["paths"]["/apis/stable.example.com/v1/namespaces/{namespace}/crontabs/{name}"];
+    assert_eq!(
+        item["get"]["responses"]["200"]["schema"]["$ref"],
+        "#/definitions/com.example.stable.v1.CronTab",
+        "{item}"
+    );
+
     // Tables: the printer columns, by plural, short name and category.
     let table = ok(&s, &["get", "ct"]);
     assert!(table.starts_with("NAME"), "{table}");

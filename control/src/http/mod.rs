@@ -567,26 +567,33 @@ async fn handle(
         }
         Route::OpenApiV2 | Route::OpenApiV3 => {
             get_only(&req)?;
-            // The custom resources' documents, from the stored definitions (read only for
-            // the v3 paths, which are the only ones that list them).
-            let custom = if matches!(route, Route::OpenApiV3) {
-                let (crds, _) = state
-                    .store
-                    .list(Kind::CustomResourceDefinition, None)
-                    .await?;
-                let crds: Vec<api::apiextensions::CustomResourceDefinition> = crds
-                    .into_iter()
-                    .filter_map(api::apiextensions::CustomResourceDefinition::from_any)
-                    .collect();
-                openapi::custom_documents(&crds)
+            // The custom resources' documents, from the stored definitions (v2 only when
+            // asked for as JSON: kubectl asks for it in protobuf and is answered empty).
+            let v2_json = matches!(route, Route::OpenApiV2)
+                && openapi::wants_v2_json(header(&req, "Accept").as_deref());
+            let crds: Vec<api::apiextensions::CustomResourceDefinition> =
+                if matches!(route, Route::OpenApiV3) || v2_json {
+                    let (crds, _) = state
+                        .store
+                        .list(Kind::CustomResourceDefinition, None)
+                        .await?;
+                    crds.into_iter()
+                        .filter_map(api::apiextensions::CustomResourceDefinition::from_any)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+            let (custom, custom_v2) = if v2_json {
+                (Default::default(), openapi::custom_v2(&crds))
             } else {
-                Default::default()
+                (openapi::custom_documents(&crds), None)
             };
             Ok(openapi::serve(
                 request_path(&req),
                 header(&req, "Accept").as_deref(),
                 header(&req, "If-None-Match").as_deref(),
                 &custom,
+                custom_v2.as_ref(),
             ))
         }
         Route::JoinCa | Route::Join | Route::ServerJoin | Route::Ui => {

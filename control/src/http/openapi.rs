@@ -666,9 +666,88 @@ fn capitalize(s: &str) -> String {
 pub fn custom_documents(
     crds: &[api::apiextensions::CustomResourceDefinition],
 ) -> BTreeMap<String, Served> {
-    // Group-version -> (paths, schemas).
-    type Doc = (Map<String, Value>, Map<String, Value>);
-    let mut by_gv: BTreeMap<String, Doc> = BTreeMap::new();
+    custom_parts(crds)
+        .into_iter()
+        .map(|(gv, (paths, _, mut schemas))| {
+            let mut roots: Vec<String> = Vec::new();
+            for p in paths.values() {
+                collect_refs(p, &mut roots);
+            }
+            for s in schemas.values() {
+                collect_refs(s, &mut roots);
+            }
+            roots.retain(|r| !schemas.contains_key(r));
+            roots.sort();
+            roots.dedup();
+            for (k, v) in reachable(common_schemas(), &roots) {
+                schemas.entry(k).or_insert(v);
+            }
+            let doc = json!({
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"},
+                "paths": paths,
+                "components": {"schemas": schemas},
+            });
+            (gv, Served::new(&doc))
+        })
+        .collect()
+}
+
+/// `/openapi/v2` with the custom resources' paths and definitions merged in, as
+/// kube-apiserver merges its CRDs' swagger into the aggregated v2 document. Their schemas
+/// as kube publishes them in v2: without `nullable`, `anyOf`, `oneOf`, `allOf` and `not`,
+/// which swagger 2.0 cannot say the same way.
+pub fn custom_v2(crds: &[api::apiextensions::CustomResourceDefinition]) -> Option<Served> {
+    let parts = custom_parts(crds);
+    if parts.is_empty() {
+        return None;
+    }
+    let mut doc: Value = serde_json::from_slice(&v2().body).ok()?;
+    for (_, (_, paths, schemas)) in parts {
+        if let Some(Value::Object(all)) = doc.get_mut("paths") {
+            all.extend(paths);
+        }
+        if let Some(Value::Object(all)) = doc.get_mut("definitions") {
+            for (name, mut schema) in schemas {
+                strip_for_v2(&mut schema);
+                to_v2_schema(&mut schema);
+                all.insert(name, schema);
+            }
+        }
+    }
+    Some(Served::new(&doc))
+}
+
+/// Removes what swagger 2.0 has no word for from a custom resource's schema.
+fn strip_for_v2(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for key in ["anyOf", "oneOf", "allOf", "not"] {
+                m.remove(key);
+            }
+            if m.remove("nullable") == Some(Value::Bool(true)) {
+                m.remove("type");
+            }
+            for (k, sub) in m.iter_mut() {
+                if matches!(k.as_str(), "properties" | "patternProperties") {
+                    if let Value::Object(props) = sub {
+                        props.values_mut().for_each(strip_for_v2);
+                    }
+                } else if matches!(k.as_str(), "items" | "additionalProperties") {
+                    strip_for_v2(sub);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_for_v2),
+        _ => {}
+    }
+}
+
+/// Per group-version of the custom resources: the v3 paths, the v2 paths and the schemas.
+type CustomParts = BTreeMap<String, (Map<String, Value>, Map<String, Value>, Map<String, Value>)>;
+
+fn custom_parts(crds: &[api::apiextensions::CustomResourceDefinition]) -> CustomParts {
+    let mut by_gv: CustomParts = BTreeMap::new();
     for crd in crds.iter().filter(|c| c.condition("Established")) {
         let names = crd.served_names();
         let Some(kind) = Kind::custom(&crd.spec.group, &names.plural) else {
@@ -679,7 +758,7 @@ pub fn custom_documents(
         let reversed = reversed.join(".");
         for v in crd.spec.versions.iter().filter(|v| v.served) {
             let gv = format!("apis/{}/{}", crd.spec.group, v.name);
-            let (paths, schemas) = by_gv.entry(gv).or_default();
+            let (paths, v2_paths, schemas) = by_gv.entry(gv).or_default();
             let name = format!("{reversed}.{}.{}", v.name, names.kind);
             let list_name = format!("{name}List");
             let gvk = |k: &str| json!([{"group": crd.spec.group, "kind": k, "version": v.name}]);
@@ -722,49 +801,31 @@ pub fn custom_documents(
             );
             // The storage version's paths, renamed for this version.
             let storage_name = kind.schema_name();
-            for (path, item) in operations(kind) {
-                let text = serde_json::to_string(&v3_path_item(&item))
+            let renamed = |item: Value| -> Option<Value> {
+                let text = serde_json::to_string(&item)
                     .unwrap_or_default()
                     .replace(&storage_name, &name)
                     .replace(
                         &format!("\"version\":\"{storage}\""),
                         &format!("\"version\":\"{}\"", v.name),
                     );
+                serde_json::from_str(&text).ok()
+            };
+            for (path, item) in operations(kind) {
                 let path = path.replace(
                     &format!("/{}/{storage}/", crd.spec.group),
                     &format!("/{}/{}/", crd.spec.group, v.name),
                 );
-                if let Ok(item) = serde_json::from_str(&text) {
-                    paths.insert(path, item);
+                if let Some(item) = renamed(v3_path_item(&item)) {
+                    paths.insert(path.clone(), item);
+                }
+                if let Some(item) = renamed(v2_path_item(&item)) {
+                    v2_paths.insert(path, item);
                 }
             }
         }
     }
     by_gv
-        .into_iter()
-        .map(|(gv, (paths, mut schemas))| {
-            let mut roots: Vec<String> = Vec::new();
-            for p in paths.values() {
-                collect_refs(p, &mut roots);
-            }
-            for s in schemas.values() {
-                collect_refs(s, &mut roots);
-            }
-            roots.retain(|r| !schemas.contains_key(r));
-            roots.sort();
-            roots.dedup();
-            for (k, v) in reachable(common_schemas(), &roots) {
-                schemas.entry(k).or_insert(v);
-            }
-            let doc = json!({
-                "openapi": "3.0.0",
-                "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"},
-                "paths": paths,
-                "components": {"schemas": schemas},
-            });
-            (gv, Served::new(&doc))
-        })
-        .collect()
 }
 
 /// Every `$ref` anywhere in `v`, by definition name.
@@ -798,30 +859,36 @@ fn common_schemas() -> &'static Map<String, Value> {
     })
 }
 
+/// Whether a `/openapi/v2` request takes JSON (kubectl asks for gnostic protobuf).
+pub fn wants_v2_json(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|t| {
+            let t = t.split(';').next().unwrap_or("").trim();
+            t == "application/json" || t == "*/*"
+        }) && !a.contains("protobuf")
+    })
+}
+
 /// Answers `/openapi/v2` and `/openapi/v3[/<group-version>]` GETs; `custom` holds the
-/// custom resources' v3 documents ([`custom_documents`]).
+/// custom resources' v3 documents ([`custom_documents`]), `custom_v2` the v2 document with
+/// them ([`custom_v2`]).
 pub fn serve(
     path: &str,
     accept: Option<&str>,
     if_none_match: Option<&str>,
     custom: &BTreeMap<String, Served>,
+    custom_v2: Option<&Served>,
 ) -> tide::Response {
     let rest = path.trim_end_matches('/');
     if rest == "/openapi/v2" || rest == "/swagger-2.0.0.pb-v1" {
-        let wants_json = accept.is_some_and(|a| {
-            a.split(',').any(|t| {
-                let t = t.split(';').next().unwrap_or("").trim();
-                t == "application/json" || t == "*/*"
-            }) && !a.contains("protobuf")
-        });
-        if !wants_json {
+        if !wants_v2_json(accept) {
             // kubectl asks for gnostic protobuf; an empty Document is a valid one (it reads
             // the v3 documents for everything that needs schemas).
             let mut r = tide::Response::new(StatusCode::Ok);
             r.set_content_type("application/octet-stream");
             return r;
         }
-        return answer(v2(), if_none_match, false);
+        return answer(custom_v2.unwrap_or(v2()), if_none_match, false);
     }
     if rest == "/openapi/v3" {
         if custom.is_empty() {
