@@ -61,6 +61,8 @@ pub trait CustomRules: Send + Sync + std::fmt::Debug {
     fn columns(&self) -> Vec<crate::table::ColumnDefinition>;
     /// A table row's cells, aligned with [`CustomRules::columns`].
     fn cells(&self, obj: &CustomObject, now: std::time::SystemTime) -> Vec<Value>;
+    /// The rules as their own type (the server reads its compiled schema through it).
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 impl Default for CustomObject {

@@ -890,6 +890,16 @@ impl Kind {
         kinds.intern(format!("{plural}.{group}"))
     }
 
+    /// The custom kind named `kind` in `group` (as an object's `apiVersion` and `kind` say),
+    /// when one is defined: a walk of the defined kinds (none: nothing to walk).
+    pub fn custom_of_type(group: &str, kind: &str) -> Option<Kind> {
+        let kinds = custom_kinds().read().unwrap_or_else(|e| e.into_inner());
+        kinds.infos.iter().enumerate().find_map(|(i, info)| {
+            info.filter(|info| info.kind == kind && info.group == group)
+                .map(|_| Kind(CUSTOM_BASE + i as u32))
+        })
+    }
+
     /// Every custom kind this process has defined, of resources served or gone.
     pub fn defined_custom() -> Vec<Kind> {
         let kinds = custom_kinds().read().unwrap_or_else(|e| e.into_inner());

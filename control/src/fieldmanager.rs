@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use api::meta::{ManagedFields, Time};
 use serde_json::{Map, Value};
 
-use crate::strategic::{strategy, Key, ListStrategy};
+use crate::strategic::{identity, At, Key, ListStrategy};
 
 /// A set of field paths: a tree keyed by FieldsV1 path elements, `f:<field>`, `k:<key as
 /// JSON>` (an element of a keyed list) and `v:<value as JSON>` (an element of a set). The
@@ -150,20 +150,29 @@ fn field_element(name: &str) -> String {
     s
 }
 
-fn key_element(key: &str, value: &Value) -> String {
-    let mut m = Map::new();
-    m.insert(key.to_string(), value.clone());
-    format!("k:{}", Value::Object(m))
+/// `k:{"name":"web"}`: the element of a keyed list whose keys have these values (`id` is
+/// the key's value, or the map of the keys' values, see [`identity`]).
+fn key_element(keys: &[&str], id: &Value) -> String {
+    match keys {
+        [key] => {
+            let mut m = Map::new();
+            m.insert((*key).to_string(), id.clone());
+            format!("k:{}", Value::Object(m))
+        }
+        _ => format!("k:{id}"),
+    }
 }
 
 fn value_element(value: &Value) -> String {
     format!("v:{value}")
 }
 
-/// Maps that Kubernetes declares atomic (`+mapType=atomic`, `+structType=atomic`): owned
-/// whole. Label selectors and node selectors.
-fn atomic_map(field: &str) -> bool {
-    matches!(field, "selector" | "nodeSelector")
+/// The top of `obj`: a custom resource's lists and maps follow its schema.
+fn with_root<R>(obj: &Value, f: impl FnOnce(At<'_>) -> R) -> R {
+    let rules = crate::crd::rules_of_object(obj);
+    f(At::root(
+        rules.as_deref().and_then(crate::crd::Rules::schema_in),
+    ))
 }
 
 /// Which part of an object a write may own: the main resource's writes never own the status,
@@ -223,18 +232,21 @@ enum Node<'a> {
     /// Owned whole: scalars, null, empty maps, atomic lists and maps.
     Leaf,
     Map(&'a Map<String, Value>),
-    /// A list of objects keyed by a field.
-    Keyed(&'a [Value], &'static str),
+    /// A list of objects keyed by fields.
+    Keyed(&'a [Value], &'static [&'static str]),
     /// A list of distinct scalars.
     Set(&'a [Value]),
 }
 
-fn node<'a>(parent: Option<&str>, field: &str, v: &'a Value) -> Node<'a> {
+/// What member `field` of the map at `at` is, for ownership. Maps that Kubernetes declares
+/// atomic (`+mapType=atomic`: label and node selectors; a custom resource's
+/// `x-kubernetes-map-type: atomic`) are owned whole.
+fn node<'a>(at: At<'_>, field: &str, v: &'a Value) -> Node<'a> {
     match v {
-        Value::Object(m) if !m.is_empty() && !atomic_map(field) => Node::Map(m),
-        Value::Array(items) => match strategy(parent, field) {
-            ListStrategy::MergeBy(key) if items.iter().all(|i| i.get(key).is_some()) => {
-                Node::Keyed(items, key)
+        Value::Object(m) if !m.is_empty() && !at.atomic_map(field) => Node::Map(m),
+        Value::Array(items) => match at.strategy(field) {
+            ListStrategy::MergeBy(keys) if items.iter().all(|i| identity(i, keys).is_some()) => {
+                Node::Keyed(items, keys)
             }
             ListStrategy::Set if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
                 Node::Set(items)
@@ -249,30 +261,29 @@ fn node<'a>(parent: Option<&str>, field: &str, v: &'a Value) -> Node<'a> {
 pub fn field_set(obj: &Value, scope: Scope) -> FieldSet {
     let mut out = FieldSet::default();
     if let Value::Object(m) = obj {
-        collect_map(m, None, Filter::Root(scope), &mut out);
+        with_root(obj, |at| collect_map(m, at, Filter::Root(scope), &mut out));
     }
     out
 }
 
-fn collect_map(m: &Map<String, Value>, name: Option<&str>, filter: Filter, out: &mut FieldSet) {
+fn collect_map(m: &Map<String, Value>, at: At<'_>, filter: Filter, out: &mut FieldSet) {
     for (k, v) in m {
         if filter.keeps(k) {
-            out.put(
-                field_element(k),
-                collect_member(name, k, v, filter.child(k)),
-            );
+            out.put(field_element(k), collect_member(at, k, v, filter.child(k)));
         }
     }
 }
 
-fn collect_member(parent: Option<&str>, field: &str, v: &Value, filter: Filter) -> FieldSet {
+fn collect_member(at: At<'_>, field: &str, v: &Value, filter: Filter) -> FieldSet {
     let mut out = FieldSet::default();
-    match node(parent, field, v) {
+    match node(at, field, v) {
         Node::Leaf => out.member = true,
-        Node::Map(m) => collect_map(m, Some(field), filter, &mut out),
-        Node::Keyed(items, key) => {
+        Node::Map(m) => collect_map(m, at.member(field), filter, &mut out),
+        Node::Keyed(items, keys) => {
             for item in items {
-                out.put(key_element(key, &item[key]), collect_item(field, item));
+                if let Some(id) = identity(item, keys) {
+                    out.put(key_element(keys, &id), collect_item(at.items(field), item));
+                }
             }
         }
         Node::Set(items) => {
@@ -284,10 +295,10 @@ fn collect_member(parent: Option<&str>, field: &str, v: &Value, filter: Filter) 
     out
 }
 
-fn collect_item(list: &str, item: &Value) -> FieldSet {
+fn collect_item(at: At<'_>, item: &Value) -> FieldSet {
     let mut out = FieldSet::leaf();
     if let Value::Object(m) = item {
-        collect_map(m, Some(list), Filter::All, &mut out);
+        collect_map(m, at, Filter::All, &mut out);
     }
     out
 }
@@ -306,14 +317,14 @@ pub fn compare(old: &Value, new: &Value, scope: Scope) -> Comparison {
     let empty = Map::new();
     let o = old.as_object().unwrap_or(&empty);
     let n = new.as_object().unwrap_or(&empty);
-    diff_map(o, n, None, Filter::Root(scope), &mut c);
+    with_root(new, |at| diff_map(o, n, at, Filter::Root(scope), &mut c));
     c
 }
 
 fn diff_map(
     old: &Map<String, Value>,
     new: &Map<String, Value>,
-    name: Option<&str>,
+    at: At<'_>,
     filter: Filter,
     out: &mut Comparison,
 ) {
@@ -325,22 +336,20 @@ fn diff_map(
         if ov == Some(nv) {
             continue;
         }
-        let c = diff_member(name, k, ov, Some(nv), filter.child(k));
+        let c = diff_member(at, k, ov, Some(nv), filter.child(k));
         out.changed.put(field_element(k), c.changed);
         out.removed.put(field_element(k), c.removed);
     }
     for (k, ov) in old {
         if filter.keeps(k) && !new.contains_key(k) {
-            out.removed.put(
-                field_element(k),
-                collect_member(name, k, ov, filter.child(k)),
-            );
+            out.removed
+                .put(field_element(k), collect_member(at, k, ov, filter.child(k)));
         }
     }
 }
 
 fn diff_member(
-    parent: Option<&str>,
+    at: At<'_>,
     field: &str,
     old: Option<&Value>,
     new: Option<&Value>,
@@ -350,11 +359,11 @@ fn diff_member(
     let (o, n) = match (old, new) {
         (None, None) => return out,
         (None, Some(n)) => {
-            out.changed = collect_member(parent, field, n, filter);
+            out.changed = collect_member(at, field, n, filter);
             return out;
         }
         (Some(o), None) => {
-            out.removed = collect_member(parent, field, o, filter);
+            out.removed = collect_member(at, field, o, filter);
             return out;
         }
         (Some(o), Some(n)) => (o, n),
@@ -362,40 +371,43 @@ fn diff_member(
     if o == n {
         return out;
     }
-    match (node(parent, field, o), node(parent, field, n)) {
+    match (node(at, field, o), node(at, field, n)) {
         (Node::Leaf, Node::Leaf) => out.changed.member = true,
-        (Node::Map(om), Node::Map(nm)) => diff_map(om, nm, Some(field), filter, &mut out),
+        (Node::Map(om), Node::Map(nm)) => diff_map(om, nm, at.member(field), filter, &mut out),
         (Node::Keyed(oi, ok), Node::Keyed(ni, nk)) if ok == nk => {
             // Elements are matched through maps of their keys: a search of the old list for
             // each new element made lists of 100,000s of elements take minutes.
+            let items_at = at.items(field);
+            let old_ids: Vec<_> = oi.iter().map(|o| identity(o, nk)).collect();
             let mut old_by_id: HashMap<Key<'_>, &Value> = HashMap::with_capacity(oi.len());
-            for o in oi {
-                if let Some(id) = o.get(nk) {
+            for (o, id) in oi.iter().zip(&old_ids) {
+                if let Some(id) = id {
                     old_by_id.entry(Key(id)).or_insert(o);
                 }
             }
-            for item in ni {
-                let id = &item[nk];
+            let new_ids: Vec<_> = ni.iter().map(|i| identity(i, nk)).collect();
+            for (item, id) in ni.iter().zip(&new_ids) {
+                let Some(id) = id else { continue };
                 let element = key_element(nk, id);
                 match old_by_id.get(&Key(id)).copied() {
-                    None => out.changed.put(element, collect_item(field, item)),
+                    None => out.changed.put(element, collect_item(items_at, item)),
                     Some(before) if before == item => {}
                     Some(before) => {
                         let mut c = Comparison::default();
                         if let (Value::Object(bm), Value::Object(im)) = (before, item) {
-                            diff_map(bm, im, Some(field), Filter::All, &mut c);
+                            diff_map(bm, im, items_at, Filter::All, &mut c);
                         }
                         out.changed.put(element.clone(), c.changed);
                         out.removed.put(element, c.removed);
                     }
                 }
             }
-            let new_ids: HashSet<Key<'_>> = ni.iter().filter_map(|i| i.get(ok)).map(Key).collect();
-            for before in oi {
-                let id = &before[ok];
+            let new_ids: HashSet<Key<'_>> = new_ids.iter().flatten().map(|i| Key(i)).collect();
+            for (before, id) in oi.iter().zip(&old_ids) {
+                let Some(id) = id else { continue };
                 if !new_ids.contains(&Key(id)) {
                     out.removed
-                        .put(key_element(ok, id), collect_item(field, before));
+                        .put(key_element(ok, id), collect_item(items_at, before));
                 }
             }
         }
@@ -412,8 +424,8 @@ fn diff_member(
         // The shape changed (a map became a list, a leaf a map...): all of the new is
         // changed, and what the old had that the new lacks is removed.
         _ => {
-            out.changed = collect_member(parent, field, n, filter);
-            out.removed = collect_member(parent, field, o, filter).difference(&out.changed);
+            out.changed = collect_member(at, field, n, filter);
+            out.removed = collect_member(at, field, o, filter).difference(&out.changed);
         }
     }
     out
@@ -422,17 +434,14 @@ fn diff_member(
 /// Removes from `obj` what `drop` names and nobody in `keep` owns (neither the path nor
 /// anything under it). A map left empty by the removal goes too.
 fn prune(obj: &mut Value, drop: &FieldSet, keep: &FieldSet) {
+    let rules = crate::crd::rules_of_object(obj);
+    let at = At::root(rules.as_deref().and_then(crate::crd::Rules::schema_in));
     if let Value::Object(m) = obj {
-        prune_map(m, None, drop, Some(keep));
+        prune_map(m, at, drop, Some(keep));
     }
 }
 
-fn prune_map(
-    m: &mut Map<String, Value>,
-    name: Option<&str>,
-    drop: &FieldSet,
-    keep: Option<&FieldSet>,
-) {
+fn prune_map(m: &mut Map<String, Value>, at: At<'_>, drop: &FieldSet, keep: Option<&FieldSet>) {
     for (element, d) in &drop.children {
         let Some(field) = element.strip_prefix("f:") else {
             continue;
@@ -444,28 +453,22 @@ fn prune_map(
             continue;
         }
         let was_filled = matches!(v, Value::Object(o) if !o.is_empty());
-        prune_member(name, field, v, d, kept);
+        prune_member(at, field, v, d, kept);
         if was_filled && kept.is_none() && matches!(v, Value::Object(o) if o.is_empty()) {
             m.remove(field);
         }
     }
 }
 
-fn prune_member(
-    parent: Option<&str>,
-    field: &str,
-    v: &mut Value,
-    drop: &FieldSet,
-    keep: Option<&FieldSet>,
-) {
+fn prune_member(at: At<'_>, field: &str, v: &mut Value, drop: &FieldSet, keep: Option<&FieldSet>) {
     match v {
-        Value::Object(m) if !atomic_map(field) => prune_map(m, Some(field), drop, keep),
-        Value::Array(items) => match strategy(parent, field) {
-            ListStrategy::MergeBy(key) => items.retain_mut(|item| {
-                let Some(id) = item.get(key) else {
+        Value::Object(m) if !at.atomic_map(field) => prune_map(m, at.member(field), drop, keep),
+        Value::Array(items) => match at.strategy(field) {
+            ListStrategy::MergeBy(keys) => items.retain_mut(|item| {
+                let Some(id) = identity(item, keys) else {
                     return true;
                 };
-                let element = key_element(key, id);
+                let element = key_element(keys, &id);
                 let Some(d) = drop.children.get(&element) else {
                     return true;
                 };
@@ -474,7 +477,7 @@ fn prune_member(
                     return false;
                 }
                 if let Value::Object(m) = item {
-                    prune_map(m, Some(field), d, kept);
+                    prune_map(m, at.items(field), d, kept);
                 }
                 true
             }),

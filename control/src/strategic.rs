@@ -10,12 +10,14 @@ use serde_json::{Map, Value};
 
 /// How a list at a path merges. Server-side apply reads the same table for its field sets
 /// (`MergeBy` is Kubernetes' `listType=map`, `Set` is `listType=set`, `Replace` is atomic).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum ListStrategy {
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum ListStrategy {
     /// Replace the whole list (Kubernetes' default for lists without a strategy).
+    #[default]
     Replace,
-    /// Merge objects by this key.
-    MergeBy(&'static str),
+    /// Merge objects by these keys (one for the built-in kinds; a custom resource's
+    /// `x-kubernetes-list-map-keys` may name several).
+    MergeBy(&'static [&'static str]),
     /// A set of scalars: union.
     Set,
 }
@@ -25,22 +27,147 @@ pub(crate) enum ListStrategy {
 pub(crate) fn strategy(parent: Option<&str>, field: &str) -> ListStrategy {
     use ListStrategy::*;
     match (parent, field) {
-        (_, "containers" | "initContainers" | "ephemeralContainers") => MergeBy("name"),
+        (_, "containers" | "initContainers" | "ephemeralContainers") => MergeBy(&["name"]),
         (Some("containers" | "initContainers" | "ephemeralContainers"), "ports") => {
-            MergeBy("containerPort")
+            MergeBy(&["containerPort"])
         }
-        (Some("spec"), "ports") => MergeBy("port"),
-        (_, "env") => MergeBy("name"),
-        (_, "volumeMounts") => MergeBy("mountPath"),
-        (_, "volumeDevices") => MergeBy("devicePath"),
-        (_, "volumes") => MergeBy("name"),
-        (_, "imagePullSecrets") => MergeBy("name"),
-        (_, "hostAliases") => MergeBy("ip"),
-        (_, "conditions") => MergeBy("type"),
-        (Some("status"), "addresses") => MergeBy("type"),
-        (_, "ownerReferences") => MergeBy("uid"),
+        (Some("spec"), "ports") => MergeBy(&["port"]),
+        (_, "env") => MergeBy(&["name"]),
+        (_, "volumeMounts") => MergeBy(&["mountPath"]),
+        (_, "volumeDevices") => MergeBy(&["devicePath"]),
+        (_, "volumes") => MergeBy(&["name"]),
+        (_, "imagePullSecrets") => MergeBy(&["name"]),
+        (_, "hostAliases") => MergeBy(&["ip"]),
+        (_, "conditions") => MergeBy(&["type"]),
+        (Some("status"), "addresses") => MergeBy(&["type"]),
+        (_, "ownerReferences") => MergeBy(&["uid"]),
         (_, "finalizers") => Set,
         _ => Replace,
+    }
+}
+
+/// A custom resource's list-map keys as the `'static` slice [`ListStrategy::MergeBy`] holds,
+/// made once per distinct set of keys for the life of the process (there are few).
+pub fn intern_keys(keys: &[String]) -> &'static [&'static str] {
+    use std::sync::{Mutex, OnceLock};
+    static KEYS: OnceLock<Mutex<Vec<&'static [&'static str]>>> = OnceLock::new();
+    let mut known = KEYS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = known
+        .iter()
+        .find(|k| k.iter().copied().eq(keys.iter().map(String::as_str)))
+    {
+        return k;
+    }
+    let made: Vec<&'static str> = keys
+        .iter()
+        .map(|k| &*Box::leak(k.clone().into_boxed_str()))
+        .collect();
+    let made: &'static [&'static str] = Box::leak(made.into_boxed_slice());
+    known.push(made);
+    made
+}
+
+/// Where a merge is: the map being merged, by the name of the field that holds it (the
+/// built-in kinds' table is keyed by it) and, in a custom resource, by its schema node
+/// (whose `x-kubernetes-list-type`s and `x-kubernetes-map-type`s decide instead).
+#[derive(Clone, Copy)]
+pub(crate) struct At<'a> {
+    pub(crate) parent: Option<&'a str>,
+    shape: Shape<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum Shape<'a> {
+    /// A built-in kind, or a custom object's metadata.
+    Builtin,
+    /// The top of a custom object: its schema, but metadata is the built-in ObjectMeta.
+    Root(&'a crate::crd::schema::Schema),
+    Schema(&'a crate::crd::schema::Schema),
+    /// Inside a custom object where its schema says nothing (unknown fields kept):
+    /// lists and maps are atomic, as kube treats them.
+    Unknown,
+}
+
+impl<'a> At<'a> {
+    /// The top of an object: of a custom resource when `schema` is its schema.
+    pub(crate) fn root(schema: Option<&'a crate::crd::schema::Schema>) -> At<'a> {
+        At {
+            parent: None,
+            shape: schema.map_or(Shape::Builtin, Shape::Root),
+        }
+    }
+
+    /// The map held by member `field` of this map.
+    pub(crate) fn member(self, field: &'a str) -> At<'a> {
+        let shape = match self.shape {
+            Shape::Root(_) if matches!(field, "metadata" | "apiVersion" | "kind") => Shape::Builtin,
+            Shape::Root(s) | Shape::Schema(s) => {
+                s.member(field).map_or(Shape::Unknown, Shape::Schema)
+            }
+            other => other,
+        };
+        At {
+            parent: Some(field),
+            shape,
+        }
+    }
+
+    /// The maps that are elements of list member `field` of this map.
+    pub(crate) fn items(self, field: &'a str) -> At<'a> {
+        let at = self.member(field);
+        At {
+            shape: match at.shape {
+                Shape::Schema(s) => s.items().map_or(Shape::Unknown, Shape::Schema),
+                other => other,
+            },
+            ..at
+        }
+    }
+
+    /// How list member `field` of this map merges.
+    pub(crate) fn strategy(self, field: &str) -> ListStrategy {
+        match self.shape {
+            Shape::Builtin => strategy(self.parent, field),
+            Shape::Root(s) | Shape::Schema(s) => s
+                .member(field)
+                .map_or(ListStrategy::Replace, |m| m.list_strategy()),
+            Shape::Unknown => ListStrategy::Replace,
+        }
+    }
+
+    /// Whether map member `field` of this map is owned and replaced whole: label and node
+    /// selectors in the built-in kinds; `x-kubernetes-map-type: atomic` in a custom resource
+    /// (maps no schema describes are granular, as structured-merge-diff's deduced type).
+    /// In a built-in kind (or a custom object's metadata).
+    pub(crate) fn is_builtin(self) -> bool {
+        matches!(self.shape, Shape::Builtin)
+    }
+
+    pub(crate) fn atomic_map(self, field: &str) -> bool {
+        match self.shape {
+            Shape::Builtin => matches!(field, "selector" | "nodeSelector"),
+            Shape::Root(_) if field == "metadata" => false,
+            Shape::Root(s) | Shape::Schema(s) => s.member(field).is_some_and(|m| m.map_atomic()),
+            Shape::Unknown => false,
+        }
+    }
+}
+
+/// The identity of an element of a list keyed by `keys`: the key's value, or with several
+/// keys the map of their values (as FieldsV1's `k:` element names it).
+pub(crate) fn identity<'v>(item: &'v Value, keys: &[&str]) -> Option<std::borrow::Cow<'v, Value>> {
+    match keys {
+        [key] => item.get(*key).map(std::borrow::Cow::Borrowed),
+        keys => {
+            let mut m = Map::new();
+            for k in keys {
+                m.insert((*k).to_string(), item.get(*k)?.clone());
+            }
+            Some(std::borrow::Cow::Owned(Value::Object(m)))
+        }
     }
 }
 
@@ -56,20 +183,23 @@ pub fn patch_metadata(
     // on these two fields (one of a union of members must go when another is set).
     let retain = matches!((parent, field), (Some("spec"), "strategy") | (_, "volumes"));
     match (strategy(parent, field), retain) {
-        (ListStrategy::MergeBy(key), true) => Some(("merge,retainKeys", Some(key))),
-        (ListStrategy::MergeBy(key), false) => Some(("merge", Some(key))),
+        (ListStrategy::MergeBy(keys), true) => Some(("merge,retainKeys", keys.first().copied())),
+        (ListStrategy::MergeBy(keys), false) => Some(("merge", keys.first().copied())),
         (ListStrategy::Set, _) => Some(("merge", None)),
         (ListStrategy::Replace, true) => Some(("retainKeys", None)),
         (ListStrategy::Replace, false) => None,
     }
 }
 
-/// Applies `patch` to `doc` in place.
+/// Applies `patch` to `doc` in place. A custom object's lists merge as its schema says
+/// (`x-kubernetes-list-type`), found from the object's `apiVersion` and `kind`.
 pub fn merge(doc: &mut Value, patch: &Value) -> Result<(), String> {
-    merge_value(doc, patch, None)
+    let rules = crate::crd::rules_of_object(doc).or_else(|| crate::crd::rules_of_object(patch));
+    let schema = rules.as_deref().and_then(crate::crd::Rules::schema_in);
+    merge_value(doc, patch, At::root(schema))
 }
 
-fn merge_value(doc: &mut Value, patch: &Value, parent: Option<&str>) -> Result<(), String> {
+fn merge_value(doc: &mut Value, patch: &Value, at: At<'_>) -> Result<(), String> {
     match patch {
         Value::Object(p) => {
             if !doc.is_object() {
@@ -78,7 +208,7 @@ fn merge_value(doc: &mut Value, patch: &Value, parent: Option<&str>) -> Result<(
             let Value::Object(d) = doc else {
                 unreachable!("made an object above")
             };
-            merge_map(d, p, parent)
+            merge_map(d, p, at)
         }
         other => {
             *doc = other.clone();
@@ -90,7 +220,7 @@ fn merge_value(doc: &mut Value, patch: &Value, parent: Option<&str>) -> Result<(
 fn merge_map(
     doc: &mut Map<String, Value>,
     patch: &Map<String, Value>,
-    parent: Option<&str>,
+    at: At<'_>,
 ) -> Result<(), String> {
     if let Some(directive) = patch.get("$patch").and_then(Value::as_str) {
         match directive {
@@ -129,8 +259,9 @@ fn merge_map(
         }
         let current = doc.entry(key.clone()).or_insert(Value::Null);
         match value {
-            Value::Array(items) => merge_list(current, items, parent, key)?,
-            Value::Object(_) => merge_value(current, value, Some(key))?,
+            Value::Array(items) => merge_list(current, items, at, key)?,
+            Value::Object(_) if at.atomic_map(key) && !at.is_builtin() => *current = value.clone(),
+            Value::Object(_) => merge_value(current, value, at.member(key))?,
             _ => *current = value.clone(),
         }
     }
@@ -141,17 +272,12 @@ fn merge_map(
     Ok(())
 }
 
-fn merge_list(
-    current: &mut Value,
-    items: &[Value],
-    parent: Option<&str>,
-    field: &str,
-) -> Result<(), String> {
+fn merge_list(current: &mut Value, items: &[Value], at: At<'_>, field: &str) -> Result<(), String> {
     let existing = match current {
         Value::Array(a) => std::mem::take(a),
         _ => Vec::new(),
     };
-    let merged = match strategy(parent, field) {
+    let merged = match at.strategy(field) {
         ListStrategy::Replace => items
             .iter()
             .filter(|v| v.get("$patch").is_none())
@@ -172,7 +298,7 @@ fn merge_list(
             out.extend(new);
             out
         }
-        ListStrategy::MergeBy(key) => {
+        ListStrategy::MergeBy(keys) => {
             if items
                 .iter()
                 .any(|v| v.get("$patch").and_then(Value::as_str) == Some("replace"))
@@ -183,7 +309,7 @@ fn merge_list(
                     .cloned()
                     .collect()
             } else {
-                merge_by_key(existing, items, field, key)?
+                merge_by_key(existing, items, at.items(field), field, keys)?
             }
         }
     };
@@ -199,24 +325,28 @@ fn merge_list(
 fn merge_by_key(
     existing: Vec<Value>,
     items: &[Value],
+    within: At<'_>,
     field: &str,
-    key: &str,
+    keys: &[&str],
 ) -> Result<Vec<Value>, String> {
     let mut out: Vec<Option<Value>> = existing.into_iter().map(Some).collect();
     // Each key's live elements, first first (appended elements come after all others).
     let mut at: HashMap<KeyOwned, VecDeque<usize>> = HashMap::new();
     for (i, e) in out.iter().enumerate() {
-        if let Some(id) = e.as_ref().and_then(|e| e.get(key)) {
-            at.entry(KeyOwned(id.clone())).or_default().push_back(i);
+        if let Some(id) = e.as_ref().and_then(|e| identity(e, keys)) {
+            at.entry(KeyOwned(id.into_owned()))
+                .or_default()
+                .push_back(i);
         }
     }
     for item in items {
-        let Some(id) = item.get(key) else {
+        let Some(id) = identity(item, keys) else {
+            let key = keys.join("\", \"");
             return Err(format!(
-                "{field}: every element of a strategic merge list needs its merge key {key:?}"
+                "{field}: every element of a strategic merge list needs its merge key \"{key}\""
             ));
         };
-        let id = KeyOwned(id.clone());
+        let id = KeyOwned(id.into_owned());
         let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
         let positions = at.entry(id).or_default();
         match (positions.front().copied(), delete) {
@@ -227,11 +357,11 @@ fn merge_by_key(
             (None, true) => {}
             (Some(i), false) => {
                 let element = out[i].as_mut().expect("a live element");
-                merge_value(element, item, Some(field))?;
+                merge_value(element, item, within)?;
             }
             (None, false) => {
                 let mut fresh = Value::Object(Map::new());
-                merge_value(&mut fresh, item, Some(field))?;
+                merge_value(&mut fresh, item, within)?;
                 positions.push_back(out.len());
                 out.push(Some(fresh));
             }

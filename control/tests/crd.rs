@@ -676,3 +676,155 @@ fn versions_scale_owners_and_namespaces() {
     );
     assert_eq!(code, 404);
 }
+
+/// Server-side apply by two managers follows the schema's list and map types, as kube's
+/// structured merge does: a `map` list merges element by element (two keys here), a `set`
+/// by value, an untyped list and a `x-kubernetes-map-type: atomic` map are owned whole
+/// (a second manager's change is a conflict); managedFields name the keyed elements.
+#[test]
+fn server_side_apply_follows_the_schema_list_types() {
+    let s = TestServer::start();
+    let crd = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gates.net.example.com}
+spec:
+  group: net.example.com
+  scope: Namespaced
+  names: {plural: gates, singular: gate, kind: Gate}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              listeners:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name, protocol]
+                items:
+                  type: object
+                  required: [name, protocol]
+                  properties:
+                    name: {type: string}
+                    protocol: {type: string}
+                    port: {type: integer}
+              tags:
+                type: array
+                x-kubernetes-list-type: set
+                items: {type: string}
+              hosts:
+                type: array
+                items: {type: string}
+              selector:
+                type: object
+                x-kubernetes-map-type: atomic
+                additionalProperties: {type: string}
+"#;
+    let (ok_, out, err) = apply(&s, crd);
+    assert!(ok_, "{out}{err}");
+    eventually(20, "gates are served", || {
+        (s.http("GET", "/apis/net.example.com/v1/gates", None).0 == 200).then_some(())
+    });
+    let path = "/apis/net.example.com/v1/namespaces/default/gates/g";
+    let apply_as = |manager: &str, spec: Value| {
+        let body = json!({"apiVersion": "net.example.com/v1", "kind": "Gate",
+                          "metadata": {"name": "g"}, "spec": spec});
+        s.http(
+            "PATCH",
+            &format!("{path}?fieldManager={manager}"),
+            Some((
+                "application/apply-patch+yaml",
+                serde_json::to_vec(&body).unwrap(),
+            )),
+        )
+    };
+    let (code, v) = apply_as(
+        "a",
+        json!({"listeners": [{"name": "web", "protocol": "TCP", "port": 80}],
+               "tags": ["x"], "hosts": ["a.example"], "selector": {"app": "a"}}),
+    );
+    assert_eq!(code, 201, "{v}");
+    let (code, v) = apply_as(
+        "b",
+        json!({"listeners": [{"name": "web", "protocol": "UDP", "port": 53}], "tags": ["y"]}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        v["spec"]["listeners"],
+        json!([{"name": "web", "port": 80, "protocol": "TCP"},
+               {"name": "web", "port": 53, "protocol": "UDP"}]),
+        "merged by both keys: {v}"
+    );
+    assert_eq!(v["spec"]["tags"], json!(["x", "y"]));
+    let managed = v["metadata"]["managedFields"].as_array().unwrap();
+    let b = managed.iter().find(|m| m["manager"] == "b").unwrap();
+    let listeners = &b["fieldsV1"]["f:spec"]["f:listeners"];
+    assert!(
+        listeners[r#"k:{"name":"web","protocol":"UDP"}"#].is_object(),
+        "{b}"
+    );
+    assert!(
+        listeners
+            .get(r#"k:{"name":"web","protocol":"TCP"}"#)
+            .is_none(),
+        "{b}"
+    );
+
+    // An untyped list and an atomic map are owned whole by their manager.
+    for (spec, field) in [
+        (json!({"hosts": ["b.example"]}), ".spec.hosts"),
+        (json!({"selector": {"tier": "b"}}), ".spec.selector"),
+    ] {
+        let (code, v) = apply_as("b", spec);
+        assert_eq!(code, 409, "{v}");
+        let message = v["message"].as_str().unwrap();
+        assert!(
+            message.contains("conflict with \"a\"") && message.contains(field),
+            "{message}"
+        );
+    }
+    // Changing a keyed element another manager owns conflicts on its field only.
+    let (code, v) = apply_as(
+        "b",
+        json!({"listeners": [{"name": "web", "protocol": "UDP", "port": 53},
+                             {"name": "web", "protocol": "TCP", "port": 8080}]}),
+    );
+    assert_eq!(code, 409, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#".spec.listeners[name="web",protocol="TCP"].port"#),
+        "{v}"
+    );
+    // A manager that stops applying an element gives it up; the other's stays.
+    let (code, v) = apply_as(
+        "a",
+        json!({"tags": ["x"], "hosts": ["a.example"], "selector": {"app": "a"}}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        v["spec"]["listeners"],
+        json!([{"name": "web", "port": 53, "protocol": "UDP"}]),
+        "{v}"
+    );
+    assert_eq!(v["spec"]["tags"], json!(["x", "y"]));
+
+    // No strategic merge patch for custom resources, as kube-apiserver.
+    let (code, v) = s.http(
+        "PATCH",
+        path,
+        Some((
+            "application/strategic-merge-patch+json",
+            br#"{"spec":{"tags":["z"]}}"#.to_vec(),
+        )),
+    );
+    assert_eq!(code, 415, "{v}");
+    assert_eq!(v["message"], "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml");
+}

@@ -119,6 +119,10 @@ impl CustomRules for Rules {
         })
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn terminating(&self) -> bool {
         self.terminating
     }
@@ -190,6 +194,22 @@ fn json_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
         }
     }
     Some(at)
+}
+
+/// The compiled rules of the custom kind an object's JSON names (`apiVersion`, `kind`),
+/// for the merges and field sets that follow its schema's list and map types.
+pub fn rules_of_object(obj: &Value) -> Option<Arc<dyn CustomRules>> {
+    let api_version = obj.get("apiVersion")?.as_str()?;
+    let (group, _) = api_version.rsplit_once('/')?;
+    let kind = Kind::custom_of_type(group, obj.get("kind")?.as_str()?)?;
+    kind.custom_rules()
+}
+
+impl Rules {
+    /// The schema in `rules`, when they are a definition's.
+    pub fn schema_in(rules: &dyn CustomRules) -> Option<&Schema> {
+        rules.as_any().downcast_ref::<Rules>()?.schema.as_ref()
+    }
 }
 
 /// A merge patch that sets `value` at a definition's simple path (`.spec.replicas`, or as a

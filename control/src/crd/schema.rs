@@ -47,12 +47,37 @@ pub struct Schema {
     /// `x-kubernetes-list-type` (`atomic`, `set`, `map`) and its map keys.
     list_type: Option<String>,
     list_map_keys: Vec<String>,
+    /// How apply merges this node when it is a list (from `x-kubernetes-list-type`).
+    list: crate::strategic::ListStrategy,
+    /// `x-kubernetes-map-type: atomic`: owned and replaced whole.
+    map_atomic: bool,
 }
 
 /// A problem with the schema itself, as kube's CRD validation reports it.
 pub type SchemaErrors = Vec<FieldError>;
 
 impl Schema {
+    /// The node of member `name` of this object node: a property, or the schema of every
+    /// other member (`additionalProperties`).
+    pub fn member(&self, name: &str) -> Option<&Schema> {
+        self.properties.get(name).or(self.additional.as_deref())
+    }
+
+    /// The node of this list node's items.
+    pub fn items(&self) -> Option<&Schema> {
+        self.items.as_deref()
+    }
+
+    /// How apply merges this list node.
+    pub fn list_strategy(&self) -> crate::strategic::ListStrategy {
+        self.list
+    }
+
+    /// Whether this map node is owned and replaced whole.
+    pub fn map_atomic(&self) -> bool {
+        self.map_atomic
+    }
+
     /// Compiles `v` (found at `at`, for the errors).
     pub fn compile(v: &Value, at: &str) -> Result<Schema, SchemaErrors> {
         let mut errs = Vec::new();
@@ -725,6 +750,14 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
     }
     s.list_type = str_of("x-kubernetes-list-type");
     s.list_map_keys = strings_of("x-kubernetes-list-map-keys");
+    s.list = match s.list_type.as_deref() {
+        Some("map") if !s.list_map_keys.is_empty() => {
+            crate::strategic::ListStrategy::MergeBy(crate::strategic::intern_keys(&s.list_map_keys))
+        }
+        Some("set") => crate::strategic::ListStrategy::Set,
+        _ => crate::strategic::ListStrategy::Replace,
+    };
+    s.map_atomic = str_of("x-kubernetes-map-type").as_deref() == Some("atomic");
     if s.list_type.as_deref() == Some("map") && s.list_map_keys.is_empty() {
         errs.push(FieldError::required_msg(
             format!("{at}.x-kubernetes-list-map-keys"),

@@ -1919,20 +1919,26 @@ async fn resource<K: Resource>(
         }
         (Method::Patch, Some(name), None | Some("status") | Some("approval")) => {
             let pt = patch_type(req)?;
+            if pt == PatchType::StrategicMerge && kind.is_custom() {
+                // Custom resources have no strategic merge patch (kube-apiserver's list).
+                return Err(ApiError::from_status(api::meta::Status::failure(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                )));
+            }
             let force = query(req, "force");
             if pt == PatchType::Apply {
                 // Server-side apply creates what does not exist yet.
-                let Some(manager) = query(req, "fieldManager").filter(|m| !m.is_empty()) else {
+                // The writer's manager is the `fieldManager`, which apply must name.
+                if query(req, "fieldManager").is_none_or(|m| m.is_empty()) {
                     return Err(invalid_patch_options(
                         "fieldManager: Required value: is required for apply patch",
                     ));
-                };
+                }
                 let force = force.is_some_and(|f| f == "true" || f == "1");
-                let registry = state
-                    .registry
-                    .with_manager(&manager)
-                    .dry_run(dry_run(req, &[])?);
-                let (obj, created) = registry
+                let (obj, created) = writer(state, req)?
+                    .for_kind(kind)
                     .apply::<K>(&ns_str, name, &body, force, part)
                     .await?;
                 let code = if created {
