@@ -58,6 +58,16 @@ pub fn write_json<K: Resource>(obj: &K, out: &mut Vec<u8>) {
     serde_json::to_writer(out, &json(obj)).expect("model types always serialize")
 }
 
+/// The typed object as an item of a list, appended to `out` ([`View::ListItem`]).
+pub fn write_json_item<K: Resource>(obj: &K, out: &mut Vec<u8>) {
+    let item = Json {
+        kind: K::KIND,
+        value: obj,
+        view: View::ListItem,
+    };
+    serde_json::to_writer(out, &item).expect("model types always serialize")
+}
+
 /// The typed object in Kubernetes' JSON shape, to embed in a larger document.
 pub fn json<K: Resource>(obj: &K) -> Json<'_, K> {
     Json {

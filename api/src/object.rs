@@ -212,6 +212,13 @@ macro_rules! kinds {
                     AnyObject::Custom(o) => crate::codec::write_json(o, out),
                 }
             }
+            /// This object as an item of a list ([`crate::codec::View::ListItem`]).
+            pub fn write_json_item(&self, out: &mut Vec<u8>) {
+                match self {
+                    $( AnyObject::$variant(o) => crate::codec::write_json_item(o, out), )*
+                    AnyObject::Custom(o) => crate::codec::write_json_item(o, out),
+                }
+            }
             /// This object in Kubernetes' JSON shape, to embed in a larger document.
             pub fn as_json(&self) -> AnyJson<'_> {
                 AnyJson(self)

@@ -51,6 +51,9 @@ pub struct Typed<'a, T: ?Sized> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
     Whole,
+    /// The whole object as an item of a list: a built-in kind's items carry no `kind` and
+    /// `apiVersion` (kube-apiserver's typed lists leave them empty); a custom object's do.
+    ListItem,
     /// Everything but `status` and `metadata.managedFields`.
     Main,
     /// `apiVersion`, `kind` and `status` only.
@@ -115,7 +118,8 @@ impl Mode {
     fn drops(self, key: &str) -> bool {
         match self {
             Mode::TopMetadata(view) => {
-                key == "selfLink" || (view != View::Whole && key == "managedFields")
+                key == "selfLink"
+                    || (!matches!(view, View::Whole | View::ListItem) && key == "managedFields")
             }
             Mode::Top(_, View::Main) => key == "status",
             // A custom object writes its own type members.
@@ -489,7 +493,10 @@ impl<S: Serializer> Serializer for Omit<S> {
     }
     fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
         use ser::SerializeMap;
-        if let Mode::Top(kind, _) = self.mode.filter(|k| !k.is_custom()) {
+        if let Mode::Top(kind, view) = self.mode.filter(|k| !k.is_custom()) {
+            if view == View::ListItem {
+                return Ok(OmitCompound::new(self.inner.serialize_map(len)?, self.mode));
+            }
             let info = kind.info();
             let mut m = self.inner.serialize_map(len.map(|l| l + 2))?;
             // kube-apiserver's order: `kind`, then `apiVersion`.
@@ -505,7 +512,13 @@ impl<S: Serializer> Serializer for Omit<S> {
         len: usize,
     ) -> Result<Self::SerializeStruct, S::Error> {
         use ser::SerializeStruct;
-        if let Mode::Top(kind, _) = self.mode {
+        if let Mode::Top(kind, view) = self.mode {
+            if view == View::ListItem && !kind.is_custom() {
+                return Ok(OmitCompound::new(
+                    self.inner.serialize_struct(name, len)?,
+                    self.mode,
+                ));
+            }
             let info = kind.info();
             let mut st = self.inner.serialize_struct(name, len + 2)?;
             st.serialize_field("kind", info.kind)?;

@@ -965,3 +965,31 @@ fn errors_are_the_bytes_kube_apiserver_writes() {
         r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"none\" not found","reason":"NotFound","details":{"name":"none","kind":"configmaps"},"code":404}"#
     );
 }
+
+/// A built-in kind's list items carry no `kind` and `apiVersion`, as kube-apiserver's typed
+/// lists write them; the list itself, a single object and a custom resource's items do.
+#[test]
+fn list_items_are_written_as_kube_writes_them() {
+    let s = TestServer::start();
+    let (code, v) = s.json(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}}),
+    );
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["kind"], "ConfigMap");
+    let (_, list) = s.http("GET", "/api/v1/namespaces/default/configmaps", None);
+    assert_eq!(list["kind"], "ConfigMapList");
+    assert_eq!(list["apiVersion"], "v1");
+    let item = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["metadata"]["name"] == "c")
+        .unwrap();
+    assert!(
+        item.get("kind").is_none() && item.get("apiVersion").is_none(),
+        "{item}"
+    );
+    assert!(item["metadata"]["managedFields"].is_array(), "{item}");
+}

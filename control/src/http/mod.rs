@@ -1785,7 +1785,8 @@ async fn resource<K: Resource>(
                         if as_table {
                             let _ = serde_json::to_writer(&mut *out, &table_row(&o));
                         } else {
-                            o.write_json(out);
+                            // Items without `kind` and `apiVersion`, as kube's typed lists.
+                            o.write_json_item(out);
                         }
                         true
                     },
