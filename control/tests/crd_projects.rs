@@ -190,3 +190,136 @@ fn prometheus_operator_crds_and_examples() {
         "{out}"
     );
 }
+
+/// Applies every definition in `crds` server-side (as Helm 4 and Flux do) and waits until
+/// kubectl finds `resources` in `group`.
+fn install(s: &TestServer, crds: &Path, group: &str, resources: &[&str]) {
+    for crd in files(crds) {
+        let (ok, out) = apply(s, &crd, &["--server-side"]);
+        assert!(ok, "{crd:?}: {out}");
+    }
+    eventually(30, "the project's kinds are served", || {
+        let (ok, out, _) = kubectl(s, &["api-resources", &format!("--api-group={group}")]);
+        (ok && resources.iter().all(|r| out.contains(r))).then_some(())
+    });
+}
+
+/// Writes `yaml` and applies it; (success, output).
+fn apply_text(s: &TestServer, yaml: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("m.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    apply(s, &file, &[])
+}
+
+#[test]
+fn cert_manager_crds_and_objects() {
+    let s = TestServer::start();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cert-manager");
+    install(
+        &s,
+        &root.join("crds"),
+        "cert-manager.io",
+        &["certificates", "certificaterequests", "issuers"],
+    );
+    // cert-manager's documented setup: a self-signed issuer, a CA certificate from it, a CA
+    // issuer of that certificate's secret, a serving certificate from that one.
+    let (ok, out) = apply_text(
+        &s,
+        r#"apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: selfsigned}
+spec:
+  selfSigned: {}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: site-ca}
+spec:
+  isCA: true
+  commonName: site-ca
+  secretName: site-ca
+  privateKey: {algorithm: ECDSA, size: 256}
+  issuerRef: {name: selfsigned, kind: Issuer, group: cert-manager.io}
+---
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: site-ca}
+spec:
+  ca: {secretName: site-ca}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: web}
+spec:
+  secretName: web-tls
+  duration: 2160h
+  renewBefore: 360h
+  dnsNames: [web.site.example]
+  usages: [server auth, digital signature]
+  issuerRef: {name: site-ca, kind: Issuer}
+"#,
+    );
+    assert!(ok, "{out}");
+    let (_, listed, _) = kubectl(&s, &["get", "certificates,issuers", "--no-headers"]);
+    assert_eq!(listed.lines().count(), 4, "{listed}");
+    // Refused as on Kubernetes: no secretName (required), a usage outside the enum, and the
+    // Venafi issuer's CEL rule (exactly one of tpp, cloud or ngts).
+    for (yaml, want) in [
+        (
+            "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: bad}\nspec:\n  dnsNames: [x.example]\n  issuerRef: {name: selfsigned}\n",
+            "spec.secretName: Required value",
+        ),
+        (
+            "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: bad}\nspec:\n  secretName: s\n  usages: [mining]\n  issuerRef: {name: selfsigned}\n",
+            r#"spec.usages[0]: Unsupported value: "mining""#,
+        ),
+        (
+            "apiVersion: cert-manager.io/v1\nkind: Issuer\nmetadata: {name: bad}\nspec:\n  venafi:\n    zone: z\n",
+            "exactly one of tpp, cloud, or ngts must be configured",
+        ),
+    ] {
+        let (ok, out) = apply_text(&s, yaml);
+        assert!(!ok, "{yaml}");
+        assert!(out.contains(want), "{want} in: {out}");
+    }
+}
+
+#[test]
+fn keda_crds_and_samples() {
+    let s = TestServer::start();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/keda");
+    install(
+        &s,
+        &root.join("crds"),
+        "keda.sh",
+        &[
+            "scaledobjects",
+            "triggerauthentications",
+            "clustertriggerauthentications",
+        ],
+    );
+    for example in files(&root.join("examples")) {
+        let (ok, out) = apply(&s, &example, &[]);
+        assert!(ok, "{example:?}: {out}");
+    }
+    let (_, listed, _) = kubectl(
+        &s,
+        &[
+            "get",
+            "scaledobjects,triggerauthentications",
+            "--no-headers",
+        ],
+    );
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    // The ScaledObject's CEL rule: at least as many replicas at the most as at the least.
+    let (ok, out) = apply_text(
+        &s,
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: bad}\nspec:\n  scaleTargetRef: {name: web}\n  minReplicaCount: 5\n  maxReplicaCount: 2\n  triggers:\n  - type: cpu\n    metadata: {value: '50'}\n",
+    );
+    assert!(!ok);
+    assert!(
+        out.contains("minReplicaCount must be less than or equal to maxReplicaCount"),
+        "{out}"
+    );
+}
