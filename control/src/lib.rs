@@ -2,6 +2,7 @@
 //! scheduler and controllers, PKI and auth,
 //! and the CLI.
 
+pub mod admission;
 pub mod apiservice;
 pub mod audit;
 pub mod auth;
