@@ -1035,9 +1035,9 @@ impl EphemeralContainer {
             termination_message_policy: self.termination_message_policy.clone(),
             image_pull_policy: self.image_pull_policy.clone(),
             security_context: self.security_context.clone(),
-            stdin: self.stdin.clone(),
-            stdin_once: self.stdin_once.clone(),
-            tty: self.tty.clone(),
+            stdin: self.stdin,
+            stdin_once: self.stdin_once,
+            tty: self.tty,
         }
     }
 
