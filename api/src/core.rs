@@ -195,8 +195,11 @@ pub struct PodSpec {
     /// The pod's app containers. At least one is required; containers cannot be added or
     /// removed once the pod exists.
     pub containers: Vec<Container>,
-    /// Debug containers added by `kubectl debug`: kept, not run.
-    pub ephemeral_containers: Vec<Opaque>,
+    /// Debug containers added through the `pods/ephemeralcontainers` subresource (`kubectl
+    /// debug`); they cannot be set on create nor changed by a pod update.
+    #[serde(with = "opaque_in_postcard")]
+    #[schemars(with = "Vec<EphemeralContainer>")]
+    pub ephemeral_containers: Vec<EphemeralContainer>,
     /// Restart policy of the containers: Always, OnFailure or Never. Default: Always.
     pub restart_policy: Option<String>,
     /// Seconds the pod has to stop gracefully after it is asked to, before its processes are
@@ -307,6 +310,9 @@ impl PodSpec {
             .iter_mut()
             .chain(self.containers.iter_mut())
         {
+            c.set_defaults();
+        }
+        for c in &mut self.ephemeral_containers {
             c.set_defaults();
         }
         for v in &mut self.volumes {
@@ -935,6 +941,163 @@ impl Container {
     }
 }
 
+/// core/v1 EphemeralContainer: a container added to a running pod through the
+/// `pods/ephemeralcontainers` subresource (`kubectl debug`), run once and never restarted.
+/// The fields of [`Container`] (ports, probes, lifecycle and resources are refused on it),
+/// then `targetContainerName`.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[schemars(rename = "io.k8s.api.core.v1.EphemeralContainer")]
+#[schemars(
+    description = "A container added to a running pod for debugging; run once, never restarted."
+)]
+pub struct EphemeralContainer {
+    /// Name of the container, unique within the pod (a DNS label). Cannot be updated.
+    pub name: String,
+    /// Container image name, such as busybox:1.36 or registry.example/app@sha256:....
+    pub image: Option<String>,
+    /// Entrypoint array, not run in a shell. Replaces the image's ENTRYPOINT; $(VAR) references
+    /// to the container's environment are expanded.
+    pub command: Vec<String>,
+    /// Arguments to the entrypoint. Replace the image's CMD; $(VAR) references are expanded.
+    pub args: Vec<String>,
+    /// Working directory of the container. Default: the image's.
+    pub working_dir: Option<String>,
+    /// Ports the container exposes. Informational, except for hostPort, which maps a node port
+    /// to the container.
+    pub ports: Vec<ContainerPort>,
+    /// Sources (ConfigMaps, Secrets) whose keys all become environment variables.
+    pub env_from: Vec<EnvFromSource>,
+    /// Environment variables set in the container.
+    pub env: Vec<EnvVar>,
+    /// Compute resources (cpu, memory) the container requests and may use at most.
+    pub resources: Option<ResourceRequirements>,
+    /// How the container reacts to a change of its resources. Kept, not acted on.
+    pub resize_policy: Vec<Opaque>,
+    /// Only `Always`, only on init containers: a sidecar.
+    pub restart_policy: Option<String>,
+    /// Volumes of the pod mounted into the container's filesystem.
+    pub volume_mounts: Vec<VolumeMount>,
+    /// Block devices the container uses. Kept, not acted on.
+    pub volume_devices: Vec<Opaque>,
+    /// Periodic check of the container's health; the container is restarted when it fails.
+    pub liveness_probe: Option<Probe>,
+    /// Periodic check of whether the container can serve; a pod that is not ready is removed
+    /// from service endpoints.
+    pub readiness_probe: Option<Probe>,
+    /// Check that must succeed once before the other probes begin.
+    pub startup_probe: Option<Probe>,
+    /// Actions run after the container starts and before it stops. Kept, not acted on.
+    pub lifecycle: Option<Opaque>,
+    /// File whose contents are reported as the container's termination message. Default:
+    /// /dev/termination-log.
+    pub termination_message_path: Option<String>,
+    /// Where the termination message comes from: File or FallbackToLogsOnError. Default: File.
+    pub termination_message_policy: Option<String>,
+    /// When to pull the image: Always, Never or IfNotPresent. Default: Always for :latest
+    /// images, IfNotPresent otherwise.
+    pub image_pull_policy: Option<String>,
+    /// Security options of the container, overriding those of the pod.
+    pub security_context: Option<SecurityContext>,
+    /// Keep a stdin buffer open for the container.
+    pub stdin: Option<bool>,
+    /// Close stdin after the first attach session ends.
+    pub stdin_once: Option<bool>,
+    /// Allocate a TTY for the container (needs stdin).
+    pub tty: Option<bool>,
+    /// Name of a container of the pod whose namespaces (the PID namespace) the ephemeral
+    /// container joins. Default: only the pod's namespaces.
+    pub target_container_name: Option<String>,
+}
+
+impl EphemeralContainer {
+    /// The container the node runs: every field but `targetContainerName`.
+    pub fn to_container(&self) -> Container {
+        Container {
+            name: self.name.clone(),
+            image: self.image.clone(),
+            command: self.command.clone(),
+            args: self.args.clone(),
+            working_dir: self.working_dir.clone(),
+            ports: self.ports.clone(),
+            env_from: self.env_from.clone(),
+            env: self.env.clone(),
+            resources: self.resources.clone(),
+            resize_policy: self.resize_policy.clone(),
+            restart_policy: self.restart_policy.clone(),
+            volume_mounts: self.volume_mounts.clone(),
+            volume_devices: self.volume_devices.clone(),
+            liveness_probe: self.liveness_probe.clone(),
+            readiness_probe: self.readiness_probe.clone(),
+            startup_probe: self.startup_probe.clone(),
+            lifecycle: self.lifecycle.clone(),
+            termination_message_path: self.termination_message_path.clone(),
+            termination_message_policy: self.termination_message_policy.clone(),
+            image_pull_policy: self.image_pull_policy.clone(),
+            security_context: self.security_context.clone(),
+            stdin: self.stdin,
+            stdin_once: self.stdin_once,
+            tty: self.tty,
+        }
+    }
+
+    /// Kubernetes' defaults, as for a container.
+    pub fn set_defaults(&mut self) {
+        let mut c = self.to_container();
+        c.set_defaults();
+        self.image_pull_policy = c.image_pull_policy;
+        self.termination_message_path = c.termination_message_path;
+        self.termination_message_policy = c.termination_message_policy;
+        self.ports = c.ports;
+        self.liveness_probe = c.liveness_probe;
+        self.readiness_probe = c.readiness_probe;
+        self.startup_probe = c.startup_probe;
+        self.env = c.env;
+        self.resources = c.resources;
+    }
+}
+
+/// A list kept in postcard as [`Opaque`] trees (JSON) instead of its typed encoding: the
+/// store held `spec.ephemeralContainers` and `status.ephemeralContainerStatuses` as `Opaque`
+/// before they were typed, so stored pods keep decoding. In JSON it is the typed list.
+pub(crate) mod opaque_in_postcard {
+    use serde::de::{DeserializeOwned, Error as _};
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::meta::Opaque;
+
+    pub fn serialize<S, T>(v: &[T], s: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        T: Serialize,
+    {
+        if s.is_human_readable() {
+            return v.serialize(s);
+        }
+        let trees = v
+            .iter()
+            .map(|x| serde_json::to_value(x).map(|j| Opaque::from(&j)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(S::Error::custom)?;
+        trees.serialize(s)
+    }
+
+    pub fn deserialize<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: DeserializeOwned,
+    {
+        if d.is_human_readable() {
+            return Vec::<T>::deserialize(d);
+        }
+        Vec::<Opaque>::deserialize(d)?
+            .iter()
+            .map(|o| serde_json::from_value(serde_json::Value::from(o)).map_err(D::Error::custom))
+            .collect()
+    }
+}
+
 /// core/v1 ContainerPort.
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -1322,7 +1485,10 @@ pub struct PodStatus {
     /// Quality of service class from the containers' requests and limits: Guaranteed, Burstable
     /// or BestEffort.
     pub qos_class: Option<String>,
-    pub ephemeral_container_statuses: Vec<Opaque>,
+    /// Status of each ephemeral container.
+    #[serde(with = "opaque_in_postcard")]
+    #[schemars(with = "Vec<ContainerStatus>")]
+    pub ephemeral_container_statuses: Vec<ContainerStatus>,
     pub resize: Option<String>,
     pub resource_claim_statuses: Vec<Opaque>,
 }

@@ -783,6 +783,7 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &str) -> Vec<FieldError> {
         let p = format!("{path}.containers[{i}]");
         errs.extend(validate_container(c, &p, &volumes, &mut names, false));
     }
+    errs.extend(validate_ephemeral_containers(spec, path, &volumes, names));
 
     if let Some(rp) = &spec.restart_policy {
         check_one_of(
@@ -1006,6 +1007,157 @@ pub fn validate_pod_spec(spec: &PodSpec, path: &str) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// Kubernetes' validateEphemeralContainers: each one as a container, its name unique across
+/// every container of the pod, its target an app or init container, and only the fields
+/// allowed on an ephemeral container set (ports, probes, lifecycle, resources are not).
+fn validate_ephemeral_containers<'a>(
+    spec: &'a PodSpec,
+    path: &str,
+    volumes: &BTreeSet<&str>,
+    mut names: BTreeSet<&'a str>,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let others: BTreeSet<&str> = spec.all_containers().map(|c| c.name.as_str()).collect();
+    for (i, ec) in spec.ephemeral_containers.iter().enumerate() {
+        let p = format!("{path}.ephemeralContainers[{i}]");
+        // The fields refused below are left out of the container checks, which would
+        // otherwise judge them as an app container's.
+        let c = Container {
+            ports: Vec::new(),
+            resources: None,
+            resize_policy: Vec::new(),
+            restart_policy: None,
+            liveness_probe: None,
+            readiness_probe: None,
+            startup_probe: None,
+            lifecycle: None,
+            ..ec.to_container()
+        };
+        let mut own = names.clone();
+        errs.extend(validate_container(&c, &p, volumes, &mut own, false));
+        if !ec.name.is_empty() {
+            names.insert(ec.name.as_str());
+        }
+        if let Some(t) = ec
+            .target_container_name
+            .as_deref()
+            .filter(|t| !t.is_empty())
+        {
+            if !others.contains(t) {
+                errs.push(FieldError::not_found(format!("{p}.targetContainerName"), t));
+            }
+        }
+        // In the order of the Go struct's fields, as kube-apiserver's reflection finds them.
+        let refused = [
+            ("ports", !ec.ports.is_empty()),
+            (
+                "resources",
+                ec.resources
+                    .as_ref()
+                    .is_some_and(|r| *r != Default::default()),
+            ),
+            ("resizePolicy", !ec.resize_policy.is_empty()),
+            ("restartPolicy", ec.restart_policy.is_some()),
+            ("livenessProbe", ec.liveness_probe.is_some()),
+            ("readinessProbe", ec.readiness_probe.is_some()),
+            ("startupProbe", ec.startup_probe.is_some()),
+            ("lifecycle", ec.lifecycle.is_some()),
+        ];
+        for (field, set) in refused {
+            if set {
+                errs.push(FieldError::forbidden(
+                    format!("{p}.{field}"),
+                    "cannot be set for an Ephemeral Container",
+                ));
+            }
+        }
+        for (j, m) in ec.volume_mounts.iter().enumerate() {
+            for (field, v) in [("subPath", &m.sub_path), ("subPathExpr", &m.sub_path_expr)] {
+                if v.as_deref().is_some_and(|v| !v.is_empty()) {
+                    errs.push(FieldError::forbidden(
+                        format!("{p}.volumeMounts[{j}].{field}"),
+                        "cannot be set for an Ephemeral Container",
+                    ));
+                }
+            }
+        }
+    }
+    errs
+}
+
+/// Kubernetes' ValidatePodEphemeralContainersUpdate, beyond the spec's own validation: the
+/// ephemeral containers a pod has stay as they are (only additions are allowed), and static
+/// pods take none.
+pub fn validate_ephemeral_containers_update(
+    new: &crate::core::Pod,
+    old: &crate::core::Pod,
+) -> Vec<FieldError> {
+    const PATH: &str = "spec.ephemeralContainers";
+    if old
+        .metadata
+        .annotations
+        .contains_key("kubernetes.io/config.mirror")
+    {
+        return vec![FieldError::forbidden(
+            "",
+            "static pods do not support ephemeral containers",
+        )];
+    }
+    let mut errs = Vec::new();
+    for o in &old.spec.ephemeral_containers {
+        match new
+            .spec
+            .ephemeral_containers
+            .iter()
+            .find(|n| n.name == o.name)
+        {
+            None => errs.push(FieldError::forbidden(
+                PATH,
+                format!(
+                    "existing ephemeral containers {:?} may not be removed\n",
+                    o.name
+                ),
+            )),
+            Some(n) if n != o => errs.push(FieldError::forbidden(
+                PATH,
+                format!(
+                    "existing ephemeral containers {:?} may not be changed\n{}",
+                    o.name,
+                    ephemeral_diff(o, n)
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+    errs
+}
+
+/// The fields that differ between two versions of an ephemeral container, one a line as
+/// `-field: old` and `+field: new` (a short stand-in for kube-apiserver's cmp.Diff).
+fn ephemeral_diff(
+    old: &crate::core::EphemeralContainer,
+    new: &crate::core::EphemeralContainer,
+) -> String {
+    let (Ok(serde_json::Value::Object(o)), Ok(serde_json::Value::Object(n))) =
+        (serde_json::to_value(old), serde_json::to_value(new))
+    else {
+        return String::new();
+    };
+    let mut out = String::new();
+    let keys: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
+    for k in keys {
+        let (a, b) = (o.get(k), n.get(k));
+        if a != b {
+            for (sign, v) in [('-', a), ('+', b)] {
+                if let Some(v) = v.filter(|v| !v.is_null()) {
+                    out.push_str(&format!("{sign}{k}: {v}\n"));
+                }
+            }
+        }
+    }
+    out
 }
 
 fn check_weight(errs: &mut Vec<FieldError>, path: &str, weight: i32) {

@@ -183,6 +183,8 @@ pub enum Scope {
     Main,
     Scale,
     Status,
+    /// `pods/ephemeralcontainers`: owns what a main write owns, recorded under its name.
+    EphemeralContainers,
 }
 
 /// What is skipped at a level of the object.
@@ -676,6 +678,7 @@ impl Manager {
             Scope::Main => "",
             Scope::Scale => "scale",
             Scope::Status => "status",
+            Scope::EphemeralContainers => "ephemeralcontainers",
         }
     }
 }

@@ -38,6 +38,9 @@ use crate::store::{Committed, Renumber, Store, Txn};
 pub enum Part {
     Main,
     Status,
+    /// A pod's `spec.ephemeralContainers` (the `pods/ephemeralcontainers` subresource): the
+    /// rest of the object stays as stored.
+    EphemeralContainers,
 }
 
 /// Patch flavours accepted on PATCH.
@@ -338,6 +341,7 @@ fn scope_of(part: Part) -> Scope {
     match part {
         Part::Main => Scope::Main,
         Part::Status => Scope::Status,
+        Part::EphemeralContainers => Scope::EphemeralContainers,
     }
 }
 
@@ -1003,6 +1007,13 @@ fn validate_part<K: Resource>(obj: &K, part: Part) -> Result<(), ApiError> {
             errors
         }
         Part::Status => obj.validate_status(),
+        // The whole pod, now with its new ephemeral containers (ValidatePodEphemeralContainersUpdate
+        // validates the pod's metadata and spec first).
+        Part::EphemeralContainers => {
+            let mut errors = api::validation::validate_meta(obj.meta(), obj.kind_of());
+            errors.extend(obj.validate());
+            errors
+        }
     };
     if errors.is_empty() {
         Ok(())
@@ -1188,6 +1199,21 @@ fn apply_update_checked<K: Resource>(
     }
     match part {
         Part::Status => new.copy_all_but_status_from(&old),
+        Part::EphemeralContainers => {
+            // Kubernetes' dropNonEphemeralContainerUpdates: only spec.ephemeralContainers
+            // comes from the request (metadata as a status write keeps it).
+            let (Some(o), Some(n)) = (as_pod(&old), as_pod_mut(&mut new)) else {
+                return Err(ApiError::path_not_found());
+            };
+            let mut ephemeral = std::mem::take(&mut n.spec.ephemeral_containers);
+            for c in &mut ephemeral {
+                c.set_defaults();
+            }
+            let managed = n.metadata.managed_fields.take();
+            *n = o.clone();
+            n.spec.ephemeral_containers = ephemeral;
+            n.metadata.managed_fields = managed;
+        }
         Part::Main => {
             if kind.info().has_status {
                 new.copy_status_from(&old);
@@ -1247,12 +1273,21 @@ fn apply_update_checked<K: Resource>(
     if let Some(r) = requester {
         r.admit_update(kind, &old, &mut new)?;
     }
-    // A status write kept the stored spec, so only a main write can change the generation.
-    if part == Part::Main && new.spec_fingerprint() != old.spec_fingerprint() {
+    // A status write kept the stored spec, so only a main write (or new ephemeral containers)
+    // can change the generation.
+    if part != Part::Status && new.spec_fingerprint() != old.spec_fingerprint() {
         new.meta_mut().generation = Some(old.meta().generation.unwrap_or(1) + 1);
     }
     validate_part(&new, part)?;
-    if part == Part::Main {
+    if part == Part::EphemeralContainers {
+        if let (Some(o), Some(n)) = (as_pod(&old), as_pod(&new)) {
+            let errors = api::validation::validate_ephemeral_containers_update(n, o);
+            if !errors.is_empty() {
+                return Err(ApiError::invalid(kind, &name, errors));
+            }
+        }
+    }
+    if part != Part::Status {
         admit_pod_security(txn, &new, Some(&old), warnings)?;
     }
     if check_immutable && part == Part::Main {
@@ -1345,6 +1380,7 @@ fn heartbeat_write<K: Resource>(beats: &Heartbeats, old: &K, new: &K, part: Part
             }
             merged.set_defaults();
         }
+        Part::EphemeralContainers => return None,
     }
     {
         let (o, n) = (old.meta(), merged.meta_mut());
@@ -1371,6 +1407,7 @@ fn heartbeat_write<K: Resource>(beats: &Heartbeats, old: &K, new: &K, part: Part
             let at = renewal_only(as_lease(old)?, as_lease(&merged)?)?;
             beats.record_renewal(name, at);
         }
+        Part::EphemeralContainers => return None,
     }
     Some(merged)
 }
@@ -1422,7 +1459,7 @@ fn patched<K: Resource>(
 fn fields_view(who: &Manager) -> codec::View {
     match who.scope {
         Scope::Status => codec::View::Status,
-        Scope::Main | Scope::Scale => codec::View::Main,
+        Scope::Main | Scope::Scale | Scope::EphemeralContainers => codec::View::Main,
     }
 }
 
@@ -1780,6 +1817,19 @@ impl Registry {
             api::batch::generate_job_selector(job);
         }
         validate(&obj)?;
+        // Kubernetes' ValidatePodCreate: ephemeral containers come only through their
+        // subresource, once the pod exists.
+        if let Some(p) = as_pod(&obj).filter(|p| !p.spec.ephemeral_containers.is_empty()) {
+            let forbidden = api::validation::FieldError::forbidden(
+                "spec.ephemeralContainers",
+                "cannot be set on create",
+            );
+            return Err(ApiError::invalid(
+                Kind::Pod,
+                &p.metadata.name,
+                vec![forbidden],
+            ));
+        }
         Ok((obj, generate))
     }
 

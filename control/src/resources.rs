@@ -607,6 +607,7 @@ fn builtin_entry(kind: Kind) -> Entry {
                 &["create", "get"],
             ));
             subresources.push(sub("log", "Pod", &["get"]));
+            subresources.push(sub("ephemeralcontainers", "Pod", GET_PATCH_UPDATE));
             // kubectl drain evicts only when this entry names Eviction's group and version;
             // without them it deletes the pods.
             subresources.push(sub_of(

@@ -648,6 +648,32 @@ fn type_overrides(definition: &str) -> Vec<Op> {
             set("/protocol", json!("TCP")),
             set("/hostIP", json!("127.0.0.1")),
         ],
+        // An ephemeral container has no ports, probes, lifecycle, resources, restart policy
+        // or subPath mounts; its name is its own and its target the pod's container.
+        "EphemeralContainer" => vec![
+            set("/name", json!("debugger")),
+            set("/targetContainerName", json!("name")),
+            set("/imagePullPolicy", json!("IfNotPresent")),
+            set("/terminationMessagePolicy", json!("File")),
+            remove("/ports"),
+            remove("/resources"),
+            remove("/resizePolicy"),
+            remove("/restartPolicy"),
+            remove("/livenessProbe"),
+            remove("/readinessProbe"),
+            remove("/startupProbe"),
+            remove("/lifecycle"),
+            remove("/volumeMounts/0/subPath"),
+            remove("/volumeMounts/0/subPathExpr"),
+            split("/env", "", &["name"]),
+            Op::Split {
+                list: "/env".into(),
+                index: 1,
+                within: "/valueFrom",
+                keep: &[],
+            },
+            split("/envFrom", "", &["prefix"]),
+        ],
         "HTTPGetAction" => vec![set("/scheme", json!("HTTP"))],
         // A numeric port may have an end port at or above it.
         "NetworkPolicyPort" => vec![
@@ -1182,11 +1208,33 @@ fn write_kind(
         }
     };
 
+    // A pod's ephemeral containers come through their subresource once it exists (they
+    // cannot be set on create).
+    let ephemeral = match k.kind.as_str() {
+        "Pod" => obj["spec"]
+            .as_object_mut()
+            .and_then(|spec| spec.remove("ephemeralContainers")),
+        _ => None,
+    };
     let (code, mut last) = s.json("POST", &collection, &obj);
     if code != 201 {
         return Err(format!("{} create: {code} {}", k.kind, short(&last)));
     }
     check("create", &last)?;
+    if let Some(list) = ephemeral {
+        let mut body = last.clone();
+        body["spec"]["ephemeralContainers"] = list;
+        let (code, answer) = s.json("PUT", &format!("{path}/ephemeralcontainers"), &body);
+        if code != 200 {
+            return Err(format!(
+                "{} ephemeral containers: {code} {}",
+                k.kind,
+                short(&answer)
+            ));
+        }
+        last = answer;
+        check("ephemeral containers", &last)?;
+    }
     if k.has_status {
         let mut body = last.clone();
         body["status"] = obj["status"].clone();

@@ -43,6 +43,11 @@ pub enum ExitWatch {
 pub struct ContainerRecord {
     pub spec: Container,
     pub init: bool,
+    /// An ephemeral container (`kubectl debug`): run once, never restarted, reported in
+    /// `ephemeralContainerStatuses`.
+    pub ephemeral: bool,
+    /// The container whose PID namespace an ephemeral container joins.
+    pub target: Option<String>,
     pub image: Option<ImageInfo>,
     /// The runtime container, once created.
     pub id: Option<ContainerId>,
@@ -81,6 +86,8 @@ impl ContainerRecord {
     pub fn new(spec: Container, init: bool) -> Self {
         ContainerRecord {
             init,
+            ephemeral: false,
+            target: None,
             image: None,
             id: None,
             running_since: None,
@@ -101,6 +108,20 @@ impl ContainerRecord {
             exit_watch: ExitWatch::Unarmed,
             spec,
         }
+    }
+
+    /// The record of an ephemeral container.
+    pub fn new_ephemeral(ec: &api::core::EphemeralContainer) -> Self {
+        ContainerRecord {
+            ephemeral: true,
+            target: ec.target_container_name.clone().filter(|t| !t.is_empty()),
+            ..ContainerRecord::new(ec.to_container(), false)
+        }
+    }
+
+    /// An app container: neither init nor ephemeral.
+    pub fn is_app(&self) -> bool {
+        !self.init && !self.ephemeral
     }
 
     pub fn name(&self) -> &str {
@@ -252,7 +273,9 @@ pub fn qos_class(pod: &Pod) -> &'static str {
 /// The pod's status.
 pub fn pod_status(input: &StatusInput<'_>) -> PodStatus {
     let stage = input.stage;
-    let apps: Vec<&ContainerRecord> = input.containers.iter().filter(|c| !c.init).collect();
+    let apps: Vec<&ContainerRecord> = input.containers.iter().filter(|c| c.is_app()).collect();
+    let ephemeral: Vec<&ContainerRecord> =
+        input.containers.iter().filter(|c| c.ephemeral).collect();
     let inits: Vec<&ContainerRecord> = input.containers.iter().filter(|c| c.init).collect();
     let initialized = match stage {
         Stage::Running | Stage::Finished { .. } => true,
@@ -307,6 +330,15 @@ pub fn pod_status(input: &StatusInput<'_>) -> PodStatus {
         start_time: input.start_time,
         init_container_statuses: inits.iter().map(|c| c.status("PodInitializing")).collect(),
         container_statuses: apps.iter().map(|c| c.status(pending_reason)).collect(),
+        ephemeral_container_statuses: ephemeral
+            .iter()
+            .map(|c| {
+                let mut s = c.status("ContainerCreating");
+                // As the kubelet: an ephemeral container is never ready and has no probes.
+                s.started = None;
+                s
+            })
+            .collect(),
         qos_class: Some(qos_class(input.pod).to_string()),
         ..Default::default()
     }

@@ -172,6 +172,12 @@ impl Worker {
                 .iter()
                 .map(|c| ContainerRecord::new(c.clone(), false)),
         );
+        containers.extend(
+            pod.spec
+                .ephemeral_containers
+                .iter()
+                .map(ContainerRecord::new_ephemeral),
+        );
         Worker {
             ctx,
             pod,
@@ -215,11 +221,27 @@ impl Worker {
             PodUpdate::Desired(p) => {
                 if p.metadata.uid == self.pod.metadata.uid {
                     self.pod = *p;
+                    self.add_ephemeral();
                 }
             }
             PodUpdate::Gone => self.gone = true,
         }
         self.check_deletion();
+    }
+
+    /// Records the ephemeral containers added to the pod since (`kubectl debug`); the next
+    /// round of a running pod starts them.
+    fn add_ephemeral(&mut self) {
+        for ec in &self.pod.spec.ephemeral_containers {
+            if !self
+                .containers
+                .iter()
+                .any(|c| c.ephemeral && c.name() == ec.name)
+            {
+                tracing::info!(pod = %self.key(), container = %ec.name, "ephemeral container added");
+                self.containers.push(ContainerRecord::new_ephemeral(ec));
+            }
+        }
     }
 
     /// Moves to Terminating once the pod is being deleted (or gone).
@@ -437,7 +459,8 @@ impl Worker {
             let mut states = Vec::new();
             for id in ids {
                 let st = rt.state(&id).unwrap_or(ContainerState::Unknown);
-                states.push((id, st));
+                let started = rt.started_at(&id);
+                states.push((id, st, started));
             }
             Ok((sandbox, states))
         })
@@ -449,10 +472,10 @@ impl Worker {
                 (None, Vec::new())
             }
         };
-        let app_found = states.iter().any(|(id, _)| {
+        let app_found = states.iter().any(|(id, _, _)| {
             self.containers
                 .iter()
-                .any(|c| !c.init && c.name() == id.name())
+                .any(|c| c.is_app() && c.name() == id.name())
         });
         let (Some(sandbox), true) = (sandbox, app_found) else {
             if !states.is_empty() || self.pod_dir().exists() {
@@ -471,8 +494,33 @@ impl Worker {
                 .container_statuses
                 .iter()
                 .chain(&previous.init_container_statuses)
+                .chain(&previous.ephemeral_container_statuses)
                 .find(|s| s.name == rec.spec.name);
             rec.restart_count = old.map_or(0, |s| s.restart_count);
+            let found = states.iter().any(|(id, _, _)| id.name() == rec.spec.name);
+            if rec.ephemeral && !found {
+                // Never run twice: one that ran (its status says so) but whose container is
+                // gone is reported as it was last seen, terminated.
+                if let Some(state) = old.and_then(|s| s.state.as_ref()) {
+                    let t = state.terminated.clone().unwrap_or_default();
+                    let ran = state.running.is_some() || state.terminated.is_some();
+                    if ran {
+                        rec.terminated = Some(Termination {
+                            exit_code: if state.terminated.is_some() {
+                                t.exit_code
+                            } else {
+                                255
+                            },
+                            reason: t.reason.unwrap_or_else(|| "Unknown".into()),
+                            started_at: t
+                                .started_at
+                                .or(state.running.as_ref().and_then(|r| r.started_at)),
+                            finished_at: t.finished_at.unwrap_or_else(Time::now),
+                        });
+                    }
+                }
+                continue;
+            }
             if rec.init {
                 rec.terminated = Some(Termination {
                     exit_code: 0,
@@ -493,7 +541,9 @@ impl Worker {
                 }
                 continue;
             }
-            let Some((id, state)) = states.iter().find(|(id, _)| id.name() == rec.spec.name) else {
+            let Some((id, state, recorded_start)) =
+                states.iter().find(|(id, _, _)| id.name() == rec.spec.name)
+            else {
                 continue;
             };
             rec.id = Some(id.clone());
@@ -513,6 +563,7 @@ impl Worker {
                                 .and_then(|s| s.terminated.as_ref())
                                 .and_then(|t| t.started_at)
                         })
+                        .or(recorded_start.map(Time::from_system))
                         .or(Some(Time::now()));
                 }
                 ContainerState::Created | ContainerState::Unknown => {
@@ -948,6 +999,10 @@ impl Worker {
             Ok(r) => r,
             Err(e) => return self.fail_start(idx, "CreateContainerConfigError", e),
         };
+        let pid_ns = match self.target_pid_ns(idx).await {
+            Ok(ns) => ns,
+            Err(e) => return self.fail_start(idx, "CreateContainerError", e),
+        };
         let sc = spec_c.security_context.clone().unwrap_or_default();
         let caps = sc.capabilities.clone().unwrap_or_default();
         let log_path = self
@@ -973,6 +1028,7 @@ impl Worker {
             mounts,
             resources,
             log_path,
+            pid_ns,
         };
         let rt = self.ctx.runtime.clone();
         let created = smol::unblock(move || {
@@ -1084,7 +1140,9 @@ impl Worker {
             started_at: started,
             finished_at: Time::from_system(finished_at),
         };
-        let restart = if rec.init {
+        let restart = if rec.ephemeral {
+            false
+        } else if rec.init {
             policy != "Never" && code != 0
         } else {
             match policy.as_str() {
@@ -1190,6 +1248,10 @@ impl Worker {
     async fn supervise(&mut self) -> Duration {
         let mut wait = SUPERVISE_WATCHED;
         for idx in self.init_count..self.containers.len() {
+            if self.containers[idx].ephemeral && !self.ephemeral_image(idx).await {
+                wait = wait.min(Duration::from_secs(1));
+                continue;
+            }
             if let Some(w) = self.start_due(idx).await {
                 wait = wait.min(w);
             }
@@ -1216,7 +1278,7 @@ impl Worker {
         if let Some(w) = self.run_probes().await {
             wait = wait.min(w);
         }
-        let apps = &self.containers[self.init_count..];
+        let apps: Vec<&ContainerRecord> = self.containers.iter().filter(|c| c.is_app()).collect();
         if !apps.is_empty() && apps.iter().all(|c| c.terminated.is_some()) {
             let succeeded = apps
                 .iter()
@@ -1225,6 +1287,77 @@ impl Worker {
             return Duration::ZERO;
         }
         wait
+    }
+
+    /// Makes sure ephemeral container `idx`'s image is there (pulled as its pull policy
+    /// says); answers whether it is. A failure is reported as the container's waiting reason
+    /// and tried again on a later round.
+    async fn ephemeral_image(&mut self, idx: usize) -> bool {
+        let rec = &self.containers[idx];
+        if rec.image.is_some() || rec.terminated.is_some() {
+            return true;
+        }
+        if rec.retry_at.is_some_and(|at| at > Instant::now()) {
+            return false;
+        }
+        let reference = rec.spec.image.clone().unwrap_or_default();
+        let policy = pull_policy(&rec.spec);
+        let secrets = self.pull_secrets().await;
+        let auth =
+            super::pull_secrets::auth_for(&reference, &secrets).unwrap_or(RegistryAuth::Anonymous);
+        let result = self
+            .ctx
+            .images
+            .ensure(&reference, policy, &auth, &self.ctx.pull_options)
+            .await;
+        match result {
+            Ok(info) => {
+                self.container_event(
+                    idx,
+                    EventType::Normal,
+                    "Pulled",
+                    format!("Container image {reference:?} ready on machine"),
+                );
+                let rec = &mut self.containers[idx];
+                rec.image = Some(info);
+                rec.waiting = None;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(pod = %self.key(), image = %reference, "{e}");
+                let rec = &mut self.containers[idx];
+                rec.waiting = Some((e.reason().to_string(), e.to_string()));
+                rec.retry_at = Some(Instant::now() + rec.backoff);
+                rec.backoff = (rec.backoff * 2).min(BACKOFF_MAX);
+                false
+            }
+        }
+    }
+
+    /// The PID namespace container `idx` joins: its target's, for an ephemeral container
+    /// with `targetContainerName`. `Err` when the target is not running.
+    async fn target_pid_ns(&self, idx: usize) -> Result<Option<PathBuf>, String> {
+        let Some(target) = self.containers[idx].target.clone() else {
+            return Ok(None);
+        };
+        let id = self
+            .containers
+            .iter()
+            .find(|c| !c.ephemeral && c.name() == target)
+            .and_then(|c| c.id.clone())
+            .ok_or_else(|| format!("target container {target:?} is not running"))?;
+        let rt = self.ctx.runtime.clone();
+        match smol::unblock(move || rt.state(&id)).await {
+            Ok(ContainerState::Running { pid, .. }) => Ok(Some(
+                self.ctx
+                    .runtime
+                    .config()
+                    .proc_root
+                    .join(pid.to_string())
+                    .join("ns/pid"),
+            )),
+            _ => Err(format!("target container {target:?} is not running")),
+        }
     }
 
     /// Opens a pidfd for container `idx`'s current run, once, so its exit wakes the worker.

@@ -326,6 +326,9 @@ pub struct ContainerSpec {
     pub resources: Resources,
     /// File receiving stdout and stderr (appended to).
     pub log_path: PathBuf,
+    /// A PID namespace to join (`/proc/PID/ns/pid` of another container of the pod: an
+    /// ephemeral container's target) instead of a new one.
+    pub pid_ns: Option<PathBuf>,
 }
 
 impl ContainerSpec {
@@ -350,6 +353,7 @@ impl ContainerSpec {
             mounts: Vec::new(),
             resources: Resources::default(),
             log_path: log_path.into(),
+            pid_ns: None,
         }
     }
 }
@@ -963,6 +967,14 @@ impl Runtime {
     }
 
     /// Where the container's log goes.
+    /// When the container's process started, as recorded (still known once it exited).
+    pub fn started_at(&self, id: &ContainerId) -> Option<SystemTime> {
+        read_record(&self.container_dir(id))
+            .ok()?
+            .started_at
+            .map(from_ms)
+    }
+
     pub fn log_path(&self, id: &ContainerId) -> Result<PathBuf, RuntimeError> {
         Ok(read_record(&self.container_dir(id))?.log_path)
     }

@@ -257,7 +257,9 @@ pub fn build(
     }
 
     let mut namespaces = vec![json!({"type": "mount"})];
-    if !sandbox.config.host_pid {
+    if let Some(pid) = spec.pid_ns.as_ref().filter(|_| !sandbox.config.host_pid) {
+        namespaces.push(json!({"type": "pid", "path": pid}));
+    } else if !sandbox.config.host_pid {
         namespaces.push(json!({"type": "pid"}));
     }
     namespaces.push(json!({"type": "ipc", "path": sandbox.ipc_ns_path()}));

@@ -104,7 +104,8 @@ pub fn log_options(query: &str, now: std::time::SystemTime) -> Result<LogOptions
     })
 }
 
-/// The container a request means: the one named, or the pod's only one.
+/// The container a request means: the one named (an init, app or ephemeral container), or
+/// the pod's only one.
 pub(super) fn container_of(
     pod: &Pod,
     name: &str,
@@ -116,6 +117,12 @@ pub(super) fn container_of(
         .iter()
         .chain(&pod.spec.containers)
         .map(|c| c.name.as_str())
+        .chain(
+            pod.spec
+                .ephemeral_containers
+                .iter()
+                .map(|c| c.name.as_str()),
+        )
         .collect();
     match asked.filter(|c| !c.is_empty()) {
         Some(c) if names.contains(&c.as_str()) => Ok(c),

@@ -1722,6 +1722,7 @@ async fn resource<K: Resource>(
         Some("status") if kind.info().has_status => Part::Status,
         Some("finalize") if kind == Kind::Namespace => Part::Main,
         Some("binding") if kind == Kind::Pod => Part::Main,
+        Some("ephemeralcontainers") if kind == Kind::Pod => Part::EphemeralContainers,
         Some("scale")
             if matches!(
                 kind,
@@ -1820,7 +1821,11 @@ async fn resource<K: Resource>(
             release_memory_after(items.len());
             Ok(response)
         }
-        (Method::Get, Some(name), None | Some("status") | Some("approval")) => {
+        (
+            Method::Get,
+            Some(name),
+            None | Some("status") | Some("approval") | Some("ephemeralcontainers"),
+        ) => {
             let obj: K = registry.get(&ns_str, name).await?;
             let mut any = obj.into_any();
             state.registry.heartbeats.overlay_any(&mut any);
@@ -1873,7 +1878,15 @@ async fn resource<K: Resource>(
             api::codec::strip_nulls(&mut ok);
             Ok(json_response(StatusCode::Created, &ok))
         }
-        (Method::Put, Some(name), None | Some("status") | Some("finalize") | Some("approval")) => {
+        (
+            Method::Put,
+            Some(name),
+            None
+            | Some("status")
+            | Some("finalize")
+            | Some("approval")
+            | Some("ephemeralcontainers"),
+        ) => {
             let obj: K = decode_body_as(req, kind, &body)?;
             let updated = writer(state, req)?
                 .for_kind(kind)
@@ -1918,7 +1931,11 @@ async fn resource<K: Resource>(
             let obj = set_replicas::<K>(state, req, kind, &ns_str, name, replicas, None).await?;
             Ok(json_response(StatusCode::Ok, &scale_of(&obj.into_any())))
         }
-        (Method::Patch, Some(name), None | Some("status") | Some("approval")) => {
+        (
+            Method::Patch,
+            Some(name),
+            None | Some("status") | Some("approval") | Some("ephemeralcontainers"),
+        ) => {
             let pt = patch_type(req)?;
             if pt == PatchType::StrategicMerge && kind.is_custom() {
                 // Custom resources have no strategic merge patch (kube-apiserver's list).
