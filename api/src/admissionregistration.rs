@@ -211,9 +211,10 @@ impl Webhook {
                 64,
             ));
         }
-        errs.extend(validate_review_versions(
+        errs.extend(validation::review_versions(
             &self.admission_review_versions,
             &format!("{at}.admissionReviewVersions"),
+            Some("must specify one of v1, v1beta1"),
         ));
         errs
     }
@@ -334,40 +335,6 @@ fn validate_resources(resources: &[String], at: &str) -> Vec<FieldError> {
             at,
             go_strings(resources),
             "if '*' is present, must not specify other resources without subresources",
-        ));
-    }
-    errs
-}
-
-/// `admissionReviewVersions`: present, no repeats, DNS labels, one of v1 and v1beta1.
-fn validate_review_versions(versions: &[String], at: &str) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    if versions.is_empty() {
-        errs.push(FieldError::required_msg(
-            at,
-            "must specify one of v1, v1beta1",
-        ));
-        return errs;
-    }
-    let mut seen = HashSet::new();
-    for (i, v) in versions.iter().enumerate() {
-        if !seen.insert(v.as_str()) {
-            errs.push(FieldError::invalid(
-                format!("{at}[{i}]"),
-                v,
-                "duplicate version",
-            ));
-            continue;
-        }
-        if let Err(e) = validation::dns1035_label(v) {
-            errs.push(FieldError::invalid(format!("{at}[{i}]"), v, e));
-        }
-    }
-    if !versions.iter().any(|v| v == "v1" || v == "v1beta1") {
-        errs.push(FieldError::invalid_raw(
-            at,
-            go_strings(versions),
-            "must include at least one of v1, v1beta1",
         ));
     }
     errs

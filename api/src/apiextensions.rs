@@ -585,9 +585,10 @@ fn validate_crd(crd: &CustomResourceDefinition) -> Vec<FieldError> {
                     .as_ref()
                     .map(|w| w.conversion_review_versions.as_slice())
                     .unwrap_or_default();
-                errs.extend(validate_review_versions(
+                errs.extend(validation::review_versions(
                     versions,
                     "spec.conversion.conversionReviewVersions",
+                    None,
                 ));
             }
             other => errs.push(FieldError::not_supported(
@@ -729,38 +730,6 @@ fn validate_webhook_service(s: &ServiceReference, at: &str) -> Vec<FieldError> {
                 format!("segment[{i}]: {e}"),
             ));
         }
-    }
-    errs
-}
-
-/// `conversionReviewVersions`: present, no repeats, DNS labels, and one this server speaks.
-fn validate_review_versions(versions: &[String], at: &str) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    if versions.is_empty() {
-        errs.push(FieldError::required(at));
-        return errs;
-    }
-    let mut seen = std::collections::HashSet::new();
-    for (i, v) in versions.iter().enumerate() {
-        if !seen.insert(v.as_str()) {
-            errs.push(FieldError::invalid(
-                format!("{at}[{i}]"),
-                v,
-                "duplicate version",
-            ));
-            continue;
-        }
-        if let Err(e) = validation::dns1035_label(v) {
-            errs.push(FieldError::invalid(format!("{at}[{i}]"), v, e));
-        }
-    }
-    if !versions.iter().any(|v| v == "v1" || v == "v1beta1") {
-        let listed: Vec<String> = versions.iter().map(|v| format!("{v:?}")).collect();
-        errs.push(FieldError::invalid_raw(
-            at,
-            format!("[]string{{{}}}", listed.join(", ")),
-            "must include at least one of v1, v1beta1",
-        ));
     }
     errs
 }

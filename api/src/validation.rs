@@ -2160,3 +2160,40 @@ fn pod_spec_update_allowed(new: &PodSpec, old: &PodSpec) -> bool {
     }
     patched == *new
 }
+
+/// A webhook's list of review versions (`conversionReviewVersions`,
+/// `admissionReviewVersions`): present (`missing` is kube's message when it is not, if it
+/// has one), no repeats, DNS labels, and one of `v1` and `v1beta1`, which this server speaks.
+pub fn review_versions(versions: &[String], at: &str, missing: Option<&str>) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if versions.is_empty() {
+        errs.push(match missing {
+            Some(why) => FieldError::required_msg(at, why),
+            None => FieldError::required(at),
+        });
+        return errs;
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, v) in versions.iter().enumerate() {
+        if !seen.insert(v.as_str()) {
+            errs.push(FieldError::invalid(
+                format!("{at}[{i}]"),
+                v,
+                "duplicate version",
+            ));
+            continue;
+        }
+        if let Err(e) = dns1035_label(v) {
+            errs.push(FieldError::invalid(format!("{at}[{i}]"), v, e));
+        }
+    }
+    if !versions.iter().any(|v| v == "v1" || v == "v1beta1") {
+        let listed: Vec<String> = versions.iter().map(|v| format!("{v:?}")).collect();
+        errs.push(FieldError::invalid_raw(
+            at,
+            format!("[]string{{{}}}", listed.join(", ")),
+            "must include at least one of v1, v1beta1",
+        ));
+    }
+    errs
+}
