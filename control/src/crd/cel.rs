@@ -730,3 +730,111 @@ fn estimate<'a>(e: &IdedExpr, vars: &mut Vec<(String, Option<&'a Value>)>) -> f6
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rules(rule: &str, node: &Value) -> Vec<Rule> {
+        let mut errs = Vec::new();
+        let r = Rule::compile_all(&json!([{ "rule": rule }]), "x", node, &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+        r
+    }
+
+    #[test]
+    fn a_nested_comprehension_over_a_big_list_is_cancelled() {
+        let node = json!({"type": "array", "items": {"type": "integer"}});
+        let rule = &rules("self.all(x, self.all(y, self.all(z, true)))", &node)[0];
+        let big = Value::Array((0..200).map(|i| json!(i)).collect());
+        begin_object();
+        let mut errs = Vec::new();
+        let started = std::time::Instant::now();
+        rule.check(&big, None, false, "array", "spec.items", &mut errs);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(
+            errs[0].message,
+            "Invalid value: \"array\": 'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: self.all(x, self.all(y, self.all(z, true)))"
+        );
+        // No further rule runs for the object.
+        let mut more = Vec::new();
+        rules("false", &node)[0].check(&big, None, false, "array", "spec.items", &mut more);
+        assert!(more.is_empty());
+        // A small list passes.
+        begin_object();
+        let small = Value::Array((0..20).map(|i| json!(i)).collect());
+        let mut errs = Vec::new();
+        rule.check(&small, None, false, "array", "spec.items", &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+    }
+
+    #[test]
+    fn map_and_filter_still_work_instrumented() {
+        let node = json!({"type": "array", "items": {"type": "integer"}});
+        let rule = &rules("self.map(x, x * 2).filter(x, x > 2) == [4, 6] && self.exists_one(x, x == 1)", &node)[0];
+        begin_object();
+        let mut errs = Vec::new();
+        rule.check(&json!([1, 2, 3]), None, false, "array", "spec", &mut errs);
+        assert!(errs.is_empty(), "{errs:?}");
+    }
+
+    fn estimate_errors(schema: Value) -> Vec<String> {
+        let (_, mut errs) = estimating("openAPIV3Schema", || {
+            let mut errs = Vec::new();
+            let rules = schema["x-kubernetes-validations"].clone();
+            descend(1.0, || Rule::compile_all(&rules, "openAPIV3Schema.x-kubernetes-validations", &schema, &mut errs));
+            errs
+        });
+        let (own, _) = (errs.clone(), ());
+        errs.clear();
+        own.iter().map(|e| format!("{}: {}", e.field, e.message)).collect()
+    }
+
+    #[test]
+    fn the_estimate_refuses_unbounded_nested_loops() {
+        let unbounded = json!({
+            "type": "array", "items": {"type": "integer"},
+            "x-kubernetes-validations": [{"rule": "self.all(x, self.all(y, x == y || true))"}]
+        });
+        let (_, total) = estimating("openAPIV3Schema", || {
+            let mut errs = Vec::new();
+            let rules = unbounded["x-kubernetes-validations"].clone();
+            Rule::compile_all(&rules, "openAPIV3Schema.x-kubernetes-validations", &unbounded, &mut errs);
+            assert_eq!(errs.len(), 1, "{errs:?}");
+            assert_eq!(errs[0].field, "openAPIV3Schema.x-kubernetes-validations[0].rule");
+            assert!(errs[0].message.contains("estimated rule cost exceeds budget by factor of more than 100x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"), "{}", errs[0].message);
+        });
+        assert_eq!(total.len(), 2, "{total:?}");
+        let bounded = json!({
+            "type": "array", "maxItems": 100, "items": {"type": "integer"},
+            "x-kubernetes-validations": [{"rule": "self.all(x, self.all(y, x == y || true))"}]
+        });
+        assert!(estimate_errors(bounded).is_empty());
+        // A string function over an unbounded string inside a loop over an unbounded list.
+        let strings = json!({
+            "type": "array", "items": {"type": "string"},
+            "x-kubernetes-validations": [{"rule": "self.all(x, x.contains('a string'))"}]
+        });
+        let (_, _) = estimating("s", || {
+            let mut errs = Vec::new();
+            Rule::compile_all(&strings["x-kubernetes-validations"], "r", &strings, &mut errs);
+            assert_eq!(errs.len(), 1, "{errs:?}");
+        });
+        // Rules on the items of an unbounded list are multiplied by its size.
+        let (_, _) = estimating("s", || {
+            descend(max_items(&strings), || {
+                let mut errs = Vec::new();
+                let item = json!({"type": "string", "maxLength": 1000});
+                Rule::compile_all(&json!([{"rule": "self.contains('x')"}]), "r", &item, &mut errs);
+                assert_eq!(errs.len(), 1, "{errs:?}");
+                assert!(errs[0].message.contains("by factor of"), "{errs:?}");
+            })
+        });
+        // Without estimating (a stored definition), nothing is refused.
+        let mut errs = Vec::new();
+        Rule::compile_all(&unbounded["x-kubernetes-validations"], "r", &unbounded, &mut errs);
+        assert!(errs.is_empty());
+    }
+}

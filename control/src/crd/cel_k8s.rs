@@ -1397,3 +1397,178 @@ fn lists(env: &mut Env) -> Result<(), DeclarationError> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cel::Value;
+    use std::sync::Arc;
+
+    fn eval(src: &str) -> Result<Value, String> {
+        let mut env = Env::stdlib();
+        for ext in [
+            cel::extensions::strings,
+            cel::extensions::lists,
+            extension,
+        ] {
+            env.add_extension(ext).unwrap();
+        }
+        let program = env.compile(src).map_err(|e| e.to_string())?;
+        let ctx = cel::Context::with_env(Arc::new(env));
+        program.execute(&ctx).map_err(|e| message(&e))
+    }
+
+    fn yes(src: &str) {
+        assert_eq!(eval(src), Ok(Value::Bool(true)), "{src}");
+    }
+
+    fn fails(src: &str, msg: &str) {
+        assert_eq!(eval(src), Err(msg.to_string()), "{src}");
+    }
+
+    #[test]
+    fn urls() {
+        yes("isURL('https://user:pass@example.com:80/path?query=val#fragment')");
+        yes("isURL('/absolute-path')");
+        yes("!isURL('https://a:b:c/')");
+        yes("!isURL('../relative-path')");
+        yes("url('/path').getScheme() == ''");
+        yes("url('https://example.com/').getScheme() == 'https'");
+        yes("url('HTTPS://example.com/').getScheme() == 'https'");
+        yes("url('https://example.com:80/').getHost() == 'example.com:80'");
+        yes("url('https://[::1]:80/').getHost() == '[::1]:80'");
+        yes("url('https://[::1]/').getHostname() == '::1'");
+        yes("url('https://127.0.0.1:80/').getHostname() == '127.0.0.1'");
+        yes("url('https://example.com:443/').getPort() == '443'");
+        yes("url('https://example.com/').getPort() == ''");
+        yes("url('https://example.com/path with spaces/').getEscapedPath() == '/path%20with%20spaces/'");
+        yes("url('https://example.com').getEscapedPath() == ''");
+        yes("url('https://example.com/a%2Fb').getEscapedPath() == '/a%2Fb'");
+        yes("url('https://example.com/path?k1=a&k2=b&k2=c').getQuery() == {'k1': ['a'], 'k2': ['b', 'c']}");
+        yes("url('https://example.com/path?key with spaces=value with spaces').getQuery() == {'key with spaces': ['value with spaces']}");
+        yes("url('https://example.com/path?').getQuery() == {}");
+        yes("url('https://example.com/a#frag') == url('https://example.com/a#frag')");
+        fails(
+            "url('../relative-path')",
+            "URL parse error during conversion from string: parse \"../relative-path\": invalid URI for request",
+        );
+        fails(
+            "url('https://a:b:c/')",
+            "URL parse error during conversion from string: parse \"https://a:b:c/\": invalid port \":c\" after host",
+        );
+        fails(
+            "url('http://a b/')",
+            "URL parse error during conversion from string: parse \"http://a b/\": invalid character \" \" in host name",
+        );
+        fails(
+            "url('/a%zz')",
+            "URL parse error during conversion from string: parse \"/a%zz\": invalid URL escape \"%zz\"",
+        );
+        fails(
+            "url(':x')",
+            "URL parse error during conversion from string: parse \":x\": missing protocol scheme",
+        );
+    }
+
+    #[test]
+    fn ips() {
+        yes("isIP('192.168.0.1') && isIP('::1') && !isIP('1.2.3') && !isIP('fe80::1%eth0')");
+        yes("!isIP('::ffff:1.2.3.4') && !isIP('01.2.3.4')");
+        yes("ip('192.168.0.1').family() == 4 && ip('::1').family() == 6");
+        yes("ip('0.0.0.0').isUnspecified() && ip('::').isUnspecified()");
+        yes("ip('127.0.0.1').isLoopback() && ip('::1').isLoopback() && !ip('2001:db8::abcd').isLoopback()");
+        yes("ip('224.0.0.1').isLinkLocalMulticast() && !ip('224.0.1.1').isLinkLocalMulticast()");
+        yes("ip('ff02::1').isLinkLocalMulticast() && !ip('fd00::1').isLinkLocalMulticast()");
+        yes("ip('169.254.169.254').isLinkLocalUnicast() && ip('fe80::1').isLinkLocalUnicast() && !ip('fd80::1').isLinkLocalUnicast()");
+        yes("ip('192.168.0.1').isGlobalUnicast() && !ip('255.255.255.255').isGlobalUnicast()");
+        yes("ip('2001:db8::abcd').isGlobalUnicast() && !ip('ff00::1').isGlobalUnicast()");
+        yes("string(ip('2001:DB8:0:0::1')) == '2001:db8::1'");
+        yes("ip.isCanonical('2001:db8::1') && !ip.isCanonical('2001:DB8::1')");
+        yes("ip('10.0.0.1') == ip('10.0.0.1') && ip('10.0.0.1') != ip('10.0.0.2')");
+        fails(
+            "ip('foo')",
+            "IP Address \"foo\" parse error during conversion from string: ParseAddr(\"foo\"): unable to parse IP",
+        );
+        fails(
+            "ip('fe80::1%eth0')",
+            "IP address \"fe80::1%eth0\" with zone value is not allowed",
+        );
+        fails(
+            "ip('::ffff:1.2.3.4')",
+            "IPv4-mapped IPv6 address \"::ffff:1.2.3.4\" is not allowed",
+        );
+    }
+
+    #[test]
+    fn cidrs() {
+        yes("isCIDR('192.168.0.0/24') && !isCIDR('192.168.0.0') && !isCIDR('10.0.0.0/33')");
+        yes("cidr('192.168.0.0/24').containsIP(ip('192.168.0.1')) && !cidr('192.168.0.0/24').containsIP('192.168.1.1')");
+        yes("cidr('192.168.0.0/24').containsIP('192.168.0.1') && !cidr('::/0').containsIP('1.2.3.4')");
+        yes("cidr('192.168.0.0/16').containsCIDR('192.168.10.0/24') && !cidr('192.168.0.0/24').containsCIDR('192.168.0.0/16')");
+        yes("cidr('192.168.0.0/16').containsCIDR(cidr('192.168.0.0/16'))");
+        yes("cidr('192.168.0.1/24').ip() == ip('192.168.0.1') && cidr('::1/128').ip().family() == 6");
+        yes("cidr('192.168.0.1/24').masked() == cidr('192.168.0.0/24')");
+        yes("cidr('192.168.0.1/24') != cidr('192.168.0.1/24').masked()");
+        yes("cidr('192.168.0.0/16').prefixLength() == 16 && cidr('::1/128').prefixLength() == 128");
+        yes("string(cidr('2001:db8::/32')) == '2001:db8::/32'");
+        fails(
+            "cidr('10.0.0.0')",
+            "network address parse error during conversion from string: network address parse error during conversion from string: netip.ParsePrefix(\"10.0.0.0\"): no '/'",
+        );
+        fails(
+            "cidr('10.0.0.0/33')",
+            "network address parse error during conversion from string: network address parse error during conversion from string: netip.ParsePrefix(\"10.0.0.0/33\"): prefix length out of range",
+        );
+    }
+
+    #[test]
+    fn quantities() {
+        yes("isQuantity('1.5Gi') && isQuantity('100m') && !isQuantity('1.5x') && !isQuantity('')");
+        yes("quantity('1') == quantity('1000m') && quantity('1Ki') == quantity('1024')");
+        yes("sign(quantity('-1')) == -1 && sign(quantity('0')) == 0 && sign(quantity('5')) == 1");
+        yes("quantity('1k').isInteger() && !quantity('100m').isInteger() && quantity('1k').asInteger() == 1000");
+        yes("quantity('50m').asApproximateFloat() == 0.05");
+        yes("quantity('50k').add(quantity('20k')) == quantity('70k') && quantity('50k').add(20) == quantity('50020')");
+        yes("quantity('50k').sub(quantity('20k')) == quantity('30k') && quantity('50k').sub(20) == quantity('49980')");
+        yes("quantity('50M').compareTo(quantity('50Mi')) == -1 && quantity('1').compareTo(quantity('1000m')) == 0");
+        yes("quantity('1Gi').isGreaterThan(quantity('1G')) && quantity('1G').isLessThan(quantity('1Gi'))");
+        fails("quantity('100m').asInteger()", "cannot convert value to integer");
+        fails(
+            "quantity('1.5x')",
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+        );
+    }
+
+    #[test]
+    fn formats() {
+        yes("!format.dns1123Label().validate('my-label-name').hasValue()");
+        yes("format.dns1123Label().validate('My_Label').value() == [\"a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')\"]");
+        yes("!format.named('dns1123Subdomain').value().validate('apiextensions.k8s.io').hasValue()");
+        yes("!format.named('nope').hasValue()");
+        yes("!format.dns1035Label().validate('my-label').hasValue() && format.dns1035Label().validate('1abc').hasValue()");
+        yes("!format.qualifiedName().validate('apiextensions.k8s.io/v1beta1').hasValue()");
+        yes("format.qualifiedName().validate('/x').value()[0] == 'prefix part must be non-empty'");
+        yes("!format.dns1123LabelPrefix().validate('my-label-prefix-').hasValue()");
+        yes("!format.labelValue().validate('').hasValue() && format.labelValue().validate('-x').hasValue()");
+        yes("!format.uri().validate('http://example.com').hasValue()");
+        yes("format.uri().validate('x').value() == ['parse \"x\": invalid URI for request']");
+        yes("!format.uuid().validate('123e4567-e89b-12d3-a456-426614174000').hasValue()");
+        yes("format.uuid().validate('x').value() == ['does not match the UUID format']");
+        yes("!format.byte().validate('aGVsbG8=').hasValue() && format.byte().validate('a').value() == ['invalid base64']");
+        yes("!format.date().validate('2021-01-01').hasValue() && format.date().validate('2021-02-30').value() == ['invalid date']");
+        yes("!format.datetime().validate('2021-01-01T00:00:00Z').hasValue() && format.datetime().validate('x').value() == ['invalid datetime']");
+    }
+
+    #[test]
+    fn regex_and_lists() {
+        yes("'abc 123'.find('[0-9]+') == '123' && 'abc'.find('[0-9]+') == ''");
+        yes("'123 abc 456'.findAll('[0-9]+') == ['123', '456'] && '123 abc 456'.findAll('[0-9]+', 1) == ['123']");
+        yes("[1, 2, 3].isSorted() && !['b', 'a'].isSorted() && [].isSorted()");
+        yes("[1, 2, 3].sum() == 6 && [1.5, 2.5].sum() == 4.0 && [].sum() == 0");
+        yes("[3, 1, 2].min() == 1 && [3, 1, 2].max() == 3 && ['b', 'c', 'a'].max() == 'c'");
+        yes("[1, 2, 3, 2].indexOf(2) == 1 && [1, 2, 3, 2].lastIndexOf(2) == 3 && [1].indexOf(5) == -1");
+        yes("'abcb'.indexOf('b') == 1");
+        fails("[].min()", "min called on empty list");
+        fails("[].max()", "max called on empty list");
+    }
+}
