@@ -658,10 +658,29 @@ fn size_of(e: &IdedExpr, vars: &[(String, Option<&Value>)]) -> f64 {
     }
 }
 
+/// The most bytes a string expression holds: a literal's, or a path's maxLength (the
+/// longest of its enum values, else unbounded).
+fn string_size(e: &IdedExpr, vars: &[(String, Option<&Value>)]) -> Option<f64> {
+    if let Expr::Literal(LiteralValue::String(s)) = &e.expr {
+        return Some(s.inner().len() as f64);
+    }
+    let s = schema_of(e, vars)?;
+    if s.get("type").and_then(Value::as_str) != Some("string") {
+        return None;
+    }
+    if let Some(values) = s.get("enum").and_then(Value::as_array) {
+        let longest = values.iter().filter_map(Value::as_str).map(str::len).max();
+        if let Some(n) = longest {
+            return Some(n as f64);
+        }
+    }
+    Some(max_length(Some(s)))
+}
+
 /// String functions whose cost grows with the string: cel-go charges a tenth per byte.
 const TRAVERSING: &[&str] = &[
     "contains", "startsWith", "endsWith", "matches", "find", "findAll", "split", "replace",
-    "lowerAscii", "upperAscii", "trim", "indexOf", "lastIndexOf", "_==_", "_!=_", "_+_",
+    "lowerAscii", "upperAscii", "trim", "indexOf", "lastIndexOf", "_+_",
     "url", "isURL", "quantity", "isQuantity", "ip", "isIP", "cidr", "isCIDR", "validate",
 ];
 
@@ -696,16 +715,16 @@ fn estimate<'a>(e: &IdedExpr, vars: &mut Vec<(String, Option<&'a Value>)>) -> f6
             let mut cost = 1.0
                 + c.target.as_deref().map_or(0.0, |t| estimate(t, vars))
                 + c.args.iter().map(|a| estimate(a, vars)).sum::<f64>();
-            if TRAVERSING.contains(&c.func_name.as_str()) {
+            if matches!(c.func_name.as_str(), "_==_" | "_!=_") && c.args.len() == 2 {
+                // cel-go: comparing strings walks the shorter one.
+                if let (Some(a), Some(b)) =
+                    (string_size(&c.args[0], vars), string_size(&c.args[1], vars))
+                {
+                    cost += (a.min(b) * 0.1).ceil();
+                }
+            } else if TRAVERSING.contains(&c.func_name.as_str()) {
                 let subject = c.target.as_deref().or(c.args.first());
-                if let Some(subject) = subject {
-                    let len = match schema_of(subject, vars) {
-                        Some(s) if s.get("type").and_then(Value::as_str) == Some("string") => {
-                            max_length(Some(s))
-                        }
-                        Some(_) => 0.0,
-                        None => 0.0,
-                    };
+                if let Some(len) = subject.and_then(|x| string_size(x, vars)) {
                     cost += (len * 0.1).ceil();
                 }
             }
