@@ -3,12 +3,29 @@
 //! node they sit on (`self`, and `oldSelf` on an update for transition rules), with
 //! kube-apiserver's field paths, reasons and messages.
 //!
-//! The environment is CEL's standard library with the strings, lists and math extensions
-//! (most of what Kubernetes' own libraries add: `lowerAscii`, `split`, `join`, `indexOf`,
-//! `isSorted`, `sum`, `min`, `max`, ...). Kubernetes' url, ip, cidr, quantity and format
-//! libraries are not there; a rule that calls them fails to evaluate, and the write is
-//! refused with the evaluation error, as kube does for a runtime error. Cost limits are not
-//! estimated (kube refuses definitions whose rules could cost too much).
+//! The environment is CEL's standard library with the crate's strings, lists and math
+//! extensions, and Kubernetes' own libraries as kube-apiserver 1.32 offers them to CRD rules
+//! (`super::cel_k8s`): url, ip, cidr, quantity, format, regex `find`/`findAll`, and the
+//! lists functions the crate lacks (`isSorted`, `sum`, `min`, `max`, `indexOf`,
+//! `lastIndexOf`). kube's later additions (quantity `mul`/`div`, `semver`) are not there.
+//!
+//! Cost limits, as far as the crate allows (it has no cost tracker, step limit or
+//! cancellation; see the section at the end):
+//!
+//! * at run time, each comprehension is charged its range's size times the nodes its loop
+//!   evaluates, before it iterates; a rule past kube's per-call limit (1,000,000) is
+//!   cancelled with kube's error and no further rule of the object runs; all the rules of
+//!   one object share kube's budget (10,000,000). Function calls over long strings are not
+//!   charged at run time (they are linear in a request that is at most 3 MiB);
+//! * when a definition is written, each rule's worst case is estimated from the schema's
+//!   maxItems, maxProperties and maxLength (unbounded ones from the largest request),
+//!   multiplied by how often the rule can run, and refused past kube's per-rule limit
+//!   (10,000,000) or, for the schema's total, kube's per-definition limit (100,000,000),
+//!   with kube's messages. The estimate approximates cel-go's (1 per call, identifier and
+//!   selection, a tenth per byte for string functions, a loop's body times its range's
+//!   size); it is not cel-go's number, and the size of a function's result (a `split`) is
+//!   not known, so such loops are left to the run-time limit. Stored definitions are not
+//!   re-estimated, as kube does not.
 
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, OnceLock};
@@ -64,12 +81,7 @@ impl Rule {
     /// Compiles the rules of one node (`x-kubernetes-validations`, found at `at`).
     /// `node` is the schema the rules sit on: their estimated cost is checked against it
     /// while [`estimating`] (a definition being written).
-    pub fn compile_all(
-        v: &Value,
-        at: &str,
-        node: &Value,
-        errs: &mut Vec<FieldError>,
-    ) -> Vec<Rule> {
+    pub fn compile_all(v: &Value, at: &str, node: &Value, errs: &mut Vec<FieldError>) -> Vec<Rule> {
         let Some(list) = v.as_array() else {
             errs.push(FieldError::invalid(at, v, "must be a list of rules"));
             return Vec::new();
@@ -125,7 +137,13 @@ impl Rule {
                 }
             }
             let transition = program.references().has_variable("oldSelf");
-            estimate_rule(program.expression(), node, &format!("{at}.rule"), "rule", errs);
+            estimate_rule(
+                program.expression(),
+                node,
+                &format!("{at}.rule"),
+                "rule",
+                errs,
+            );
             if let Some(m) = &message_expression {
                 estimate_rule(
                     m.expression(),
@@ -364,14 +382,19 @@ fn charge<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execution
     let (Some(range), Some(per)) = (args.next(), args.next()) else {
         return Err(ExecutionError::invalid_argument_count(2, 0));
     };
-    let per = per.downcast_ref::<CelInt>().map_or(1, |n| *n.inner()).max(1) as u64;
+    let per = per
+        .downcast_ref::<CelInt>()
+        .map_or(1, |n| *n.inner())
+        .max(1) as u64;
     let size = match range.as_sizer() {
         Some(s) => (*s.size().inner()).max(0) as u64,
         None => 1,
     };
     let over = COST.with(|c| {
         let (spent, limit) = c.get();
-        let spent = spent.saturating_add(size.saturating_mul(per)).saturating_add(1);
+        let spent = spent
+            .saturating_add(size.saturating_mul(per))
+            .saturating_add(1);
         c.set((spent, limit));
         spent > limit
     });
@@ -394,15 +417,22 @@ fn run(expr: &IdedExpr, ctx: &cel::Context, limit: u64) -> (cel::ResolveResult, 
 fn loop_nodes(e: &IdedExpr) -> u64 {
     match &e.expr {
         Expr::Call(c) => {
-            1 + c.target.as_deref().map_or(0, loop_nodes) + c.args.iter().map(loop_nodes).sum::<u64>()
+            1 + c.target.as_deref().map_or(0, loop_nodes)
+                + c.args.iter().map(loop_nodes).sum::<u64>()
         }
         Expr::Ident(_) => 1,
         Expr::Select(s) => 1 + loop_nodes(&s.operand),
         Expr::List(l) => 1 + l.elements.iter().map(loop_nodes).sum::<u64>(),
-        Expr::Map(m) => 1 + m.entries.iter().map(|en| match &en.expr {
-            EntryExpr::MapEntry(me) => loop_nodes(&me.key) + loop_nodes(&me.value),
-            EntryExpr::StructField(f) => loop_nodes(&f.value),
-        }).sum::<u64>(),
+        Expr::Map(m) => {
+            1 + m
+                .entries
+                .iter()
+                .map(|en| match &en.expr {
+                    EntryExpr::MapEntry(me) => loop_nodes(&me.key) + loop_nodes(&me.value),
+                    EntryExpr::StructField(f) => loop_nodes(&f.value),
+                })
+                .sum::<u64>()
+        }
         Expr::Comprehension(_) => 1,
         _ => 0,
     }
@@ -563,7 +593,10 @@ fn estimate_rule(e: &IdedExpr, node: &Value, at: &str, what: &str, errs: &mut Ve
     let Some(times) = ESTIMATE.with(|est| est.borrow().as_ref().map(|x| x.cardinality)) else {
         return;
     };
-    let mut vars = vec![("self".to_string(), Some(node)), ("oldSelf".to_string(), Some(node))];
+    let mut vars = vec![
+        ("self".to_string(), Some(node)),
+        ("oldSelf".to_string(), Some(node)),
+    ];
     let cost = (estimate(e, &mut vars) * times).min(f64::MAX);
     if cost > STATIC_RULE_LIMIT {
         errs.push(FieldError::forbidden(
@@ -626,7 +659,11 @@ fn max_length(s: Option<&Value>) -> f64 {
 /// The schema of what `e` evaluates to, when it is a path into `self`.
 fn schema_of<'a>(e: &IdedExpr, vars: &[(String, Option<&'a Value>)]) -> Option<&'a Value> {
     match &e.expr {
-        Expr::Ident(n) => vars.iter().rev().find(|(v, _)| v == n).and_then(|(_, s)| *s),
+        Expr::Ident(n) => vars
+            .iter()
+            .rev()
+            .find(|(v, _)| v == n)
+            .and_then(|(_, s)| *s),
         Expr::Select(sel) if !sel.test => {
             let s = schema_of(&sel.operand, vars)?;
             s.get("properties")
@@ -679,13 +716,33 @@ fn string_size(e: &IdedExpr, vars: &[(String, Option<&Value>)]) -> Option<f64> {
 
 /// String functions whose cost grows with the string: cel-go charges a tenth per byte.
 const TRAVERSING: &[&str] = &[
-    "contains", "startsWith", "endsWith", "matches", "find", "findAll", "split", "replace",
-    "lowerAscii", "upperAscii", "trim", "indexOf", "lastIndexOf", "_+_",
-    "url", "isURL", "quantity", "isQuantity", "ip", "isIP", "cidr", "isCIDR", "validate",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
+    "find",
+    "findAll",
+    "split",
+    "replace",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "indexOf",
+    "lastIndexOf",
+    "_+_",
+    "url",
+    "isURL",
+    "quantity",
+    "isQuantity",
+    "ip",
+    "isIP",
+    "cidr",
+    "isCIDR",
+    "validate",
 ];
 
 /// cel-go's estimate of `e`'s worst-case cost, approximated.
-fn estimate<'a>(e: &IdedExpr, vars: &mut Vec<(String, Option<&'a Value>)>) -> f64 {
+fn estimate(e: &IdedExpr, vars: &mut Vec<(String, Option<&Value>)>) -> f64 {
     match &e.expr {
         Expr::Literal(_) | Expr::Unspecified => 0.0,
         Expr::Ident(_) => 1.0,
@@ -732,9 +789,11 @@ fn estimate<'a>(e: &IdedExpr, vars: &mut Vec<(String, Option<&'a Value>)>) -> f6
         }
         Expr::Comprehension(c) => {
             let n = size_of(&c.iter_range, vars);
-            let item = schema_of(&c.iter_range, vars).and_then(|s| match s.get("type").and_then(Value::as_str) {
-                Some("array") => s.get("items"),
-                _ => None,
+            let item = schema_of(&c.iter_range, vars).and_then(|s| {
+                match s.get("type").and_then(Value::as_str) {
+                    Some("array") => s.get("items"),
+                    _ => None,
+                }
             });
             let fixed = estimate(&c.iter_range, vars) + estimate(&c.accu_init, vars);
             vars.push((c.iter_var.clone(), item));
@@ -792,23 +851,34 @@ mod tests {
     #[test]
     fn map_and_filter_still_work_instrumented() {
         let node = json!({"type": "array", "items": {"type": "integer"}});
-        let rule = &rules("self.map(x, x * 2).filter(x, x > 2) == [4, 6] && self.exists_one(x, x == 1)", &node)[0];
+        let rule = &rules(
+            "self.map(x, x * 2).filter(x, x > 2) == [4, 6] && self.exists_one(x, x == 1)",
+            &node,
+        )[0];
         begin_object();
         let mut errs = Vec::new();
         rule.check(&json!([1, 2, 3]), None, false, "array", "spec", &mut errs);
         assert!(errs.is_empty(), "{errs:?}");
     }
 
+    /// The errors of compiling a schema node's rules while estimating, and the schema-wide
+    /// ones after.
     fn estimate_errors(schema: Value) -> Vec<String> {
-        let (_, mut errs) = estimating("openAPIV3Schema", || {
+        let (mut errs, total) = estimating("openAPIV3Schema", || {
             let mut errs = Vec::new();
             let rules = schema["x-kubernetes-validations"].clone();
-            descend(1.0, || Rule::compile_all(&rules, "openAPIV3Schema.x-kubernetes-validations", &schema, &mut errs));
+            Rule::compile_all(
+                &rules,
+                "openAPIV3Schema.x-kubernetes-validations",
+                &schema,
+                &mut errs,
+            );
             errs
         });
-        let (own, _) = (errs.clone(), ());
-        errs.clear();
-        own.iter().map(|e| format!("{}: {}", e.field, e.message)).collect()
+        errs.extend(total);
+        errs.iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
     }
 
     #[test]
@@ -820,9 +890,17 @@ mod tests {
         let (_, total) = estimating("openAPIV3Schema", || {
             let mut errs = Vec::new();
             let rules = unbounded["x-kubernetes-validations"].clone();
-            Rule::compile_all(&rules, "openAPIV3Schema.x-kubernetes-validations", &unbounded, &mut errs);
+            Rule::compile_all(
+                &rules,
+                "openAPIV3Schema.x-kubernetes-validations",
+                &unbounded,
+                &mut errs,
+            );
             assert_eq!(errs.len(), 1, "{errs:?}");
-            assert_eq!(errs[0].field, "openAPIV3Schema.x-kubernetes-validations[0].rule");
+            assert_eq!(
+                errs[0].field,
+                "openAPIV3Schema.x-kubernetes-validations[0].rule"
+            );
             assert!(errs[0].message.contains("estimated rule cost exceeds budget by factor of more than 100x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"), "{}", errs[0].message);
         });
         assert_eq!(total.len(), 2, "{total:?}");
@@ -838,7 +916,12 @@ mod tests {
         });
         let (_, _) = estimating("s", || {
             let mut errs = Vec::new();
-            Rule::compile_all(&strings["x-kubernetes-validations"], "r", &strings, &mut errs);
+            Rule::compile_all(
+                &strings["x-kubernetes-validations"],
+                "r",
+                &strings,
+                &mut errs,
+            );
             assert_eq!(errs.len(), 1, "{errs:?}");
         });
         // Rules on the items of an unbounded list are multiplied by its size.
@@ -846,14 +929,24 @@ mod tests {
             descend(max_items(&strings), || {
                 let mut errs = Vec::new();
                 let item = json!({"type": "string", "maxLength": 1000});
-                Rule::compile_all(&json!([{"rule": "self.contains('x')"}]), "r", &item, &mut errs);
+                Rule::compile_all(
+                    &json!([{"rule": "self.contains('x')"}]),
+                    "r",
+                    &item,
+                    &mut errs,
+                );
                 assert_eq!(errs.len(), 1, "{errs:?}");
                 assert!(errs[0].message.contains("by factor of"), "{errs:?}");
             })
         });
         // Without estimating (a stored definition), nothing is refused.
         let mut errs = Vec::new();
-        Rule::compile_all(&unbounded["x-kubernetes-validations"], "r", &unbounded, &mut errs);
+        Rule::compile_all(
+            &unbounded["x-kubernetes-validations"],
+            "r",
+            &unbounded,
+            &mut errs,
+        );
         assert!(errs.is_empty());
     }
 }

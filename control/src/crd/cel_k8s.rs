@@ -26,8 +26,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use cel::common::types::{
-    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelOptional, CelString, Type,
-    DYN_TYPE, INT_TYPE, LIST_TYPE, STRING_TYPE,
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelOptional, CelString, Type, DYN_TYPE,
+    INT_TYPE, LIST_TYPE, STRING_TYPE,
 };
 use cel::common::value::{CowVal, StaticVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
@@ -570,7 +570,9 @@ impl Cidr {
                 IpAddr::V4((u32::from(a) & m).into())
             }
             IpAddr::V6(a) => {
-                let m = u128::MAX.checked_shl(128 - u32::from(self.bits)).unwrap_or(0);
+                let m = u128::MAX
+                    .checked_shl(128 - u32::from(self.bits))
+                    .unwrap_or(0);
                 IpAddr::V6((u128::from(a) & m).into())
             }
         };
@@ -602,7 +604,7 @@ fn parse_addr(s: &str) -> Result<(IpAddr, bool), String> {
     let fail = || format!("ParseAddr({s:?}): unable to parse IP");
     if s.contains(':') {
         let (a, zone) = match s.split_once('%') {
-            Some((_, z)) if z.is_empty() => {
+            Some((_, "")) => {
                 return Err(format!("ParseAddr({s:?}): zone must be a non-empty string"));
             }
             Some((a, _)) => (a, true),
@@ -624,9 +626,8 @@ fn is_4in6(a: &IpAddr) -> bool {
 
 /// kube's `parseIPAddr`: no zones, no IPv4-mapped IPv6 addresses.
 fn parse_ip(s: &str) -> Result<IpAddr, String> {
-    let (addr, zone) = parse_addr(s).map_err(|e| {
-        format!("IP Address {s:?} parse error during conversion from string: {e}")
-    })?;
+    let (addr, zone) = parse_addr(s)
+        .map_err(|e| format!("IP Address {s:?} parse error during conversion from string: {e}"))?;
     if zone {
         return Err(format!("IP address {s:?} with zone value is not allowed"));
     }
@@ -638,7 +639,8 @@ fn parse_ip(s: &str) -> Result<IpAddr, String> {
 
 /// kube's `parseCIDR` (`netip.ParsePrefix`, no IPv4-mapped IPv6 addresses).
 fn parse_cidr(s: &str) -> Result<Cidr, String> {
-    let wrap = |e: String| format!("network address parse error during conversion from string: {e}");
+    let wrap =
+        |e: String| format!("network address parse error during conversion from string: {e}");
     let prefix = |e: &str| wrap(format!("netip.ParsePrefix({s:?}): {e}"));
     let Some((a, bits)) = s.rsplit_once('/') else {
         return Err(prefix("no '/'"));
@@ -659,7 +661,9 @@ fn parse_cidr(s: &str) -> Result<Cidr, String> {
         return Err(prefix("prefix length out of range"));
     }
     if is_4in6(&addr) {
-        return Err(wrap(format!("IPv4-mapped IPv6 address {s:?} is not allowed")));
+        return Err(wrap(format!(
+            "IPv4-mapped IPv6 address {s:?} is not allowed"
+        )));
     }
     Ok(Cidr {
         addr,
@@ -717,11 +721,16 @@ fn ips(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload("isIP", "is_ip", vec![STRING_TYPE], |a| {
         bool_val(parse_ip(string_arg(&a, 0)?).is_ok())
     })?;
-    env.add_overload("ip.isCanonical", "ip_is_canonical", vec![STRING_TYPE], |a| {
-        let s = string_arg(&a, 0)?;
-        let ip = parse_ip(s).map_err(err)?;
-        bool_val(ip.to_string() == s)
-    })?;
+    env.add_overload(
+        "ip.isCanonical",
+        "ip_is_canonical",
+        vec![STRING_TYPE],
+        |a| {
+            let s = string_arg(&a, 0)?;
+            let ip = parse_ip(s).map_err(err)?;
+            bool_val(ip.to_string() == s)
+        },
+    )?;
     env.add_overload("string", "ip_to_string", vec![IP_TYPE.to_owned()], |a| {
         string_val(arg::<Ip>(&a, 0)?.0.to_string())
     })?;
@@ -749,9 +758,13 @@ fn ips(env: &mut Env) -> Result<(), DeclarationError> {
         vec![],
         |a| ip_pred(&a, is_link_local_unicast),
     )?;
-    env.add_member_overload("isGlobalUnicast", "ip_is_global_unicast", t(), vec![], |a| {
-        ip_pred(&a, is_global_unicast)
-    })?;
+    env.add_member_overload(
+        "isGlobalUnicast",
+        "ip_is_global_unicast",
+        t(),
+        vec![],
+        |a| ip_pred(&a, is_global_unicast),
+    )?;
     Ok(())
 }
 
@@ -768,9 +781,12 @@ fn cidrs(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload("isCIDR", "is_cidr", vec![STRING_TYPE], |a| {
         bool_val(parse_cidr(string_arg(&a, 0)?).is_ok())
     })?;
-    env.add_overload("string", "cidr_to_string", vec![CIDR_TYPE.to_owned()], |a| {
-        string_val(arg::<Cidr>(&a, 0)?.to_string())
-    })?;
+    env.add_overload(
+        "string",
+        "cidr_to_string",
+        vec![CIDR_TYPE.to_owned()],
+        |a| string_val(arg::<Cidr>(&a, 0)?.to_string()),
+    )?;
     let t = || CIDR_TYPE.to_owned();
     env.add_member_overload(
         "containsIP",
@@ -808,13 +824,9 @@ fn cidrs(env: &mut Env) -> Result<(), DeclarationError> {
             bool_val(contains_cidr(c, &other))
         },
     )?;
-    env.add_member_overload(
-        "containsCIDR",
-        "cidr_contains_cidr",
-        t(),
-        vec![t()],
-        |a| bool_val(contains_cidr(arg::<Cidr>(&a, 0)?, arg::<Cidr>(&a, 1)?)),
-    )?;
+    env.add_member_overload("containsCIDR", "cidr_contains_cidr", t(), vec![t()], |a| {
+        bool_val(contains_cidr(arg::<Cidr>(&a, 0)?, arg::<Cidr>(&a, 1)?))
+    })?;
     env.add_member_overload("ip", "cidr_ip", t(), vec![], |a| {
         Ok(CowVal::owned(Ip(arg::<Cidr>(&a, 0)?.addr)))
     })?;
@@ -931,12 +943,16 @@ fn quantities(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_member_overload("isInteger", "quantity_is_integer", t(), vec![], |a| {
         bool_val(quantity_arg(&a, 0)?.as_int().is_some())
     })?;
-    env.add_member_overload("asInteger", "quantity_get_int", t(), vec![], |a| {
-        match quantity_arg(&a, 0)?.as_int() {
+    env.add_member_overload(
+        "asInteger",
+        "quantity_get_int",
+        t(),
+        vec![],
+        |a| match quantity_arg(&a, 0)?.as_int() {
             Some(n) => int_val(n),
             None => Err(err("cannot convert value to integer")),
-        }
-    })?;
+        },
+    )?;
     env.add_member_overload(
         "asApproximateFloat",
         "quantity_get_float",
@@ -1127,7 +1143,7 @@ fn mask_trailing_dash(s: &str) -> String {
 
 fn is_base64(s: &str) -> bool {
     let b = s.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return false;
     }
     let pad = b.iter().rev().take_while(|c| **c == b'=').count();
@@ -1159,7 +1175,20 @@ fn is_date(s: &str) -> bool {
     match (num(0..4), num(5..7), num(8..10)) {
         (Some(y), Some(m), Some(d)) => {
             let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-            let days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+            let days = [
+                31,
+                if leap { 29 } else { 28 },
+                31,
+                30,
+                31,
+                30,
+                31,
+                31,
+                30,
+                31,
+                30,
+                31,
+            ];
             (1..=12).contains(&m) && d >= 1 && d <= days[(m - 1) as usize]
         }
         _ => false,
@@ -1209,11 +1238,18 @@ fn format_validate<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Res<'b, 'v> {
         .into_iter()
         .map(|e| Box::new(CelString::from(e)) as Box<dyn Val>)
         .collect();
-    Ok(CowVal::owned(CelOptional::of(Box::new(CelList::from(list)))))
+    Ok(CowVal::owned(CelOptional::of(Box::new(CelList::from(
+        list,
+    )))))
 }
 
 fn formats(env: &mut Env) -> Result<(), DeclarationError> {
-    env.add_overload("format.named", "format-named", vec![STRING_TYPE], format_named)?;
+    env.add_overload(
+        "format.named",
+        "format-named",
+        vec![STRING_TYPE],
+        format_named,
+    )?;
     env.add_member_overload(
         "validate",
         "format-validate",
@@ -1275,7 +1311,11 @@ fn regex(env: &mut Env) -> Result<(), DeclarationError> {
     fn find_all<'b, 'v>(a: &[CowVal<'b, 'v>], limit: i64) -> Res<'b, 'v> {
         let re = compile_regex(string_arg(a, 1)?)?;
         let s = string_arg(a, 0)?;
-        let take = if limit < 0 { usize::MAX } else { limit as usize };
+        let take = if limit < 0 {
+            usize::MAX
+        } else {
+            limit as usize
+        };
         let found: Vec<Box<dyn Val>> = re
             .find_iter(s)
             .take(take)
@@ -1326,7 +1366,10 @@ fn compare(a: &dyn Val, b: &dyn Val) -> Result<Ordering, ExecutionError> {
         .ok_or_else(|| {
             ExecutionError::no_such_overload(
                 "_<_",
-                vec![a.get_type().name().to_owned(), b.get_type().name().to_owned()],
+                vec![
+                    a.get_type().name().to_owned(),
+                    b.get_type().name().to_owned(),
+                ],
             )
         })?
         .compare(b)
@@ -1365,7 +1408,10 @@ fn lists(env: &mut Env) -> Result<(), DeclarationError> {
             let adder = acc.as_adder().ok_or_else(|| {
                 ExecutionError::no_such_overload(
                     "_+_",
-                    vec![acc.get_type().name().to_owned(), i.get_type().name().to_owned()],
+                    vec![
+                        acc.get_type().name().to_owned(),
+                        i.get_type().name().to_owned(),
+                    ],
                 )
             })?;
             let next = adder.add(*i)?.into_owned();
@@ -1406,11 +1452,7 @@ mod tests {
 
     fn eval(src: &str) -> Result<Value, String> {
         let mut env = Env::stdlib();
-        for ext in [
-            cel::extensions::strings,
-            cel::extensions::lists,
-            extension,
-        ] {
+        for ext in [cel::extensions::strings, cel::extensions::lists, extension] {
             env.add_extension(ext).unwrap();
         }
         let program = env.compile(src).map_err(|e| e.to_string())?;
@@ -1532,7 +1574,10 @@ mod tests {
         yes("quantity('50k').sub(quantity('20k')) == quantity('30k') && quantity('50k').sub(20) == quantity('49980')");
         yes("quantity('50M').compareTo(quantity('50Mi')) == -1 && quantity('1').compareTo(quantity('1000m')) == 0");
         yes("quantity('1Gi').isGreaterThan(quantity('1G')) && quantity('1G').isLessThan(quantity('1Gi'))");
-        fails("quantity('100m').asInteger()", "cannot convert value to integer");
+        fails(
+            "quantity('100m').asInteger()",
+            "cannot convert value to integer",
+        );
         fails(
             "quantity('1.5x')",
             "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
@@ -1543,7 +1588,9 @@ mod tests {
     fn formats() {
         yes("!format.dns1123Label().validate('my-label-name').hasValue()");
         yes("format.dns1123Label().validate('My_Label').value() == [\"a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')\"]");
-        yes("!format.named('dns1123Subdomain').value().validate('apiextensions.k8s.io').hasValue()");
+        yes(
+            "!format.named('dns1123Subdomain').value().validate('apiextensions.k8s.io').hasValue()",
+        );
         yes("!format.named('nope').hasValue()");
         yes("!format.dns1035Label().validate('my-label').hasValue() && format.dns1035Label().validate('1abc').hasValue()");
         yes("!format.qualifiedName().validate('apiextensions.k8s.io/v1beta1').hasValue()");

@@ -721,8 +721,12 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
     s.preserve_unknown = bool_of("x-kubernetes-preserve-unknown-fields");
     s.embedded_resource = bool_of("x-kubernetes-embedded-resource");
     if let Some(rules) = m.get("x-kubernetes-validations") {
-        s.rules =
-            super::cel::Rule::compile_all(rules, &format!("{at}.x-kubernetes-validations"), v, errs);
+        s.rules = super::cel::Rule::compile_all(
+            rules,
+            &format!("{at}.x-kubernetes-validations"),
+            v,
+            errs,
+        );
     }
     for forbidden in [
         "$ref",
