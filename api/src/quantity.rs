@@ -131,6 +131,12 @@ pub fn parse_quantity_bytes(s: &str) -> Result<i64, QuantityError> {
     parse_quantity_value(s)
 }
 
+/// The exact value as `(numerator, denominator)`, the denominator positive: `1.5Ki` is
+/// `(15360, 10)` (for arithmetic on quantities, as CEL's quantity library does).
+pub fn parse_quantity_exact(s: &str) -> Result<(i128, i128), QuantityError> {
+    parse(s).map(|f| (f.num, f.den))
+}
+
 /// Compares two quantities exactly (`1Gi` > `1G`, `1000m` == `1`).
 pub fn compare_quantities(a: &str, b: &str) -> Result<Ordering, QuantityError> {
     let fa = parse(a)?;

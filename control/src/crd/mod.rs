@@ -15,6 +15,7 @@
 //!   watches behave), then the finalizer goes and the store lets the definition go.
 
 mod cel;
+mod cel_k8s;
 mod conversion;
 pub mod schema;
 
@@ -232,7 +233,7 @@ pub fn validate_schemas(crd: &CustomResourceDefinition) -> Vec<FieldError> {
             .and_then(|s| s.open_api_v3_schema.as_ref())
         {
             let at = format!("spec.versions[{i}].schema.openAPIV3Schema");
-            if let Err(e) = Schema::compile(&s.0, &at) {
+            if let Err(e) = Schema::compile_checked(&s.0, &at) {
                 errs.extend(e);
             }
             if s.0.get("type").and_then(Value::as_str) != Some("object") {

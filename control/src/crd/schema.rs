@@ -89,6 +89,20 @@ impl Schema {
         }
     }
 
+    /// Compiles the schema of a definition being written: also checks its rules' estimated
+    /// costs against kube's limits (stored definitions are compiled without, as kube does).
+    pub fn compile_checked(v: &Value, at: &str) -> Result<Schema, SchemaErrors> {
+        let (s, cost_errs) = super::cel::estimating(at, || Schema::compile(v, at));
+        match s {
+            Ok(s) if cost_errs.is_empty() => Ok(s),
+            Ok(_) => Err(cost_errs),
+            Err(mut e) => {
+                e.extend(cost_errs);
+                Err(e)
+            }
+        }
+    }
+
     /// Drops members the schema does not know (kube's pruning), at the top level of a
     /// custom object's body (`apiVersion`, `kind` and `metadata` are not in the body).
     pub fn prune_body(&self, body: &mut Map<String, Value>) {
@@ -236,6 +250,7 @@ impl Schema {
     /// Validates a custom object's body (the root object, without its type members and
     /// metadata, which are checked apart).
     pub fn validate_body(&self, body: &Map<String, Value>, errs: &mut Vec<FieldError>) {
+        super::cel::begin_object();
         let before = errs.len();
         self.validate_schema_body(body, errs);
         if !self.any_rules {
@@ -464,6 +479,7 @@ impl Schema {
         old: &Map<String, Value>,
         errs: &mut Vec<FieldError>,
     ) {
+        super::cel::begin_object();
         if self.rules.iter().any(|r| r.is_transition()) {
             let (n, o) = (Value::Object(new.clone()), Value::Object(old.clone()));
             for rule in &self.rules {
@@ -672,11 +688,13 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
     }
     match m.get("additionalProperties") {
         Some(Value::Object(_)) => {
-            let a = compile_node(
-                &m["additionalProperties"],
-                &format!("{at}.additionalProperties"),
-                errs,
-            );
+            let a = super::cel::descend(super::cel::max_properties(v), || {
+                compile_node(
+                    &m["additionalProperties"],
+                    &format!("{at}.additionalProperties"),
+                    errs,
+                )
+            });
             if !s.properties.is_empty() {
                 errs.push(FieldError::forbidden(
                     format!("{at}.additionalProperties"),
@@ -700,7 +718,10 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
                 "items must be a schema object and not an array",
             ));
         } else {
-            s.items = Some(Box::new(compile_node(items, &format!("{at}.items"), errs)));
+            let item = super::cel::descend(super::cel::max_items(v), || {
+                compile_node(items, &format!("{at}.items"), errs)
+            });
+            s.items = Some(Box::new(item));
         }
     }
     let list = |k: &str, errs: &mut Vec<FieldError>| -> Vec<Schema> {
@@ -725,8 +746,12 @@ fn compile_node(v: &Value, at: &str, errs: &mut Vec<FieldError>) -> Schema {
     s.preserve_unknown = bool_of("x-kubernetes-preserve-unknown-fields");
     s.embedded_resource = bool_of("x-kubernetes-embedded-resource");
     if let Some(rules) = m.get("x-kubernetes-validations") {
-        s.rules =
-            super::cel::Rule::compile_all(rules, &format!("{at}.x-kubernetes-validations"), errs);
+        s.rules = super::cel::Rule::compile_all(
+            rules,
+            &format!("{at}.x-kubernetes-validations"),
+            v,
+            errs,
+        );
     }
     for forbidden in [
         "$ref",
