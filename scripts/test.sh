@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what a fresh machine lacks, then runs every Rust test (unit,
 # integration against real server processes, real kubectl), the emulated aarch64 smoke test,
-# the Python client tests and the fuzz targets.
+# the kube-rs operator's test (tests/kube-rs-operator), the Python client tests and the fuzz
+# targets.
 # Run as root: later tiers start real containers and network namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,16 @@ mkdir -p target
 fuzz_build=$!
 nice -n 10 cross/smoke.sh --build-only >target/test-cross-build.log 2>&1 &
 cross_build=$!
+# The kube-rs operator and its test (tests/kube-rs-operator): a crate of its own outside the
+# workspace, with its own lock file and target directory (kube-rs, tokio, hyper and their TLS
+# stack are no dependency of skiff), built and linted here; its test runs below.
+kube_rs=(--locked --manifest-path tests/kube-rs-operator/Cargo.toml)
+kube_rs_target=$PWD/target/kube-rs-operator
+(export CARGO_TARGET_DIR=$kube_rs_target
+    nice -n 10 cargo test "${kube_rs[@]}" --test skiff --no-run &&
+    nice -n 10 cargo clippy "${kube_rs[@]}" --all-targets -- -D warnings) \
+    >target/test-kube-rs-build.log 2>&1 &
+kube_rs_build=$!
 
 status=0
 # The test binaries, in two lanes (scripts/run-tests.py says which run together).
@@ -31,6 +42,9 @@ scripts/run-tests.py || status=$?
 
 wait "$fuzz_build" || { tail -n 60 target/test-fuzz-build.log >&2; echo "test: the fuzz build failed" >&2; exit 1; }
 wait "$cross_build" || { tail -n 60 target/test-cross-build.log >&2; echo "test: the aarch64 build failed" >&2; exit 1; }
+wait "$kube_rs_build" || { tail -n 60 target/test-kube-rs-build.log >&2; echo "test: the kube-rs operator's build or lint failed" >&2; exit 1; }
+# A controller built on kube-rs reconciling a custom resource on a real server.
+SKIFF_BIN="$PWD/target/debug/skiff" CARGO_TARGET_DIR=$kube_rs_target cargo test "${kube_rs[@]}" --test skiff
 # The static aarch64 binaries, run under qemu-aarch64-static.
 cross/smoke.sh
 SKIFF_BIN="$PWD/target/debug/skiff" "$python" -m pytest -q tests/python

@@ -286,6 +286,56 @@ fn finalizers_hold_deletion_and_preconditions_are_honoured() {
     );
 }
 
+/// JSON patch `test` as kube-apiserver applies it: a member absent from an existing object
+/// tests equal to null. kube-rs's finalizer helper adds an object's first finalizer with
+/// `test /metadata/finalizers null` then `add`, and removes one with `test` of its index.
+#[test]
+fn a_json_patch_tests_an_absent_member_as_null() {
+    let s = TestServer::start();
+    s.json("POST", CMS, &configmap("t", json!({})));
+    let path = format!("{CMS}/t");
+    let patch = |ops: Value| {
+        s.http(
+            "PATCH",
+            &path,
+            Some((
+                "application/json-patch+json",
+                serde_json::to_vec(&ops).unwrap(),
+            )),
+        )
+    };
+    let (code, cm) = patch(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": null},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["example.com/a"]},
+    ]));
+    assert_eq!(code, 200, "{cm}");
+    assert_eq!(cm["metadata"]["finalizers"], json!(["example.com/a"]));
+
+    // Present now: the same test fails, and nothing is written.
+    let (code, err) = patch(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": null},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["example.com/b"]},
+    ]));
+    assert_eq!(code, 422, "{err}");
+    assert_eq!(err["reason"], "Invalid", "{err}");
+    // A member of an object that is itself missing is no null: the test fails.
+    let (code, err) = patch(json!([
+        {"op": "test", "path": "/metadata/nothing/here", "value": null},
+    ]));
+    assert_eq!(code, 422, "{err}");
+    // A test for another value on an absent member fails.
+    let (code, err) = patch(json!([{"op": "test", "path": "/binaryData", "value": {}}]));
+    assert_eq!(code, 422, "{err}");
+
+    // Removing the finalizer by its index, after testing it.
+    let (code, cm) = patch(json!([
+        {"op": "test", "path": "/metadata/finalizers/0", "value": "example.com/a"},
+        {"op": "remove", "path": "/metadata/finalizers/0"},
+    ]));
+    assert_eq!(code, 200, "{cm}");
+    assert!(cm["metadata"].get("finalizers").is_none(), "{cm}");
+}
+
 #[test]
 fn deleting_a_namespace_removes_its_contents() {
     let s = TestServer::start();

@@ -213,6 +213,46 @@ fn bookmarks_only_when_asked_and_timeout_ends_the_stream() {
     );
 }
 
+/// kube-apiserver sends a watch that asked for bookmarks one 2 s before its timeout (and
+/// every minute before that), so that the client's next watch resumes from a recent
+/// revision; kube-rs's and client-go's watchers ask for them.
+#[test]
+fn a_bookmark_comes_before_the_timeout() {
+    let s = TestServer::start();
+    let (_, list) = s.http("GET", CMS, None);
+    let rv: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let started = Instant::now();
+    let path =
+        format!("{CMS}?watch=true&resourceVersion={rv}&timeoutSeconds=4&allowWatchBookmarks=true");
+    let events = collect(&s, &path, 10, Duration::from_secs(10), || {});
+    let took = started.elapsed();
+    assert_eq!(summary(&events).len(), 1, "one bookmark: {events:?}");
+    let b = &events[0];
+    assert_eq!(b["type"], "BOOKMARK", "{events:?}");
+    assert_eq!(b["object"]["kind"], "ConfigMap");
+    assert_eq!(b["object"]["apiVersion"], "v1");
+    let at: u64 = b["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(at >= rv, "bookmark at {at}, listed at {rv}");
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(8),
+        "timeoutSeconds=4 ended the watch after {took:?}"
+    );
+
+    // A watch of 2 s or less has no time for one.
+    let path =
+        format!("{CMS}?watch=true&resourceVersion={rv}&timeoutSeconds=2&allowWatchBookmarks=true");
+    let events = collect(&s, &path, 10, Duration::from_secs(10), || {});
+    assert!(events.is_empty(), "{events:?}");
+}
+
 #[test]
 fn many_watchers_all_see_a_write() {
     let s = TestServer::start();

@@ -17,6 +17,10 @@ use crate::store::{EventType, StoreError};
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 /// How often a watch that asked for bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
+/// How long before its timeout a watch that asked for bookmarks gets its last one (as
+/// kube-apiserver's watch cache does), so that the client's next watch resumes from a recent
+/// revision even when its kind had no event meanwhile.
+const BOOKMARK_BEFORE_END: Duration = Duration::from_secs(2);
 
 struct Encoder {
     kind: Kind,
@@ -80,6 +84,19 @@ pub fn watch_timeout(t: Option<&str>) -> Result<Duration, ApiError> {
         s if s < 0 => Duration::ZERO,
         s => Duration::from_secs(s.unsigned_abs()),
     })
+}
+
+/// When a watch that asked for bookmarks gets its next one, from `now`: BOOKMARK_EVERY later,
+/// or BOOKMARK_BEFORE_END before its deadline if that comes first; None once that moment has
+/// passed (no bookmark in a watch's last 2 s, nor in a watch shorter than that). Events do not
+/// postpone it.
+fn next_bookmark(now: Instant, deadline: Option<Instant>) -> Option<Instant> {
+    let periodic = now + BOOKMARK_EVERY;
+    let Some(deadline) = deadline else {
+        return Some(periodic);
+    };
+    let at = periodic.min(deadline.checked_sub(BOOKMARK_BEFORE_END)?);
+    (at > now).then_some(at)
 }
 
 /// A timer firing at `at`, or never.
@@ -168,17 +185,16 @@ pub(super) async fn serve_watch(
             Bookmark,
             Done,
         }
+        let mut bookmark_at = if bookmarks {
+            next_bookmark(Instant::now(), deadline)
+        } else {
+            None
+        };
         loop {
-            let next_bookmark = Instant::now() + BOOKMARK_EVERY;
             let step = async { Step::Event(watch.next().await) }
                 .or(async {
-                    if bookmarks && deadline.is_none_or(|d| next_bookmark < d) {
-                        smol::Timer::at(next_bookmark).await;
-                        Step::Bookmark
-                    } else {
-                        timer_at(deadline).await;
-                        Step::Done
-                    }
+                    timer_at(bookmark_at).await;
+                    Step::Bookmark
                 })
                 .or(async {
                     timer_at(deadline).await;
@@ -187,7 +203,10 @@ pub(super) async fn serve_watch(
                 .await;
             let chunk = match step {
                 Step::Event(None) | Step::Done => return,
-                Step::Bookmark => enc.bookmark(last_revision).into(),
+                Step::Bookmark => {
+                    bookmark_at = next_bookmark(Instant::now(), deadline);
+                    enc.bookmark(last_revision).into()
+                }
                 Step::Event(Some(ev)) => {
                     last_revision = ev.revision;
                     if !object_matches(&ev.object, ns.as_deref(), &labels, &fields)
