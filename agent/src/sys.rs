@@ -172,6 +172,17 @@ pub fn pidfd_open(pid: i32) -> Result<Option<OwnedFd>, Errno> {
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// Waits until `fd` polls readable (or hung up, or a signal interrupted the wait).
+pub fn wait_readable(fd: &impl std::os::fd::AsRawFd) {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack, a count of 1 and no timeout.
+    unsafe { libc::poll(&mut pfd, 1, -1) };
+}
+
 /// Whether `fd` polls readable right now (without waiting).
 pub fn poll_readable(fd: &impl std::os::fd::AsRawFd) -> bool {
     let mut pfd = libc::pollfd {
