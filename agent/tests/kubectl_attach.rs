@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use api::client::Client;
 use api::core::{Container, Pod, PodSpec};
 use api::meta::ObjectMeta;
-use common::{wait_for, NodeServer as Server};
+use common::{free_port, wait_for, NodeServer as Server};
 
 const IMAGE: &str = "skiff.test/attach:v1";
 
@@ -158,19 +158,23 @@ fn wait_phase(client: &Client, name: &str, phase: &str) {
 fn kubectl_attach_run_and_debug_with_stdin_and_terminals() {
     image_util::require_root_and_busybox();
     let node = format!("attach-{}", std::process::id());
-    let cgroup_parent = format!("skiff-attach-{}", std::process::id());
-    let (server, client) = common::start_node_server_with_image(&node, &cgroup_parent, &[], |a| {
-        let image = image_util::build_image(
-            vec![
-                image_util::lower_layer_tar(),
-                image_util::upper_layer_tar("attach"),
-                tools_layer(),
-            ],
-            image_util::host_arch(),
-            &["sh"],
-        );
-        image_util::write_oci_archive(a, &image, IMAGE);
-    });
+    let dir = tempfile::tempdir().expect("data dir");
+    let run = tempfile::tempdir().expect("run dir");
+    let archive = dir.path().join("image.tar");
+    let image = image_util::build_image(
+        vec![
+            image_util::lower_layer_tar(),
+            image_util::upper_layer_tar("attach"),
+            tools_layer(),
+        ],
+        image_util::host_arch(),
+        &["sh"],
+    );
+    image_util::write_oci_archive(&archive, &image, IMAGE);
+    common::import_image(&archive, &dir.path().join("agent"));
+    let port = free_port();
+    let server = server_at(dir, run, port, &node);
+    let client = common::wait_for_own_node(&server.kubeconfig(), &node);
 
     let started = Instant::now();
     stdin_stays_open(&server, &client, &node);
@@ -187,6 +191,67 @@ fn kubectl_attach_run_and_debug_with_stdin_and_terminals() {
     let t = Instant::now();
     run_on_a_terminal(&server, &client);
     eprintln!("run -it: {:?}", t.elapsed());
+    let t = Instant::now();
+    survive_a_restart(server, client, port, &node);
+    eprintln!("across a restart: {:?}", t.elapsed());
+}
+
+fn server_at(dir: tempfile::TempDir, run: tempfile::TempDir, port: u16, node: &str) -> Server {
+    let cgroup_parent = format!("skiff-attach-{}", std::process::id());
+    let child = common::node_server_command(dir.path(), run.path(), port, node, &cgroup_parent)
+        .spawn()
+        .expect("start skiff server");
+    Server {
+        child,
+        dir,
+        run,
+        cgroup_parent,
+    }
+}
+
+/// The server and its agent restart while containers run: an open stdin, a stdinOnce stdin
+/// not attached yet and a terminal all carry on (the last two held by a holder process), and
+/// no container is restarted.
+fn survive_a_restart(mut server: Server, client: Client, port: u16, node: &str) {
+    let script = "while read x; do echo got=$x; done; echo eof";
+    smol::block_on(client.create(&pod("keep2", node, script, false, "Never"))).expect("create");
+    smol::block_on(client.create(&pod("once2", node, "cat; echo eof", true, "Never")))
+        .expect("create");
+    let mut term = pod("term2", node, script, false, "Never");
+    term.spec.containers[0].tty = Some(true);
+    smol::block_on(client.create(&term)).expect("create");
+    for name in ["keep2", "once2", "term2"] {
+        wait_running(&client, name);
+    }
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let Server { dir, run, .. } = &mut server;
+    let (dir, run) = (
+        std::mem::replace(dir, tempfile::tempdir().expect("dir")),
+        std::mem::replace(run, tempfile::tempdir().expect("dir")),
+    );
+    // Dropping the old value would remove the node's containers: forget its directories.
+    let old = std::mem::replace(&mut server.cgroup_parent, String::new());
+    drop(server);
+    let server = server_at(dir, run, port, node);
+    assert_eq!(server.cgroup_parent, old);
+    let client = common::wait_for_own_node(&server.kubeconfig(), node);
+    std::thread::sleep(Duration::from_secs(2));
+    until_output(&server, &["attach", "-i", "keep2"], b"a\n", "got=a");
+    let out = ok(&server, &["attach", "-i", "once2"], Some(b"b\n"));
+    assert!(out.contains("b\neof"), "{out}");
+    until_output(&server, &["attach", "-i", "term2"], b"c\n", "got=c");
+    for name in ["keep2", "term2"] {
+        let p = smol::block_on(client.get::<Pod>("default", name)).expect("pod");
+        let s = &p.status.container_statuses[0];
+        assert_eq!(s.restart_count, 0, "{name}: {s:?}");
+        assert!(
+            s.state.as_ref().is_some_and(|s| s.running.is_some()),
+            "{name}: {s:?}"
+        );
+    }
+    let logs = ok(&server, &["logs", "term2"], None);
+    assert!(logs.contains("got=c") && !logs.contains("eof"), "{logs}");
 }
 
 /// `stdin: true`: each attach's input is read, and the container's stdin stays open between

@@ -409,6 +409,9 @@ struct Record {
     stdin: stdio::StdinMode,
     #[serde(default)]
     tty: bool,
+    /// The process holding stdinOnce's keeper or the terminal across agent restarts.
+    #[serde(default)]
+    holder: Option<stdio::Holder>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -490,6 +493,7 @@ impl Runtime {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| RuntimeError::io("create state dir", &dir, e))?;
         }
+        rt.adopt_consoles();
         Ok(rt)
     }
 
@@ -652,6 +656,7 @@ impl Runtime {
             exit: None,
             stdin: spec.stdin,
             tty: spec.tty,
+            holder: None,
         };
         write_record(dir, &record)?;
 
@@ -687,7 +692,19 @@ impl Runtime {
                 None,
             )
         };
-        self.consoles.insert(id.as_str(), keeper, master);
+        // What only the agent holds is also held by a process that outlives it.
+        let holder = match (&keeper, &master) {
+            (Some(fd), _) => stdio::hold(id.as_str(), fd),
+            (None, Some(fd)) => stdio::hold(id.as_str(), fd),
+            (None, None) => None,
+        };
+        self.consoles
+            .insert(id.as_str(), keeper, master, holder.map(|h| h.pid));
+        if holder.is_some() {
+            let mut record = record;
+            record.holder = holder;
+            write_record(dir, &record)?;
+        }
 
         let root = self.libcontainer_dir();
         let name = id.as_str().to_string();
@@ -896,6 +913,15 @@ impl Runtime {
     /// container is not an error.
     pub fn remove(&self, id: &ContainerId) -> Result<(), RuntimeError> {
         self.consoles.remove(id.as_str());
+        // A holder from an earlier life of the agent.
+        if let Some(h) = read_record(&self.container_dir(id))
+            .ok()
+            .and_then(|r| r.holder)
+        {
+            if sys::is_fd_holder(&self.config.proc_root, h.pid, id.as_str()) {
+                sys::kill_fd_holder(h.pid);
+            }
+        }
         let lc_root = self.libcontainer_dir().join(id.as_str());
         if lc_root.exists() {
             match self.state(id) {

@@ -59,6 +59,32 @@ struct Console {
     master: Option<Arc<OwnedFd>>,
     /// stdinOnce and the first session is over.
     once_done: bool,
+    /// The process holding the keeper or the master for the agent's next life.
+    holder: Option<i32>,
+}
+
+/// The process that holds a container's stdinOnce keeper or terminal master across agent
+/// restarts, and the descriptor's number in it (in the container's record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Holder {
+    pub pid: i32,
+    pub fd: i32,
+}
+
+/// Starts the holder of `fd` for container `id` (`None`, logged, if it cannot start: the
+/// descriptor then lives only as long as this agent).
+pub(super) fn hold(id: &str, fd: &OwnedFd) -> Option<Holder> {
+    use std::os::fd::AsRawFd;
+    match crate::sys::spawn_fd_holder(&[fd.as_raw_fd()], id) {
+        Ok(pid) => Some(Holder {
+            pid,
+            fd: fd.as_raw_fd(),
+        }),
+        Err(errno) => {
+            tracing::warn!(container = id, %errno, "cannot start the holder of its stdin or terminal: they end with this agent");
+            None
+        }
+    }
 }
 
 /// Where attach writes: the FIFO (opened for this session) or the terminal.
@@ -105,7 +131,13 @@ pub(super) fn make_stdin(
 }
 
 impl Consoles {
-    pub(super) fn insert(&self, id: &str, keeper: Option<OwnedFd>, master: Option<Arc<OwnedFd>>) {
+    pub(super) fn insert(
+        &self,
+        id: &str,
+        keeper: Option<OwnedFd>,
+        master: Option<Arc<OwnedFd>>,
+        holder: Option<i32>,
+    ) {
         if keeper.is_none() && master.is_none() {
             return;
         }
@@ -116,26 +148,45 @@ impl Consoles {
                 keeper,
                 master,
                 once_done: false,
+                holder,
             },
         );
     }
 
+    /// Forgets container `id`'s ends and stops their holder.
     pub(super) fn remove(&self, id: &str) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.remove(id);
+        let removed = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.remove(id)
+        };
+        if let Some(pid) = removed.and_then(|c| c.holder) {
+            crate::sys::kill_fd_holder(pid);
+        }
     }
 
     /// Forgets the terminal `master` of `id` if it is still the one kept (a restarted
     /// container has the same id and a new terminal).
     fn remove_terminal(&self, id: &str, master: &Arc<OwnedFd>) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map
-            .get(id)
-            .and_then(|c| c.master.as_ref())
-            .is_some_and(|m| Arc::ptr_eq(m, master))
-        {
-            map.remove(id);
+        let removed = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            if map
+                .get(id)
+                .and_then(|c| c.master.as_ref())
+                .is_some_and(|m| Arc::ptr_eq(m, master))
+            {
+                map.remove(id)
+            } else {
+                None
+            }
+        };
+        if let Some(pid) = removed.and_then(|c| c.holder) {
+            crate::sys::kill_fd_holder(pid);
         }
+    }
+
+    fn known(&self, id: &str) -> bool {
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.contains_key(id)
     }
 
     fn master(&self, id: &str) -> Option<(Arc<OwnedFd>, bool)> {
@@ -147,23 +198,79 @@ impl Consoles {
     /// Ends stdinOnce's stdin: drops the keeper (the FIFO is unlinked by the caller) or, on a
     /// terminal, types end-of-file. Only the first call does anything.
     pub(super) fn close_once(&self, id: &str) -> bool {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(c) = map.get_mut(id) else {
-            return true;
+        let holder = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(c) = map.get_mut(id) else {
+                return true;
+            };
+            if c.once_done {
+                return false;
+            }
+            c.once_done = true;
+            c.keeper = None;
+            if let Some(fd) = c.master.as_ref().and_then(|m| m.try_clone().ok()) {
+                let _ = File::from(fd).write_all(b"\x04");
+                None
+            } else {
+                c.holder.take()
+            }
         };
-        if c.once_done {
-            return false;
-        }
-        c.once_done = true;
-        c.keeper = None;
-        if let Some(fd) = c.master.as_ref().and_then(|m| m.try_clone().ok()) {
-            let _ = File::from(fd).write_all(b"\x04");
+        if let Some(pid) = holder {
+            crate::sys::kill_fd_holder(pid);
         }
         true
     }
 }
 
 impl super::Runtime {
+    /// After an agent restart: takes back the stdinOnce keepers and terminals that holders
+    /// kept for running containers, and copies the terminals into the logs again.
+    pub(super) fn adopt_consoles(&self) {
+        let Ok(ids) = self.list() else { return };
+        for id in ids {
+            let dir = self.container_dir(&id);
+            let Ok(record) = super::read_record(&dir) else {
+                continue;
+            };
+            let Some(holder) = record.holder else {
+                continue;
+            };
+            if record.exit.is_some()
+                || self.consoles.known(id.as_str())
+                || !crate::sys::is_fd_holder(&self.config.proc_root, holder.pid, id.as_str())
+            {
+                continue;
+            }
+            let fd = match crate::sys::take_fd(holder.pid, holder.fd) {
+                Ok(fd) => fd,
+                Err(errno) => {
+                    tracing::warn!(container = %id, %errno, "cannot take back its stdin or terminal");
+                    continue;
+                }
+            };
+            if record.tty {
+                let master = Arc::new(fd);
+                let log = match super::logs::open_log(&record.log_path) {
+                    Ok(log) => log,
+                    Err(e) => {
+                        tracing::warn!(container = %id, error = %e, "cannot open its log");
+                        continue;
+                    }
+                };
+                self.consoles
+                    .insert(id.as_str(), None, Some(master.clone()), Some(holder.pid));
+                if let Err(e) =
+                    copy_terminal(id.as_str().to_string(), master, log, self.consoles.clone())
+                {
+                    tracing::warn!(container = %id, error = %e, "cannot copy its terminal");
+                }
+            } else {
+                self.consoles
+                    .insert(id.as_str(), Some(fd), None, Some(holder.pid));
+            }
+        }
+    }
+
     /// Where an attach with stdin writes to container `id`; `Ok(None)` when the container
     /// takes no stdin (or its stdinOnce stdin is closed).
     pub fn open_stdin(&self, id: &super::ContainerId) -> Result<Option<StdinEnd>, RuntimeError> {
