@@ -394,6 +394,8 @@ pub fn spawn_fd_holder(fds: &[i32], tag: &str) -> Result<i32, Errno> {
         return Err(Errno::last());
     }
     if pid == 0 {
+        // SAFETY: the forked child: only the system calls listed above, on descriptors it
+        // owns and on pointers to the caller's CStrings and arrays, which live until exec.
         unsafe {
             libc::setsid();
             let mut next: u32 = 0;

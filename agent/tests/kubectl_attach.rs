@@ -231,7 +231,7 @@ fn survive_a_restart(mut server: Server, client: Client, port: u16, node: &str) 
         std::mem::replace(run, tempfile::tempdir().expect("dir")),
     );
     // Dropping the old value would remove the node's containers: forget its directories.
-    let old = std::mem::replace(&mut server.cgroup_parent, String::new());
+    let old = std::mem::take(&mut server.cgroup_parent);
     drop(server);
     let server = server_at(dir, run, port, node);
     assert_eq!(server.cgroup_parent, old);

@@ -9,16 +9,26 @@
 //! - **stdinOnce**: the container opened the FIFO read-only and the agent keeps a write end
 //!   (the *keeper*) until the first attach session with stdin ends; then the keeper is
 //!   closed and the FIFO unlinked, so the container reads end of file once the session's own
-//!   write end is closed, and no later attach can reopen it. The keeper lives in the agent's
-//!   memory: if the agent restarts before that first session, the container reads end of
-//!   file early (the kubelet's runtime shim would still hold it).
+//!   write end is closed, and no later attach can reopen it.
 //! - **tty**: the container's fds 0, 1 and 2 are a pseudo-terminal's slave, its controlling
 //!   terminal. The agent keeps the master: a thread copies what the container writes into
 //!   its log file (so `logs` and `attach` read it as any other container's output, with the
 //!   terminal's `\r\n`), attach writes keystrokes to it and applies resizes. With stdinOnce the
-//!   end of the first session types the terminal's end-of-file character (^D). The master
-//!   lives in the agent's memory: an agent restart hangs the terminal up (the container gets
-//!   SIGHUP, as when a terminal window closes) and it is restarted by its pod's policy.
+//!   end of the first session types the terminal's end-of-file character (^D).
+//!
+//! # Agent restarts
+//!
+//! The keeper and the master would close with the agent (the container would read end of
+//! file, or get SIGHUP from its hung-up terminal). So each is also held by a *holder*: this
+//! binary re-executed with only that descriptor open ([`crate::sys::spawn_fd_holder`]), in a
+//! session of its own, recorded (pid, fd number) in the container's record. A restarted
+//! agent checks the holder's command line, takes the descriptor back with `pidfd_getfd`
+//! ([`Runtime::adopt_consoles`](super::Runtime)) and starts copying the terminal again; the
+//! holder is killed when stdinOnce's session ends, the terminal's container ends, or the
+//! container is removed. Unlike the kubelet's runtime shim it copies nothing, so while the
+//! agent is down a terminal's output waits in the terminal's buffer (the container blocks
+//! once it is full). Whether a tty's stdinOnce session already happened is kept in memory
+//! only: after a restart, a later attach may still type into it.
 
 use std::collections::HashMap;
 use std::fs::File;
