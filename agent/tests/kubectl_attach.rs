@@ -2,8 +2,9 @@
 //! with its own node and real busybox containers: `kubectl attach -i` to a container with
 //! `stdin` (input read, stdin still open for the next attach) and with `stdinOnce` (end of
 //! file after the session), `kubectl run -i --rm` with piped input, `kubectl debug -i` with
-//! piped input, and `kubectl run -it` on a terminal (the size kubectl sends, a resize, typed
-//! input). Needs root, /bin/busybox and kubectl.
+//! piped input, `kubectl run -it` and `kubectl debug -it` on a terminal (the size kubectl
+//! sends, a resize, typed input), and all of these kept across a restart of the server and
+//! its agent. Needs root, /bin/busybox and kubectl.
 
 mod common;
 #[path = "image_util/mod.rs"]
@@ -315,7 +316,7 @@ fn run_with_piped_input(server: &Server, client: &Client) {
     });
 }
 
-/// `kubectl debug -i --target` with piped input.
+/// `kubectl debug -i --target` with piped input, and `-it` on a terminal.
 fn debug_with_piped_input(server: &Server, client: &Client, node: &str) {
     let mut target = pod("target", node, "exec sleep 3131", false, "Always");
     target.spec.containers[0].stdin = None;
@@ -341,6 +342,47 @@ fn debug_with_piped_input(server: &Server, client: &Client, node: &str) {
         Some(b"it\n"),
     );
     assert!(out.contains("debugged it"), "{out}");
+    // `-it`: a terminal of kubectl's size; what is typed is read.
+    let (mut child, mut master) = kubectl_on_a_terminal(
+        server,
+        &[
+            "debug",
+            "target",
+            "-it",
+            "--image",
+            IMAGE,
+            "--image-pull-policy=Never",
+            "--target=main",
+            "--container=dbgt",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo typed=$x; stty size",
+        ],
+        21,
+        77,
+    );
+    let mut seen = String::new();
+    read_until(
+        &mut master,
+        &mut seen,
+        "try pressing enter",
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    master.write_all(b"keys\r").expect("type");
+    read_until(
+        &mut master,
+        &mut seen,
+        "typed=keys",
+        Duration::from_secs(20),
+    );
+    read_until(&mut master, &mut seen, "21 77", Duration::from_secs(20));
+    assert_eq!(
+        wait_exit(&mut child, &mut master, &mut seen),
+        Some(0),
+        "{seen}"
+    );
     ok(server, &["delete", "pod", "target", "--wait=false"], None);
 }
 
