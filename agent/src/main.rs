@@ -195,6 +195,9 @@ fn init_tracing() {
 }
 
 fn main() {
+    // A process kept only to hold a container's stdin or terminal open (see
+    // agent::runtime::stdio) starts as this binary re-executed.
+    agent::sys::run_fd_holder_if_asked();
     let source = api::config::ConfigSource {
         subcommand: None,
         arg_id: "config",

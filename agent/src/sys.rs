@@ -172,6 +172,17 @@ pub fn pidfd_open(pid: i32) -> Result<Option<OwnedFd>, Errno> {
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// Waits until `fd` polls readable (or hung up, or a signal interrupted the wait).
+pub fn wait_readable(fd: &impl std::os::fd::AsRawFd) {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack, a count of 1 and no timeout.
+    unsafe { libc::poll(&mut pfd, 1, -1) };
+}
+
 /// Whether `fd` polls readable right now (without waiting).
 pub fn poll_readable(fd: &impl std::os::fd::AsRawFd) -> bool {
     let mut pfd = libc::pollfd {
@@ -344,6 +355,109 @@ fn forked<F: FnOnce() -> Result<Vec<u8>, String>>(f: F) -> Result<Vec<u8>, Strin
                 }
                 _ => Err(String::from_utf8_lossy(&answer).into_owned()),
             }
+        }
+    }
+}
+
+/// The environment variable that makes a skiff binary an fd holder ([`spawn_fd_holder`]).
+pub const FD_HOLDER_ENV: &str = "SKIFF_FD_HOLDER";
+
+/// First thing in `main` of both binaries: a process started by [`spawn_fd_holder`] does
+/// nothing but keep its descriptors open until it is killed.
+pub fn run_fd_holder_if_asked() {
+    if std::env::var_os(FD_HOLDER_ENV).is_some() {
+        loop {
+            // SAFETY: pause only waits for a signal.
+            unsafe { libc::pause() };
+        }
+    }
+}
+
+/// Starts a process that holds `fds` open (at the same numbers) and nothing else, in a
+/// session of its own, until killed: this program re-executed (so it keeps none of the
+/// caller's memory), named `skiff-fd-holder <tag>`. It outlives the caller; a later caller
+/// takes the descriptors back with [`take_fd`] after checking it with [`is_fd_holder`].
+pub fn spawn_fd_holder(fds: &[i32], tag: &str) -> Result<i32, Errno> {
+    // Everything the child needs is made before the fork: it may only make raw syscalls.
+    let exe = CString::new("/proc/self/exe").map_err(|_| Errno::EINVAL)?;
+    let argv0 = CString::new("skiff-fd-holder").map_err(|_| Errno::EINVAL)?;
+    let argv1 = CString::new(tag).map_err(|_| Errno::EINVAL)?;
+    let argv = [argv0.as_ptr(), argv1.as_ptr(), std::ptr::null()];
+    let env = CString::new(format!("{FD_HOLDER_ENV}=1")).map_err(|_| Errno::EINVAL)?;
+    let envp = [env.as_ptr(), std::ptr::null()];
+    let mut keep = fds.to_vec();
+    keep.sort_unstable();
+    // SAFETY: between fork and exec the child makes only async-signal-safe system calls
+    // (setsid, fcntl, close_range, close, sigprocmask, execve, _exit) on data made before.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(Errno::last());
+    }
+    if pid == 0 {
+        // SAFETY: the forked child: only the system calls listed above, on descriptors it
+        // owns and on pointers to the caller's CStrings and arrays, which live until exec.
+        unsafe {
+            libc::setsid();
+            let mut next: u32 = 0;
+            for &fd in &keep {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+                if fd as u32 > next {
+                    close_range_or_loop(next, fd as u32 - 1);
+                }
+                next = fd as u32 + 1;
+            }
+            close_range_or_loop(next, u32::MAX);
+            let empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    Ok(pid)
+}
+
+/// close_range(2) (Linux 5.9+), or one close per descriptor below the usual limit.
+///
+/// # Safety
+/// Closes descriptors others may use: only in a child between fork and exec.
+unsafe fn close_range_or_loop(first: u32, last: u32) {
+    // SAFETY: the caller's (see above); integer arguments only.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, first, last, 0) == 0 {
+            return;
+        }
+        for fd in first..=last.min(65_535) {
+            libc::close(fd as i32);
+        }
+    }
+}
+
+/// Whether `pid` is the fd holder started with `tag`.
+pub fn is_fd_holder(proc_root: &Path, pid: i32, tag: &str) -> bool {
+    std::fs::read(proc_root.join(pid.to_string()).join("cmdline"))
+        .is_ok_and(|c| c == format!("skiff-fd-holder\0{tag}\0").as_bytes())
+}
+
+/// A copy of descriptor `fd` of process `pid` (pidfd_getfd, Linux 5.6+), close-on-exec.
+pub fn take_fd(pid: i32, fd: i32) -> Result<OwnedFd, Errno> {
+    use std::os::fd::AsRawFd;
+    let pidfd = pidfd_open(pid)?.ok_or(Errno::ESRCH)?;
+    // SAFETY: pidfd_getfd takes a pidfd kept open for the call, a number and zero flags.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the kernel just made this descriptor for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+}
+
+/// Kills an fd holder and, if it is this process's child, reaps it.
+pub fn kill_fd_holder(pid: i32) {
+    let _ = kill(pid, Signal::SIGKILL);
+    for _ in 0..100 {
+        match try_wait(pid) {
+            Ok(ChildStatus::Alive) => std::thread::sleep(std::time::Duration::from_millis(2)),
+            _ => return,
         }
     }
 }

@@ -40,6 +40,10 @@ fn init_tracing() {
 }
 
 fn main() {
+    // A process kept only to hold a container's stdin or terminal open (see
+    // agent::runtime::stdio) starts as this binary re-executed.
+    #[cfg(feature = "embedded-agent")]
+    agent::sys::run_fd_holder_if_asked();
     let parsed = match cli::parse_args() {
         Ok(c) => c,
         Err(e) => {

@@ -15,8 +15,10 @@
 //! `exec` starts the command in the container through libcontainer's tenant builder
 //! ([`crate::runtime::Runtime::spawn_exec`]), with pipes or, for `tty=true`, a pseudo-terminal. `attach`
 //! streams what the container's main process writes from now on (its log file: stdout and
-//! stderr are one file, so both arrive on stdout) until the container ends; a container's
-//! stdin is `/dev/null`, so attaching with stdin is refused.
+//! stderr are one file, so both arrive on stdout) until the container ends; with `stdin=true`
+//! the client's input goes to the container's stdin, a FIFO, or its terminal, whose resizes
+//! it also applies ([`crate::runtime::stdio`]); stdin asked of a container without one is
+//! ignored.
 
 use std::io::{self, Read as _};
 use std::os::fd::OwnedFd;
@@ -29,6 +31,7 @@ use serde_json::json;
 use super::logs::{LogSource, Refusal};
 use crate::runtime::exec::{self as rexec, ExecExit, ExecStdio};
 use crate::runtime::logs::{self as files, LogQuery, LogReader};
+use crate::runtime::stdio::StdinEnd;
 use crate::runtime::{ContainerId, ContainerState};
 
 /// The channel protocols served, most preferred first.
@@ -113,15 +116,6 @@ pub fn parse_stream_request(
     if req.tty && req.stderr {
         // As the kubelet: a terminal merges stderr into stdout.
         req.stderr = false;
-    }
-    if attach && req.stdin {
-        return Err(Refusal(
-            400,
-            format!(
-                "container {} of pod {} does not take stdin: attach without -i",
-                req.container, req.pod
-            ),
-        ));
     }
     Ok(req)
 }
@@ -285,7 +279,7 @@ where
     let (frames, queued) = async_channel::bounded::<Vec<u8>>(16);
     let writer = smol::spawn(write_frames(sender, queued));
     if req.attach {
-        attach(&source, &id, &req, frames, receiver).await;
+        attach(&source, &id, &req, v5, frames, receiver).await;
     } else {
         exec(&source, id, req, v5, frames, receiver).await;
     }
@@ -431,15 +425,20 @@ struct TerminalSize {
 }
 
 /// Reads the client's messages until it goes away: stdin, resizes, stdin's close. `msg` is
-/// a message already received, or empty.
+/// a message already received, or empty. `stdin_closed` is closed once stdin is (or when
+/// there is none).
 async fn read_input<T: AsyncRead + AsyncWrite + Unpin>(
     mut receiver: soketto::connection::Receiver<T>,
     mut msg: Vec<u8>,
     mut stdin: Option<smol::Async<std::fs::File>>,
     pty: Option<Arc<OwnedFd>>,
     v5: bool,
+    stdin_closed: &async_channel::Sender<()>,
 ) {
     loop {
+        if stdin.is_none() {
+            stdin_closed.close();
+        }
         if msg.is_empty() && receiver.receive_data(&mut msg).await.is_err() {
             return;
         }
@@ -535,7 +534,8 @@ async fn exec<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     // is left to finish and is still reaped.
     session
         .or(async move {
-            read_input(receiver, early, stdin, pty, v5).await;
+            let (closed, _) = async_channel::bounded(1);
+            read_input(receiver, early, stdin, pty, v5, &closed).await;
         })
         .await;
 }
@@ -564,11 +564,13 @@ fn apply_resize(pty: &OwnedFd, data: &[u8]) {
     }
 }
 
-/// Follows the container's current log from its end until the container stops.
+/// Follows the container's current log from its end until the container stops, and, with
+/// stdin, passes the client's input to the container's stdin (or terminal).
 async fn attach<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     source: &LogSource,
     id: &ContainerId,
     req: &StreamRequest,
+    v5: bool,
     frames: Frames,
     receiver: soketto::connection::Receiver<T>,
 ) {
@@ -577,9 +579,11 @@ async fn attach<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         .join(id.pod_uid())
         .join("logs")
         .join(&req.container);
+    type Opened = (u32, LogReader, Option<StdinEnd>, Option<Arc<OwnedFd>>);
     let opened = {
         let dir = container_dir.clone();
-        smol::unblock(move || -> Result<(u32, LogReader), String> {
+        let (rt, cid, want_stdin) = (source.runtime.clone(), id.clone(), req.stdin);
+        smol::unblock(move || -> Result<Opened, String> {
             let run = *files::runs(&dir)
                 .last()
                 .ok_or_else(|| "the container has no log yet".to_string())?;
@@ -593,11 +597,24 @@ async fn attach<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             .map_err(|e| e.to_string())?;
             // Skip what is there: attach shows output from now on.
             reader.read_more().map_err(|e| e.to_string())?;
-            Ok((run, reader))
+            // As the kubelet's runtimes: stdin asked of a container without one is ignored.
+            let stdin = if want_stdin {
+                rt.open_stdin(&cid).map_err(|e| e.to_string())?
+            } else {
+                None
+            };
+            Ok((run, reader, stdin, rt.terminal(&cid)))
         })
         .await
     };
-    let (run, mut reader) = match opened {
+    let opened = opened.and_then(|(run, reader, end, pty)| {
+        let stdin = end
+            .map(|end| async_file(OwnedFd::from(end.file)))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        Ok((run, reader, stdin, pty))
+    });
+    let (run, mut reader, stdin, pty) = match opened {
         Ok(r) => r,
         Err(message) => {
             let _ = frames
@@ -606,12 +623,13 @@ async fn attach<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             return;
         }
     };
+    let had_stdin = stdin.is_some();
     let channel = if req.stdout { STDOUT } else { STDERR };
     let runtime = source.runtime.clone();
-    let id = id.clone();
+    let cid = id.clone();
     let follow = async move {
         loop {
-            let (rt, dir, cid) = (runtime.clone(), container_dir.clone(), id.clone());
+            let (rt, dir, cid) = (runtime.clone(), container_dir.clone(), cid.clone());
             let (r, chunk, ended) = smol::unblock(move || {
                 let newer = files::runs(&dir).last().is_some_and(|&r| r > run);
                 let ended = newer
@@ -640,11 +658,27 @@ async fn attach<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             .send(frame(ERROR, status.to_string().as_bytes()))
             .await;
     };
-    follow
-        .or(async move {
-            read_input(receiver, Vec::new(), None, None, false).await;
-        })
-        .await;
+    let (closed_tx, closed) = async_channel::bounded::<()>(1);
+    let input = async move {
+        read_input(receiver, Vec::new(), stdin, pty, v5, &closed_tx).await;
+    };
+    // The session's stdin ends (the client closed it, or left): with stdinOnce, so does the
+    // container's.
+    let end_stdin = || {
+        let (rt, cid) = (source.runtime.clone(), id.clone());
+        smol::unblock(move || rt.end_stdin_session(&cid))
+    };
+    let once = async {
+        let _ = closed.recv().await;
+        if had_stdin {
+            end_stdin().await;
+        }
+        std::future::pending::<()>().await
+    };
+    follow.or(input).or(once).await;
+    if had_stdin {
+        end_stdin().await;
+    }
 }
 
 #[cfg(test)]
@@ -680,12 +714,9 @@ mod tests {
                 .0,
             404
         );
-        assert_eq!(
-            parse_stream_request(true, &["a", "b", "c"], "stdin=true&stdout=true")
-                .unwrap_err()
-                .0,
-            400
-        );
+        let attach = parse_stream_request(true, &["a", "b", "c"], "stdin=true&stdout=true")
+            .expect("attach with stdin");
+        assert!(attach.attach && attach.stdin && attach.command.is_empty());
     }
 
     #[test]

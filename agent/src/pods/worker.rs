@@ -22,6 +22,7 @@ use super::status::{self, ContainerRecord, ExitWatch, Termination, BACKOFF_MAX, 
 use super::volumes::{self, VolumeError};
 use super::Context;
 use crate::image::{unmount_rootfs, PullPolicy, RegistryAuth};
+use crate::runtime::stdio::StdinMode;
 use crate::runtime::{
     ContainerId, ContainerSpec, ContainerState, MountSpec, RuntimeError, Sandbox, SandboxConfig,
 };
@@ -1029,6 +1030,12 @@ impl Worker {
             resources,
             log_path,
             pid_ns,
+            stdin: match (spec_c.stdin, spec_c.stdin_once) {
+                (Some(true), Some(true)) => StdinMode::Once,
+                (Some(true), _) => StdinMode::Open,
+                _ => StdinMode::None,
+            },
+            tty: spec_c.tty == Some(true),
         };
         let rt = self.ctx.runtime.clone();
         let created = smol::unblock(move || {

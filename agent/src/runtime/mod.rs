@@ -54,7 +54,8 @@
 //!
 //! # Logs
 //! stdout and stderr of the container's main process go to `ContainerSpec::log_path`, opened
-//! `O_APPEND` and passed as fds 1 and 2 (stdin is `/dev/null`), so output keeps flowing while
+//! `O_APPEND` and passed as fds 1 and 2 (stdin is `/dev/null` unless the spec asks for stdin or
+//! a terminal: see [`stdio`]), so output keeps flowing while
 //! the agent is down. Rotate with [`rotate_log`] (copy-truncate).
 //!
 //! # Exit codes
@@ -102,6 +103,7 @@ mod executor;
 pub mod logs;
 pub mod sandbox;
 pub mod spec;
+pub mod stdio;
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -329,6 +331,10 @@ pub struct ContainerSpec {
     /// A PID namespace to join (`/proc/PID/ns/pid` of another container of the pod: an
     /// ephemeral container's target) instead of a new one.
     pub pid_ns: Option<PathBuf>,
+    /// The container's stdin (see [`stdio`]).
+    pub stdin: stdio::StdinMode,
+    /// A pseudo-terminal for stdin, stdout and stderr (see [`stdio`]).
+    pub tty: bool,
 }
 
 impl ContainerSpec {
@@ -354,6 +360,8 @@ impl ContainerSpec {
             resources: Resources::default(),
             log_path: log_path.into(),
             pid_ns: None,
+            stdin: stdio::StdinMode::None,
+            tty: false,
         }
     }
 }
@@ -397,6 +405,13 @@ struct Record {
     /// Milliseconds since the epoch.
     started_at: Option<u64>,
     exit: Option<ExitRecord>,
+    #[serde(default)]
+    stdin: stdio::StdinMode,
+    #[serde(default)]
+    tty: bool,
+    /// The process holding stdinOnce's keeper or the terminal across agent restarts.
+    #[serde(default)]
+    holder: Option<stdio::Holder>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -430,6 +445,8 @@ pub struct Runtime {
     /// Serialises reaping and record updates, so two callers never both `waitpid` one pid
     /// (the loser would see ECHILD and record an unknown exit code).
     reap_lock: Mutex<()>,
+    /// The agent's ends of containers' stdins and terminals.
+    consoles: std::sync::Arc<stdio::Consoles>,
 }
 
 impl Runtime {
@@ -466,6 +483,7 @@ impl Runtime {
         let rt = Runtime {
             config,
             reap_lock: Mutex::new(()),
+            consoles: Default::default(),
         };
         for dir in [
             rt.sandboxes_dir(),
@@ -475,6 +493,7 @@ impl Runtime {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| RuntimeError::io("create state dir", &dir, e))?;
         }
+        rt.adopt_consoles();
         Ok(rt)
     }
 
@@ -608,7 +627,8 @@ impl Runtime {
         let cgroup_path = format!("/{}/{}", self.pod_cgroup(&sandbox.pod_uid), spec.name);
         let result = self.create_inner(&id, &dir, sandbox, spec, &cgroup_path);
         if result.is_err() {
-            // Leave nothing behind: libcontainer state, bundle, cgroup.
+            // Leave nothing behind: stdin, libcontainer state, bundle, cgroup.
+            self.consoles.remove(id.as_str());
             let _ = self.delete_libcontainer(&id);
             let _ = std::fs::remove_dir_all(&dir);
             let rel = format!("{}/{}", self.pod_cgroup(&sandbox.pod_uid), spec.name);
@@ -634,19 +654,61 @@ impl Runtime {
             log_path: spec.log_path.clone(),
             started_at: None,
             exit: None,
+            stdin: spec.stdin,
+            tty: spec.tty,
+            holder: None,
         };
         write_record(dir, &record)?;
 
         let log = open_log(&spec.log_path)
             .map_err(|e| RuntimeError::io("open log", &spec.log_path, e))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| RuntimeError::io("dup log fd", &spec.log_path, e))?;
-        let null = std::fs::File::open("/dev/null")
-            .map_err(|e| RuntimeError::io("open", Path::new("/dev/null"), e))?;
+        // The container's fds 0, 1, 2; with a terminal, its slave side for all three (the
+        // master's output is copied into the log).
+        let (stdin, stdout, stderr, keeper, master) = if spec.tty {
+            let pty = exec::open_pty()?;
+            let dup = |fd: &OwnedFd| {
+                fd.try_clone()
+                    .map_err(|e| RuntimeError::io("dup terminal", dir, e))
+            };
+            let (stdin, stdout) = (dup(&pty.slave)?, dup(&pty.slave)?);
+            let master = std::sync::Arc::new(pty.master);
+            stdio::copy_terminal(
+                id.as_str().to_string(),
+                master.clone(),
+                log,
+                self.consoles.clone(),
+            )?;
+            (stdin, stdout, pty.slave, None, Some(master))
+        } else {
+            let log_err = log
+                .try_clone()
+                .map_err(|e| RuntimeError::io("dup log fd", &spec.log_path, e))?;
+            let (stdin, keeper) = stdio::make_stdin(dir, spec.stdin)?;
+            (
+                stdin,
+                OwnedFd::from(log),
+                OwnedFd::from(log_err),
+                keeper,
+                None,
+            )
+        };
+        // What only the agent holds is also held by a process that outlives it.
+        let holder = match (&keeper, &master) {
+            (Some(fd), _) => stdio::hold(id.as_str(), fd),
+            (None, Some(fd)) => stdio::hold(id.as_str(), fd),
+            (None, None) => None,
+        };
+        self.consoles
+            .insert(id.as_str(), keeper, master, holder.map(|h| h.pid));
+        if holder.is_some() {
+            let mut record = record;
+            record.holder = holder;
+            write_record(dir, &record)?;
+        }
 
         let root = self.libcontainer_dir();
         let name = id.as_str().to_string();
+        let tty = spec.tty;
         // libcontainer clones with raw `clone`, which in a multi-threaded agent can copy a
         // malloc lock held by another thread into the child, where it stays locked for ever.
         // So the build runs in a glibc `fork()` child (fork hands the child consistent malloc
@@ -659,11 +721,11 @@ impl Runtime {
             ContainerBuilder::new(name, SyscallType::default())
                 .with_root_path(root)
                 .map_err(|e| format!("container root: {e}"))?
-                .with_stdin(OwnedFd::from(null))
-                .with_stdout(OwnedFd::from(log))
-                .with_stderr(OwnedFd::from(log_err))
+                .with_stdin(stdin)
+                .with_stdout(stdout)
+                .with_stderr(stderr)
                 .with_executor(executor::ExecveExecutor {
-                    controlling_tty: false,
+                    controlling_tty: tty,
                 })
                 .as_init(&bundle)
                 .with_systemd(false)
@@ -850,6 +912,16 @@ impl Runtime {
     /// libcontainer state and bundle. The log file is left for the caller. A missing
     /// container is not an error.
     pub fn remove(&self, id: &ContainerId) -> Result<(), RuntimeError> {
+        self.consoles.remove(id.as_str());
+        // A holder from an earlier life of the agent.
+        if let Some(h) = read_record(&self.container_dir(id))
+            .ok()
+            .and_then(|r| r.holder)
+        {
+            if sys::is_fd_holder(&self.config.proc_root, h.pid, id.as_str()) {
+                sys::kill_fd_holder(h.pid);
+            }
+        }
         let lc_root = self.libcontainer_dir().join(id.as_str());
         if lc_root.exists() {
             match self.state(id) {

@@ -195,6 +195,10 @@ pub fn build(
     if !spec.env.iter().any(|(k, _)| k == "HOSTNAME") {
         env.push(format!("HOSTNAME={}", sandbox.config.hostname));
     }
+    if spec.tty && !spec.env.iter().any(|(k, _)| k == "TERM") {
+        // As containerd and Docker for a container with a terminal.
+        env.push("TERM=xterm".to_string());
+    }
     let (uid, gid) = spec.user.unwrap_or((0, 0));
     let cwd = if spec.cwd.is_empty() {
         "/"
