@@ -1039,8 +1039,32 @@ fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
     )
 }
 
+/// Whether all of `s` matches `fmt`; each format is compiled once (a handful of fixed ones).
 fn matches_whole(fmt: &str, s: &str) -> bool {
-    regex::Regex::new(&format!("^(?:{fmt})$")).is_ok_and(|re| re.is_match(s))
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static COMPILED: OnceLock<Mutex<HashMap<String, Option<regex::Regex>>>> = OnceLock::new();
+    let mut compiled = COMPILED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    compiled
+        .entry(fmt.to_string())
+        .or_insert_with(|| regex::Regex::new(&format!("^(?:{fmt})$")).ok())
+        .as_ref()
+        .is_some_and(|re| re.is_match(s))
+}
+
+/// A name of at most `max` bytes matching `fmt`, with apimachinery's messages.
+fn bounded_name(s: &str, max: usize, fmt: &str, msg: &str, examples: &[&str]) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > max {
+        errs.push(format!("must be no more than {max} characters"));
+    }
+    if !matches_whole(fmt, s) {
+        errs.push(regex_error(msg, fmt, examples));
+    }
+    errs
 }
 
 const LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
@@ -1050,36 +1074,15 @@ const QNAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
 const QNAME_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 
 fn dns1123_label(s: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if s.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
-    }
-    if !matches_whole(LABEL_FMT, s) {
-        errs.push(regex_error("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character", LABEL_FMT, &["my-name", "123-abc"]));
-    }
-    errs
+    bounded_name(s, 63, LABEL_FMT, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character", &["my-name", "123-abc"])
 }
 
 fn dns1123_subdomain(s: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if s.len() > 253 {
-        errs.push("must be no more than 253 characters".to_string());
-    }
-    if !matches_whole(SUBDOMAIN_FMT, s) {
-        errs.push(regex_error("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character", SUBDOMAIN_FMT, &["example.com"]));
-    }
-    errs
+    bounded_name(s, 253, SUBDOMAIN_FMT, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character", &["example.com"])
 }
 
 fn dns1035_label(s: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if s.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
-    }
-    if !matches_whole(DNS1035_FMT, s) {
-        errs.push(regex_error("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character", DNS1035_FMT, &["my-name", "abc-123"]));
-    }
-    errs
+    bounded_name(s, 63, DNS1035_FMT, "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character", &["my-name", "abc-123"])
 }
 
 fn qualified_name(s: &str) -> Vec<String> {
@@ -1121,15 +1124,8 @@ fn qualified_name(s: &str) -> Vec<String> {
 }
 
 fn label_value(s: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if s.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
-    }
     let fmt = format!("({QNAME_FMT})?");
-    if !matches_whole(&fmt, s) {
-        errs.push(regex_error("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character", &fmt, &["MyValue", "my_value", "12345"]));
-    }
-    errs
+    bounded_name(s, 63, &fmt, "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character", &["MyValue", "my_value", "12345"])
 }
 
 /// apimachinery's `maskTrailingDash`, which the `...Prefix` formats validate through.
