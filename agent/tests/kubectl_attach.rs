@@ -23,32 +23,6 @@ use common::{free_port, wait_for, NodeServer as Server};
 
 const IMAGE: &str = "skiff.test/attach:v1";
 
-fn header(kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_size(size);
-    h.set_mode(mode);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(0);
-    h
-}
-
-/// busybox applets the tests run, as links in /bin.
-fn tools_layer() -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for applet in ["cat", "echo", "sleep", "stty", "tty", "true"] {
-        let mut h = header(tar::EntryType::Symlink, 0, 0o777);
-        b.append_link(&mut h, format!("bin/{applet}"), "busybox")
-            .expect("link");
-    }
-    for (dir, mode) in [("tmp/", 0o1777), ("proc/", 0o555)] {
-        let mut h = header(tar::EntryType::Directory, 0, mode);
-        b.append_data(&mut h, dir, std::io::empty()).expect("dir");
-    }
-    b.into_inner().expect("tar")
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -166,7 +140,7 @@ fn kubectl_attach_run_and_debug_with_stdin_and_terminals() {
         vec![
             image_util::lower_layer_tar(),
             image_util::upper_layer_tar("attach"),
-            tools_layer(),
+            image_util::applets_layer(&["cat", "echo", "sleep", "stty", "tty", "true"]),
         ],
         image_util::host_arch(),
         &["sh"],

@@ -20,32 +20,6 @@ use common::{free_port, wait_for, NodeServer as Server};
 const IMAGE: &str = "skiff.test/debug:v1";
 const POD: &str = "app";
 
-fn header(kind: tar::EntryType, size: u64, mode: u32) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_size(size);
-    h.set_mode(mode);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(0);
-    h
-}
-
-/// busybox applets the tests run, as links in /bin.
-fn tools_layer() -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for applet in ["cat", "echo", "ps", "sleep", "ls", "true", "hostname"] {
-        let mut h = header(tar::EntryType::Symlink, 0, 0o777);
-        b.append_link(&mut h, format!("bin/{applet}"), "busybox")
-            .expect("link");
-    }
-    for (dir, mode) in [("tmp/", 0o1777), ("proc/", 0o555)] {
-        let mut h = header(tar::EntryType::Directory, 0, mode);
-        b.append_data(&mut h, dir, std::io::empty()).expect("dir");
-    }
-    b.into_inner().expect("tar")
-}
-
 fn kubectl(server: &Server, args: &[&str]) -> Output {
     common::run_kubectl(&server.kubeconfig(), args, None)
 }
@@ -111,7 +85,7 @@ fn kubectl_debug_runs_ephemeral_containers_and_node_debug_pods() {
         vec![
             image_util::lower_layer_tar(),
             image_util::upper_layer_tar("debug"),
-            tools_layer(),
+            image_util::applets_layer(&["cat", "echo", "ps", "sleep", "ls", "true", "hostname"]),
         ],
         image_util::host_arch(),
         &["sh"],

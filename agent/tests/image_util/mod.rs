@@ -94,6 +94,26 @@ pub fn upper_layer_tar(hello: &str) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
+/// A layer of busybox `applets` (links to /bin/busybox in /bin), a /tmp and a /proc: what a
+/// test pod's commands need on top of [`busybox_image`]'s layer.
+pub fn applets_layer(applets: &[&str]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for applet in applets {
+        add_symlink(&mut b, &format!("bin/{applet}"), "busybox");
+    }
+    for (dir, mode) in [("tmp/", 0o1777), ("proc/", 0o555)] {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(mode);
+        h.set_size(0);
+        h.set_mtime(1_700_000_000);
+        h.set_uid(0);
+        h.set_gid(0);
+        b.append_data(&mut h, dir, std::io::empty()).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
 /// One layer holding a single file.
 pub fn single_file_layer(name: &str, data: &[u8]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
