@@ -1,7 +1,5 @@
 //! admissionregistration.k8s.io/v1: the webhook configurations (docs/design/admission.md),
-//! with kube-apiserver's defaults and validation messages. Not served yet: the server's
-//! admission pipeline that calls them comes first (a configuration stored but not obeyed
-//! would be worse than none).
+//! with kube-apiserver's defaults and validation messages.
 
 use std::collections::HashSet;
 
@@ -10,7 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::apiextensions::{validate_webhook_client_config, WebhookClientConfig};
 use crate::meta::{LabelSelector, ObjectMeta};
+use crate::object::{Kind, Resource};
 use crate::validation::{self, FieldError};
+
+/// The API group.
+pub const GROUP: &str = "admissionregistration.k8s.io";
 
 /// MutatingWebhookConfiguration: webhooks that may change an object before it is stored.
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -388,23 +390,44 @@ fn validate_webhooks(webhooks: &[Webhook], mutating: bool) -> Vec<FieldError> {
     errs
 }
 
-impl MutatingWebhookConfiguration {
-    pub fn set_defaults(&mut self) {
+impl Resource for MutatingWebhookConfiguration {
+    const KIND: Kind = Kind::MutatingWebhookConfiguration;
+    crate::resource_basics!(MutatingWebhookConfiguration);
+
+    fn set_defaults(&mut self) {
         self.webhooks.iter_mut().for_each(|w| w.set_defaults(true));
     }
 
-    pub fn validate(&self) -> Vec<FieldError> {
-        validate_webhooks(&self.webhooks, true)
+    /// kube's ValidateMutatingWebhookConfiguration: the name a DNS subdomain, then each
+    /// webhook.
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = validation::validate_meta(&self.metadata, Self::KIND);
+        errs.extend(validate_webhooks(&self.webhooks, true));
+        errs
+    }
+
+    fn spec_fingerprint(&self) -> Vec<u8> {
+        crate::object::fingerprint(&self.webhooks)
     }
 }
 
-impl ValidatingWebhookConfiguration {
-    pub fn set_defaults(&mut self) {
+impl Resource for ValidatingWebhookConfiguration {
+    const KIND: Kind = Kind::ValidatingWebhookConfiguration;
+    crate::resource_basics!(ValidatingWebhookConfiguration);
+
+    fn set_defaults(&mut self) {
         self.webhooks.iter_mut().for_each(|w| w.set_defaults(false));
     }
 
-    pub fn validate(&self) -> Vec<FieldError> {
-        validate_webhooks(&self.webhooks, false)
+    /// kube's ValidateValidatingWebhookConfiguration.
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = validation::validate_meta(&self.metadata, Self::KIND);
+        errs.extend(validate_webhooks(&self.webhooks, false));
+        errs
+    }
+
+    fn spec_fingerprint(&self) -> Vec<u8> {
+        crate::object::fingerprint(&self.webhooks)
     }
 }
 

@@ -355,6 +355,8 @@ kinds! {
     RuntimeClass => node::RuntimeClass,
     CustomResourceDefinition => apiextensions::CustomResourceDefinition,
     NetworkPolicy => networking::NetworkPolicy,
+    MutatingWebhookConfiguration => admissionregistration::MutatingWebhookConfiguration,
+    ValidatingWebhookConfiguration => admissionregistration::ValidatingWebhookConfiguration,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -789,6 +791,28 @@ impl Kind {
             has_status: true,
             categories: &["api-extensions"],
         };
+        static MUTATING_WEBHOOKS: KindInfo = KindInfo {
+            kind: "MutatingWebhookConfiguration",
+            group: crate::admissionregistration::GROUP,
+            version: "v1",
+            plural: "mutatingwebhookconfigurations",
+            singular: "mutatingwebhookconfiguration",
+            short_names: &[],
+            namespaced: false,
+            has_status: false,
+            categories: &["api-extensions"],
+        };
+        static VALIDATING_WEBHOOKS: KindInfo = KindInfo {
+            kind: "ValidatingWebhookConfiguration",
+            group: crate::admissionregistration::GROUP,
+            version: "v1",
+            plural: "validatingwebhookconfigurations",
+            singular: "validatingwebhookconfiguration",
+            short_names: &[],
+            namespaced: false,
+            has_status: false,
+            categories: &["api-extensions"],
+        };
         static PDB: KindInfo = KindInfo {
             kind: "PodDisruptionBudget",
             group: crate::policy::GROUP,
@@ -848,6 +872,8 @@ impl Kind {
             Kind::EndpointSlice => &ENDPOINT_SLICE,
             Kind::RuntimeClass => &RUNTIME_CLASS,
             Kind::CustomResourceDefinition => &CRD,
+            Kind::MutatingWebhookConfiguration => &MUTATING_WEBHOOKS,
+            Kind::ValidatingWebhookConfiguration => &VALIDATING_WEBHOOKS,
             Kind::NetworkPolicy => &NETWORK_POLICY,
             _ => custom_info(self),
         }

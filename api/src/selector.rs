@@ -932,6 +932,12 @@ mod tests {
             Kind::EndpointSlice => crate::discovery::EndpointSlice::default().into_any(),
             Kind::RuntimeClass => crate::node::RuntimeClass::default().into_any(),
             Kind::NetworkPolicy => crate::networking::NetworkPolicy::default().into_any(),
+            Kind::MutatingWebhookConfiguration => {
+                crate::admissionregistration::MutatingWebhookConfiguration::default().into_any()
+            }
+            Kind::ValidatingWebhookConfiguration => {
+                crate::admissionregistration::ValidatingWebhookConfiguration::default().into_any()
+            }
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
             Kind::HorizontalPodAutoscaler => {

@@ -102,6 +102,11 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Endpoints", "string", "Endpoints of the service", 0),
             age(),
         ],
+        Kind::MutatingWebhookConfiguration | Kind::ValidatingWebhookConfiguration => vec![
+            name(),
+            col("Webhooks", "integer", "Webhooks indicates the number of webhooks registered in this configuration", 0),
+            age(),
+        ],
         Kind::NetworkPolicy => vec![
             name(),
             col("Pod-Selector", "string", "Selects the pods to which this NetworkPolicy object applies. The array of ingress rules is applied to any pods selected by this field. Multiple network policies can select the same set of pods. In this case, the ingress rules for each are combined additively. This field is NOT optional and follows standard label selector semantics. An empty podSelector matches all pods in this namespace.", 0),
@@ -598,6 +603,12 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::Service(s) => service_cells(s, name, age),
         AnyObject::Endpoints(e) => vec![json!(name), json!(format_endpoints(e)), json!(age)],
         AnyObject::RuntimeClass(r) => vec![json!(name), json!(r.handler), json!(age)],
+        AnyObject::MutatingWebhookConfiguration(c) => {
+            vec![json!(name), json!(c.webhooks.len()), json!(age)]
+        }
+        AnyObject::ValidatingWebhookConfiguration(c) => {
+            vec![json!(name), json!(c.webhooks.len()), json!(age)]
+        }
         AnyObject::NetworkPolicy(p) => vec![
             json!(name),
             json!(format_selector(Some(&p.spec.pod_selector))),
@@ -1566,6 +1577,8 @@ mod tests {
             crate::discovery::EndpointSlice::default().into_any(),
             crate::node::RuntimeClass::default().into_any(),
             crate::networking::NetworkPolicy::default().into_any(),
+            crate::admissionregistration::MutatingWebhookConfiguration::default().into_any(),
+            crate::admissionregistration::ValidatingWebhookConfiguration::default().into_any(),
             ConfigMap::default().into_any(),
             Secret::default().into_any(),
             Event::default().into_any(),

@@ -27,6 +27,8 @@ use api::storage::PersistentVolumeClaim;
 use api::{AnyObject, Kind};
 use serde_json::Value;
 
+use crate::admission::dispatch::{self, Admission, Candidates, Request as AdmissionRequest};
+use crate::admission::webhooks::Operation;
 use crate::error::ApiError;
 use crate::fieldmanager::{self, Manager, Managers, Scope};
 use crate::heartbeat::{heartbeat_only, is_node_lease, renewal_only, Heartbeats};
@@ -79,6 +81,8 @@ pub struct Registry {
     /// The kind a generic call with [`api::custom::CustomObject`] acts on
     /// ([`Registry::for_kind`]).
     kind: Option<Kind>,
+    /// The admission webhooks in force; shared by every clone.
+    admission: std::sync::Arc<Admission>,
 }
 
 /// What admission says about a request beside its answer, and the admission that needs to
@@ -91,6 +95,9 @@ pub struct AdmissionNotes {
     pub audit_annotations: Vec<(String, String)>,
     /// Checks of this request's updates that ask the authorizer about its user.
     pub requester: Option<std::sync::Arc<dyn RequesterAdmission>>,
+    /// Who sends the request (admission webhooks are told); none for the server's own
+    /// controllers.
+    pub user: Option<crate::auth::User>,
 }
 
 /// Admission of an update that depends on who asks (Kubernetes' CertificateApproval and
@@ -1614,7 +1621,13 @@ impl Registry {
             dry_run: false,
             warnings: Default::default(),
             kind: None,
+            admission: Default::default(),
         }
+    }
+
+    /// The admission webhooks in force (the server installs the stored configurations).
+    pub fn admission(&self) -> &Admission {
+        &self.admission
     }
 
     /// This registry with its writes as dry runs (`dryRun=All`) if `dry_run`.
@@ -1742,10 +1755,13 @@ impl Registry {
         let (obj, generate, json) = self.prepare_create(obj, path_ns)?;
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
-        let findings = judge_pod_security_json::<K>(&json, None);
-        drop(json);
-        let created = self
-            .write(
+        let created = if let Some(hooks) = self.webhooks::<K>(Operation::Create, Part::Main) {
+            drop(json);
+            self.admitted_create(&hooks, obj, generate).await?
+        } else {
+            let findings = judge_pod_security_json::<K>(&json, None);
+            drop(json);
+            self.write(
                 move |txn| {
                     create_in(
                         txn,
@@ -1758,7 +1774,8 @@ impl Registry {
                 },
                 fix_object,
             )
-            .await?;
+            .await?
+        };
         // A node Lease made anew carries its own renewal.
         if let Some(l) = as_lease(&created).filter(|l| is_node_lease(l)) {
             self.heartbeats
@@ -1868,6 +1885,15 @@ impl Registry {
             )));
         }
         let name = name.to_string();
+        if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
+            let who = Ownership::Update(self.manager(part));
+            let ns = obj.meta().namespace().to_string();
+            return self
+                .admitted_update(hooks, part, &ns, &name, "UpdateOptions", move |_| {
+                    Ok((obj.clone(), who.clone()))
+                })
+                .await;
+        }
         if may_be_heartbeat::<K>(part) && !self.dry_run {
             if let Ok(old) = self.get::<K>(obj.meta().namespace(), &name).await {
                 if let Some(shown) = heartbeat_write(&self.heartbeats, &old, &obj, part) {
@@ -1917,6 +1943,18 @@ impl Registry {
         }
         let (ns, name) = (ns.to_string(), name.to_string());
         let beats = self.heartbeats.clone();
+        if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
+            let who = Ownership::Update(self.manager(part));
+            let (n, m) = (ns.clone(), name.clone());
+            return self
+                .admitted_update(hooks, part, &ns, &name, "PatchOptions", move |old| {
+                    Ok((
+                        patched(&beats, old, &n, &m, patch_type, &patch)?,
+                        who.clone(),
+                    ))
+                })
+                .await;
+        }
         if may_be_heartbeat::<K>(part) && !self.dry_run {
             if let Ok(old) = self.get::<K>(&ns, &name).await {
                 let new = patched(&beats, &old, &ns, &name, patch_type, &patch);
@@ -2005,6 +2043,10 @@ impl Registry {
                 )
                 .map_err(|c| conflict_error(&c))?;
             obj.meta_mut().managed_fields = managers.encode();
+            if let Some(hooks) = self.webhooks::<K>(Operation::Create, Part::Main) {
+                let created = self.admitted_create(&hooks, obj, false).await?;
+                return Ok((created, true));
+            }
             let ranges = self.service_ranges();
             let warnings = self.warnings.clone();
             let findings = judge_pod_security(&obj, None);
@@ -2026,54 +2068,23 @@ impl Registry {
             return Ok((created, true));
         }
         let (ns, name) = (ns.to_string(), name.to_string());
+        let merge = {
+            let ns = ns.clone();
+            move |old: &K| applied(old, &config, &who, &api_version, force, kind, &ns)
+        };
+        if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
+            return self
+                .admitted_update(hooks, part, &ns, &name, "PatchOptions", merge)
+                .await
+                .map(|o| (o, false));
+        }
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
         self.write(
             move |txn| {
                 let old: K = get_existing(txn, kind, &ns, &name)?;
-                let live = codec::to_json(&old);
-                let mut merged = live.clone();
-                crate::strategic::merge(&mut merged, &config).map_err(ApiError::bad_request)?;
-                let before = managers_of(&old);
-                let mut managers = before.clone();
-                let now = Time::now();
-                let mut merged = match managers.apply(
-                    &live,
-                    &config,
-                    merged.clone(),
-                    &who,
-                    &api_version,
-                    force,
-                    now,
-                ) {
-                    Ok(m) => m,
-                    // kubectl's server-side apply takes over what it applied client-side.
-                    Err(c)
-                        if who.name == fieldmanager::KUBECTL_APPLY
-                            && fieldmanager::last_applied_fields(&live, who.scope)
-                                .is_some_and(|allowed| c.within(&allowed)) =>
-                    {
-                        managers = before;
-                        managers
-                            .apply(&live, &config, merged, &who, &api_version, true, now)
-                            .map_err(|c| conflict_error(&c))?
-                    }
-                    Err(c) => return Err(conflict_error(&c)),
-                };
-                if who.name == fieldmanager::KUBECTL_APPLY {
-                    fieldmanager::sync_last_applied(&mut merged, &config);
-                }
-                let mut new: K = decode_as(kind, merged)?;
-                if kind.info().namespaced && new.meta().namespace() != ns {
-                    return Err(ApiError::bad_request(
-                        "metadata.namespace may not be changed by a patch",
-                    ));
-                }
-                if new.meta().resource_version.is_empty() {
-                    new.meta_mut().resource_version = old.meta().resource_version.clone();
-                }
-                let ownership = Ownership::Applied(managers);
+                let (new, ownership) = merge(&old)?;
                 apply_update(txn, &beats, &ranges, old, new, part, ownership, &warnings)
                     .map(|o| (o, false))
             },
@@ -2091,10 +2102,19 @@ impl Registry {
         mut f: impl FnMut(&mut K) -> Result<(), ApiError> + Send + 'static,
     ) -> Result<K, ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
+        let who = Ownership::Update(self.manager(part));
+        if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
+            return self
+                .admitted_update(hooks, part, &ns, &name, "UpdateOptions", move |old: &K| {
+                    let mut new = old.clone();
+                    f(&mut new)?;
+                    Ok((new, who.clone()))
+                })
+                .await;
+        }
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
-        let who = Ownership::Update(self.manager(part));
         let kind = self.kind::<K>();
         self.write(
             move |txn| {
@@ -2241,6 +2261,23 @@ impl Registry {
                 )],
             )
         })?;
+        if let Some(hooks) = self.webhooks::<K>(Operation::Delete, Part::Main) {
+            return self
+                .admitted_delete(hooks, ns, name, opts, propagation)
+                .await;
+        }
+        self.delete_now(ns, name, opts, propagation).await
+    }
+
+    /// DELETE, its checks done.
+    async fn delete_now<K: Resource>(
+        &self,
+        ns: &str,
+        name: &str,
+        opts: DeleteOptions,
+        propagation: Propagation,
+    ) -> Result<(K, bool), ApiError> {
+        let kind = self.kind::<K>();
         let (ns, name) = (ns.to_string(), name.to_string());
         self.write(move |txn| {
                 let mut obj: K = get_existing(txn, kind, &ns, &name)?;
@@ -2305,6 +2342,347 @@ impl Registry {
                 Ok((obj, false))
             }, fix_first)
             .await
+    }
+}
+
+/// A server-side apply of `config` by `who` merged into `old`: the new object and its
+/// managers, or the conflict with other managers (unless `force`).
+fn applied<K: Resource>(
+    old: &K,
+    config: &Value,
+    who: &Manager,
+    api_version: &str,
+    force: bool,
+    kind: Kind,
+    ns: &str,
+) -> Result<(K, Ownership), ApiError> {
+    let live = codec::to_json(old);
+    let mut merged = live.clone();
+    crate::strategic::merge(&mut merged, config).map_err(ApiError::bad_request)?;
+    let before = managers_of(old);
+    let mut managers = before.clone();
+    let now = Time::now();
+    let mut merged =
+        match managers.apply(&live, config, merged.clone(), who, api_version, force, now) {
+            Ok(m) => m,
+            // kubectl's server-side apply takes over what it applied client-side.
+            Err(c)
+                if who.name == fieldmanager::KUBECTL_APPLY
+                    && fieldmanager::last_applied_fields(&live, who.scope)
+                        .is_some_and(|allowed| c.within(&allowed)) =>
+            {
+                managers = before;
+                managers
+                    .apply(&live, config, merged, who, api_version, true, now)
+                    .map_err(|c| conflict_error(&c))?
+            }
+            Err(c) => return Err(conflict_error(&c)),
+        };
+    if who.name == fieldmanager::KUBECTL_APPLY {
+        fieldmanager::sync_last_applied(&mut merged, config);
+    }
+    let mut new: K = decode_as(kind, merged)?;
+    if kind.info().namespaced && new.meta().namespace() != ns {
+        return Err(ApiError::bad_request(
+            "metadata.namespace may not be changed by a patch",
+        ));
+    }
+    if new.meta().resource_version.is_empty() {
+        new.meta_mut().resource_version = old.meta().resource_version.clone();
+    }
+    Ok((new, Ownership::Applied(managers)))
+}
+
+/// The subresource a write of `part` is, as admission names it.
+fn subresource_of(part: Part, via_scale: bool) -> &'static str {
+    match part {
+        Part::Main if via_scale => "scale",
+        Part::Main => "",
+        Part::Status => "status",
+        Part::EphemeralContainers => "ephemeralcontainers",
+    }
+}
+
+/// Admission webhooks (docs/design/admission.md §2): a write that a webhook's rules take is
+/// done in two phases. Outside any transaction the object is worked out from the stored one
+/// read first, passed through the mutating webhooks, committed as a dry run (so the
+/// validating webhooks see what would be stored, after validation and the built-in
+/// admission), and passed to the validating webhooks; then it is committed on the condition
+/// that the stored object is still the one read, or all of it is done again.
+impl Registry {
+    /// The webhooks a write of this registry's kind may go to (`None`: the one-transaction
+    /// path).
+    fn webhooks<K: Resource>(&self, operation: Operation, part: Part) -> Option<Candidates> {
+        let sub = subresource_of(part, self.via_scale);
+        self.admission.candidates(self.kind::<K>(), sub, operation)
+    }
+
+    /// A write as the webhooks are told of it.
+    async fn admission_request<K: Resource>(
+        &self,
+        operation: Operation,
+        part: Part,
+        ns: &str,
+        name: &str,
+        options: &str,
+    ) -> Result<AdmissionRequest, ApiError> {
+        let kind = self.kind::<K>();
+        let namespace_labels = if kind.info().namespaced && !ns.is_empty() {
+            match self.store.get(Kind::Namespace, "", ns).await {
+                Ok(n) => Some(n.meta().labels.clone()),
+                Err(crate::store::StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            None
+        };
+        let user = lock_warnings(&self.warnings).user.clone();
+        Ok(AdmissionRequest {
+            kind,
+            subresource: subresource_of(part, self.via_scale).into(),
+            operation,
+            name: name.into(),
+            namespace: ns.into(),
+            user_info: dispatch::user_info(user.as_ref()),
+            dry_run: self.dry_run,
+            options: dispatch::options(options, &self.manager, self.dry_run),
+            namespace_labels,
+        })
+    }
+
+    /// `input` through the mutating webhooks (`reshape` makes the changed object a request
+    /// again: defaults, and for a create its checks), `commit` as a dry run, the validating
+    /// webhooks on its answer, then `commit` for real.
+    async fn admitted<K, C>(
+        &self,
+        hooks: &Candidates,
+        request: &AdmissionRequest,
+        old: Option<&K>,
+        mut input: K,
+        reshape: impl FnOnce(K, &K) -> Result<K, ApiError>,
+        commit: C,
+    ) -> Result<K, ApiError>
+    where
+        K: Resource,
+        C: FnMut(&mut Txn<'_, '_>, K) -> Result<K, ApiError> + Clone + Send + 'static,
+    {
+        let kind = self.kind::<K>();
+        let old_json = old.map(codec::to_json);
+        if hooks.mutates() {
+            let before = codec::to_json(&input);
+            let mut object = Some(before.clone());
+            hooks
+                .mutate(
+                    self,
+                    request,
+                    &self.warnings,
+                    &mut object,
+                    old_json.as_ref(),
+                )
+                .await?;
+            if let Some(after) = object.filter(|a| *a != before) {
+                let mutated: K = decode_as(kind, after)?;
+                input = reshape(mutated, &input)?;
+            }
+        }
+        let noted = {
+            let n = lock_warnings(&self.warnings);
+            (n.warnings.len(), n.audit_annotations.len())
+        };
+        let (mut trial, tried) = (commit.clone(), input.clone());
+        let shown = self
+            .dry_run(true)
+            .write(move |txn| trial(txn, tried.clone()), fix_object)
+            .await?;
+        if self.dry_run {
+            hooks
+                .validate(
+                    self,
+                    request,
+                    &self.warnings,
+                    Some(&codec::to_json(&shown)),
+                    old_json.as_ref(),
+                )
+                .await?;
+            return Ok(shown);
+        }
+        {
+            // The commit below says it all again.
+            let mut n = lock_warnings(&self.warnings);
+            n.warnings.truncate(noted.0);
+            n.audit_annotations.truncate(noted.1);
+        }
+        hooks
+            .validate(
+                self,
+                request,
+                &self.warnings,
+                Some(&codec::to_json(&shown)),
+                old_json.as_ref(),
+            )
+            .await?;
+        let mut commit = commit;
+        self.write(move |txn| commit(txn, input.clone()), fix_object)
+            .await
+    }
+
+    /// A create that webhooks take.
+    async fn admitted_create<K: Resource>(
+        &self,
+        hooks: &Candidates,
+        obj: K,
+        generate: bool,
+    ) -> Result<K, ApiError> {
+        let request = self
+            .admission_request::<K>(
+                Operation::Create,
+                Part::Main,
+                obj.meta().namespace(),
+                &obj.meta().name,
+                "CreateOptions",
+            )
+            .await?;
+        let ranges = self.service_ranges();
+        let warnings = self.warnings.clone();
+        let commit = move |txn: &mut Txn<'_, '_>, obj: K| {
+            let findings = judge_pod_security(&obj, None);
+            create_in(txn, &ranges, obj, generate, findings.as_ref(), &warnings)
+        };
+        // What the webhooks changed is checked as the request was; the server's own fields
+        // stay (kube sets them after the mutating webhooks).
+        let reshape = |mut new: K, before: &K| {
+            {
+                let (b, n) = (before.meta(), new.meta_mut());
+                n.uid = b.uid.clone();
+                n.creation_timestamp = b.creation_timestamp;
+                n.generation = b.generation;
+                n.resource_version.clear();
+                n.deletion_timestamp = None;
+                n.deletion_grace_period_seconds = None;
+                if n.namespace != b.namespace {
+                    return Err(ApiError::bad_request(
+                        "metadata.namespace may not be changed by an admission webhook",
+                    ));
+                }
+            }
+            new.set_defaults();
+            prepare_for_create(&mut new);
+            validate(&new)?;
+            Ok(new)
+        };
+        self.admitted(hooks, &request, None, obj, reshape, commit)
+            .await
+    }
+
+    /// An update (PUT, PATCH, apply, a controller's change) that webhooks take: `compute`
+    /// makes the new object from the stored one, again after a race.
+    async fn admitted_update<K: Resource>(
+        &self,
+        hooks: Candidates,
+        part: Part,
+        ns: &str,
+        name: &str,
+        options: &str,
+        mut compute: impl FnMut(&K) -> Result<(K, Ownership), ApiError>,
+    ) -> Result<K, ApiError> {
+        let kind = self.kind::<K>();
+        let request = self
+            .admission_request::<K>(Operation::Update, part, ns, name, options)
+            .await?;
+        let mut tries = 0;
+        loop {
+            let old: K = self.get(ns, name).await?;
+            let (mut new, who) = compute(&old)?;
+            // Committed only over the object the webhooks were shown.
+            let ours = new.meta().resource_version.is_empty();
+            if ours {
+                new.meta_mut().resource_version = old.meta().resource_version.clone();
+            }
+            let (beats, ranges, warnings) = (
+                self.heartbeats.clone(),
+                self.service_ranges(),
+                self.warnings.clone(),
+            );
+            let (n, m) = (ns.to_string(), name.to_string());
+            let commit = move |txn: &mut Txn<'_, '_>, new: K| {
+                let current: K = get_existing(txn, kind, &n, &m)?;
+                apply_update(
+                    txn,
+                    &beats,
+                    &ranges,
+                    current,
+                    new,
+                    part,
+                    who.clone(),
+                    &warnings,
+                )
+            };
+            let reshape = |mut new: K, _: &K| {
+                new.set_defaults();
+                Ok(new)
+            };
+            match self
+                .admitted(&hooks, &request, Some(&old), new, reshape, commit)
+                .await
+            {
+                Err(e) if e.code() == 409 && ours && tries < 4 && self.changed(&old).await => {
+                    tries += 1;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// Whether the stored object is no longer `old`.
+    async fn changed<K: Resource>(&self, old: &K) -> bool {
+        let m = old.meta();
+        match self
+            .store
+            .get(self.kind::<K>(), m.namespace(), &m.name)
+            .await
+        {
+            Ok(now) => now.meta().resource_version != m.resource_version,
+            Err(_) => true,
+        }
+    }
+
+    /// A delete that webhooks take: they see the stored object (`oldObject`), and it is
+    /// deleted only as they saw it.
+    async fn admitted_delete<K: Resource>(
+        &self,
+        hooks: Candidates,
+        ns: &str,
+        name: &str,
+        opts: DeleteOptions,
+        propagation: Propagation,
+    ) -> Result<(K, bool), ApiError> {
+        let request = self
+            .admission_request::<K>(Operation::Delete, Part::Main, ns, name, "DeleteOptions")
+            .await?;
+        let mut tries = 0;
+        loop {
+            let old: K = self.get(ns, name).await?;
+            let old_json = codec::to_json(&old);
+            let mut none = None;
+            hooks
+                .mutate(self, &request, &self.warnings, &mut none, Some(&old_json))
+                .await?;
+            hooks
+                .validate(self, &request, &self.warnings, None, Some(&old_json))
+                .await?;
+            let mut opts = opts.clone();
+            let ours = opts.preconditions.is_none();
+            if ours {
+                opts.preconditions = Some(api::meta::Preconditions {
+                    uid: Some(old.meta().uid.clone()),
+                    resource_version: Some(old.meta().resource_version.clone()),
+                });
+            }
+            match self.delete_now(ns, name, opts, propagation).await {
+                Err(e) if e.code() == 409 && ours && tries < 4 => tries += 1,
+                answer => return answer,
+            }
+        }
     }
 }
 

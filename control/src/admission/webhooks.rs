@@ -60,7 +60,9 @@ pub fn matches<'a>(hook: &Webhook, attrs: &Attributes<'a>) -> Option<(&'a str, &
     .then_some(at)
 }
 
-fn matching_version<'a>(hook: &Webhook, attrs: &Attributes<'a>) -> Option<(&'a str, &'a str)> {
+/// Whether a rule of `hook` takes the request, before its selectors; the group and version
+/// as [`matches`] answers them.
+pub fn matching_version<'a>(hook: &Webhook, attrs: &Attributes<'a>) -> Option<(&'a str, &'a str)> {
     if hook
         .rules
         .iter()

@@ -812,6 +812,7 @@ async fn handle(
             let mut warnings = openapi::check_request(&req, &path, &mut body)?;
             // Admission (Pod Security) adds its warnings through the request's writer.
             let admission = registry::Warnings::default();
+            admission.lock().unwrap_or_else(|e| e.into_inner()).user = Some(user.clone());
             if let Some(node) = user.node_name() {
                 admission
                     .lock()

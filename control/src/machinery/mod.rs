@@ -46,6 +46,9 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::PodDisruptionBudget,
     // For the quota controller (its changes fill a new quota's status).
     Kind::ResourceQuota,
+    // The admission webhooks in force.
+    Kind::MutatingWebhookConfiguration,
+    Kind::ValidatingWebhookConfiguration,
     // For the ServiceAccount controller and token authenticator.
     Kind::Namespace,
     Kind::ServiceAccount,

@@ -1,0 +1,520 @@
+//! The admission webhooks in force and their dispatch (docs/design/admission.md §1-2): the
+//! stored MutatingWebhookConfigurations and ValidatingWebhookConfigurations compiled into a
+//! snapshot (each webhook's client made once), the cheap test a write makes first (does any
+//! rule name this kind, subresource and operation?), then for a write that one does: the
+//! mutating webhooks in kube's order (configurations by name, webhooks in order) with
+//! `reinvocationPolicy: IfNeeded`, and the validating ones in parallel.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use api::admissionregistration::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, Webhook,
+};
+use api::object::Kind;
+use serde_json::{json, Value};
+
+use super::review::{self, Failure};
+use super::webhooks::{self, Attributes, Operation};
+use crate::error::ApiError;
+use crate::registry::{Registry, Warnings};
+use crate::webhook::Webhook as Client;
+
+/// One webhook of a stored configuration, ready to call.
+pub struct Hook {
+    /// The configuration's name and the webhook's place among all mutating or all
+    /// validating webhooks (for the audit annotations).
+    config: String,
+    index: usize,
+    webhook: Webhook,
+    /// Its client, or why none could be made (a call then fails with it).
+    client: Result<Client, String>,
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hook")
+            .field("config", &self.config)
+            .field("name", &self.webhook.name)
+            .finish()
+    }
+}
+
+impl Hook {
+    fn new(config: &str, index: usize, webhook: &Webhook) -> Hook {
+        Hook {
+            config: config.to_string(),
+            index,
+            client: Client::new(&webhook.client_config),
+            webhook: webhook.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Snapshot {
+    mutating: Vec<Arc<Hook>>,
+    validating: Vec<Arc<Hook>>,
+}
+
+/// The webhooks in force (shared by every clone of the registry).
+#[derive(Debug, Default)]
+pub struct Admission {
+    snapshot: RwLock<Arc<Snapshot>>,
+}
+
+/// The kinds whose writes never go to webhooks (so a broken webhook cannot lock out its
+/// own repair), as kube-apiserver exempts them.
+fn exempt(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::MutatingWebhookConfiguration | Kind::ValidatingWebhookConfiguration
+    )
+}
+
+impl Admission {
+    /// Puts the stored configurations in force: in the order of their names, each
+    /// configuration's webhooks in their order.
+    pub fn install(
+        &self,
+        mut mutating: Vec<MutatingWebhookConfiguration>,
+        mut validating: Vec<ValidatingWebhookConfiguration>,
+    ) {
+        mutating.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        validating.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let hooks = |all: Vec<(&str, &Webhook)>| -> Vec<Arc<Hook>> {
+            all.into_iter()
+                .enumerate()
+                .map(|(i, (config, w))| Arc::new(Hook::new(config, i, w)))
+                .collect()
+        };
+        let snapshot = Snapshot {
+            mutating: hooks(
+                mutating
+                    .iter()
+                    .flat_map(|c| c.webhooks.iter().map(|w| (c.metadata.name.as_str(), w)))
+                    .collect(),
+            ),
+            validating: hooks(
+                validating
+                    .iter()
+                    .flat_map(|c| c.webhooks.iter().map(|w| (c.metadata.name.as_str(), w)))
+                    .collect(),
+            ),
+        };
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
+    }
+
+    /// The webhooks whose rules take a write of `kind` (its `subresource`, `""` for the
+    /// main resource) by `operation`, before selectors and conditions; `None` when there are
+    /// none (the write then takes its one-transaction path).
+    pub fn candidates(
+        &self,
+        kind: Kind,
+        subresource: &str,
+        operation: Operation,
+    ) -> Option<Candidates> {
+        if exempt(kind) {
+            return None;
+        }
+        let snapshot = self
+            .snapshot
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if snapshot.mutating.is_empty() && snapshot.validating.is_empty() {
+            return None;
+        }
+        let info = kind.info();
+        let attrs = Attributes {
+            operation,
+            group: info.group,
+            version: info.version,
+            resource: info.plural,
+            subresource,
+            namespaced: info.namespaced,
+            equivalents: &[],
+            namespace_labels: None,
+            object_labels: None,
+            old_object_labels: None,
+        };
+        let take = |list: &[Arc<Hook>]| -> Vec<Arc<Hook>> {
+            list.iter()
+                .filter(|h| webhooks::matching_version(&h.webhook, &attrs).is_some())
+                .cloned()
+                .collect()
+        };
+        let candidates = Candidates {
+            mutating: take(&snapshot.mutating),
+            validating: take(&snapshot.validating),
+        };
+        (!candidates.mutating.is_empty() || !candidates.validating.is_empty()).then_some(candidates)
+    }
+}
+
+/// Keeps the stored configurations in force: installed now from the cache, then again on
+/// every change.
+pub fn start_installer(registry: &Registry, informers: &crate::machinery::informer::Informers) {
+    let kinds = [
+        Kind::MutatingWebhookConfiguration,
+        Kind::ValidatingWebhookConfiguration,
+    ];
+    let changes = informers.subscribe(&kinds);
+    let cache = informers.cache().clone();
+    let install = {
+        let registry = registry.clone();
+        move || {
+            registry
+                .admission()
+                .install(cache.list(None), cache.list(None))
+        }
+    };
+    install();
+    smol::spawn(async move {
+        while changes.recv().await.is_ok() {
+            while changes.try_recv().is_ok() {}
+            install();
+        }
+    })
+    .detach();
+}
+
+/// The webhooks a write may go to.
+#[derive(Debug, Clone)]
+pub struct Candidates {
+    mutating: Vec<Arc<Hook>>,
+    validating: Vec<Arc<Hook>>,
+}
+
+/// One write as the webhooks are told of it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub kind: Kind,
+    pub subresource: String,
+    pub operation: Operation,
+    pub name: String,
+    pub namespace: String,
+    /// `{username, uid, groups, extra}`.
+    pub user_info: Value,
+    pub dry_run: bool,
+    /// CreateOptions, UpdateOptions, PatchOptions or DeleteOptions.
+    pub options: Value,
+    /// The labels of the object's namespace (a Namespace's own).
+    pub namespace_labels: Option<BTreeMap<String, String>>,
+}
+
+fn labels_of(obj: Option<&Value>) -> Option<BTreeMap<String, String>> {
+    let labels = obj?.pointer("/metadata/labels")?.as_object()?;
+    Some(
+        labels
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect(),
+    )
+}
+
+impl Request {
+    /// Whether `hook` takes this request with `object` (and `old`), selectors included.
+    fn matches(&self, hook: &Webhook, object: Option<&Value>, old: Option<&Value>) -> bool {
+        let info = self.kind.info();
+        let (new_labels, old_labels) = (labels_of(object), labels_of(old));
+        let empty = BTreeMap::new();
+        let attrs = Attributes {
+            operation: self.operation,
+            group: info.group,
+            version: info.version,
+            resource: info.plural,
+            subresource: &self.subresource,
+            namespaced: info.namespaced,
+            equivalents: &[],
+            namespace_labels: self.namespace_labels.as_ref(),
+            // An object without labels is matched as one with none.
+            object_labels: object.map(|_| new_labels.as_ref().unwrap_or(&empty)),
+            old_object_labels: old.map(|_| old_labels.as_ref().unwrap_or(&empty)),
+        };
+        webhooks::matches(hook, &attrs).is_some()
+    }
+
+    /// The review's request for `object` and `old`.
+    fn review(&self, object: Option<&Value>, old: Option<&Value>) -> review::Request {
+        let info = self.kind.info();
+        let kind = json!({"group": info.group, "version": info.version, "kind": info.kind});
+        let resource =
+            json!({"group": info.group, "version": info.version, "resource": info.plural});
+        review::Request {
+            kind: kind.clone(),
+            resource: resource.clone(),
+            sub_resource: self.subresource.clone(),
+            request_kind: kind,
+            request_resource: resource,
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            operation: self.operation.as_str(),
+            user_info: self.user_info.clone(),
+            object: object.cloned(),
+            old_object: old.cloned(),
+            dry_run: self.dry_run,
+            options: Some(self.options.clone()),
+        }
+    }
+}
+
+/// What a matched webhook may still refuse before it is called: dry runs need
+/// `sideEffects: None` or `NoneOnDryRun` (kube's 400, whatever the failure policy).
+fn check_dry_run(hook: &Webhook, request: &Request) -> Result<(), ApiError> {
+    let safe = matches!(
+        hook.side_effects.as_deref(),
+        Some("None") | Some("NoneOnDryRun")
+    );
+    if request.dry_run && !safe {
+        return Err(ApiError::bad_request(format!(
+            "admission webhook \"{}\" does not support dry run",
+            hook.name
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `hook` is to be called: its rules and selectors matched, its match conditions
+/// hold. A condition that cannot be evaluated is the hook's failure.
+fn wanted(
+    hook: &Hook,
+    request: &Request,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<bool, Failure> {
+    Ok(request.matches(&hook.webhook, object, old))
+}
+
+/// Records what a call said beside its verdict.
+fn note(notes: &Warnings, answer: &review::Answer) {
+    let mut n = notes.lock().unwrap_or_else(|e| e.into_inner());
+    n.warnings.extend(answer.warnings.iter().cloned());
+    n.audit_annotations.extend(
+        answer
+            .audit_annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+}
+
+fn annotate(notes: &Warnings, key: String, value: String) {
+    notes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .audit_annotations
+        .push((key, value));
+}
+
+/// A failed call: an error, unless the hook ignores failures (then noted, as kube notes a
+/// failed-open webhook in the audit event).
+fn failed(
+    hook: &Hook,
+    failure: Failure,
+    notes: &Warnings,
+    kind: &str,
+    round: usize,
+) -> Result<(), ApiError> {
+    match failure {
+        Failure::Rejected(e) => Err(e),
+        Failure::Calling(e) if hook.webhook.ignores_failures() => {
+            tracing::warn!(webhook = %hook.webhook.name, error = %e, "admission webhook failed open");
+            annotate(
+                notes,
+                format!(
+                    "failed-open.{kind}.webhook.admission.k8s.io/round_{round}_index_{}",
+                    hook.index
+                ),
+                hook.webhook.name.clone(),
+            );
+            Ok(())
+        }
+        Failure::Calling(e) => Err(e),
+    }
+}
+
+impl Candidates {
+    /// Whether there are mutating webhooks to call.
+    pub fn mutates(&self) -> bool {
+        !self.mutating.is_empty()
+    }
+
+    /// Runs the mutating webhooks on `object` (changed in place by their patches), in
+    /// order; those with `reinvocationPolicy: IfNeeded` are called once more when a later
+    /// webhook changed the object after them.
+    pub async fn mutate(
+        &self,
+        registry: &Registry,
+        request: &Request,
+        notes: &Warnings,
+        object: &mut Option<Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        // Per hook of the first round: called, and whether the object changed since.
+        let mut called: Vec<Option<bool>> = vec![None; self.mutating.len()];
+        for round in 0..2 {
+            for (index, hook) in self.mutating.iter().enumerate() {
+                if round == 1 {
+                    let again = called[index] == Some(true)
+                        && hook.webhook.reinvocation_policy.as_deref() == Some("IfNeeded");
+                    if !again {
+                        continue;
+                    }
+                }
+                match wanted(hook, request, object.as_ref(), old) {
+                    Ok(false) => continue,
+                    Ok(true) => {}
+                    Err(f) => {
+                        failed(hook, f, notes, "mutation", round)?;
+                        continue;
+                    }
+                }
+                check_dry_run(&hook.webhook, request)?;
+                let changed = match self
+                    .call_one(registry, hook, request, object.as_ref(), old)
+                    .await
+                {
+                    Ok(answer) => {
+                        note(notes, &answer);
+                        let mutated = answer
+                            .patched
+                            .as_ref()
+                            .is_some_and(|p| Some(p) != object.as_ref());
+                        annotate(
+                            notes,
+                            format!(
+                                "mutation.webhook.admission.k8s.io/round_{round}_index_{}",
+                                hook.index
+                            ),
+                            json!({"configuration": hook.config, "webhook": hook.webhook.name, "mutated": mutated})
+                                .to_string(),
+                        );
+                        if mutated {
+                            *object = answer.patched;
+                        }
+                        mutated
+                    }
+                    Err(f) => {
+                        failed(hook, f, notes, "mutation", round)?;
+                        false
+                    }
+                };
+                if round == 0 {
+                    if changed {
+                        // Every hook called before this one saw an older object.
+                        for c in called.iter_mut().take(index).flatten() {
+                            *c = true;
+                        }
+                    }
+                    called[index] = Some(false);
+                }
+            }
+            if !called.contains(&Some(true)) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    async fn call_one(
+        &self,
+        registry: &Registry,
+        hook: &Hook,
+        request: &Request,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<review::Answer, Failure> {
+        let client = hook.client.as_ref().map_err(|why| {
+            Failure::Calling(ApiError::internal_error(format!(
+                "failed calling webhook \"{}\": {why}",
+                hook.webhook.name
+            )))
+        })?;
+        let review = request.review(object, old);
+        review::call(&hook.webhook, client, registry, &review, true).await
+    }
+
+    /// Runs the validating webhooks that take the request, all at once; the first denial
+    /// (in the webhooks' order) or failure that is not ignored is the answer.
+    pub async fn validate(
+        &self,
+        registry: &Registry,
+        request: &Request,
+        notes: &Warnings,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let mut calls = Vec::new();
+        for hook in &self.validating {
+            match wanted(hook, request, object, old) {
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(f) => {
+                    failed(hook, f, notes, "validating", 0)?;
+                    continue;
+                }
+            }
+            check_dry_run(&hook.webhook, request)?;
+            let review = request.review(object, old);
+            let (hook, registry) = (hook.clone(), registry.clone());
+            calls.push(smol::spawn(async move {
+                let answer = match &hook.client {
+                    Ok(client) => {
+                        review::call(&hook.webhook, client, &registry, &review, false).await
+                    }
+                    Err(why) => Err(Failure::Calling(ApiError::internal_error(format!(
+                        "failed calling webhook \"{}\": {why}",
+                        hook.webhook.name
+                    )))),
+                };
+                (hook, answer)
+            }));
+        }
+        let mut first_error = None;
+        for call in calls {
+            let (hook, answer) = call.await;
+            let verdict = match answer {
+                Ok(answer) => {
+                    note(notes, &answer);
+                    Ok(())
+                }
+                Err(f) => failed(&hook, f, notes, "validating", 0),
+            };
+            if let Err(e) = verdict {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// `userInfo` of a review: the request's user, or the server's controllers for their own
+/// writes.
+pub fn user_info(user: Option<&crate::auth::User>) -> Value {
+    let Some(user) = user else {
+        return json!({
+            "username": "system:kube-controller-manager",
+            "groups": ["system:authenticated"],
+        });
+    };
+    let mut info = json!({"username": user.name, "groups": user.groups});
+    if !user.uid.is_empty() {
+        info["uid"] = json!(user.uid);
+    }
+    if !user.extra.is_empty() {
+        info["extra"] = json!(user.extra);
+    }
+    info
+}
+
+/// The options object of a write (`CreateOptions`, ...), as kube sends it.
+pub fn options(kind: &str, manager: &str, dry_run: bool) -> Value {
+    let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if dry_run {
+        o["dryRun"] = json!(["All"]);
+    }
+    if !manager.is_empty() && kind != "DeleteOptions" {
+        o["fieldManager"] = json!(manager);
+    }
+    o
+}
