@@ -1757,7 +1757,7 @@ impl Registry {
         let warnings = self.warnings.clone();
         let created = if let Some(hooks) = self.webhooks::<K>(Operation::Create, Part::Main) {
             drop(json);
-            self.admitted_create(&hooks, obj, generate).await?
+            Box::pin(self.admitted_create(&hooks, obj, generate)).await?
         } else {
             let findings = judge_pod_security_json::<K>(&json, None);
             drop(json);
@@ -1888,11 +1888,15 @@ impl Registry {
         if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
             let who = Ownership::Update(self.manager(part));
             let ns = obj.meta().namespace().to_string();
-            return self
-                .admitted_update(hooks, part, &ns, &name, "UpdateOptions", move |_| {
-                    Ok((obj.clone(), who.clone()))
-                })
-                .await;
+            return Box::pin(self.admitted_update(
+                hooks,
+                part,
+                &ns,
+                &name,
+                "UpdateOptions",
+                move |_| Ok((obj.clone(), who.clone())),
+            ))
+            .await;
         }
         if may_be_heartbeat::<K>(part) && !self.dry_run {
             if let Ok(old) = self.get::<K>(obj.meta().namespace(), &name).await {
@@ -1946,14 +1950,20 @@ impl Registry {
         if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
             let who = Ownership::Update(self.manager(part));
             let (n, m) = (ns.clone(), name.clone());
-            return self
-                .admitted_update(hooks, part, &ns, &name, "PatchOptions", move |old| {
+            return Box::pin(self.admitted_update(
+                hooks,
+                part,
+                &ns,
+                &name,
+                "PatchOptions",
+                move |old| {
                     Ok((
                         patched(&beats, old, &n, &m, patch_type, &patch)?,
                         who.clone(),
                     ))
-                })
-                .await;
+                },
+            ))
+            .await;
         }
         if may_be_heartbeat::<K>(part) && !self.dry_run {
             if let Ok(old) = self.get::<K>(&ns, &name).await {
@@ -2044,7 +2054,7 @@ impl Registry {
                 .map_err(|c| conflict_error(&c))?;
             obj.meta_mut().managed_fields = managers.encode();
             if let Some(hooks) = self.webhooks::<K>(Operation::Create, Part::Main) {
-                let created = self.admitted_create(&hooks, obj, false).await?;
+                let created = Box::pin(self.admitted_create(&hooks, obj, false)).await?;
                 return Ok((created, true));
             }
             let ranges = self.service_ranges();
@@ -2073,8 +2083,7 @@ impl Registry {
             move |old: &K| applied(old, &config, &who, &api_version, force, kind, &ns)
         };
         if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
-            return self
-                .admitted_update(hooks, part, &ns, &name, "PatchOptions", merge)
+            return Box::pin(self.admitted_update(hooks, part, &ns, &name, "PatchOptions", merge))
                 .await
                 .map(|o| (o, false));
         }
@@ -2104,13 +2113,19 @@ impl Registry {
         let (ns, name) = (ns.to_string(), name.to_string());
         let who = Ownership::Update(self.manager(part));
         if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
-            return self
-                .admitted_update(hooks, part, &ns, &name, "UpdateOptions", move |old: &K| {
+            return Box::pin(self.admitted_update(
+                hooks,
+                part,
+                &ns,
+                &name,
+                "UpdateOptions",
+                move |old: &K| {
                     let mut new = old.clone();
                     f(&mut new)?;
                     Ok((new, who.clone()))
-                })
-                .await;
+                },
+            ))
+            .await;
         }
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
@@ -2262,9 +2277,7 @@ impl Registry {
             )
         })?;
         if let Some(hooks) = self.webhooks::<K>(Operation::Delete, Part::Main) {
-            return self
-                .admitted_delete(hooks, ns, name, opts, propagation)
-                .await;
+            return Box::pin(self.admitted_delete(hooks, ns, name, opts, propagation)).await;
         }
         self.delete_now(ns, name, opts, propagation).await
     }
