@@ -8,8 +8,10 @@
 //! `watchers`: holds N watches open until killed (for memory figures).
 //! `proc`: CPU and disk-write figures of a process over an interval.
 //! `schedule`: scheduling throughput and create-to-bound latency on simulated nodes.
+//! `webhook`: an HTTPS admission webhook (bench/admission.sh).
 
 mod schedule;
+mod webhook;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -93,6 +95,15 @@ enum Cmd {
         sequential: usize,
         #[arg(long, default_value_t = 20)]
         concurrent: usize,
+    },
+    /// An admission webhook (`/mutate` labels, `/validate` allows) until stdin has a line.
+    Webhook {
+        #[arg(long)]
+        port: u16,
+        #[arg(long)]
+        cert: PathBuf,
+        #[arg(long)]
+        key: PathBuf,
     },
     /// Wall time of a command that returns once its container runs (`{}` = an index).
     CommandLatency {
@@ -464,6 +475,7 @@ fn main() -> anyhow::Result<()> {
             concurrency,
         } => smol::block_on(status_writes(&cli.kubeconfig, pods, writes, concurrency)),
         Cmd::Proc { pid, seconds } => proc_figures(pid, seconds),
+        Cmd::Webhook { port, cert, key } => webhook::serve(port, &cert, &key),
         Cmd::PodStart {
             node,
             image,

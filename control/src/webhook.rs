@@ -94,7 +94,8 @@ impl Webhook {
                 server_name,
                 connect_timeout: Duration::from_secs(10),
                 read_timeout: None,
-                pool_size: 2,
+                // As client-go's transports keep them (utilnet.SetTransportDefaults).
+                pool_size: 25,
                 user_agent: concat!("skiff/", env!("CARGO_PKG_VERSION")).into(),
             },
         );

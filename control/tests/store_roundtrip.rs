@@ -1041,6 +1041,9 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
             Op::Fn("/spec/egress/0/to".into(), selectors_then_ip_block),
             set("/spec/policyTypes", json!(["Ingress", "Egress"])),
         ],
+        // A webhook of every field, each valid; a validating one is never reinvoked.
+        "MutatingWebhookConfiguration" => vec![set("/webhooks/0", webhook(true))],
+        "ValidatingWebhookConfiguration" => vec![set("/webhooks/0", webhook(false))],
         "CustomResourceDefinition" => vec![
             // Named `plural.group`, a domain group, a structural schema, one storage version.
             set("/metadata/name", json!("rts.roundtrip.example.com")),
@@ -1087,6 +1090,33 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
         ],
         _ => Vec::new(),
     }
+}
+
+/// An admission webhook with every field set.
+fn webhook(mutating: bool) -> Value {
+    let mut w = json!({
+        "name": "hook.roundtrip.example.com",
+        "clientConfig": {
+            "service": {"namespace": "default", "name": "hooks", "path": "/admit", "port": 8443},
+            "caBundle": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJnakNDQVNlZ0F3SUJBZ0lVU1ZOdWh3YkVQOXVxV0creTE0MWE3TXMzWHNzd0NnWUlLb1pJemowRUF3SXcKRlRFVE1CRUdBMVVFQXd3S1pYaGhiWEJzWlMxallUQWdGdzB5TmpFeE1qa3dPVEk0TXpsYUdBOHlNVEkyTVRFdwpOVEE1TWpnek9Wb3dGVEVUTUJFR0ExVUVBd3dLWlhoaGJYQnNaUzFqWVRCWk1CTUdCeXFHU000OUFnRUdDQ3FHClNNNDlBd0VIQTBJQUJHYUx4Q251TmgrS28xT0ltNGFobndnckFUMFNYRjNhL2lNM0lMaEUzRlY1cElCQi9DV3MKK2g5bnhDZDdVNUJmZ0IzNW5ZQVlOSTcwRW4zMzE0RkJORktqVXpCUk1CMEdBMVVkRGdRV0JCUjFqUjh3enB4KwptaHloaEUwa3ZNbkJhY2toYVRBZkJnTlZIU01FR0RBV2dCUjFqUjh3enB4K21oeWhoRTBrdk1uQmFja2hhVEFQCkJnTlZIUk1CQWY4RUJUQURBUUgvTUFvR0NDcUdTTTQ5QkFNQ0Ewa0FNRVlDSVFEMW1KS01sd3pHdEp5YjVhQ1kKdysxeTRyMko3M0hmUm5FOUxZdlNPZi9EbWdJaEFOR2pWMmxnL1Z2NnIzaUFmYTdPTnZVdW14MkpKeEF4ZHFDKwo3aUpmN25WVAotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg==",
+        },
+        "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["", "apps"],
+                   "apiVersions": ["v1"], "resources": ["pods", "deployments/scale"],
+                   "scope": "Namespaced"}],
+        "failurePolicy": "Ignore",
+        "matchPolicy": "Exact",
+        "namespaceSelector": {"matchLabels": {"team": "a"},
+                              "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]},
+        "objectSelector": {"matchLabels": {"app": "web"}},
+        "sideEffects": "NoneOnDryRun",
+        "timeoutSeconds": 7,
+        "admissionReviewVersions": ["v1", "v1beta1"],
+        "matchConditions": [{"name": "not-kube-system", "expression": "request.namespace != 'kube-system'"}],
+    });
+    if mutating {
+        w["reinvocationPolicy"] = json!("IfNeeded");
+    }
+    w
 }
 
 /// A NetworkPolicy rule's generated peers become two: the first's pod and namespace

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The cost of admission extensions on the create path, in one run of one release server:
+# ConfigMap creates/s (~1 KiB, wrk, 32 keep-alive TLS connections, DURATION each) with
+#  - none: no webhook configured;
+#  - webhooks: one mutating webhook (adds a label) and one validating webhook (allows), an
+#    HTTPS webhook of skiff-bench's on 127.0.0.1 sharing the machine; the webhook's own time
+#    per call is printed apart;
+# alternating RUNS times (the configurations applied and deleted between runs, so "none"
+# is truly none).
+#   RUNS=3 DURATION=10s SKIFF=PATH
+# shellcheck source=bench/lib.sh disable=SC1091
+source "$(dirname "$0")/lib.sh"
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-32}
+RUNS=${RUNS:-3}
+need wrk wrk
+need kubectl kubectl
+need openssl openssl
+server_bench_start
+echo "skiff $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo dev), $CONNS connections, wrk -t2, $DURATION each, $RUNS run(s)"
+
+# The webhook's CA and serving certificate (for 127.0.0.1).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/ca.key" \
+    -out "$work/ca.crt" -days 1 -subj /CN=bench-webhook-ca 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/hook.key" \
+    -out "$work/hook.csr" -subj /CN=bench-webhook 2>/dev/null
+openssl x509 -req -in "$work/hook.csr" -CA "$work/ca.crt" -CAkey "$work/ca.key" -CAcreateserial \
+    -days 1 -out "$work/hook.crt" -extfile <(printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n') 2>/dev/null
+hook_port=$(free_port)
+mkfifo "$work/hook.in"
+"$BENCH" webhook --port "$hook_port" --cert "$work/hook.crt" --key "$work/hook.key" <"$work/hook.in" >"$work/hook.out" &
+exec 7>"$work/hook.in"
+wait_port "$hook_port"
+ca=$(base64 -w0 "$work/ca.crt")
+
+port=$(free_port)
+start_skiff "$work/server" "$port"
+export KUBECONFIG="$work/server/admin.kubeconfig"
+token=$(cat "$work/server/admin-token")
+sleep 2
+
+python3 - "$work" <<'EOF'
+import json, sys
+data = {f"key{i}": "x" * 100 for i in range(9)}
+doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "NAME"}, "data": data}
+open(f"{sys.argv[1]}/cm.json", "w").write(json.dumps(doc, separators=(",", ":")))
+EOF
+cat >"$work/hooks.yaml" <<EOF
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: bench-mutate}
+webhooks:
+- name: mutate.bench.skiff.dev
+  clientConfig: {caBundle: $ca, url: "https://127.0.0.1:$hook_port/mutate"}
+  rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: bench-validate}
+webhooks:
+- name: validate.bench.skiff.dev
+  clientConfig: {caBundle: $ca, url: "https://127.0.0.1:$hook_port/validate"}
+  rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+EOF
+
+rate() { awk '/Requests\/sec/{print $2}' "$1"; }
+p99() { awk '$1=="99%"{print $2}' "$1"; }
+errors() { awk '/Non-2xx/{print $5}' "$1"; }
+load() {  # load OUT NAMESPACE
+    wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$ROOT/bench/create.lua" \
+        -H "Authorization: Bearer $token" -H "Content-Type: application/json" \
+        "https://127.0.0.1:$port/api/v1/namespaces/$2/configmaps" -- skiff "$work/cm.json" >"$1"
+}
+show() { echo "$(rate "$1") creates/s (p99 $(p99 "$1"), non-2xx $(errors "$1" || true))"; }
+ratios=()
+for run in $(seq 1 "$RUNS"); do
+    # A namespace per run and case: wrk's names repeat from one run to the next.
+    kubectl create namespace "none$run" >/dev/null
+    kubectl create namespace "hooks$run" >/dev/null
+    load "$work/none.$run" "none$run"
+    kubectl apply -f "$work/hooks.yaml" >/dev/null
+    sleep 1
+    load "$work/hooks.$run" "hooks$run"
+    kubectl delete -f "$work/hooks.yaml" >/dev/null
+    sleep 1
+    # Every object the webhooks saw carries their label.
+    kubectl get configmap -n "hooks$run" -l webhooked=yes --no-headers 2>/dev/null | head -1 | grep -q . ||
+        { echo "admission: the mutating webhook's label is missing" >&2; exit 1; }
+    ratio=$(awk -v a="$(rate "$work/hooks.$run")" -v b="$(rate "$work/none.$run")" 'BEGIN{printf "%.2f", a / b}')
+    ratios+=("$ratio")
+    echo "run $run: none $(show "$work/none.$run"); one mutating + one validating webhook $(show "$work/hooks.$run"); ratio $ratio"
+done
+echo "with webhooks / none: ${ratios[*]}"
+echo >&7
+exec 7>&-
+wait %1 2>/dev/null || true
+cat "$work/hook.out"
