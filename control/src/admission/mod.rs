@@ -3,5 +3,6 @@
 //! reinvocation, validating in parallel) and the two-phase write that runs it come next; the
 //! configurations are not served until they are obeyed.
 
+pub mod conditions;
 pub mod review;
 pub mod webhooks;
