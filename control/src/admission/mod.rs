@@ -4,5 +4,6 @@
 //! configurations are not served until they are obeyed.
 
 pub mod conditions;
+pub mod policy;
 pub mod review;
 pub mod webhooks;
