@@ -1533,4 +1533,37 @@ mod tests {
         // A policy without bindings does nothing.
         assert!(PolicySet::new(&[demo_policy()], &[]).is_empty());
     }
+
+    #[test]
+    fn validation_compiles_the_expressions_in_kubes_words() {
+        let mut p = demo_policy();
+        p.spec.validations[0].expression = "foo > 1".into();
+        p.spec.validations.push(api::admissionpolicy::Validation {
+            expression: "variables.nope".into(),
+            message_expression: "authorizer.group('') == null".into(),
+            ..Default::default()
+        });
+        let errs: Vec<String> = validate_policy(&p)
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        assert_eq!(
+            errs,
+            vec![
+                "spec.validations[0].expression: Invalid value: \"foo > 1\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'foo' (in container '')\n | foo > 1\n | ^".to_string(),
+                "spec.validations[1].expression: Invalid value: \"variables.nope\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'variables' (in container '')\n | variables.nope\n | ^".to_string(),
+                "spec.validations[1].messageExpression: Invalid value: \"authorizer.group('') == null\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'authorizer' (in container '')\n | authorizer.group('') == null\n | ^".to_string(),
+            ]
+        );
+        // Once installed, the api's own validate compiles too.
+        install_expression_checker();
+        assert_eq!(p.validate().len(), 3);
+    }
+
+    #[test]
+    fn compiled_policies_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<PolicySet>();
+        shared::<MatchConditions>();
+    }
 }
