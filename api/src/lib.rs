@@ -1,6 +1,7 @@
 //! The skiff object model: Kubernetes-shaped types, their validation and codecs, label and
 //! field selectors, and the HTTPS client. No server code lives here.
 
+pub mod admissionpolicy;
 pub mod admissionregistration;
 pub mod apiextensions;
 pub mod apps;

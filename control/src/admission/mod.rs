@@ -1,8 +1,10 @@
 //! Admission beyond the built-in plugins (docs/design/admission.md): which webhooks a
-//! request goes to, and one call of a webhook. The dispatch (mutating in order with
-//! reinvocation, validating in parallel) and the two-phase write that runs it come next; the
-//! configurations are not served until they are obeyed.
+//! request goes to (`webhooks`), one call of a webhook (`review`), the webhooks in force and
+//! their dispatch (`dispatch`), webhooks' `matchConditions` (`conditions`) and
+//! ValidatingAdmissionPolicy (`policy`).
 
+pub mod conditions;
 pub mod dispatch;
+pub mod policy;
 pub mod review;
 pub mod webhooks;

@@ -809,6 +809,166 @@ fn estimate(e: &IdedExpr, vars: &mut Vec<(String, Option<&Value>)>) -> f64 {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Expressions outside a schema: admission policies and match conditions
+// (`crate::admission::conditions`), in the same environment, under the same per-call limit.
+
+/// An expression compiled for admission (a ValidatingAdmissionPolicy's, a match condition).
+#[derive(Debug)]
+pub(crate) struct Expression {
+    pub(crate) source: String,
+    /// As compiled, its comprehensions charged to the cost tracker.
+    program: IdedExpr,
+    /// Each read of a variable of the environment (comprehensions' own variables left out).
+    pub(crate) reads: Vec<Read>,
+}
+
+/// One read of an environment variable: its name, the field selected on it
+/// (`variables.x`), and where it is in the source (1-based line and column).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Read {
+    pub(crate) name: String,
+    pub(crate) field: Option<String>,
+    pub(crate) at: (usize, usize),
+}
+
+/// Compiles an admission expression; the error is the parser's (`ERROR: <input>:1:3: ...`).
+pub(crate) fn compile(source: &str) -> Result<Expression, String> {
+    let program = env().compile(source).map_err(|e| e.to_string())?;
+    let mut reads = Vec::new();
+    let mut scope = Vec::new();
+    collect_reads(
+        program.expression(),
+        program.source_info(),
+        &mut scope,
+        &mut reads,
+    );
+    Ok(Expression {
+        source: source.to_string(),
+        program: instrument(program.expression()),
+        reads,
+    })
+}
+
+/// An error at `at` (1-based line and column) of `source`, as cel-go displays it: the
+/// message, the line and a caret under the column.
+pub(crate) fn error_at(source: &str, at: (usize, usize), message: &str) -> String {
+    let mut out = format!("ERROR: <input>:{}:{}: {message}", at.0, at.1);
+    if let Some(line) = source.lines().nth(at.0.saturating_sub(1)) {
+        let line = line.replace('\t', " ");
+        out.push_str(&format!(
+            "\n | {line}\n | {}^",
+            ".".repeat(at.1.saturating_sub(1))
+        ));
+    }
+    out
+}
+
+/// A JSON value as the expressions see it (integers `int`, objects maps).
+pub(crate) fn to_cel(v: &Value) -> cel::Value {
+    cel::to_value(Cel(v)).unwrap_or(cel::Value::Null)
+}
+
+/// Evaluates `e` with the named variables under kube's per-call limit: its value (or the
+/// error's text, kube's own for its libraries and for the limit) and its cost.
+pub(crate) fn eval(
+    e: &Expression,
+    vars: &[(&str, &cel::Value)],
+) -> (Result<cel::Value, String>, u64) {
+    let mut ctx = cel::Context::with_env(env());
+    for (name, value) in vars {
+        ctx.add_variable_from_value(*name, (*value).clone());
+    }
+    let (result, cost) = run(&e.program, &ctx, PER_CALL_LIMIT);
+    if cost > PER_CALL_LIMIT {
+        return (Err(COST_EXCEEDED.to_string()), cost);
+    }
+    (result.map_err(|e| super::cel_k8s::message(&e)), cost)
+}
+
+/// The 1-based line and column of an expression node.
+fn position(info: &cel::common::ast::SourceInfo, id: u64) -> (usize, usize) {
+    let Some((start, _)) = info.offset_for(id) else {
+        return (1, 1);
+    };
+    let before = info.source.get(..start as usize).unwrap_or("");
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn collect_reads(
+    e: &IdedExpr,
+    info: &cel::common::ast::SourceInfo,
+    scope: &mut Vec<String>,
+    reads: &mut Vec<Read>,
+) {
+    let mut walk = |x: &IdedExpr, scope: &mut Vec<String>| collect_reads(x, info, scope, reads);
+    match &e.expr {
+        Expr::Ident(name) => {
+            if !name.starts_with('@') && !scope.contains(name) {
+                reads.push(Read {
+                    name: name.clone(),
+                    field: None,
+                    at: position(info, e.id),
+                });
+            }
+        }
+        Expr::Select(s) => match &s.operand.expr {
+            Expr::Ident(name) if !s.test && !scope.contains(name) => reads.push(Read {
+                name: name.clone(),
+                field: Some(s.field.clone()),
+                at: position(info, s.operand.id),
+            }),
+            _ => walk(&s.operand, scope),
+        },
+        Expr::Call(c) => {
+            if let Some(t) = c.target.as_deref() {
+                walk(t, scope);
+            }
+            for a in &c.args {
+                walk(a, scope);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| walk(x, scope)),
+        Expr::Map(m) => {
+            for en in &m.entries {
+                match &en.expr {
+                    EntryExpr::MapEntry(me) => {
+                        walk(&me.key, scope);
+                        walk(&me.value, scope);
+                    }
+                    EntryExpr::StructField(f) => walk(&f.value, scope),
+                }
+            }
+        }
+        Expr::Struct(st) => {
+            for en in &st.entries {
+                match &en.expr {
+                    EntryExpr::StructField(f) => walk(&f.value, scope),
+                    EntryExpr::MapEntry(me) => walk(&me.value, scope),
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            walk(&c.iter_range, scope);
+            walk(&c.accu_init, scope);
+            let depth = scope.len();
+            scope.push(c.accu_var.clone());
+            scope.push(c.iter_var.clone());
+            if let Some(v2) = &c.iter_var2 {
+                scope.push(v2.clone());
+            }
+            walk(&c.loop_cond, scope);
+            walk(&c.loop_step, scope);
+            scope.truncate(depth + 1);
+            walk(&c.result, scope);
+            scope.truncate(depth);
+        }
+        Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -948,5 +1108,61 @@ mod tests {
             &mut errs,
         );
         assert!(errs.is_empty());
+    }
+
+    #[test]
+    fn admission_expressions_read_their_environment() {
+        let e = compile("object.spec.all(x, x.size() > variables.min) && params == null && [1].exists(y, y == z)").unwrap();
+        let reads: Vec<(String, Option<String>)> = e
+            .reads
+            .iter()
+            .map(|r| (r.name.clone(), r.field.clone()))
+            .collect();
+        assert_eq!(
+            reads,
+            vec![
+                ("object".into(), Some("spec".into())),
+                ("variables".into(), Some("min".into())),
+                ("params".into(), None),
+                ("z".into(), None),
+            ]
+        );
+        assert_eq!(e.reads[3].at, (1, 86));
+        assert_eq!(
+            error_at(
+                &e.source,
+                e.reads[3].at,
+                "undeclared reference to 'z' (in container '')"
+            ),
+            format!(
+                "ERROR: <input>:1:86: undeclared reference to 'z' (in container '')\n | {}\n | {}^",
+                e.source,
+                ".".repeat(85)
+            )
+        );
+        let multi = compile("true &&\n  nope").unwrap();
+        assert_eq!(multi.reads[0].at, (2, 3));
+        assert!(compile("object.spec.replicas <=")
+            .unwrap_err()
+            .starts_with("ERROR: <input>:1:"));
+    }
+
+    #[test]
+    fn admission_expressions_evaluate_with_named_variables_under_the_limit() {
+        let object =
+            to_cel(&json!({"spec": {"replicas": 3, "items": (0..200).collect::<Vec<_>>()}}));
+        let params = to_cel(&json!({"maxReplicas": 5}));
+        let e = compile("object.spec.replicas <= params.maxReplicas").unwrap();
+        let (r, _) = eval(&e, &[("object", &object), ("params", &params)]);
+        assert_eq!(r, Ok(cel::Value::Bool(true)));
+        let (r, _) = eval(&e, &[("object", &object)]);
+        assert!(r.is_err());
+        let heavy = compile(
+            "object.spec.items.all(x, object.spec.items.all(y, object.spec.items.all(z, true)))",
+        )
+        .unwrap();
+        let (r, cost) = eval(&heavy, &[("object", &object)]);
+        assert_eq!(r, Err(COST_EXCEEDED.to_string()));
+        assert!(cost > PER_CALL_LIMIT);
     }
 }

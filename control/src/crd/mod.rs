@@ -14,7 +14,7 @@
 //!   `Terminating`, its objects are deleted through the registry (their finalizers and
 //!   watches behave), then the finalizer goes and the store lets the definition go.
 
-mod cel;
+pub(crate) mod cel;
 mod cel_k8s;
 mod conversion;
 pub mod schema;
