@@ -20,7 +20,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::admissionregistration::{MatchCondition, RuleWithOperations};
-use crate::meta::{LabelSelector, ObjectMeta, Time};
+use crate::meta::{LabelSelector, ObjectMeta};
+use crate::object::{Kind, Resource};
 use crate::validation::{self, FieldError};
 
 /// ValidatingAdmissionPolicy: CEL validations of the requests its bindings apply it to.
@@ -184,20 +185,8 @@ pub struct ExpressionWarning {
     pub warning: String,
 }
 
-/// metav1.Condition.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-#[schemars(rename = "io.k8s.apimachinery.pkg.apis.meta.v1.Condition")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    pub observed_generation: Option<i64>,
-    pub last_transition_time: Option<Time>,
-    pub reason: String,
-    pub message: String,
-}
+/// metav1.Condition (one type for the whole API, as its OpenAPI has one definition).
+pub use crate::policy::Condition;
 
 /// ValidatingAdmissionPolicyBinding: applies a policy, with parameters, to some requests.
 #[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -259,9 +248,12 @@ impl MatchResources {
     }
 }
 
-impl ValidatingAdmissionPolicy {
+impl Resource for ValidatingAdmissionPolicy {
+    const KIND: Kind = Kind::ValidatingAdmissionPolicy;
+    crate::resource_basics!(ValidatingAdmissionPolicy);
+
     /// kube's defaults: failurePolicy Fail, and those of the match constraints.
-    pub fn set_defaults(&mut self) {
+    fn set_defaults(&mut self) {
         self.spec
             .failure_policy
             .get_or_insert_with(|| "Fail".into());
@@ -270,18 +262,39 @@ impl ValidatingAdmissionPolicy {
         }
     }
 
+    /// kube's `ValidateValidatingAdmissionPolicy`: the name, then the spec, the expressions
+    /// compiled by the process's checker ([`set_expression_checker`]) when one is set.
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = validation::validate_meta(&self.metadata, Self::KIND);
+        errs.extend(self.validate_with(&process_checker));
+        errs
+    }
+
+    /// kube's `ValidateValidatingAdmissionPolicyStatusUpdate`: the status alone.
+    fn validate_status(&self) -> Vec<FieldError> {
+        self.status
+            .as_ref()
+            .map(validate_status)
+            .unwrap_or_default()
+    }
+
+    fn spec_fingerprint(&self) -> Vec<u8> {
+        crate::object::fingerprint(&self.spec)
+    }
+
+    fn copy_status_from(&mut self, other: &Self) {
+        self.status = other.status.clone();
+    }
+
+    fn clear_status(&mut self) {
+        self.status = None;
+    }
+}
+
+impl ValidatingAdmissionPolicy {
     /// Whether an evaluation error or a misconfiguration lets the request through.
     pub fn ignores_failures(&self) -> bool {
         self.spec.failure_policy.as_deref() == Some("Ignore")
-    }
-
-    /// kube's `ValidateValidatingAdmissionPolicy` (of the spec), the expressions compiled by
-    /// the process's checker ([`set_expression_checker`]) when one is set.
-    pub fn validate(&self) -> Vec<FieldError> {
-        match CHECKER.get() {
-            Some(check) => self.validate_with(check),
-            None => self.validate_with(&|_: &str, _: &ExpressionEnv<'_>| Ok(())),
-        }
     }
 
     /// kube's `ValidateValidatingAdmissionPolicy` (of the spec), each expression compiled by
@@ -297,26 +310,33 @@ impl ValidatingAdmissionPolicy {
         }
         errs
     }
-
-    /// kube's `ValidateValidatingAdmissionPolicyStatusUpdate`: the status alone.
-    pub fn validate_status(&self) -> Vec<FieldError> {
-        self.status
-            .as_ref()
-            .map(validate_status)
-            .unwrap_or_default()
-    }
 }
 
-impl ValidatingAdmissionPolicyBinding {
+impl Resource for ValidatingAdmissionPolicyBinding {
+    const KIND: Kind = Kind::ValidatingAdmissionPolicyBinding;
+    crate::resource_basics!(ValidatingAdmissionPolicyBinding);
+
     /// kube's defaults: those of the match resources, when given.
-    pub fn set_defaults(&mut self) {
+    fn set_defaults(&mut self) {
         if let Some(m) = self.spec.match_resources.as_mut() {
             m.set_defaults();
         }
     }
 
+    fn validate(&self) -> Vec<FieldError> {
+        let mut errs = validation::validate_meta(&self.metadata, Self::KIND);
+        errs.extend(self.validate_spec());
+        errs
+    }
+
+    fn spec_fingerprint(&self) -> Vec<u8> {
+        crate::object::fingerprint(&self.spec)
+    }
+}
+
+impl ValidatingAdmissionPolicyBinding {
     /// kube's `ValidateValidatingAdmissionPolicyBinding` (of the spec).
-    pub fn validate(&self) -> Vec<FieldError> {
+    pub fn validate_spec(&self) -> Vec<FieldError> {
         let spec = &self.spec;
         let mut errs = Vec::new();
         if spec.policy_name.is_empty() {
@@ -363,6 +383,14 @@ pub struct ExpressionEnv<'a> {
 pub type ExpressionChecker = fn(&str, &ExpressionEnv<'_>) -> Result<(), String>;
 
 static CHECKER: OnceLock<ExpressionChecker> = OnceLock::new();
+
+/// The process's checker, or one that accepts everything when none is set.
+pub(crate) fn process_checker(expr: &str, env: &ExpressionEnv<'_>) -> Result<(), String> {
+    match CHECKER.get() {
+        Some(check) => check(expr, env),
+        None => Ok(()),
+    }
+}
 
 /// Sets the checker [`ValidatingAdmissionPolicy::validate`] compiles expressions with (the
 /// server's CEL engine); the first call wins.
@@ -595,7 +623,8 @@ fn validate_validation(
     errs
 }
 
-fn validate_match_conditions(
+/// kube's `validateMatchConditions` (of a policy, or of a webhook with `params: false`).
+pub(crate) fn validate_match_conditions(
     conditions: &[MatchCondition],
     params: bool,
     at: &str,

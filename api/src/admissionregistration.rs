@@ -192,27 +192,12 @@ impl Webhook {
                 "validating webhooks are not reinvoked",
             ));
         }
-        let mut names = HashSet::new();
-        for (i, c) in self.match_conditions.iter().enumerate() {
-            let here = format!("{at}.matchConditions[{i}]");
-            if c.name.is_empty() {
-                errs.push(FieldError::required(format!("{here}.name")));
-            } else if let Err(e) = validation::qualified_name(&c.name) {
-                errs.push(FieldError::invalid(format!("{here}.name"), &c.name, e));
-            } else if !names.insert(c.name.as_str()) {
-                errs.push(FieldError::duplicate(format!("{here}.name"), &c.name));
-            }
-            if c.expression.is_empty() {
-                errs.push(FieldError::required(format!("{here}.expression")));
-            }
-        }
-        if self.match_conditions.len() > 64 {
-            errs.push(FieldError::too_many(
-                format!("{at}.matchConditions"),
-                self.match_conditions.len(),
-                64,
-            ));
-        }
+        errs.extend(crate::admissionpolicy::validate_match_conditions(
+            &self.match_conditions,
+            false,
+            &format!("{at}.matchConditions"),
+            &crate::admissionpolicy::process_checker,
+        ));
         errs.extend(validation::review_versions(
             &self.admission_review_versions,
             &format!("{at}.admissionReviewVersions"),

@@ -357,6 +357,8 @@ kinds! {
     NetworkPolicy => networking::NetworkPolicy,
     MutatingWebhookConfiguration => admissionregistration::MutatingWebhookConfiguration,
     ValidatingWebhookConfiguration => admissionregistration::ValidatingWebhookConfiguration,
+    ValidatingAdmissionPolicy => admissionpolicy::ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding => admissionpolicy::ValidatingAdmissionPolicyBinding,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -813,6 +815,28 @@ impl Kind {
             has_status: false,
             categories: &["api-extensions"],
         };
+        static ADMISSION_POLICY: KindInfo = KindInfo {
+            kind: "ValidatingAdmissionPolicy",
+            group: crate::admissionregistration::GROUP,
+            version: "v1",
+            plural: "validatingadmissionpolicies",
+            singular: "validatingadmissionpolicy",
+            short_names: &[],
+            namespaced: false,
+            has_status: true,
+            categories: &["api-extensions"],
+        };
+        static ADMISSION_POLICY_BINDING: KindInfo = KindInfo {
+            kind: "ValidatingAdmissionPolicyBinding",
+            group: crate::admissionregistration::GROUP,
+            version: "v1",
+            plural: "validatingadmissionpolicybindings",
+            singular: "validatingadmissionpolicybinding",
+            short_names: &[],
+            namespaced: false,
+            has_status: false,
+            categories: &["api-extensions"],
+        };
         static PDB: KindInfo = KindInfo {
             kind: "PodDisruptionBudget",
             group: crate::policy::GROUP,
@@ -874,6 +898,8 @@ impl Kind {
             Kind::CustomResourceDefinition => &CRD,
             Kind::MutatingWebhookConfiguration => &MUTATING_WEBHOOKS,
             Kind::ValidatingWebhookConfiguration => &VALIDATING_WEBHOOKS,
+            Kind::ValidatingAdmissionPolicy => &ADMISSION_POLICY,
+            Kind::ValidatingAdmissionPolicyBinding => &ADMISSION_POLICY_BINDING,
             Kind::NetworkPolicy => &NETWORK_POLICY,
             _ => custom_info(self),
         }

@@ -938,6 +938,12 @@ mod tests {
             Kind::ValidatingWebhookConfiguration => {
                 crate::admissionregistration::ValidatingWebhookConfiguration::default().into_any()
             }
+            Kind::ValidatingAdmissionPolicy => {
+                crate::admissionpolicy::ValidatingAdmissionPolicy::default().into_any()
+            }
+            Kind::ValidatingAdmissionPolicyBinding => {
+                crate::admissionpolicy::ValidatingAdmissionPolicyBinding::default().into_any()
+            }
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
             Kind::HorizontalPodAutoscaler => {

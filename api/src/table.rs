@@ -107,6 +107,18 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("Webhooks", "integer", "Webhooks indicates the number of webhooks registered in this configuration", 0),
             age(),
         ],
+        Kind::ValidatingAdmissionPolicy => vec![
+            name(),
+            col("Validations", "integer", "Validations indicates the number of validation rules defined in this configuration", 0),
+            col("ParamKind", "string", "ParamKind specifies the kind of resources used to parameterize this policy", 0),
+            age(),
+        ],
+        Kind::ValidatingAdmissionPolicyBinding => vec![
+            name(),
+            col("PolicyName", "string", "PolicyName indicates the policy definition which the policy binding binded to", 0),
+            col("ParamRef", "string", "ParamRef indicates the param resource which sets the configration param", 0),
+            age(),
+        ],
         Kind::NetworkPolicy => vec![
             name(),
             col("Pod-Selector", "string", "Selects the pods to which this NetworkPolicy object applies. The array of ingress rules is applied to any pods selected by this field. Multiple network policies can select the same set of pods. In this case, the ingress rules for each are combined additively. This field is NOT optional and follows standard label selector semantics. An empty podSelector matches all pods in this namespace.", 0),
@@ -608,6 +620,35 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         }
         AnyObject::ValidatingWebhookConfiguration(c) => {
             vec![json!(name), json!(c.webhooks.len()), json!(age)]
+        }
+        AnyObject::ValidatingAdmissionPolicy(p) => {
+            let param_kind = match &p.spec.param_kind {
+                Some(k) => format!("{}/{}", k.api_version, k.kind),
+                None => "<unset>".into(),
+            };
+            vec![
+                json!(name),
+                json!(p.spec.validations.len()),
+                json!(param_kind),
+                json!(age),
+            ]
+        }
+        AnyObject::ValidatingAdmissionPolicyBinding(b) => {
+            // As kube prints it: a named parameter in any namespace is `*/NAME`.
+            let param_ref = match &b.spec.param_ref {
+                Some(r) if !r.name.is_empty() && !r.namespace.is_empty() => {
+                    format!("{}/{}", r.namespace, r.name)
+                }
+                Some(r) if !r.name.is_empty() => format!("*/{}", r.name),
+                Some(r) if r.selector.is_some() => format_selector(r.selector.as_ref()),
+                _ => "<unset>".into(),
+            };
+            vec![
+                json!(name),
+                json!(b.spec.policy_name),
+                json!(param_ref),
+                json!(age),
+            ]
         }
         AnyObject::NetworkPolicy(p) => vec![
             json!(name),
@@ -1579,6 +1620,8 @@ mod tests {
             crate::networking::NetworkPolicy::default().into_any(),
             crate::admissionregistration::MutatingWebhookConfiguration::default().into_any(),
             crate::admissionregistration::ValidatingWebhookConfiguration::default().into_any(),
+            crate::admissionpolicy::ValidatingAdmissionPolicy::default().into_any(),
+            crate::admissionpolicy::ValidatingAdmissionPolicyBinding::default().into_any(),
             ConfigMap::default().into_any(),
             Secret::default().into_any(),
             Event::default().into_any(),

@@ -2440,9 +2440,9 @@ impl Registry {
         options: &str,
     ) -> Result<AdmissionRequest, ApiError> {
         let kind = self.kind::<K>();
-        let namespace_labels = if kind.info().namespaced && !ns.is_empty() {
+        let namespace = if kind.info().namespaced && !ns.is_empty() {
             match self.store.get(Kind::Namespace, "", ns).await {
-                Ok(n) => Some(n.meta().labels.clone()),
+                Ok(n) => Some(n),
                 Err(crate::store::StoreError::NotFound { .. }) => None,
                 Err(e) => return Err(e.into()),
             }
@@ -2459,7 +2459,9 @@ impl Registry {
             user_info: dispatch::user_info(user.as_ref()),
             dry_run: self.dry_run,
             options: dispatch::options(options, &self.manager, self.dry_run),
-            namespace_labels,
+            namespace_labels: namespace.as_ref().map(|n| n.meta().labels.clone()),
+            namespace_object: namespace
+                .map(|n| crate::admission::conditions::namespace_object(&n.to_json())),
         })
     }
 

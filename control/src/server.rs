@@ -605,6 +605,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             },
         };
         crate::crd::start_installer(state.resources.clone(), &loops.informers).await;
+        crate::admission::policy::install_expression_checker();
         crate::admission::dispatch::start_installer(&registry, &loops.informers);
         authorizer.start(&loops.informers);
         node_graph.start(&loops.informers);

@@ -1044,6 +1044,36 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
         // A webhook of every field, each valid; a validating one is never reinvoked.
         "MutatingWebhookConfiguration" => vec![set("/webhooks/0", webhook(true))],
         "ValidatingWebhookConfiguration" => vec![set("/webhooks/0", webhook(false))],
+        // Every field, each valid (expressions that compile).
+        "ValidatingAdmissionPolicy" => vec![
+            set("/status/conditions/0/status", json!("True")),
+            set(
+                "/spec",
+                json!({
+                    "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                    "matchConstraints": match_resources(),
+                    "validations": [{"expression": "object.spec.replicas <= int(params.data.max)",
+                                     "message": "too many", "reason": "Forbidden",
+                                     "messageExpression": "'at most ' + params.data.max"}],
+                    "failurePolicy": "Ignore",
+                    "auditAnnotations": [{"key": "replicas", "valueExpression": "string(object.spec.replicas)"}],
+                    "matchConditions": [{"name": "labelled", "expression": "has(object.metadata.labels)"}],
+                    "variables": [{"name": "replicas", "expression": "object.spec.replicas"}],
+                }),
+            ),
+        ],
+        "ValidatingAdmissionPolicyBinding" => vec![set(
+            "/spec",
+            json!({
+                "policyName": "limit.example.com",
+                "paramRef": {"namespace": "default",
+                             "selector": {"matchLabels": {"limits": "yes"},
+                                          "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]},
+                             "parameterNotFoundAction": "Allow"},
+                "matchResources": match_resources(),
+                "validationActions": ["Warn", "Audit"],
+            }),
+        )],
         "CustomResourceDefinition" => vec![
             // Named `plural.group`, a domain group, a structural schema, one storage version.
             set("/metadata/name", json!("rts.roundtrip.example.com")),
@@ -1090,6 +1120,23 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
         ],
         _ => Vec::new(),
     }
+}
+
+/// A policy's or a binding's match resources with every field.
+fn match_resources() -> Value {
+    let rule = |names: &[&str]| {
+        json!({"resourceNames": names, "operations": ["CREATE", "UPDATE"], "apiGroups": ["apps"],
+               "apiVersions": ["v1"], "resources": ["deployments"], "scope": "Namespaced"})
+    };
+    let selector = json!({"matchLabels": {"team": "a"},
+                          "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]});
+    json!({
+        "namespaceSelector": selector,
+        "objectSelector": selector,
+        "resourceRules": [rule(&["web"])],
+        "excludeResourceRules": [rule(&["legacy"])],
+        "matchPolicy": "Exact",
+    })
 }
 
 /// An admission webhook with every field set.

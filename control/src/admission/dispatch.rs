@@ -8,12 +8,17 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use api::admissionpolicy::{
+    ParamKind, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use api::admissionregistration::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, Webhook,
 };
 use api::object::Kind;
 use serde_json::{json, Value};
 
+use super::conditions::{self, Activation, Input, MatchConditions};
+use super::policy::{ParamSource, PolicyRequest, PolicySet};
 use super::review::{self, Failure};
 use super::webhooks::{self, Attributes, Operation};
 use crate::error::ApiError;
@@ -29,6 +34,7 @@ pub struct Hook {
     webhook: Webhook,
     /// Its client, or why none could be made (a call then fails with it).
     client: Result<Client, String>,
+    conditions: MatchConditions,
 }
 
 impl std::fmt::Debug for Hook {
@@ -46,6 +52,7 @@ impl Hook {
             config: config.to_string(),
             index,
             client: Client::new(&webhook.client_config),
+            conditions: MatchConditions::compile(&webhook.match_conditions, false),
             webhook: webhook.clone(),
         }
     }
@@ -55,6 +62,7 @@ impl Hook {
 struct Snapshot {
     mutating: Vec<Arc<Hook>>,
     validating: Vec<Arc<Hook>>,
+    policies: Arc<PolicySet>,
 }
 
 /// The webhooks in force (shared by every clone of the registry).
@@ -63,13 +71,11 @@ pub struct Admission {
     snapshot: RwLock<Arc<Snapshot>>,
 }
 
-/// The kinds whose writes never go to webhooks (so a broken webhook cannot lock out its
-/// own repair), as kube-apiserver exempts them.
+/// The kinds whose writes never go to webhooks or policies (so a broken one cannot lock
+/// out its own repair), as kube-apiserver exempts them.
 fn exempt(kind: Kind) -> bool {
-    matches!(
-        kind,
-        Kind::MutatingWebhookConfiguration | Kind::ValidatingWebhookConfiguration
-    )
+    let info = kind.info();
+    super::policy::exempt(info.group, info.plural)
 }
 
 impl Admission {
@@ -79,6 +85,8 @@ impl Admission {
         &self,
         mut mutating: Vec<MutatingWebhookConfiguration>,
         mut validating: Vec<ValidatingWebhookConfiguration>,
+        policies: &[ValidatingAdmissionPolicy],
+        bindings: &[ValidatingAdmissionPolicyBinding],
     ) {
         mutating.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         validating.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -101,6 +109,7 @@ impl Admission {
                     .flat_map(|c| c.webhooks.iter().map(|w| (c.metadata.name.as_str(), w)))
                     .collect(),
             ),
+            policies: Arc::new(PolicySet::new(policies, bindings)),
         };
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
     }
@@ -122,7 +131,10 @@ impl Admission {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        if snapshot.mutating.is_empty() && snapshot.validating.is_empty() {
+        if snapshot.mutating.is_empty()
+            && snapshot.validating.is_empty()
+            && snapshot.policies.is_empty()
+        {
             return None;
         }
         let info = kind.info();
@@ -147,8 +159,15 @@ impl Admission {
         let candidates = Candidates {
             mutating: take(&snapshot.mutating),
             validating: take(&snapshot.validating),
+            policies: snapshot
+                .policies
+                .may_match(&attrs)
+                .then(|| snapshot.policies.clone()),
         };
-        (!candidates.mutating.is_empty() || !candidates.validating.is_empty()).then_some(candidates)
+        (!candidates.mutating.is_empty()
+            || !candidates.validating.is_empty()
+            || candidates.policies.is_some())
+        .then_some(candidates)
     }
 }
 
@@ -158,15 +177,19 @@ pub fn start_installer(registry: &Registry, informers: &crate::machinery::inform
     let kinds = [
         Kind::MutatingWebhookConfiguration,
         Kind::ValidatingWebhookConfiguration,
+        Kind::ValidatingAdmissionPolicy,
+        Kind::ValidatingAdmissionPolicyBinding,
     ];
     let changes = informers.subscribe(&kinds);
     let cache = informers.cache().clone();
     let install = {
         let registry = registry.clone();
         move || {
+            let policies: Vec<ValidatingAdmissionPolicy> = cache.list(None);
+            let bindings: Vec<ValidatingAdmissionPolicyBinding> = cache.list(None);
             registry
                 .admission()
-                .install(cache.list(None), cache.list(None))
+                .install(cache.list(None), cache.list(None), &policies, &bindings)
         }
     };
     install();
@@ -184,6 +207,7 @@ pub fn start_installer(registry: &Registry, informers: &crate::machinery::inform
 pub struct Candidates {
     mutating: Vec<Arc<Hook>>,
     validating: Vec<Arc<Hook>>,
+    policies: Option<Arc<PolicySet>>,
 }
 
 /// One write as the webhooks are told of it.
@@ -199,8 +223,10 @@ pub struct Request {
     pub dry_run: bool,
     /// CreateOptions, UpdateOptions, PatchOptions or DeleteOptions.
     pub options: Value,
-    /// The labels of the object's namespace (a Namespace's own).
+    /// The labels of the object's namespace.
     pub namespace_labels: Option<BTreeMap<String, String>>,
+    /// The object's Namespace (policies' `namespaceObject`).
+    pub namespace_object: Option<Value>,
 }
 
 fn labels_of(obj: Option<&Value>) -> Option<BTreeMap<String, String>> {
@@ -213,13 +239,38 @@ fn labels_of(obj: Option<&Value>) -> Option<BTreeMap<String, String>> {
     )
 }
 
+/// The labels of a request's object, its old object, and its namespace.
+struct Labels {
+    new: Option<BTreeMap<String, String>>,
+    old: Option<BTreeMap<String, String>>,
+    empty: BTreeMap<String, String>,
+}
+
 impl Request {
-    /// Whether `hook` takes this request with `object` (and `old`), selectors included.
-    fn matches(&self, hook: &Webhook, object: Option<&Value>, old: Option<&Value>) -> bool {
+    fn labels(&self, object: Option<&Value>, old: Option<&Value>) -> Labels {
+        // An object without labels is matched as one with none.
+        let of = |o: Option<&Value>| o.map(|o| labels_of(Some(o)).unwrap_or_default());
+        Labels {
+            new: of(object),
+            old: of(old),
+            empty: BTreeMap::new(),
+        }
+    }
+
+    /// The request as matchers see it.
+    fn attributes<'a>(&'a self, labels: &'a Labels) -> Attributes<'a> {
         let info = self.kind.info();
-        let (new_labels, old_labels) = (labels_of(object), labels_of(old));
-        let empty = BTreeMap::new();
-        let attrs = Attributes {
+        // A Namespace is matched by namespace selectors with its own labels.
+        let namespace_labels = if self.kind == Kind::Namespace {
+            labels
+                .new
+                .as_ref()
+                .or(labels.old.as_ref())
+                .or(Some(&labels.empty))
+        } else {
+            self.namespace_labels.as_ref()
+        };
+        Attributes {
             operation: self.operation,
             group: info.group,
             version: info.version,
@@ -227,12 +278,16 @@ impl Request {
             subresource: &self.subresource,
             namespaced: info.namespaced,
             equivalents: &[],
-            namespace_labels: self.namespace_labels.as_ref(),
-            // An object without labels is matched as one with none.
-            object_labels: object.map(|_| new_labels.as_ref().unwrap_or(&empty)),
-            old_object_labels: old.map(|_| old_labels.as_ref().unwrap_or(&empty)),
-        };
-        webhooks::matches(hook, &attrs).is_some()
+            namespace_labels,
+            object_labels: labels.new.as_ref(),
+            old_object_labels: labels.old.as_ref(),
+        }
+    }
+
+    /// Whether `hook` takes this request with `object` (and `old`), selectors included.
+    fn matches(&self, hook: &Webhook, object: Option<&Value>, old: Option<&Value>) -> bool {
+        let labels = self.labels(object, old);
+        webhooks::matches(hook, &self.attributes(&labels)).is_some()
     }
 
     /// The review's request for `object` and `old`.
@@ -283,7 +338,31 @@ fn wanted(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<bool, Failure> {
-    Ok(request.matches(&hook.webhook, object, old))
+    if !request.matches(&hook.webhook, object, old) {
+        return Ok(false);
+    }
+    if hook.conditions.is_empty() {
+        return Ok(true);
+    }
+    // kube: an error the failure policy does not ignore refuses the request as Forbidden.
+    let review = request.review(object, old);
+    let req = conditions::request_json(&review);
+    let input = Input {
+        object,
+        old_object: old,
+        request: Some(&req),
+        ..Default::default()
+    };
+    hook.conditions
+        .evaluate(&Activation::new(&input, &[]))
+        .under(hook.webhook.ignores_failures())
+        .map_err(|why| {
+            Failure::Rejected(ApiError::forbidden_object(
+                request.kind,
+                &request.name,
+                &why,
+            ))
+        })
 }
 
 /// Records what a call said beside its verdict.
@@ -444,6 +523,10 @@ impl Candidates {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
+        if let Some(policies) = &self.policies {
+            self.apply_policies(policies, registry, request, notes, object, old)
+                .await?;
+        }
         let mut calls = Vec::new();
         for hook in &self.validating {
             match wanted(hook, request, object, old) {
@@ -485,6 +568,99 @@ impl Candidates {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Candidates {
+    /// The ValidatingAdmissionPolicies that take the request, with their parameters read
+    /// from the store first.
+    async fn apply_policies(
+        &self,
+        policies: &PolicySet,
+        registry: &Registry,
+        request: &Request,
+        notes: &Warnings,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let labels = request.labels(object, old);
+        let review = request.review(object, old);
+        let req = conditions::request_json(&review);
+        let preq = PolicyRequest {
+            attrs: request.attributes(&labels),
+            name: &request.name,
+            namespace: &request.namespace,
+            input: Input {
+                object,
+                old_object: old,
+                request: Some(&req),
+                namespace: request.namespace_object.as_ref(),
+                params: None,
+            },
+        };
+        if !policies.matches(&preq) {
+            return Ok(());
+        }
+        let mut params = Params::default();
+        for kind in policies.param_kinds(&preq) {
+            let objects = match Kind::from_type(&kind.api_version, &kind.kind) {
+                Some(k) => Some((
+                    k.info().namespaced,
+                    registry
+                        .store
+                        .list(k, None)
+                        .await
+                        .map(|(items, _)| items.iter().map(|o| o.to_json()).collect())
+                        .unwrap_or_default(),
+                )),
+                None => None,
+            };
+            params.kinds.push((kind, objects));
+        }
+        let outcome = policies.validate(&preq, &params);
+        {
+            let mut n = notes.lock().unwrap_or_else(|e| e.into_inner());
+            n.warnings.extend(outcome.warnings);
+            n.audit_annotations.extend(outcome.audit_annotations);
+        }
+        outcome.denied.map_or(Ok(()), Err)
+    }
+}
+
+/// A param kind's objects: whether the kind is namespaced, and its objects as JSON.
+type ParamObjects = (bool, Vec<Value>);
+
+/// The parameter objects of the policies a request goes to, read for it.
+#[derive(Default)]
+struct Params {
+    /// Per paramKind (`None`: no such kind).
+    kinds: Vec<(ParamKind, Option<ParamObjects>)>,
+}
+
+impl Params {
+    fn of(&self, kind: &ParamKind) -> Option<&ParamObjects> {
+        self.kinds.iter().find(|(k, _)| k == kind)?.1.as_ref()
+    }
+}
+
+impl ParamSource for Params {
+    fn namespaced(&self, kind: &ParamKind) -> Option<bool> {
+        self.of(kind).map(|(namespaced, _)| *namespaced)
+    }
+
+    fn list(&self, kind: &ParamKind, namespace: Option<&str>, name: Option<&str>) -> Vec<Value> {
+        let Some((_, objects)) = self.of(kind) else {
+            return Vec::new();
+        };
+        objects
+            .iter()
+            .filter(|o| {
+                let m = &o["metadata"];
+                namespace.is_none_or(|ns| m["namespace"].as_str().unwrap_or("") == ns)
+                    && name.is_none_or(|n| m["name"] == n)
+            })
+            .cloned()
+            .collect()
     }
 }
 

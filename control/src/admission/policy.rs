@@ -125,6 +125,18 @@ impl Matcher {
     }
 }
 
+impl Matcher {
+    /// The rules alone (no selectors, names or exclusions): whether the request could
+    /// match at all, before the object and its namespace are read.
+    fn may_match(&self, attrs: &Attributes<'_>) -> bool {
+        self.rules.is_empty()
+            || self
+                .rules
+                .iter()
+                .any(|(r, _)| webhooks::rule_matches(r, attrs, attrs.group, attrs.version))
+    }
+}
+
 /// kube's `matchesResourceRules`: a rule at the request's own version, else (Equivalent) at
 /// another version the resource is served at; with its names, when it has some.
 fn rules_match<'a>(
@@ -597,6 +609,30 @@ impl PolicySet {
         self.entries.is_empty()
     }
 
+    /// Whether some bound policy's rules could take a request (its selectors, resource
+    /// names and exclusions not looked at): the cheap first test of a write.
+    pub fn may_match(&self, attrs: &Attributes<'_>) -> bool {
+        !exempt(attrs.group, attrs.resource)
+            && self
+                .entries
+                .iter()
+                .any(|(p, _)| p.constraints.as_ref().is_some_and(|c| c.may_match(attrs)))
+    }
+
+    /// The paramKinds of the bound policies that take the request, for the caller to
+    /// read their objects before [`PolicySet::validate`].
+    pub fn param_kinds(&self, req: &PolicyRequest<'_>) -> Vec<ParamKind> {
+        let mut kinds: Vec<ParamKind> = Vec::new();
+        for (p, _) in &self.entries {
+            if let Some(k) = &p.param_kind {
+                if p.matches(&req.attrs, req.name).is_some() && !kinds.contains(k) {
+                    kinds.push(k.clone());
+                }
+            }
+        }
+        kinds
+    }
+
     /// Whether some bound policy's constraints take the request (no CEL evaluated, no
     /// parameter read): when none does, [`PolicySet::validate`] has nothing to do.
     pub fn matches(&self, req: &PolicyRequest<'_>) -> bool {
@@ -851,6 +887,7 @@ fn denial_error(d: &Denial, req: &PolicyRequest<'_>) -> ApiError {
 mod tests {
     use super::*;
     use crate::admission::webhooks::Operation;
+    use api::object::Resource;
     use serde_json::json;
 
     fn policy(name: &str, spec: Value) -> ValidatingAdmissionPolicy {

@@ -49,6 +49,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     // The admission webhooks in force.
     Kind::MutatingWebhookConfiguration,
     Kind::ValidatingWebhookConfiguration,
+    Kind::ValidatingAdmissionPolicy,
+    Kind::ValidatingAdmissionPolicyBinding,
     // For the ServiceAccount controller and token authenticator.
     Kind::Namespace,
     Kind::ServiceAccount,
