@@ -207,6 +207,9 @@ webhooks:
   - {{operations: ["*"], apiGroups: ["", stable.example.com], apiVersions: ["*"], resources: [configmaps, pods, crontabs]}}
   objectSelector:
     matchExpressions: [{{key: skip-webhooks, operator: DoesNotExist}}]
+  matchConditions:
+  - name: not-ignored
+    expression: "request.operation == 'DELETE' || !has(object.metadata.annotations) || !('ignore-me' in object.metadata.annotations)"
   sideEffects: NoneOnDryRun
   admissionReviewVersions: [v1beta1, v1]
 "#
@@ -271,6 +274,15 @@ webhooks:
             .0,
         404
     );
+    // A match condition keeps the validating webhook out of it.
+    let (code, v) = s.json(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "ignored", "labels": {"forbidden": "true"},
+                             "annotations": {"ignore-me": "yes"}}}),
+    );
+    assert_eq!(code, 201, "{v}");
     let (ok, _, err) = kubectl(&s, &["label", "configmap", "site", "forbidden=true"]);
     assert!(!ok, "the update is denied");
     assert!(
