@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The cost of admission extensions on the create path, in one run of one release server:
 # ConfigMap creates/s (~1 KiB, wrk, 32 keep-alive TLS connections, DURATION each) with
-#  - none: no webhook configured;
+#  - none: no webhook or policy configured;
 #  - webhooks: one mutating webhook (adds a label) and one validating webhook (allows), an
 #    HTTPS webhook of skiff-bench's on 127.0.0.1 sharing the machine; the webhook's own time
 #    per call is printed apart;
+#  - policy: one ValidatingAdmissionPolicy (a CEL check of the data's size) bound with Deny;
 # alternating RUNS times (the configurations applied and deleted between runs, so "none"
-# is truly none).
+# is truly none). Targets: the policy costs less than 10%.
 #   RUNS=3 DURATION=10s SKIFF=PATH
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
@@ -67,6 +68,24 @@ webhooks:
   admissionReviewVersions: [v1]
 EOF
 
+cat >"$work/policy.yaml" <<'EOF'
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: bench-policy.skiff.dev}
+spec:
+  matchConstraints:
+    resourceRules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}]
+  validations:
+  - expression: "size(object.data) <= 64 && object.data.all(k, size(object.data[k]) <= 1024)"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: bench-policy-binding.skiff.dev}
+spec:
+  policyName: bench-policy.skiff.dev
+  validationActions: [Deny]
+EOF
+
 rate() { awk '/Requests\/sec/{print $2}' "$1"; }
 p99() { awk '$1=="99%"{print $2}' "$1"; }
 errors() { awk '/Non-2xx/{print $5}' "$1"; }
@@ -76,25 +95,31 @@ load() {  # load OUT NAMESPACE
         "https://127.0.0.1:$port/api/v1/namespaces/$2/configmaps" -- skiff "$work/cm.json" >"$1"
 }
 show() { echo "$(rate "$1") creates/s (p99 $(p99 "$1"), non-2xx $(errors "$1" || true))"; }
-ratios=()
+hook_ratios=()
+policy_ratios=()
+ratio() { awk -v a="$(rate "$1")" -v b="$(rate "$2")" 'BEGIN{printf "%.2f", a / b}'; }
 for run in $(seq 1 "$RUNS"); do
     # A namespace per run and case: wrk's names repeat from one run to the next.
-    kubectl create namespace "none$run" >/dev/null
-    kubectl create namespace "hooks$run" >/dev/null
+    for case in none hooks policy; do kubectl create namespace "$case$run" >/dev/null; done
     load "$work/none.$run" "none$run"
     kubectl apply -f "$work/hooks.yaml" >/dev/null
     sleep 1
     load "$work/hooks.$run" "hooks$run"
     kubectl delete -f "$work/hooks.yaml" >/dev/null
+    kubectl apply -f "$work/policy.yaml" >/dev/null
+    sleep 1
+    load "$work/policy.$run" "policy$run"
+    kubectl delete -f "$work/policy.yaml" >/dev/null
     sleep 1
     # Every object the webhooks saw carries their label.
     kubectl get configmap -n "hooks$run" -l webhooked=yes --no-headers 2>/dev/null | head -1 | grep -q . ||
         { echo "admission: the mutating webhook's label is missing" >&2; exit 1; }
-    ratio=$(awk -v a="$(rate "$work/hooks.$run")" -v b="$(rate "$work/none.$run")" 'BEGIN{printf "%.2f", a / b}')
-    ratios+=("$ratio")
-    echo "run $run: none $(show "$work/none.$run"); one mutating + one validating webhook $(show "$work/hooks.$run"); ratio $ratio"
+    hook_ratios+=("$(ratio "$work/hooks.$run" "$work/none.$run")")
+    policy_ratios+=("$(ratio "$work/policy.$run" "$work/none.$run")")
+    echo "run $run: none $(show "$work/none.$run"); one mutating + one validating webhook $(show "$work/hooks.$run"); one policy $(show "$work/policy.$run")"
 done
-echo "with webhooks / none: ${ratios[*]}"
+echo "with webhooks / none: ${hook_ratios[*]}"
+echo "with a policy / none: ${policy_ratios[*]} (target >= 0.90)"
 echo >&7
 exec 7>&-
 wait %1 2>/dev/null || true
