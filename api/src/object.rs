@@ -357,6 +357,7 @@ kinds! {
     NetworkPolicy => networking::NetworkPolicy,
     MutatingWebhookConfiguration => admissionregistration::MutatingWebhookConfiguration,
     ValidatingWebhookConfiguration => admissionregistration::ValidatingWebhookConfiguration,
+    APIService => apiregistration::APIService,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -835,6 +836,17 @@ impl Kind {
             has_status: false,
             categories: &[],
         };
+        static API_SERVICE: KindInfo = KindInfo {
+            kind: "APIService",
+            group: crate::apiregistration::GROUP,
+            version: "v1",
+            plural: "apiservices",
+            singular: "apiservice",
+            short_names: &[],
+            namespaced: false,
+            has_status: true,
+            categories: &["api-extensions"],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -875,6 +887,7 @@ impl Kind {
             Kind::MutatingWebhookConfiguration => &MUTATING_WEBHOOKS,
             Kind::ValidatingWebhookConfiguration => &VALIDATING_WEBHOOKS,
             Kind::NetworkPolicy => &NETWORK_POLICY,
+            Kind::APIService => &API_SERVICE,
             _ => custom_info(self),
         }
     }

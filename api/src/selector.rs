@@ -938,6 +938,7 @@ mod tests {
             Kind::ValidatingWebhookConfiguration => {
                 crate::admissionregistration::ValidatingWebhookConfiguration::default().into_any()
             }
+            Kind::APIService => crate::apiregistration::APIService::default().into_any(),
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
             Kind::HorizontalPodAutoscaler => {
