@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tide::http::StatusCode;
 
-use crate::resources::{Entry, Table};
+use crate::resources::{Entry, Remote, Table};
 
 pub fn core_versions() -> Value {
     json!({
@@ -420,6 +420,82 @@ fn version_discovery<'a>(
     }
 }
 
+/// An extension API server's group version as the aggregated document lists it: its
+/// APIResourceList converted as kube-apiserver's `ConvertGroupVersionIntoToDiscovery` does
+/// (the backend's order and verbs as listed; a subresource under its resource, a resource
+/// made up for a subresource listed without one), `Current`; or, while its discovery is
+/// unknown or failing, the version alone, `Stale` (kube-aggregator's discovery manager).
+fn remote_version_discovery(remote: &Remote) -> VersionDiscovery<'_> {
+    let Some(list) = &remote.resources else {
+        return VersionDiscovery {
+            version: &remote.version,
+            resources: Vec::new(),
+            freshness: "Stale",
+        };
+    };
+    let scope = |namespaced: bool| if namespaced { "Namespaced" } else { "Cluster" };
+    fn kind(r: &crate::resources::RemoteResource) -> GroupVersionKind<'_> {
+        GroupVersionKind {
+            group: r.group.as_deref().unwrap_or(""),
+            version: r.version.as_deref().unwrap_or(""),
+            kind: &r.kind,
+        }
+    }
+    let none = || GroupVersionKind {
+        group: "",
+        version: "",
+        kind: "",
+    };
+    let mut resources: Vec<ResourceDiscovery<'_>> = Vec::new();
+    for r in list.iter().filter(|r| !r.name.contains('/')) {
+        resources.push(ResourceDiscovery {
+            resource: &r.name,
+            response_kind: kind(r),
+            scope: scope(r.namespaced),
+            singular_resource: &r.singular,
+            verbs: r.verbs.iter().map(String::as_str).collect(),
+            short_names: &r.short_names,
+            categories: &r.categories,
+            subresources: Vec::new(),
+        });
+    }
+    for r in list.iter() {
+        let Some((parent, sub)) = r.name.split_once('/') else {
+            continue;
+        };
+        let i = match resources.iter().position(|p| p.resource == parent) {
+            Some(i) => i,
+            None => {
+                resources.push(ResourceDiscovery {
+                    resource: parent,
+                    response_kind: none(),
+                    scope: scope(r.namespaced),
+                    singular_resource: "",
+                    verbs: Vec::new(),
+                    short_names: &[],
+                    categories: &[],
+                    subresources: Vec::new(),
+                });
+                resources.len() - 1
+            }
+        };
+        // kube refuses a subresource whose scope is not its resource's.
+        if resources[i].scope != scope(r.namespaced) {
+            continue;
+        }
+        resources[i].subresources.push(SubresourceDiscovery {
+            subresource: sub,
+            response_kind: if r.kind.is_empty() { none() } else { kind(r) },
+            verbs: r.verbs.iter().map(String::as_str).collect(),
+        });
+    }
+    VersionDiscovery {
+        version: &remote.version,
+        resources,
+        freshness: "Current",
+    }
+}
+
 /// An aggregated discovery document as served: its `items` and its ETag.
 #[derive(Debug)]
 pub struct Aggregated {
@@ -475,7 +551,10 @@ fn group_discovery<'a>(table: &'a Table, name: &'a str) -> GroupDiscovery<'a> {
         },
         versions: versions
             .iter()
-            .map(|v| version_discovery(table, name, v))
+            .map(|v| match table.remote(name, v) {
+                Some(remote) => remote_version_discovery(remote),
+                None => version_discovery(table, name, v),
+            })
             .collect(),
     }
 }
