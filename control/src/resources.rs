@@ -811,7 +811,7 @@ mod tests {
         assert!(t.serves("metrics.k8s.io", "v1beta1"));
         assert!(!t.serves("apps", "v2"));
         let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
-        assert_eq!(names.first(), Some(&"apps"));
+        assert_eq!(names.first(), Some(&"apiregistration.k8s.io"));
         assert_eq!(names.last(), Some(&"metrics.k8s.io"));
         let authn = names.iter().position(|g| *g == "authentication.k8s.io");
         let authz = names.iter().position(|g| *g == "authorization.k8s.io");
@@ -828,6 +828,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "apiregistration.k8s.io",
                 "apps",
                 "events.k8s.io",
                 "authentication.k8s.io",
@@ -839,6 +840,7 @@ mod tests {
                 "policy",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
+                "admissionregistration.k8s.io",
                 "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
@@ -858,6 +860,61 @@ mod tests {
                 group: 1000,
                 version: 100
             }
+        );
+    }
+
+    #[test]
+    fn extension_servers_group_versions_take_their_place() {
+        let remote = |group: &str, version: &str, g: i32, v: i32| Remote {
+            group: group.into(),
+            version: version.into(),
+            priority: Priority {
+                group: g,
+                version: v,
+            },
+            resources: None,
+        };
+        let t = Table::with_parts(
+            Vec::new(),
+            vec![
+                remote("metrics.example.com", "v1beta1", 1500, 20),
+                remote("metrics.example.com", "v1alpha1", 1500, 5),
+                // metrics-server taking over the server's own resource metrics.
+                remote("metrics.k8s.io", "v1beta1", 100, 100),
+            ],
+        );
+        assert!(t.serves("metrics.example.com", "v1beta1"));
+        let ours = t.group("metrics.example.com").expect("the group");
+        assert_eq!(ours.priority, 1500);
+        assert_eq!(ours.versions, [Arc::from("v1beta1"), Arc::from("v1alpha1")]);
+        assert_eq!(t.at_version("metrics.k8s.io", "v1beta1").count(), 0);
+        assert!(t.by_plural("metrics.k8s.io", "nodes").is_some());
+        let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
+        let at = |g: &str| names.iter().position(|n| *n == g).expect(g);
+        assert!(at("discovery.k8s.io") < at("metrics.example.com"));
+        assert!(at("metrics.example.com") < at("metrics.k8s.io"));
+        assert_eq!(t.priority_of("metrics.example.com", "v1alpha1").version, 5);
+        use crate::http::route::{parse, Route};
+        for (path, group) in [
+            ("/apis/metrics.example.com/v1beta1", "metrics.example.com"),
+            (
+                "/apis/metrics.example.com/v1beta1/namespaces/d/widgets/w",
+                "metrics.example.com",
+            ),
+            ("/apis/metrics.k8s.io/v1beta1/nodes", "metrics.k8s.io"),
+        ] {
+            assert_eq!(
+                parse(&t, path),
+                Ok(Route::Aggregated {
+                    group: group.into(),
+                    version: "v1beta1".into()
+                }),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            parse(&t, "/apis/metrics.example.com"),
+            Ok(Route::Group("metrics.example.com".into()))
         );
     }
 
