@@ -277,7 +277,9 @@ fn answer(w: &mut impl Write, req: &Seen, allowed: &[String]) -> bool {
                     return false;
                 }
             }
-            w.write_all(b"0\r\n\r\n").is_ok() && w.flush().is_ok() && false
+            // The end of the body, and of the connection.
+            let _ = w.write_all(b"0\r\n\r\n").and_then(|_| w.flush());
+            false
         }
         ("GET", _) if collection => {
             let items = vec![widget("w1", ns, req)];
@@ -463,10 +465,12 @@ fn an_extension_api_server_behind_an_apiservice() {
     );
 
     // Its Service and Endpoints (no agent here: only the API server resolves them).
-    for body in [json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ext"}})] {
-        let (code, v) = s.json("POST", "/api/v1/namespaces", &body);
-        assert_eq!(code, 201, "{v}");
-    }
+    let (code, v) = s.json(
+        "POST",
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ext"}}),
+    );
+    assert_eq!(code, 201, "{v}");
     let (code, v) = s.json(
         "POST",
         "/api/v1/namespaces/ext/services",
@@ -997,6 +1001,57 @@ spec:
         );
         (code == 404).then_some(())
     });
+
+    // Built-in ones are synced once per start: an edited one is set back and a deleted one
+    // comes back at the next start, not before; one given a service (an extension server
+    // taking over the server's own resource metrics) keeps it.
+    let merge = |path: &str, patch: &str| {
+        let (code, v) = s.http(
+            "PATCH",
+            &format!("/apis/apiregistration.k8s.io/v1/apiservices/{path}"),
+            Some(("application/merge-patch+json", patch.as_bytes().to_vec())),
+        );
+        assert_eq!(code, 200, "{v}");
+    };
+    merge("v1.apps", r#"{"spec":{"versionPriority":99}}"#);
+    merge(
+        "v1beta1.metrics.k8s.io",
+        r#"{"spec":{"service":{"namespace":"kube-system","name":"metrics-server"},"insecureSkipTLSVerify":true}}"#,
+    );
+    let (code, _) = s.http(
+        "DELETE",
+        "/apis/apiregistration.k8s.io/v1/apiservices/v1.batch",
+        None,
+    );
+    assert_eq!(code, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, _) = s.http(
+        "GET",
+        "/apis/apiregistration.k8s.io/v1/apiservices/v1.batch",
+        None,
+    );
+    assert_eq!(code, 404, "not recreated before the next start");
+    assert_eq!(api_service(&s, "v1.apps")["spec"]["versionPriority"], 99);
+    let mut s = s;
+    s.kill_and_restart();
+    eventually(20, "the built-in APIServices synced again", || {
+        let (code, _) = s.http(
+            "GET",
+            "/apis/apiregistration.k8s.io/v1/apiservices/v1.batch",
+            None,
+        );
+        (code == 200 && api_service(&s, "v1.apps")["spec"]["versionPriority"] == 15).then_some(())
+    });
+    let metrics = api_service(&s, "v1beta1.metrics.k8s.io");
+    assert_eq!(metrics["spec"]["service"]["name"], "metrics-server");
+    let v = eventually(20, "metrics-server is not there", || {
+        let v = api_service(&s, "v1beta1.metrics.k8s.io");
+        (available(&v).1 == "ServiceNotFound").then_some(v)
+    });
+    assert_eq!(
+        available(&v).2,
+        r#"service/metrics-server in "kube-system" is not present"#
+    );
 
     // Local APIServices may not carry TLS settings (kube-aggregator's messages).
     let (code, v) = s.json(
