@@ -116,6 +116,8 @@ impl ExtensionServer {
                     }
                 };
                 tcp.set_nonblocking(false).unwrap();
+                // As Go servers do: no Nagle delay between a head and its body.
+                tcp.set_nodelay(true).unwrap();
                 let (config, seen, allowed) = (config.clone(), seen2.clone(), allowed.clone());
                 std::thread::spawn(move || {
                     let Ok(conn) = rustls::ServerConnection::new(config) else {
@@ -724,6 +726,21 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}]
         created["metadata"]["annotations"]["seen-user"],
         "system:admin"
     );
+
+    // What proxying costs (printed, not checked): a list through the aggregator against a
+    // list the server answers itself, each over one kept-alive connection.
+    let c = s.client();
+    let per_request = |path: &str| {
+        let t = Instant::now();
+        for _ in 0..50 {
+            let r = smol::block_on(c.request("GET", path, None, "application/json")).unwrap();
+            assert_eq!(r.status, 200);
+        }
+        t.elapsed() / 50
+    };
+    let proxied = per_request(&format!("{BASE}/namespaces/default/widgets"));
+    let local = per_request("/api/v1/namespaces/default/configmaps");
+    eprintln!("per request: proxied {proxied:?}, local {local:?}");
 
     // A watch streams through: the first event arrives before the backend's second.
     let client = s.client();
