@@ -85,8 +85,7 @@ pub struct Aggregator {
     resources: Arc<Resources>,
     pki: Arc<crate::pki::Pki>,
     backends: RwLock<HashMap<(String, String), Arc<Backend>>>,
-    /// The last discovery fetched per APIService name (None: failing), and the spec it was
-    /// fetched for.
+    /// The last discovery fetched per APIService name (None: failing).
     discovery: RwLock<HashMap<String, Option<Arc<Vec<RemoteResource>>>>>,
 }
 
