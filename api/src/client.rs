@@ -1025,7 +1025,7 @@ pub fn tls_config(config: &ClientConfig) -> Result<rustls::ClientConfig, ClientE
 
 /// `insecure-skip-tls-verify`: any certificate is accepted, signatures are still checked.
 #[derive(Debug)]
-struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+pub struct AnyServerCert(pub Arc<rustls::crypto::CryptoProvider>);
 
 impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
     fn verify_server_cert(

@@ -4,6 +4,7 @@
 pub mod admissionpolicy;
 pub mod admissionregistration;
 pub mod apiextensions;
+pub mod apiregistration;
 pub mod apps;
 pub mod autoscaling;
 pub mod batch;

@@ -359,6 +359,7 @@ kinds! {
     ValidatingWebhookConfiguration => admissionregistration::ValidatingWebhookConfiguration,
     ValidatingAdmissionPolicy => admissionpolicy::ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding => admissionpolicy::ValidatingAdmissionPolicyBinding,
+    APIService => apiregistration::APIService,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -859,6 +860,17 @@ impl Kind {
             has_status: false,
             categories: &[],
         };
+        static API_SERVICE: KindInfo = KindInfo {
+            kind: "APIService",
+            group: crate::apiregistration::GROUP,
+            version: "v1",
+            plural: "apiservices",
+            singular: "apiservice",
+            short_names: &[],
+            namespaced: false,
+            has_status: true,
+            categories: &["api-extensions"],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -901,6 +913,7 @@ impl Kind {
             Kind::ValidatingAdmissionPolicy => &ADMISSION_POLICY,
             Kind::ValidatingAdmissionPolicyBinding => &ADMISSION_POLICY_BINDING,
             Kind::NetworkPolicy => &NETWORK_POLICY,
+            Kind::APIService => &API_SERVICE,
             _ => custom_info(self),
         }
     }

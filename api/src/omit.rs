@@ -4,7 +4,8 @@
 //!
 //! The rules, applied to the members of every JSON object (struct fields and map entries):
 //!
-//! * a member whose value is null (`None`) or an empty array is left out;
+//! * a member whose value is null (`None`) or an empty array is left out (but an APIService's
+//!   `spec.service`, which kube writes as `null`);
 //! * a member named in [`MAP_FIELDS`] whose value is an empty object is left out (an empty
 //!   object anywhere else is meaningful: `emptyDir: {}`);
 //! * in an object under a member named `metadata`, members whose value is the empty string are
@@ -83,6 +84,9 @@ enum Mode {
     TopMetadata(View),
     /// A member of a custom object other than its metadata: written as stored.
     Verbatim,
+    /// An APIService's spec, whole: its `service` is written even when null (kube's field
+    /// has no `omitempty`: a local APIService shows `service: null`).
+    ApiServiceSpec,
 }
 
 impl Mode {
@@ -98,6 +102,9 @@ impl Mode {
     fn child(self, key: &str) -> Mode {
         match (self, key) {
             (Mode::Top(_, view), "metadata") => Mode::TopMetadata(view),
+            (Mode::Top(Kind::APIService, View::Whole | View::ListItem), "spec") => {
+                Mode::ApiServiceSpec
+            }
             (Mode::Top(kind, _), _) if kind.is_custom() => Mode::Verbatim,
             (_, "metadata") => Mode::Metadata,
             _ => Mode::Plain,
@@ -107,7 +114,8 @@ impl Mode {
     /// Whether a member `key` with a value of shape `shape` is left out.
     fn omits(self, key: &str, shape: Shape) -> bool {
         match shape {
-            Shape::Null | Shape::EmptyArray => true,
+            Shape::Null => !matches!((self, key), (Mode::ApiServiceSpec, "service")),
+            Shape::EmptyArray => true,
             Shape::EmptyObject => MAP_FIELDS.contains(&key),
             Shape::EmptyString => matches!(self, Mode::Metadata | Mode::TopMetadata(_)),
             Shape::Other => false,

@@ -944,6 +944,7 @@ mod tests {
             Kind::ValidatingAdmissionPolicyBinding => {
                 crate::admissionpolicy::ValidatingAdmissionPolicyBinding::default().into_any()
             }
+            Kind::APIService => crate::apiregistration::APIService::default().into_any(),
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
             Kind::HorizontalPodAutoscaler => {

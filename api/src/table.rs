@@ -119,6 +119,13 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("ParamRef", "string", "ParamRef indicates the param resource which sets the configration param", 0),
             age(),
         ],
+        // kube-aggregator's own convertor (registry/apiservice/etcd).
+        Kind::APIService => vec![
+            name(),
+            col("Service", "string", "The reference to the service that hosts this API endpoint.", 0),
+            col("Available", "string", "Whether this service is available.", 0),
+            age(),
+        ],
         Kind::NetworkPolicy => vec![
             name(),
             col("Pod-Selector", "string", "Selects the pods to which this NetworkPolicy object applies. The array of ingress rules is applied to any pods selected by this field. Multiple network policies can select the same set of pods. In this case, the ingress rules for each are combined additively. This field is NOT optional and follows standard label selector semantics. An empty podSelector matches all pods in this namespace.", 0),
@@ -598,6 +605,27 @@ pub fn cells(obj: &AnyObject) -> Vec<Value> {
 }
 
 /// [`cells`] with ages relative to `now`.
+/// An APIService's SERVICE cell: `Local`, or `namespace/name`.
+fn api_service_backend(a: &crate::apiregistration::APIService) -> String {
+    match &a.spec.service {
+        None => "Local".into(),
+        Some(s) => format!("{}/{}", s.namespace, s.name),
+    }
+}
+
+/// An APIService's AVAILABLE cell: `True`, `False (Reason)`, or `Unknown` without the
+/// condition.
+fn api_service_available(a: &crate::apiregistration::APIService) -> String {
+    match a.condition(crate::apiregistration::AVAILABLE) {
+        None => "Unknown".into(),
+        Some(c) if c.status == "True" => c.status.clone(),
+        Some(c) => match c.reason.as_deref().filter(|r| !r.is_empty()) {
+            Some(reason) => format!("{} ({reason})", c.status),
+            None => c.status.clone(),
+        },
+    }
+}
+
 pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
     let age = since(obj.meta().creation_timestamp, now);
     let name = obj.meta().name.clone();
@@ -653,6 +681,12 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
         AnyObject::NetworkPolicy(p) => vec![
             json!(name),
             json!(format_selector(Some(&p.spec.pod_selector))),
+            json!(age),
+        ],
+        AnyObject::APIService(a) => vec![
+            json!(name),
+            json!(api_service_backend(a)),
+            json!(api_service_available(a)),
             json!(age),
         ],
         AnyObject::EndpointSlice(e) => vec![
@@ -1622,6 +1656,7 @@ mod tests {
             crate::admissionregistration::ValidatingWebhookConfiguration::default().into_any(),
             crate::admissionpolicy::ValidatingAdmissionPolicy::default().into_any(),
             crate::admissionpolicy::ValidatingAdmissionPolicyBinding::default().into_any(),
+            crate::apiregistration::APIService::default().into_any(),
             ConfigMap::default().into_any(),
             Secret::default().into_any(),
             Event::default().into_any(),

@@ -277,7 +277,7 @@ impl Transport {
             // Content-Type among `headers` then replaces.
             req.set_body(Body::from_bytes(body.to_vec()));
         }
-        for (n, v) in headers {
+        for (i, (n, v)) in headers.iter().enumerate() {
             // http-types checks only that names and values are ASCII.
             let bad = |s: &str| !s.is_ascii() || s.contains(['\r', '\n']);
             if bad(n) || bad(v) || n.contains(':') || n.is_empty() {
@@ -285,7 +285,13 @@ impl Transport {
                     "bad request header {n:?}"
                 )));
             }
-            req.insert_header(*n, *v);
+            // A name repeated in `headers` is sent once per value (front-proxy groups); its
+            // first value replaces what http-types set (Content-Type, User-Agent).
+            if headers[..i].iter().any(|(m, _)| m.eq_ignore_ascii_case(n)) {
+                req.append_header(*n, *v);
+            } else {
+                req.insert_header(*n, *v);
+            }
         }
         Ok(req)
     }
@@ -302,7 +308,8 @@ impl Transport {
     }
 
     /// Sends one request (`body` empty: none) and returns the answer with its body unread.
-    /// `headers` must not contain `Host`, `Content-Length` or `Transfer-Encoding`. A pooled
+    /// `headers` must not contain `Host`, `Content-Length` or `Transfer-Encoding`; a name
+    /// given several times is sent with each value. A pooled
     /// connection that turns out to be closed is replaced by a new one once.
     pub async fn send(
         &self,

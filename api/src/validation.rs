@@ -378,6 +378,8 @@ pub fn validate_meta(meta: &ObjectMeta, kind: Kind) -> Vec<FieldError> {
         Kind::Role | Kind::ClusterRole | Kind::RoleBinding | Kind::ClusterRoleBinding => {
             crate::rbac::path_segment_name
         }
+        // `version.group`, checked against the spec by the kind (`v1.` for the core group).
+        Kind::APIService => crate::rbac::path_segment_name,
         _ => dns1123_subdomain,
     };
     let generate = meta.generate_name.as_deref().unwrap_or("");

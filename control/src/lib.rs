@@ -3,6 +3,7 @@
 //! and the CLI.
 
 pub mod admission;
+pub mod aggregator;
 pub mod apiservice;
 pub mod audit;
 pub mod auth;

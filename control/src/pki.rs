@@ -8,8 +8,11 @@
 //!
 //! Layout under the data dir: `pki/ca.crt`, `pki/ca.key`, `pki/server.crt`,
 //! `pki/server.key`, `pki/apiserver-client.{crt,key}` (what the server shows agents when it
-//! fetches logs), `admin-token`, `admin.kubeconfig`. Keys, the token and the kubeconfig
-//! are mode 0600, the directories 0700.
+//! fetches logs), `pki/front-proxy-ca.{crt,key}` and `pki/front-proxy-client.{crt,key}` (the
+//! front-proxy CA and the client certificate the server shows extension API servers when it
+//! proxies to them, CN [`FRONT_PROXY_CLIENT_CN`], as kubeadm lays them out), `admin-token`,
+//! `admin.kubeconfig`. Keys, the token and the kubeconfig are mode 0600, the directories
+//! 0700.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -87,6 +90,10 @@ impl Lifetimes {
 /// agent accepts no other client; the same string is `agent::node::logs::APISERVER_CLIENT_CN`.
 pub const APISERVER_CLIENT_CN: &str = "skiff-apiserver";
 
+/// The common name of the front-proxy client certificate: what extension API servers accept
+/// (`requestheader-allowed-names` of kube-system/extension-apiserver-authentication).
+pub const FRONT_PROXY_CLIENT_CN: &str = "front-proxy-client";
+
 /// What went wrong making or loading the PKI.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
@@ -127,6 +134,13 @@ pub struct Pki {
     sans: BTreeSet<San>,
     /// The certificate and key the server shows agents (PEM), renewed as the serving one.
     apiserver_client: std::sync::RwLock<(String, String)>,
+    /// The front-proxy CA certificate (PEM), and its key.
+    front_proxy_ca_pem: String,
+    front_proxy_ca_key_pem: String,
+    /// The front-proxy client certificate and key (PEM), renewed as the serving one, and the
+    /// same pair as TLS clients present it.
+    front_proxy_client: std::sync::RwLock<(String, String)>,
+    front_proxy_live: Arc<api::tls::LiveCertificate>,
     admin_token: String,
     kubeconfig_path: PathBuf,
     lifetimes: Lifetimes,
@@ -231,6 +245,59 @@ impl Pki {
             (cert, key)
         };
 
+        // The front-proxy CA (its own, as kube-apiserver's --requestheader-client-ca-file) and
+        // the client certificate it signs for the aggregator's proxy.
+        let fp_ca_cert_path = dir.join("front-proxy-ca.crt");
+        let fp_ca_key_path = dir.join("front-proxy-ca.key");
+        let (front_proxy_ca_pem, front_proxy_ca_key_pem, fp_ca_is_new) =
+            match (fp_ca_cert_path.exists(), fp_ca_key_path.exists()) {
+                (true, true) => {
+                    tighten(&fp_ca_key_path)?;
+                    (read(&fp_ca_cert_path)?, read(&fp_ca_key_path)?, false)
+                }
+                _ => {
+                    let (cert, key) = generate_ca_named("front-proxy-ca", None)?;
+                    write_file(&fp_ca_key_path, &key, 0o600)?;
+                    write_file(&fp_ca_cert_path, &cert, 0o644)?;
+                    (cert, key, true)
+                }
+            };
+        let fp_ca_der =
+            CertificateDer::from_pem_slice(front_proxy_ca_pem.as_bytes()).map_err(|e| {
+                PkiError::Invalid {
+                    path: fp_ca_cert_path.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+        let fp_client_cert_path = dir.join("front-proxy-client.crt");
+        let fp_client_key_path = dir.join("front-proxy-client.key");
+        let reuse = !fp_ca_is_new
+            && fp_client_key_path.exists()
+            && fp_client_cert_path.exists()
+            && server_cert_is_current(&read(&fp_client_cert_path)?, &fp_ca_der, &BTreeSet::new());
+        let (fp_client_cert_pem, fp_client_key_pem) = if reuse {
+            tighten(&fp_client_key_path)?;
+            (read(&fp_client_cert_path)?, read(&fp_client_key_path)?)
+        } else {
+            let (cert, key) = generate_client_cert(
+                &front_proxy_ca_pem,
+                &front_proxy_ca_key_pem,
+                FRONT_PROXY_CLIENT_CN,
+                None,
+                lifetimes.serving,
+            )?;
+            write_file(&fp_client_key_path, &key, 0o600)?;
+            write_file(&fp_client_cert_path, &cert, 0o644)?;
+            (cert, key)
+        };
+        let front_proxy_live =
+            api::tls::LiveCertificate::new(&fp_client_cert_pem, &fp_client_key_pem).map_err(
+                |e| PkiError::Invalid {
+                    path: fp_client_cert_path.clone(),
+                    message: e.to_string(),
+                },
+            )?;
+
         let token_path = data_dir.join("admin-token");
         let existing = if token_path.exists() {
             tighten(&token_path)?;
@@ -280,6 +347,10 @@ impl Pki {
                 apiserver_client_cert_pem,
                 apiserver_client_key_pem,
             )),
+            front_proxy_ca_pem,
+            front_proxy_ca_key_pem,
+            front_proxy_client: std::sync::RwLock::new((fp_client_cert_pem, fp_client_key_pem)),
+            front_proxy_live,
             admin_token,
             kubeconfig_path,
             lifetimes,
@@ -344,7 +415,53 @@ impl Pki {
                 .unwrap_or_else(|e| e.into_inner()) = (cert, key);
             tracing::info!("renewed the apiserver client certificate");
         }
-        Ok(serving_at.min(client_at))
+        let front_proxy_pem = self
+            .front_proxy_client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone();
+        let mut front_proxy_at = renewal_point(&front_proxy_pem).unwrap_or(now);
+        if front_proxy_at <= now {
+            let (cert, key) = generate_client_cert(
+                &self.front_proxy_ca_pem,
+                &self.front_proxy_ca_key_pem,
+                FRONT_PROXY_CLIENT_CN,
+                None,
+                self.lifetimes.serving,
+            )?;
+            write_file(&self.dir.join("front-proxy-client.key"), &key, 0o600)?;
+            write_file(&self.dir.join("front-proxy-client.crt"), &cert, 0o644)?;
+            self.front_proxy_live
+                .replace(&cert, &key)
+                .map_err(|e| PkiError::Tls(e.to_string()))?;
+            front_proxy_at = renewal_point(&cert).unwrap_or(now + self.lifetimes.serving);
+            *self
+                .front_proxy_client
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = (cert, key);
+            tracing::info!("renewed the front-proxy client certificate");
+        }
+        Ok(serving_at.min(client_at).min(front_proxy_at))
+    }
+
+    /// The front-proxy CA certificate, PEM (what extension API servers verify the
+    /// aggregator's client certificate against).
+    pub fn front_proxy_ca_pem(&self) -> &str {
+        &self.front_proxy_ca_pem
+    }
+
+    /// The front-proxy client certificate and key in use (PEM).
+    pub fn front_proxy_client_pem(&self) -> (String, String) {
+        self.front_proxy_client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The front-proxy client certificate as TLS clients present it, renewed in place.
+    pub fn front_proxy_client(&self) -> Arc<api::tls::LiveCertificate> {
+        self.front_proxy_live.clone()
     }
 
     /// TLS for the API: the serving certificate (renewed in place, see [`Pki::renew_due`]),
@@ -756,16 +873,24 @@ impl rustls::server::danger::ClientCertVerifier for RequestClientCert {
 }
 
 fn generate_ca() -> Result<(String, String), PkiError> {
+    generate_ca_named("skiff-ca", Some("skiff"))
+}
+
+/// A self-signed CA, CN `common_name`, valid ten years.
+fn generate_ca_named(
+    common_name: &str,
+    organization: Option<&str>,
+) -> Result<(String, String), PkiError> {
     let gen = |error| PkiError::Generate { what: "CA", error };
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(gen)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
     params
         .distinguished_name
-        .push(DnType::CommonName, "skiff-ca");
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, "skiff");
+        .push(DnType::CommonName, common_name);
+    if let Some(o) = organization {
+        params.distinguished_name.push(DnType::OrganizationName, o);
+    }
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -823,8 +948,25 @@ fn generate_apiserver_client_cert(
     ca_key_pem: &str,
     validity: Duration,
 ) -> Result<(String, String), PkiError> {
+    generate_client_cert(
+        ca_cert_pem,
+        ca_key_pem,
+        APISERVER_CLIENT_CN,
+        Some("skiff"),
+        validity,
+    )
+}
+
+/// A client certificate (client auth only), CN `common_name`, signed by the CA given.
+fn generate_client_cert(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    common_name: &str,
+    organization: Option<&str>,
+    validity: Duration,
+) -> Result<(String, String), PkiError> {
     let gen = |error| PkiError::Generate {
-        what: "apiserver client certificate",
+        what: "client certificate",
         error,
     };
     let ca_key = KeyPair::from_pem(ca_key_pem).map_err(gen)?;
@@ -834,10 +976,10 @@ fn generate_apiserver_client_cert(
     params.distinguished_name = rcgen::DistinguishedName::new();
     params
         .distinguished_name
-        .push(DnType::CommonName, APISERVER_CLIENT_CN);
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, "skiff");
+        .push(DnType::CommonName, common_name);
+    if let Some(o) = organization {
+        params.distinguished_name.push(DnType::OrganizationName, o);
+    }
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];

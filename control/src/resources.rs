@@ -258,6 +258,36 @@ fn kube_version(v: &str) -> Option<(u8, u64, u64)> {
     Some((stability, major, number(minor)?))
 }
 
+/// A resource of an extension API server's group version, as its discovery
+/// (`/apis/GROUP/VERSION`, an APIResourceList) lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RemoteResource {
+    /// `widgets`, or `widgets/status` for a subresource.
+    pub name: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub kind: String,
+    /// The group and version of the kind, when the list names them.
+    pub group: Option<String>,
+    pub version: Option<String>,
+    pub verbs: Vec<String>,
+    pub short_names: Vec<Arc<str>>,
+    pub categories: Vec<Arc<str>>,
+}
+
+/// A group version an extension API server serves (a non-local APIService): requests under
+/// `/apis/GROUP/VERSION` go to it (`crate::aggregator`), discovery lists it with its
+/// APIService's priorities and the resources it last listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remote {
+    pub group: Arc<str>,
+    pub version: Arc<str>,
+    pub priority: Priority,
+    /// What the backend's discovery listed; None while it is unknown or failing (the
+    /// aggregated document then shows the version as Stale, without resources).
+    pub resources: Option<Arc<Vec<RemoteResource>>>,
+}
+
 /// An immutable snapshot of every resource served.
 #[derive(Debug)]
 pub struct Table {
@@ -268,6 +298,9 @@ pub struct Table {
     /// The named groups in discovery order (as kube-apiserver's aggregated discovery lists
     /// them: by priority, highest first, then by name), then the core group.
     groups: Vec<Group>,
+    /// The group versions served by extension API servers, which take the place of any
+    /// local one of the same group version.
+    remote: Vec<Remote>,
 }
 
 /// The verbs of a stored resource.
@@ -292,6 +325,12 @@ impl Table {
 
     /// The built-in table and the entries of established custom resources.
     pub fn with_custom(custom: Vec<Entry>) -> Table {
+        Table::with_parts(custom, Vec::new())
+    }
+
+    /// The built-in table, the entries of established custom resources and the group
+    /// versions of extension API servers.
+    pub fn with_parts(custom: Vec<Entry>, remote: Vec<Remote>) -> Table {
         let mut entries: Vec<Entry> = Kind::ALL.iter().map(|k| builtin_entry(*k)).collect();
         let mut next = entries.len() as u32;
         let mut push = |mut e: Entry| {
@@ -350,10 +389,15 @@ impl Table {
             ));
         }
         entries.extend(custom);
-        Table::from_entries(entries)
+        Table::from_entries(entries, remote)
     }
 
-    fn from_entries(entries: Vec<Entry>) -> Table {
+    fn from_entries(entries: Vec<Entry>, remote: Vec<Remote>) -> Table {
+        let shadowed = |group: &str, version: &str| {
+            remote
+                .iter()
+                .any(|r| &*r.group == group && &*r.version == version)
+        };
         let mut by_plural: HashMap<Arc<str>, HashMap<Arc<str>, ResourceId>> = HashMap::new();
         let mut groups: Vec<Group> = Vec::new();
         let mut core = Group {
@@ -379,21 +423,48 @@ impl Table {
                 groups.last_mut().expect("just pushed")
             };
             for v in &e.versions {
-                if !group.versions.contains(&v.name) {
+                if !group.versions.contains(&v.name) && !shadowed(&e.group, &v.name) {
                     group.versions.push(v.name.clone());
                 }
             }
         }
+        for r in &remote {
+            let group = if let Some(g) = groups.iter_mut().find(|g| g.name == r.group) {
+                g
+            } else {
+                groups.push(Group {
+                    name: r.group.clone(),
+                    versions: Vec::new(),
+                    priority: 0,
+                });
+                groups.last_mut().expect("just pushed")
+            };
+            if !group.versions.contains(&r.version) {
+                group.versions.push(r.version.clone());
+            }
+        }
+        // A group's local versions may all be shadowed by remote ones of other names; one
+        // left without versions is not served.
+        groups.retain(|g| !g.versions.is_empty());
+        let priority_of = |group: &str, version: &str| {
+            remote
+                .iter()
+                .find(|r| &*r.group == group && &*r.version == version)
+                .map_or_else(|| priority(group, version), |r| r.priority)
+        };
         for g in groups.iter_mut().chain(std::iter::once(&mut core)) {
             // kube's aggregated discovery: a group's priority is the highest of its versions'.
             g.priority = g
                 .versions
                 .iter()
-                .map(|v| priority(&g.name, v).group)
+                .map(|v| priority_of(&g.name, v).group)
                 .max()
                 .unwrap_or(0);
             g.versions.sort_by(|a, b| {
-                let (pa, pb) = (priority(&g.name, a).version, priority(&g.name, b).version);
+                let (pa, pb) = (
+                    priority_of(&g.name, a).version,
+                    priority_of(&g.name, b).version,
+                );
                 pb.cmp(&pa).then_with(|| compare_versions(b, a))
             });
         }
@@ -415,7 +486,27 @@ impl Table {
             entries: slots,
             by_plural,
             groups,
+            remote,
         }
+    }
+
+    /// The extension API server's group version `group`/`version`, if one serves it.
+    pub fn remote(&self, group: &str, version: &str) -> Option<&Remote> {
+        self.remote
+            .iter()
+            .find(|r| &*r.group == group && &*r.version == version)
+    }
+
+    /// Every group version extension API servers serve.
+    pub fn remotes(&self) -> &[Remote] {
+        &self.remote
+    }
+
+    /// The APIService priorities of a group version: an extension API server's own, else
+    /// the built-in ones ([`priority`]).
+    pub fn priority_of(&self, group: &str, version: &str) -> Priority {
+        self.remote(group, version)
+            .map_or_else(|| priority(group, version), |r| r.priority)
     }
 
     pub fn get(&self, id: ResourceId) -> Option<&Arc<Entry>> {
@@ -458,7 +549,7 @@ impl Table {
                 .iter()
                 .map(|v| {
                     (
-                        Reverse(priority(&g.name, v).group),
+                        Reverse(self.priority_of(&g.name, v).group),
                         format!("{v}.{}", g.name),
                     )
                 })
@@ -478,14 +569,16 @@ impl Table {
             .is_some_and(|g| g.versions.iter().any(|v| &**v == version))
     }
 
-    /// The resources of `group` served at `version`, in discovery order.
+    /// The resources of `group` served here at `version`, in discovery order (none for a
+    /// group version an extension API server serves).
     pub fn at_version<'a>(
         &'a self,
         group: &'a str,
         version: &'a str,
     ) -> impl Iterator<Item = &'a Arc<Entry>> + 'a {
+        let remote = self.remote(group, version).is_some();
         self.entries()
-            .filter(move |e| &*e.group == group && e.serves(version))
+            .filter(move |e| !remote && &*e.group == group && e.serves(version))
     }
 }
 
@@ -493,6 +586,9 @@ impl Table {
 #[derive(Debug)]
 pub struct Resources {
     table: RwLock<Arc<Table>>,
+    /// What the table is built from besides the built-in kinds: custom resources' entries
+    /// and extension API servers' group versions (each set by its own installer).
+    parts: std::sync::Mutex<(Vec<Entry>, Vec<Remote>)>,
 }
 
 impl Default for Resources {
@@ -505,12 +601,37 @@ impl Resources {
     pub fn new() -> Resources {
         Resources {
             table: RwLock::new(Arc::new(Table::builtin())),
+            parts: Default::default(),
         }
     }
 
     /// Replaces the custom resources' entries (the CRD installer, `crate::crd`).
     pub fn set_custom(&self, custom: Vec<Entry>) {
-        let table = Arc::new(Table::with_custom(custom));
+        let mut parts = self
+            .parts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        parts.0 = custom;
+        self.rebuild(&parts);
+    }
+
+    /// Replaces the extension API servers' group versions (`crate::aggregator`); a set equal
+    /// to the one in force leaves the table (and the discovery documents built from it) as
+    /// it is.
+    pub fn set_remote(&self, remote: Vec<Remote>) {
+        let mut parts = self
+            .parts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if parts.1 == remote {
+            return;
+        }
+        parts.1 = remote;
+        self.rebuild(&parts);
+    }
+
+    fn rebuild(&self, parts: &(Vec<Entry>, Vec<Remote>)) {
+        let table = Arc::new(Table::with_parts(parts.0.clone(), parts.1.clone()));
         *self
             .table
             .write()
@@ -690,7 +811,7 @@ mod tests {
         assert!(t.serves("metrics.k8s.io", "v1beta1"));
         assert!(!t.serves("apps", "v2"));
         let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
-        assert_eq!(names.first(), Some(&"apps"));
+        assert_eq!(names.first(), Some(&"apiregistration.k8s.io"));
         assert_eq!(names.last(), Some(&"metrics.k8s.io"));
         let authn = names.iter().position(|g| *g == "authentication.k8s.io");
         let authz = names.iter().position(|g| *g == "authorization.k8s.io");
@@ -707,6 +828,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "apiregistration.k8s.io",
                 "apps",
                 "events.k8s.io",
                 "authentication.k8s.io",
@@ -742,6 +864,61 @@ mod tests {
     }
 
     #[test]
+    fn extension_servers_group_versions_take_their_place() {
+        let remote = |group: &str, version: &str, g: i32, v: i32| Remote {
+            group: group.into(),
+            version: version.into(),
+            priority: Priority {
+                group: g,
+                version: v,
+            },
+            resources: None,
+        };
+        let t = Table::with_parts(
+            Vec::new(),
+            vec![
+                remote("metrics.example.com", "v1beta1", 1500, 20),
+                remote("metrics.example.com", "v1alpha1", 1500, 5),
+                // metrics-server taking over the server's own resource metrics.
+                remote("metrics.k8s.io", "v1beta1", 100, 100),
+            ],
+        );
+        assert!(t.serves("metrics.example.com", "v1beta1"));
+        let ours = t.group("metrics.example.com").expect("the group");
+        assert_eq!(ours.priority, 1500);
+        assert_eq!(ours.versions, [Arc::from("v1beta1"), Arc::from("v1alpha1")]);
+        assert_eq!(t.at_version("metrics.k8s.io", "v1beta1").count(), 0);
+        assert!(t.by_plural("metrics.k8s.io", "nodes").is_some());
+        let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
+        let at = |g: &str| names.iter().position(|n| *n == g).expect(g);
+        assert!(at("discovery.k8s.io") < at("metrics.example.com"));
+        assert!(at("metrics.example.com") < at("metrics.k8s.io"));
+        assert_eq!(t.priority_of("metrics.example.com", "v1alpha1").version, 5);
+        use crate::http::route::{parse, Route};
+        for (path, group) in [
+            ("/apis/metrics.example.com/v1beta1", "metrics.example.com"),
+            (
+                "/apis/metrics.example.com/v1beta1/namespaces/d/widgets/w",
+                "metrics.example.com",
+            ),
+            ("/apis/metrics.k8s.io/v1beta1/nodes", "metrics.k8s.io"),
+        ] {
+            assert_eq!(
+                parse(&t, path),
+                Ok(Route::Aggregated {
+                    group: group.into(),
+                    version: "v1beta1".into()
+                }),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            parse(&t, "/apis/metrics.example.com"),
+            Ok(Route::Group("metrics.example.com".into()))
+        );
+    }
+
+    #[test]
     fn ties_of_priority() {
         // Two groups of custom resources (priority 1000 both), one at v1, one at v1beta1 and v1.
         let mut b = simple(
@@ -770,7 +947,7 @@ mod tests {
             name: "v1".into(),
             storage: false,
         });
-        let t = Table::from_entries(vec![b, a]);
+        let t = Table::from_entries(vec![b, a], Vec::new());
         // Aggregated discovery breaks the tie by group name...
         let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
         assert_eq!(names, ["a.example.com", "b.example.com"]);
@@ -803,7 +980,7 @@ mod tests {
             Storage::Review,
         );
         d.id = ResourceId(1);
-        let t = Table::from_entries(vec![d, c]);
+        let t = Table::from_entries(vec![d, c], Vec::new());
         let names: Vec<&str> = t.groups().map(|g| &*g.name).collect();
         assert_eq!(names, ["c.example.com", "d.example.com"]);
         // "v1.d.example.com" < "v1beta1.c.example.com".

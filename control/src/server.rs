@@ -545,10 +545,15 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     #[cfg(feature = "embedded-agent")]
     agent::image::RegistryConfig::load_yaml(&args.agent.registries_config)
         .map_err(|e| anyhow::anyhow!("--registries-config: {e}"))?;
+    let resources: Arc<crate::resources::Resources> = Default::default();
+    let pki = Arc::new(pki);
+    let aggregator =
+        crate::aggregator::Aggregator::new(registry.clone(), resources.clone(), pki.clone());
     let state = Arc::new(AppState {
         registry: registry.clone(),
-        resources: Default::default(),
-        pki: Arc::new(pki),
+        resources,
+        aggregator: aggregator.clone(),
+        pki,
         store: store.clone(),
         auth,
         sa_tokens: sa_tokens.clone(),
@@ -606,6 +611,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         };
         crate::crd::start_installer(state.resources.clone(), &loops.informers).await;
         crate::admission::policy::install_expression_checker();
+        aggregator.start_installer(&loops.informers).await;
+        crate::aggregator::trust::start(&registry, &state.pki);
         crate::admission::dispatch::start_installer(&registry, &loops.informers);
         authorizer.start(&loops.informers);
         node_graph.start(&loops.informers);
@@ -633,6 +640,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
                 crate::certificates::start(&loops, state.pki.clone());
                 crate::controllers::start_all(&loops);
                 crate::crd::start(&loops);
+                crate::aggregator::register::start(&loops);
+                crate::aggregator::available::start(&loops, aggregator.clone());
                 crate::controllers::podautoscaler::start(
                     &loops,
                     http::pod_metrics(state.clone()),

@@ -205,8 +205,10 @@ impl Webhook {
     }
 }
 
-/// A ready endpoint of the Service's `port`: its address and the port it listens on.
-async fn resolve(
+/// A ready endpoint of the Service's `port`: its address and the port it listens on, taken
+/// in turn among the ready addresses that serve the port (kube's resolver picks one at
+/// random), as the webhook client and the aggregator's proxy reach their Services.
+pub async fn resolve(
     registry: &Registry,
     namespace: &str,
     name: &str,
@@ -231,23 +233,34 @@ async fn resolve(
         .await
         .map_err(|_| format!("endpoints for service/{name} in \"{namespace}\" not found"))?;
     let want = svc_port.name.as_deref().unwrap_or("");
-    for subset in &endpoints.subsets {
-        let Some(p) = subset
-            .ports
-            .iter()
-            .find(|p| p.name.as_deref().unwrap_or("") == want)
-        else {
-            continue;
-        };
-        if let Some(a) = subset.addresses.first() {
-            return Ok((a.ip.clone(), p.port));
-        }
+    let ready: Vec<(&str, i32)> = endpoints
+        .subsets
+        .iter()
+        .filter_map(|subset| {
+            let p = subset
+                .ports
+                .iter()
+                .find(|p| p.name.as_deref().unwrap_or("") == want)?;
+            Some(
+                subset
+                    .addresses
+                    .iter()
+                    .map(move |a| (a.ip.as_str(), p.port)),
+            )
+        })
+        .flatten()
+        .collect();
+    if ready.is_empty() {
+        return Err(format!("no endpoints available for service \"{name}\""));
     }
-    Err(format!("no endpoints available for service \"{name}\""))
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % ready.len();
+    let (ip, port) = ready[i];
+    Ok((ip.to_string(), port))
 }
 
-/// Trusts `ca` (PEM), or the system's roots without one.
-fn tls_config(ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+/// The roots of `ca` (PEM), or the system's roots without one.
+pub fn root_store(ca: Option<&[u8]>) -> rustls::RootCertStore {
     let mut roots = rustls::RootCertStore::empty();
     let system;
     let pem = match ca {
@@ -260,6 +273,12 @@ fn tls_config(ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
     for cert in CertificateDer::pem_slice_iter(pem).flatten() {
         let _ = roots.add(cert);
     }
+    roots
+}
+
+/// Trusts `ca` (PEM), or the system's roots without one.
+fn tls_config(ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+    let roots = root_store(ca);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -1113,6 +1113,24 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
                 json!(".spec.x"),
             ),
         ],
+        // Named `version.group`; served by a Service (a caBundle, so no
+        // insecureSkipTLSVerify), within the priorities' bounds; a condition of kube's
+        // statuses.
+        "APIService" => vec![
+            set("/metadata/name", json!("v1alpha1.roundtrip.example.com")),
+            set("/spec/group", json!("roundtrip.example.com")),
+            set("/spec/version", json!("v1alpha1")),
+            set("/spec/groupPriorityMinimum", json!(1500)),
+            set("/spec/versionPriority", json!(20)),
+            set("/spec/service/port", json!(8443)),
+            remove("/spec/insecureSkipTLSVerify"),
+            set(
+                "/status/conditions",
+                json!([{"type": "Available", "status": "False",
+                        "lastTransitionTime": "2026-01-02T03:04:05Z",
+                        "reason": "FailedDiscoveryCheck", "message": "no answer"}]),
+            ),
+        ],
         "EndpointSlice" => vec![
             set("/addressType", json!("IPv4")),
             set("/endpoints/0/addresses", json!(["10.42.0.9"])),

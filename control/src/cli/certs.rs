@@ -117,7 +117,13 @@ fn agent_certs(dir: &Path, prefix: &str, out: &mut Vec<Found>) {
 /// Every certificate under a server's or an agent's data dir.
 pub fn find(data_dir: &Path) -> Vec<Found> {
     let mut out = Vec::new();
-    for name in ["ca.crt", "server.crt", "apiserver-client.crt"] {
+    for name in [
+        "ca.crt",
+        "server.crt",
+        "apiserver-client.crt",
+        "front-proxy-ca.crt",
+        "front-proxy-client.crt",
+    ] {
         if let Ok(pem) = std::fs::read_to_string(data_dir.join("pki").join(name)) {
             out.extend(parse(&format!("pki/{name}"), &pem));
         }

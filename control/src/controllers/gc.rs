@@ -96,6 +96,40 @@ struct Collector {
     queue: WorkQueue<Item>,
 }
 
+/// A boxed future of `()` or an error.
+pub(crate) type Done =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ApiError>> + Send>>;
+
+/// [`Registry::mutate`] of one object (its main part) behind a box, as `http::resource_boxed`:
+/// a dispatch over every kind (`with_kind!`) then holds one pointer per kind instead of
+/// every kind's whole future, which in a debug build outgrew the executor threads' 2 MiB
+/// stacks once the kinds numbered forty.
+pub(crate) fn mutate_boxed<K: Resource>(
+    registry: Registry,
+    ns: &str,
+    name: &str,
+    f: impl FnMut(&mut K) -> Result<(), ApiError> + Send + 'static,
+) -> Done {
+    let (ns, name) = (ns.to_string(), name.to_string());
+    Box::pin(async move {
+        registry
+            .mutate::<K>(&ns, &name, Part::Main, f)
+            .await
+            .map(|_| ())
+    })
+}
+
+/// [`Registry::delete`] behind a box (see [`mutate_boxed`]).
+pub(crate) fn delete_boxed<K: Resource>(
+    registry: Registry,
+    ns: &str,
+    name: &str,
+    opts: DeleteOptions,
+) -> Done {
+    let (ns, name) = (ns.to_string(), name.to_string());
+    Box::pin(async move { registry.delete::<K>(&ns, &name, opts).await.map(|_| ()) })
+}
+
 pub fn start(registry: Registry) {
     let c = Collector {
         registry,
@@ -300,14 +334,16 @@ impl Collector {
             for dep in self.dependents_of(uid) {
                 let owner_uid = uid.to_string();
                 let r = with_kind!(dep.0, K, {
-                    self.registry
-                        .for_kind(dep.0)
-                        .mutate::<K>(&dep.1, &dep.2, Part::Main, move |d| {
+                    mutate_boxed::<K>(
+                        self.registry.for_kind(dep.0),
+                        &dep.1,
+                        &dep.2,
+                        move |d: &mut K| {
                             d.meta_mut().owner_references.retain(|r| r.uid != owner_uid);
                             Ok(())
-                        })
-                        .await
-                        .map(|_| ())
+                        },
+                    )
+                    .await
                 });
                 crate::machinery::runner::ignore_not_found(r)?;
             }
@@ -346,16 +382,18 @@ impl Collector {
     ) -> Result<(), ApiError> {
         let uid = uid.to_string();
         let r = with_kind!(key.0, K, {
-            self.registry
-                .for_kind(key.0)
-                .mutate::<K>(&key.1, &key.2, Part::Main, move |o| {
+            mutate_boxed::<K>(
+                self.registry.for_kind(key.0),
+                &key.1,
+                &key.2,
+                move |o: &mut K| {
                     if o.meta().uid == uid {
                         o.meta_mut().finalizers.retain(|f| f != finalizer);
                     }
                     Ok(())
-                })
-                .await
-                .map(|_| ())
+                },
+            )
+            .await
         });
         crate::machinery::runner::ignore_not_found(r).map(|_| ())
     }
@@ -385,11 +423,7 @@ impl Collector {
             ..Default::default()
         };
         let r = with_kind!(key.0, K, {
-            self.registry
-                .for_kind(key.0)
-                .delete::<K>(&key.1, &key.2, opts)
-                .await
-                .map(|_| ())
+            delete_boxed::<K>(self.registry.for_kind(key.0), &key.1, &key.2, opts).await
         });
         crate::machinery::runner::ignore_not_found(r).map(|_| ())
     }
@@ -432,16 +466,18 @@ impl Collector {
         }
         if !dangling.is_empty() {
             let r = with_kind!(key.0, K, {
-                self.registry
-                    .for_kind(key.0)
-                    .mutate::<K>(&key.1, &key.2, Part::Main, move |d| {
+                mutate_boxed::<K>(
+                    self.registry.for_kind(key.0),
+                    &key.1,
+                    &key.2,
+                    move |d: &mut K| {
                         d.meta_mut()
                             .owner_references
                             .retain(|r| !dangling.contains(&r.uid));
                         Ok(())
-                    })
-                    .await
-                    .map(|_| ())
+                    },
+                )
+                .await
             });
             crate::machinery::runner::ignore_not_found(r)?;
         }

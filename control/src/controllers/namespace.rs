@@ -70,11 +70,13 @@ async fn empty_namespace(registry: &Registry, ns: &str) -> Result<bool, ApiError
             }
             let name = item.meta().name.clone();
             let result = with_kind!(kind, K, {
-                registry
-                    .for_kind(kind)
-                    .delete::<K>(ns, &name, DeleteOptions::default())
-                    .await
-                    .map(|_| ())
+                super::gc::delete_boxed::<K>(
+                    registry.for_kind(kind),
+                    ns,
+                    &name,
+                    DeleteOptions::default(),
+                )
+                .await
             });
             match result {
                 Ok(()) => {}

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tide::http::StatusCode;
 
-use crate::resources::{Entry, Table};
+use crate::resources::{Entry, Remote, Table};
 
 pub fn core_versions() -> Value {
     json!({
@@ -420,6 +420,82 @@ fn version_discovery<'a>(
     }
 }
 
+/// An extension API server's group version as the aggregated document lists it: its
+/// APIResourceList converted as kube-apiserver's `ConvertGroupVersionIntoToDiscovery` does
+/// (the backend's order and verbs as listed; a subresource under its resource, a resource
+/// made up for a subresource listed without one), `Current`; or, while its discovery is
+/// unknown or failing, the version alone, `Stale` (kube-aggregator's discovery manager).
+fn remote_version_discovery(remote: &Remote) -> VersionDiscovery<'_> {
+    let Some(list) = &remote.resources else {
+        return VersionDiscovery {
+            version: &remote.version,
+            resources: Vec::new(),
+            freshness: "Stale",
+        };
+    };
+    let scope = |namespaced: bool| if namespaced { "Namespaced" } else { "Cluster" };
+    fn kind(r: &crate::resources::RemoteResource) -> GroupVersionKind<'_> {
+        GroupVersionKind {
+            group: r.group.as_deref().unwrap_or(""),
+            version: r.version.as_deref().unwrap_or(""),
+            kind: &r.kind,
+        }
+    }
+    let none = || GroupVersionKind {
+        group: "",
+        version: "",
+        kind: "",
+    };
+    let mut resources: Vec<ResourceDiscovery<'_>> = Vec::new();
+    for r in list.iter().filter(|r| !r.name.contains('/')) {
+        resources.push(ResourceDiscovery {
+            resource: &r.name,
+            response_kind: kind(r),
+            scope: scope(r.namespaced),
+            singular_resource: &r.singular,
+            verbs: r.verbs.iter().map(String::as_str).collect(),
+            short_names: &r.short_names,
+            categories: &r.categories,
+            subresources: Vec::new(),
+        });
+    }
+    for r in list.iter() {
+        let Some((parent, sub)) = r.name.split_once('/') else {
+            continue;
+        };
+        let i = match resources.iter().position(|p| p.resource == parent) {
+            Some(i) => i,
+            None => {
+                resources.push(ResourceDiscovery {
+                    resource: parent,
+                    response_kind: none(),
+                    scope: scope(r.namespaced),
+                    singular_resource: "",
+                    verbs: Vec::new(),
+                    short_names: &[],
+                    categories: &[],
+                    subresources: Vec::new(),
+                });
+                resources.len() - 1
+            }
+        };
+        // kube refuses a subresource whose scope is not its resource's.
+        if resources[i].scope != scope(r.namespaced) {
+            continue;
+        }
+        resources[i].subresources.push(SubresourceDiscovery {
+            subresource: sub,
+            response_kind: if r.kind.is_empty() { none() } else { kind(r) },
+            verbs: r.verbs.iter().map(String::as_str).collect(),
+        });
+    }
+    VersionDiscovery {
+        version: &remote.version,
+        resources,
+        freshness: "Current",
+    }
+}
+
 /// An aggregated discovery document as served: its `items` and its ETag.
 #[derive(Debug)]
 pub struct Aggregated {
@@ -475,7 +551,10 @@ fn group_discovery<'a>(table: &'a Table, name: &'a str) -> GroupDiscovery<'a> {
         },
         versions: versions
             .iter()
-            .map(|v| version_discovery(table, name, v))
+            .map(|v| match table.remote(name, v) {
+                Some(remote) => remote_version_discovery(remote),
+                None => version_discovery(table, name, v),
+            })
             .collect(),
     }
 }
@@ -713,7 +792,7 @@ mod tests {
         let (body, v) = body_of(&table, false);
         let text = String::from_utf8(body).expect("UTF-8");
         assert!(text.starts_with(
-            r#"{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[{"metadata":{"name":"apps","creationTimestamp":null},"versions":[{"version":"v1","resources":[{"resource":"controllerrevisions","#
+            r#"{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[{"metadata":{"name":"apiregistration.k8s.io","creationTimestamp":null},"versions":[{"version":"v1","resources":[{"resource":"apiservices","responseKind":{"group":"","version":"","kind":"APIService"},"scope":"Cluster","singularResource":"apiservice","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"categories":["api-extensions"],"subresources":[{"subresource":"status","responseKind":{"group":"","version":"","kind":"APIService"},"verbs":["get","patch","update"]}]}],"freshness":"Current"}]},{"metadata":{"name":"apps","creationTimestamp":null},"versions":[{"version":"v1","resources":[{"resource":"controllerrevisions","#
         ));
         assert!(text.contains(
             r#"{"resource":"deployments","responseKind":{"group":"","version":"","kind":"Deployment"},"scope":"Namespaced","singularResource":"deployment","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["deploy"],"categories":["all"],"subresources":[{"subresource":"scale","responseKind":{"group":"autoscaling","version":"v1","kind":"Scale"},"verbs":["get","patch","update"]},{"subresource":"status","responseKind":{"group":"","version":"","kind":"Deployment"},"verbs":["get","patch","update"]}]}"#
@@ -909,6 +988,94 @@ mod tests {
     }
 
     #[test]
+    fn extension_servers_versions_in_the_aggregated_document() {
+        use crate::resources::{Priority, Remote, RemoteResource};
+        let widgets = RemoteResource {
+            name: "widgets".into(),
+            singular: "widget".into(),
+            namespaced: true,
+            kind: "Widget".into(),
+            verbs: vec!["list".into(), "get".into()],
+            short_names: vec!["wd".into()],
+            ..Default::default()
+        };
+        let status = RemoteResource {
+            name: "widgets/status".into(),
+            namespaced: true,
+            kind: "Widget".into(),
+            group: Some("metrics.example.com".into()),
+            version: Some("v1beta1".into()),
+            verbs: vec!["get".into()],
+            ..Default::default()
+        };
+        // A subresource listed without its resource gets one made up.
+        let orphan = RemoteResource {
+            name: "gadgets/scale".into(),
+            namespaced: true,
+            verbs: vec!["get".into()],
+            ..Default::default()
+        };
+        let priority = Priority {
+            group: 1500,
+            version: 20,
+        };
+        let table = Arc::new(Table::with_parts(
+            Vec::new(),
+            vec![
+                Remote {
+                    group: "metrics.example.com".into(),
+                    version: "v1beta1".into(),
+                    priority,
+                    resources: Some(Arc::new(vec![widgets, status, orphan])),
+                },
+                Remote {
+                    group: "metrics.example.com".into(),
+                    version: "v1alpha1".into(),
+                    priority: Priority {
+                        group: 1500,
+                        version: 5,
+                    },
+                    resources: None,
+                },
+            ],
+        ));
+        let (_, v) = body_of(&table, false);
+        let item = v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .find(|i| i["metadata"]["name"] == "metrics.example.com")
+            .expect("the group");
+        assert_eq!(
+            item["versions"],
+            json!([
+                {"version": "v1beta1", "resources": [
+                    {"resource": "widgets", "responseKind": {"group": "", "version": "", "kind": "Widget"},
+                     "scope": "Namespaced", "singularResource": "widget", "verbs": ["list", "get"],
+                     "shortNames": ["wd"],
+                     "subresources": [{"subresource": "status",
+                                       "responseKind": {"group": "metrics.example.com", "version": "v1beta1", "kind": "Widget"},
+                                       "verbs": ["get"]}]},
+                    {"resource": "gadgets", "responseKind": {"group": "", "version": "", "kind": ""},
+                     "scope": "Namespaced", "singularResource": "", "verbs": [],
+                     "subresources": [{"subresource": "scale",
+                                       "responseKind": {"group": "", "version": "", "kind": ""},
+                                       "verbs": ["get"]}]}],
+                 "freshness": "Current"},
+                {"version": "v1alpha1", "freshness": "Stale"}
+            ])
+        );
+        let list = group_list(&table);
+        let ours = list["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .find(|g| g["name"] == "metrics.example.com")
+            .expect("listed");
+        assert_eq!(ours["preferredVersion"]["version"], "v1beta1");
+    }
+
+    #[test]
     fn the_group_list_in_kube_aggregator_order() {
         let table = Table::builtin();
         let list = group_list(&table);
@@ -920,7 +1087,9 @@ mod tests {
             .collect();
         let want: Vec<&str> = table.legacy_groups().iter().map(|g| &*g.name).collect();
         assert_eq!(names, want);
-        assert_eq!(names.first(), Some(&"apps"));
+        // kube-aggregator's own group first ("it's good to be king").
+        assert_eq!(names.first(), Some(&"apiregistration.k8s.io"));
+        assert_eq!(names.get(1), Some(&"apps"));
         let autoscaling = list["groups"]
             .as_array()
             .expect("groups")

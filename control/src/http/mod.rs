@@ -2,6 +2,7 @@
 //! requests handled by a tide server with one endpoint that parses the path into a typed
 //! [`route::Route`] and dispatches on it.
 
+mod aggregated;
 mod autoscaling_v1;
 mod backup;
 mod conn;
@@ -60,6 +61,8 @@ pub struct AppState {
     pub registry: Registry,
     /// The resources served (routing and discovery read it).
     pub resources: Arc<crate::resources::Resources>,
+    /// The extension API servers requests under their group versions go to.
+    pub aggregator: Arc<crate::aggregator::Aggregator>,
     pub pki: Arc<crate::pki::Pki>,
     pub store: Store,
     pub auth: Authenticator,
@@ -329,6 +332,7 @@ fn metric_labels(
             None => p.kind.info().plural.to_string(),
         },
         Ok(Route::Ui) => "ui".to_string(),
+        Ok(Route::Aggregated { group, .. }) => format!("aggregated:{group}"),
         Ok(_) => "discovery".to_string(),
         Err(_) => "unknown".to_string(),
     };
@@ -724,6 +728,9 @@ async fn handle(
             get_only(&req)?;
             resource_metrics::serve(&state, &req, &user, &path).await
         }
+        Route::Aggregated { group, version } => {
+            aggregated::serve(&state, &mut req, &user, &group, &version).await
+        }
         Route::Resource(path)
             if path.kind == Kind::Pod && path.subresource.as_deref() == Some("log") =>
         {
@@ -985,6 +992,11 @@ fn attributes(req: &tide::Request<State>, route: &Route) -> Option<crate::rbac::
             "",
             p.namespace.as_deref().unwrap_or(""),
             "",
+        )),
+        Route::Aggregated { .. } => Some(aggregated::attributes(
+            &method,
+            request_path(req),
+            query_string(req),
         )),
         Route::JoinCa | Route::Join | Route::ServerJoin => None,
         _ => non_resource(),

@@ -45,6 +45,12 @@ pub enum Route {
     /// The review kinds of authorization.k8s.io and authentication.k8s.io (create only,
     /// never stored): SelfSubjectAccessReview, TokenReview, ...
     Review(ReviewPath),
+    /// `/apis/<group>/<version>[/...]` of a group version an extension API server serves (a
+    /// non-local APIService): proxied to it (`http::aggregated`).
+    Aggregated {
+        group: String,
+        version: String,
+    },
 }
 
 /// A review: its group, plural and, for LocalSubjectAccessReview, namespace.
@@ -123,6 +129,12 @@ pub fn parse(table: &Table, path: &str) -> Result<Route, NoRoute> {
         ["skiff", "v1", "registries"] => Ok(Route::Registries),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
+        ["apis", group, version, ..] if table.remote(group, version).is_some() => {
+            Ok(Route::Aggregated {
+                group: group.to_string(),
+                version: version.to_string(),
+            })
+        }
         ["apis", group] if !group.is_empty() && table.group(group).is_some() => {
             Ok(Route::Group(group.to_string()))
         }

@@ -67,6 +67,8 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::Lease,
     // For the custom resource installer and the establishing controller.
     Kind::CustomResourceDefinition,
+    // For the aggregator's proxy, registration and availability checks.
+    Kind::APIService,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
