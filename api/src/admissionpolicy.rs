@@ -757,116 +757,7 @@ fn validate_named_rule(r: &NamedRuleWithOperations, at: &str) -> Vec<FieldError>
             errs.push(FieldError::duplicate(&here, n));
         }
     }
-    if r.operations.is_empty() {
-        errs.push(FieldError::required(format!("{at}.operations")));
-    }
-    if r.operations.len() > 1 && r.operations.iter().any(|o| o == "*") {
-        errs.push(FieldError::invalid_raw(
-            format!("{at}.operations"),
-            go_slice("admissionregistration.OperationType", &r.operations),
-            "if '*' is present, must not specify other operations",
-        ));
-    }
-    const OPS: &[&str] = &["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
-    for (i, o) in r.operations.iter().enumerate() {
-        if !OPS.contains(&o.as_str()) {
-            errs.push(FieldError::not_supported(
-                format!("{at}.operations[{i}]"),
-                o,
-                OPS,
-            ));
-        }
-    }
-    if r.api_groups.is_empty() {
-        errs.push(FieldError::required(format!("{at}.apiGroups")));
-    }
-    if r.api_groups.len() > 1 && r.api_groups.iter().any(|g| g == "*") {
-        errs.push(FieldError::invalid_raw(
-            format!("{at}.apiGroups"),
-            go_slice("string", &r.api_groups),
-            "if '*' is present, must not specify other API groups",
-        ));
-    }
-    if r.api_versions.is_empty() {
-        errs.push(FieldError::required(format!("{at}.apiVersions")));
-    }
-    if r.api_versions.len() > 1 && r.api_versions.iter().any(|v| v == "*") {
-        errs.push(FieldError::invalid_raw(
-            format!("{at}.apiVersions"),
-            go_slice("string", &r.api_versions),
-            "if '*' is present, must not specify other API versions",
-        ));
-    }
-    for (i, v) in r.api_versions.iter().enumerate() {
-        if v.is_empty() {
-            errs.push(FieldError::required(format!("{at}.apiVersions[{i}]")));
-        }
-    }
-    errs.extend(validate_resources(&r.resources, &format!("{at}.resources")));
-    if let Some(s) = &r.scope {
-        const SCOPES: &[&str] = &["*", "Cluster", "Namespaced"];
-        if !SCOPES.contains(&s.as_str()) {
-            errs.push(FieldError::not_supported(format!("{at}.scope"), s, SCOPES));
-        }
-    }
-    errs
-}
-
-/// Resources with subresources: `x`, `x/y`, `x/*`, `*/y`, `*`, `*/*`, without overlaps.
-fn validate_resources(resources: &[String], at: &str) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    if resources.is_empty() {
-        errs.push(FieldError::required(at));
-    }
-    let mut wildcard_subs = HashSet::new();
-    let mut wildcard_resources = HashSet::new();
-    let (mut double, mut single, mut plain) = (false, false, false);
-    for (i, r) in resources.iter().enumerate() {
-        if r.is_empty() {
-            errs.push(FieldError::required(format!("{at}[{i}]")));
-            continue;
-        }
-        double |= r == "*/*";
-        single |= r == "*";
-        let Some((res, sub)) = r.split_once('/') else {
-            plain = r != "*";
-            continue;
-        };
-        if wildcard_subs.contains(res) {
-            errs.push(FieldError::invalid(
-                format!("{at}[{i}]"),
-                r,
-                format!("if '{res}/*' is present, must not specify {r}"),
-            ));
-        }
-        if wildcard_resources.contains(sub) {
-            errs.push(FieldError::invalid(
-                format!("{at}[{i}]"),
-                r,
-                format!("if '*/{sub}' is present, must not specify {r}"),
-            ));
-        }
-        if sub == "*" {
-            wildcard_subs.insert(res);
-        }
-        if res == "*" {
-            wildcard_resources.insert(sub);
-        }
-    }
-    if resources.len() > 1 && double {
-        errs.push(FieldError::invalid_raw(
-            at,
-            go_slice("string", resources),
-            "if '*/*' is present, must not specify other resources",
-        ));
-    }
-    if single && plain {
-        errs.push(FieldError::invalid_raw(
-            at,
-            go_slice("string", resources),
-            "if '*' is present, must not specify other resources without subresources",
-        ));
-    }
+    errs.extend(r.rule().validate(at));
     errs
 }
 
@@ -1084,7 +975,7 @@ pub fn go_quote(s: &str) -> String {
 }
 
 /// Go's `%#v` of a slice of strings of type `elem`: `[]string{"a", "b"}`.
-fn go_slice(elem: &str, v: &[String]) -> String {
+pub(crate) fn go_slice(elem: &str, v: &[String]) -> String {
     let quoted: Vec<String> = v.iter().map(|s| go_quote(s)).collect();
     format!("[]{elem}{{{}}}", quoted.join(", "))
 }

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::admissionpolicy::go_slice;
 use crate::apiextensions::{validate_webhook_client_config, WebhookClientConfig};
 use crate::meta::{LabelSelector, ObjectMeta};
 use crate::object::{Kind, Resource};
@@ -208,7 +209,8 @@ impl Webhook {
 }
 
 impl RuleWithOperations {
-    fn validate(&self, at: &str) -> Vec<FieldError> {
+    /// kube's `validateRuleWithOperations`.
+    pub(crate) fn validate(&self, at: &str) -> Vec<FieldError> {
         let mut errs = Vec::new();
         if self.operations.is_empty() {
             errs.push(FieldError::required(format!("{at}.operations")));
@@ -216,7 +218,7 @@ impl RuleWithOperations {
         if self.operations.len() > 1 && self.operations.iter().any(|o| o == "*") {
             errs.push(FieldError::invalid_raw(
                 format!("{at}.operations"),
-                go_strings(&self.operations),
+                go_slice("admissionregistration.OperationType", &self.operations),
                 "if '*' is present, must not specify other operations",
             ));
         }
@@ -236,7 +238,7 @@ impl RuleWithOperations {
         if self.api_groups.len() > 1 && self.api_groups.iter().any(|g| g == "*") {
             errs.push(FieldError::invalid_raw(
                 format!("{at}.apiGroups"),
-                go_strings(&self.api_groups),
+                go_slice("string", &self.api_groups),
                 "if '*' is present, must not specify other API groups",
             ));
         }
@@ -246,7 +248,7 @@ impl RuleWithOperations {
         if self.api_versions.len() > 1 && self.api_versions.iter().any(|v| v == "*") {
             errs.push(FieldError::invalid_raw(
                 format!("{at}.apiVersions"),
-                go_strings(&self.api_versions),
+                go_slice("string", &self.api_versions),
                 "if '*' is present, must not specify other API versions",
             ));
         }
@@ -313,14 +315,14 @@ fn validate_resources(resources: &[String], at: &str) -> Vec<FieldError> {
     if resources.len() > 1 && double {
         errs.push(FieldError::invalid_raw(
             at,
-            go_strings(resources),
+            go_slice("string", resources),
             "if '*/*' is present, must not specify other resources",
         ));
     }
     if single && plain {
         errs.push(FieldError::invalid_raw(
             at,
-            go_strings(resources),
+            go_slice("string", resources),
             "if '*' is present, must not specify other resources without subresources",
         ));
     }
@@ -353,12 +355,6 @@ impl NameError {
             NameError::Invalid(why) => FieldError::invalid(field, value, why),
         }
     }
-}
-
-/// A string list as Go's `%v` of a `[]string` prints it in kube's messages.
-fn go_strings(v: &[String]) -> String {
-    let quoted: Vec<String> = v.iter().map(|s| format!("{s:?}")).collect();
-    format!("[]string{{{}}}", quoted.join(", "))
 }
 
 /// Webhook names unique within a configuration, and each webhook's checks.
@@ -466,7 +462,7 @@ mod tests {
         let got = messages(&c.validate());
         for want in [
             r#"webhooks[0].name: Invalid value: "short.name": should be a domain with at least three segments separated by dots"#,
-            r#"webhooks[0].rules[0].operations: Invalid value: []string{"CREATE", "*"}: if '*' is present, must not specify other operations"#,
+            r#"webhooks[0].rules[0].operations: Invalid value: []admissionregistration.OperationType{"CREATE", "*"}: if '*' is present, must not specify other operations"#,
             r#"webhooks[0].rules[0].apiGroups: Invalid value: []string{"*", "apps"}: if '*' is present, must not specify other API groups"#,
             r#"webhooks[0].rules[0].resources: Invalid value: []string{"*/*", "pods"}: if '*/*' is present, must not specify other resources"#,
             r#"webhooks[0].sideEffects: Unsupported value: "Some": supported values: "None", "NoneOnDryRun""#,
