@@ -647,7 +647,9 @@ fn discovery_version_health_metrics_and_tables() {
     let (code, v) = s.http("GET", "/api", None);
     assert_eq!((code, v["versions"][0].as_str()), (200, Some("v1")));
     let (_, groups) = s.http("GET", "/apis", None);
-    assert_eq!(groups["groups"][0]["name"], "apps");
+    // As kube-apiserver lists them: the aggregator's own group first, then apps.
+    assert_eq!(groups["groups"][0]["name"], "apiregistration.k8s.io");
+    assert_eq!(groups["groups"][1]["name"], "apps");
     let (_, core) = s.http("GET", "/api/v1", None);
     let pods = core["resources"]
         .as_array()
