@@ -133,21 +133,7 @@ fn mutating_and_validating_webhooks_on_builtin_kinds_controllers_and_custom_reso
 
     // The mutating webhook is a Service's endpoint (this server runs no agent, so nothing
     // but the API server itself resolves it).
-    let (code, v) = s.json(
-        "POST",
-        "/api/v1/namespaces/default/services",
-        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hooks"},
-                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": hook.port}]}}),
-    );
-    assert_eq!(code, 201, "{v}");
-    let (code, v) = s.json(
-        "POST",
-        "/api/v1/namespaces/default/endpoints",
-        &json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "hooks"},
-                "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
-                             "ports": [{"name": "https", "port": hook.port}]}]}),
-    );
-    assert_eq!(code, 201, "{v}");
+    s.expose_local("default", "hooks", hook.port);
     apply(&s, CRD);
     eventually(20, "crontabs are served", || {
         let (code, _) = s.http(

@@ -473,21 +473,7 @@ fn an_extension_api_server_behind_an_apiservice() {
         &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ext"}}),
     );
     assert_eq!(code, 201, "{v}");
-    let (code, v) = s.json(
-        "POST",
-        "/api/v1/namespaces/ext/services",
-        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api"},
-                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": ext.port}]}}),
-    );
-    assert_eq!(code, 201, "{v}");
-    let (code, v) = s.json(
-        "POST",
-        "/api/v1/namespaces/ext/endpoints",
-        &json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "api"},
-                "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
-                             "ports": [{"name": "https", "port": ext.port}]}]}),
-    );
-    assert_eq!(code, 201, "{v}");
+    s.expose_local("ext", "api", ext.port);
 
     // A wrong name is refused with kube-aggregator's message.
     let (ok, out) = apply(

@@ -133,21 +133,7 @@ fn conversion_webhook_through_a_service_and_a_url() {
     let s = TestServer::start();
 
     // The webhook's Service: no selector, its Endpoints name where the webhook listens.
-    let (code, v) = s.json(
-        "POST",
-        "/api/v1/namespaces/default/services",
-        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "conv"},
-                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": hook.port}]}}),
-    );
-    assert_eq!(code, 201, "{v}");
-    let (code, v) = s.json(
-        "POST",
-        "/api/v1/namespaces/default/endpoints",
-        &json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "conv"},
-                "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
-                             "ports": [{"name": "https", "port": hook.port}]}]}),
-    );
-    assert_eq!(code, 201, "{v}");
+    s.expose_local("default", "conv", hook.port);
 
     let service_conversion = format!(
         "    strategy: Webhook\n    webhook:\n      conversionReviewVersions: [v1]\n      clientConfig:\n        caBundle: {}\n        service: {{namespace: default, name: conv, path: /convert}}",

@@ -124,6 +124,27 @@ impl TestServer {
         (r.status, v)
     }
 
+    /// A Service `ns/name` without a selector whose port 443 (`https`) is `port` on
+    /// 127.0.0.1 through its Endpoints: how tests put a server of their own (a webhook, an
+    /// extension API server) behind a Service.
+    pub fn expose_local(&self, ns: &str, name: &str, port: u16) {
+        let (code, v) = self.json(
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/services"),
+            &serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                    "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}}),
+        );
+        assert_eq!(code, 201, "{v}");
+        let (code, v) = self.json(
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/endpoints"),
+            &serde_json::json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name},
+                    "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
+                                 "ports": [{"name": "https", "port": port}]}]}),
+        );
+        assert_eq!(code, 201, "{v}");
+    }
+
     pub fn json(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
         self.http(
             method,
