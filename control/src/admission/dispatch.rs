@@ -47,6 +47,23 @@ impl std::fmt::Debug for Hook {
 }
 
 impl Hook {
+    /// Calls the webhook with `review` (a client that could not be made is a failure to
+    /// call it).
+    async fn call(
+        &self,
+        registry: &Registry,
+        review: &review::Request,
+        mutating: bool,
+    ) -> Result<review::Answer, Failure> {
+        match &self.client {
+            Ok(client) => review::call(&self.webhook, client, registry, review, mutating).await,
+            Err(why) => Err(Failure::Calling(ApiError::internal_error(format!(
+                "failed calling webhook \"{}\": {why}",
+                self.webhook.name
+            )))),
+        }
+    }
+
     fn new(config: &str, index: usize, webhook: &Webhook) -> Hook {
         Hook {
             config: config.to_string(),
@@ -449,10 +466,8 @@ impl Candidates {
                     }
                 }
                 check_dry_run(&hook.webhook, request)?;
-                let changed = match self
-                    .call_one(registry, hook, request, object.as_ref(), old)
-                    .await
-                {
+                let review = request.review(object.as_ref(), old);
+                let changed = match hook.call(registry, &review, true).await {
                     Ok(answer) => {
                         note(notes, &answer);
                         let mutated = answer
@@ -495,24 +510,6 @@ impl Candidates {
         Ok(())
     }
 
-    async fn call_one(
-        &self,
-        registry: &Registry,
-        hook: &Hook,
-        request: &Request,
-        object: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<review::Answer, Failure> {
-        let client = hook.client.as_ref().map_err(|why| {
-            Failure::Calling(ApiError::internal_error(format!(
-                "failed calling webhook \"{}\": {why}",
-                hook.webhook.name
-            )))
-        })?;
-        let review = request.review(object, old);
-        review::call(&hook.webhook, client, registry, &review, true).await
-    }
-
     /// Runs the validating webhooks that take the request, all at once; the first denial
     /// (in the webhooks' order) or failure that is not ignored is the answer.
     pub async fn validate(
@@ -541,15 +538,7 @@ impl Candidates {
             let review = request.review(object, old);
             let (hook, registry) = (hook.clone(), registry.clone());
             calls.push(smol::spawn(async move {
-                let answer = match &hook.client {
-                    Ok(client) => {
-                        review::call(&hook.webhook, client, &registry, &review, false).await
-                    }
-                    Err(why) => Err(Failure::Calling(ApiError::internal_error(format!(
-                        "failed calling webhook \"{}\": {why}",
-                        hook.webhook.name
-                    )))),
-                };
+                let answer = hook.call(&registry, &review, false).await;
                 (hook, answer)
             }));
         }
