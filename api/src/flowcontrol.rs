@@ -564,7 +564,10 @@ impl Resource for FlowSchema {
                 errs.push(FieldError::invalid_raw(
                     "spec",
                     go_flow_schema_spec(&self.spec),
-                    format!("spec of '{}' must equal the fixed value", self.metadata.name),
+                    format!(
+                        "spec of '{}' must equal the fixed value",
+                        self.metadata.name
+                    ),
                 ));
             }
         }
@@ -761,7 +764,10 @@ fn validate_flow_schema_spec(name: &str, spec: &FlowSchemaSpec) -> Vec<FieldErro
         if m.type_ != BY_NAMESPACE && m.type_ != BY_USER {
             errs.push(not_supported_raw(
                 "spec.distinguisherMethod.type",
-                format!("flowcontrol.FlowDistinguisherMethod{{Type:{}}}", go_quote(&m.type_)),
+                format!(
+                    "flowcontrol.FlowDistinguisherMethod{{Type:{}}}",
+                    go_quote(&m.type_)
+                ),
                 &[BY_NAMESPACE, BY_USER],
             ));
         }
@@ -1000,7 +1006,10 @@ fn validate_resource_rule(r: &ResourcePolicyRule, at: &str, errs: &mut Vec<Field
 }
 
 /// kube's ValidatePriorityLevelConfigurationSpec.
-fn validate_priority_level_spec(name: &str, spec: &PriorityLevelConfigurationSpec) -> Vec<FieldError> {
+fn validate_priority_level_spec(
+    name: &str,
+    spec: &PriorityLevelConfigurationSpec,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if (name == EXEMPT) != (spec.type_ == TYPE_EXEMPT) {
         errs.push(FieldError::invalid(
@@ -1059,7 +1068,11 @@ fn validate_priority_level_spec(name: &str, spec: &PriorityLevelConfigurationSpe
                         ));
                     }
                     validate_limit_response(&l.limit_response, &mut errs);
-                    percent(l.lendable_percent, "spec.limited.lendablePercent", &mut errs);
+                    percent(
+                        l.lendable_percent,
+                        "spec.limited.lendablePercent",
+                        &mut errs,
+                    );
                     if let Some(b) = l.borrowing_limit_percent.filter(|b| *b < 0) {
                         errs.push(FieldError::invalid_raw(
                             "spec.limited.borrowingLimitPercent",

@@ -28,7 +28,12 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-fn limited(name: &str, shares: i32, lendable: i32, queuing: Option<(i32, i32, i32)>) -> PriorityLevelConfiguration {
+fn limited(
+    name: &str,
+    shares: i32,
+    lendable: i32,
+    queuing: Option<(i32, i32, i32)>,
+) -> PriorityLevelConfiguration {
     PriorityLevelConfiguration {
         metadata: meta(name),
         spec: PriorityLevelConfigurationSpec {
@@ -63,7 +68,9 @@ fn groups(names: &[&str]) -> Vec<Subject> {
         .iter()
         .map(|n| Subject {
             kind: SUBJECT_GROUP.into(),
-            group: Some(GroupSubject { name: n.to_string() }),
+            group: Some(GroupSubject {
+                name: n.to_string(),
+            }),
             ..Default::default()
         })
         .collect()
@@ -74,7 +81,9 @@ fn users(names: &[&str]) -> Vec<Subject> {
         .iter()
         .map(|n| Subject {
             kind: SUBJECT_USER.into(),
-            user: Some(UserSubject { name: n.to_string() }),
+            user: Some(UserSubject {
+                name: n.to_string(),
+            }),
             ..Default::default()
         })
         .collect()
@@ -94,7 +103,12 @@ fn kube_system_service_accounts(names: &[&str]) -> Vec<Subject> {
         .collect()
 }
 
-fn resource_rule(verbs: &[&str], groups: &[&str], resources: &[&str], cluster: bool) -> ResourcePolicyRule {
+fn resource_rule(
+    verbs: &[&str],
+    groups: &[&str],
+    resources: &[&str],
+    cluster: bool,
+) -> ResourcePolicyRule {
     ResourcePolicyRule {
         verbs: strings(verbs),
         api_groups: strings(groups),
@@ -134,9 +148,8 @@ fn flow_schema(
                 name: level.into(),
             },
             matching_precedence: precedence,
-            distinguisher_method: distinguisher.map(|t| FlowDistinguisherMethod {
-                type_: t.into(),
-            }),
+            distinguisher_method: distinguisher
+                .map(|t| FlowDistinguisherMethod { type_: t.into() }),
             rules: vec![rule],
         },
         status: Default::default(),
@@ -191,7 +204,8 @@ pub fn suggested_priority_levels() -> Vec<PriorityLevelConfiguration> {
 
 /// kube 1.32's suggested FlowSchemas, in kube's order.
 pub fn suggested_flow_schemas() -> Vec<FlowSchema> {
-    let leases = |verbs: &[&str]| resource_rule(verbs, &["coordination.k8s.io"], &["leases"], false);
+    let leases =
+        |verbs: &[&str]| resource_rule(verbs, &["coordination.k8s.io"], &["leases"], false);
     let mut leader_election_subjects = users(&[KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER]);
     leader_election_subjects.extend(kube_system_service_accounts(&[ALL]));
     let mut endpoint_controller_subjects = users(&[KUBE_CONTROLLER_MANAGER]);
@@ -200,7 +214,13 @@ pub fn suggested_flow_schemas() -> Vec<FlowSchema> {
         "endpointslicemirroring-controller",
     ]));
     vec![
-        flow_schema("system-nodes", "system", 500, Some(BY_USER), everything(groups(&[NODES]))),
+        flow_schema(
+            "system-nodes",
+            "system",
+            500,
+            Some(BY_USER),
+            everything(groups(&[NODES])),
+        ),
         flow_schema(
             "system-node-high",
             "node-high",

@@ -30,7 +30,11 @@ fn defaults_as_kube() {
                                                "clusterScope": false, "namespaces": ["*"]}]}]}
     }));
     assert_eq!(f.spec.matching_precedence, 1000);
-    assert!(messages(f.validate()).is_empty(), "{:?}", messages(f.validate()));
+    assert!(
+        messages(f.validate()).is_empty(),
+        "{:?}",
+        messages(f.validate())
+    );
     let out = crate::codec::to_json(&f);
     assert_eq!(
         out["spec"]["rules"][0]["resourceRules"][0],
@@ -40,7 +44,11 @@ fn defaults_as_kube() {
         "metadata": {"name": "restricted"},
         "spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Queue", "queuing": {}}}}
     }));
-    assert!(messages(p.validate()).is_empty(), "{:?}", messages(p.validate()));
+    assert!(
+        messages(p.validate()).is_empty(),
+        "{:?}",
+        messages(p.validate())
+    );
     assert_eq!(
         crate::codec::to_json(&p)["spec"],
         json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 30,
@@ -66,7 +74,12 @@ fn bootstrap_objects_are_defaulted_and_valid() {
         let mut d = f.clone();
         d.set_defaults();
         assert_eq!(d, f, "{} changes when defaulted", f.metadata.name);
-        assert!(f.validate().is_empty(), "{}: {:?}", f.metadata.name, messages(f.validate()));
+        assert!(
+            f.validate().is_empty(),
+            "{}: {:?}",
+            f.metadata.name,
+            messages(f.validate())
+        );
     }
     for p in bootstrap::mandatory_priority_levels()
         .into_iter()
@@ -75,7 +88,12 @@ fn bootstrap_objects_are_defaulted_and_valid() {
         let mut d = p.clone();
         d.set_defaults();
         assert_eq!(d, p, "{} changes when defaulted", p.metadata.name);
-        assert!(p.validate().is_empty(), "{}: {:?}", p.metadata.name, messages(p.validate()));
+        assert!(
+            p.validate().is_empty(),
+            "{}: {:?}",
+            p.metadata.name,
+            messages(p.validate())
+        );
     }
     assert_eq!(bootstrap::suggested_flow_schemas().len(), 11);
     assert_eq!(bootstrap::suggested_priority_levels().len(), 6);
@@ -129,8 +147,10 @@ fn flow_schema_messages() {
             r#"spec.rules[1].nonResourceRules[1].nonResourceURLs: Invalid value: []string{"*", "/x"}: if '*' is present, must not specify other non-resource URLs"#,
         ]
     );
-    let mut high = fs(json!({"metadata": {"name": "x"}, "spec": {"matchingPrecedence": 10001,
-        "priorityLevelConfiguration": {"name": "Bad_Name"}}}));
+    let mut high = fs(
+        json!({"metadata": {"name": "x"}, "spec": {"matchingPrecedence": 10001,
+        "priorityLevelConfiguration": {"name": "Bad_Name"}}}),
+    );
     high.status.conditions = vec![
         FlowSchemaCondition {
             type_: "Dangling".into(),
@@ -167,7 +187,9 @@ fn mandatory_objects_keep_their_spec() {
     exempt.spec.matching_precedence = 2;
     assert_eq!(
         messages(exempt.validate()),
-        [r#"spec: Invalid value: flowcontrol.FlowSchemaSpec{PriorityLevelConfiguration:flowcontrol.PriorityLevelConfigurationReference{Name:"exempt"}, MatchingPrecedence:2, DistinguisherMethod:(*flowcontrol.FlowDistinguisherMethod)(nil), Rules:[]flowcontrol.PolicyRulesWithSubjects{flowcontrol.PolicyRulesWithSubjects{Subjects:[]flowcontrol.Subject{flowcontrol.Subject{Kind:"Group", User:(*flowcontrol.UserSubject)(nil), Group:(*flowcontrol.GroupSubject)(0xc000000000), ServiceAccount:(*flowcontrol.ServiceAccountSubject)(nil)}}, ResourceRules:[]flowcontrol.ResourcePolicyRule{flowcontrol.ResourcePolicyRule{Verbs:[]string{"*"}, APIGroups:[]string{"*"}, Resources:[]string{"*"}, ClusterScope:true, Namespaces:[]string{"*"}}}, NonResourceRules:[]flowcontrol.NonResourcePolicyRule{flowcontrol.NonResourcePolicyRule{Verbs:[]string{"*"}, NonResourceURLs:[]string{"*"}}}}}}: spec of 'exempt' must equal the fixed value"#]
+        [
+            r#"spec: Invalid value: flowcontrol.FlowSchemaSpec{PriorityLevelConfiguration:flowcontrol.PriorityLevelConfigurationReference{Name:"exempt"}, MatchingPrecedence:2, DistinguisherMethod:(*flowcontrol.FlowDistinguisherMethod)(nil), Rules:[]flowcontrol.PolicyRulesWithSubjects{flowcontrol.PolicyRulesWithSubjects{Subjects:[]flowcontrol.Subject{flowcontrol.Subject{Kind:"Group", User:(*flowcontrol.UserSubject)(nil), Group:(*flowcontrol.GroupSubject)(0xc000000000), ServiceAccount:(*flowcontrol.ServiceAccountSubject)(nil)}}, ResourceRules:[]flowcontrol.ResourcePolicyRule{flowcontrol.ResourcePolicyRule{Verbs:[]string{"*"}, APIGroups:[]string{"*"}, Resources:[]string{"*"}, ClusterScope:true, Namespaces:[]string{"*"}}}, NonResourceRules:[]flowcontrol.NonResourcePolicyRule{flowcontrol.NonResourcePolicyRule{Verbs:[]string{"*"}, NonResourceURLs:[]string{"*"}}}}}}: spec of 'exempt' must equal the fixed value"#
+        ]
     );
     // The exempt level's `exempt` section may change; nothing else of it.
     let mut level = bootstrap::mandatory_priority_levels().remove(1);
@@ -175,7 +197,11 @@ fn mandatory_objects_keep_their_spec() {
         nominal_concurrency_shares: Some(10),
         lendable_percent: Some(20),
     });
-    assert!(level.validate().is_empty(), "{:?}", messages(level.validate()));
+    assert!(
+        level.validate().is_empty(),
+        "{:?}",
+        messages(level.validate())
+    );
     level.spec.exempt = Some(ExemptPriorityLevelConfiguration {
         nominal_concurrency_shares: Some(-1),
         lendable_percent: Some(101),
@@ -251,8 +277,10 @@ fn priority_level_messages() {
         queuing(json!({"queues": 10000001, "handSize": 1})),
         ["spec.limited.limitResponse.queuing.queues: Invalid value: 10000001: must not be greater than 10000000"]
     );
-    let missing = pl(json!({"metadata": {"name": "m"}, "spec": {"type": "Limited",
-        "limited": {"limitResponse": {"type": "Queue"}}}}));
+    let missing = pl(
+        json!({"metadata": {"name": "m"}, "spec": {"type": "Limited",
+        "limited": {"limitResponse": {"type": "Queue"}}}}),
+    );
     assert_eq!(
         messages(missing.validate()),
         ["spec.limited.limitResponse.queuing: Required value: must not be empty if limited.limitResponse.type is Limited"]

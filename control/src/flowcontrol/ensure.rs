@@ -139,8 +139,8 @@ pub async fn ensure(registry: &Registry, cache: &Cache) -> Result<(), ApiError> 
 /// What the ensurer does to a stored object (kube's ReviseIfNeeded): None when nothing.
 fn revise<K: Configuration>(current: &K, bootstrap: &K, mandatory: bool) -> Option<K> {
     let annotation = api::flowcontrol::auto_update(current.meta());
-    let auto_update = mandatory
-        || annotation.unwrap_or_else(|| current.meta().generation.unwrap_or(0) == 1);
+    let auto_update =
+        mandatory || annotation.unwrap_or_else(|| current.meta().generation.unwrap_or(0) == 1);
     let fix_annotation = annotation != Some(auto_update);
     let fix_spec = auto_update && !K::spec_equalish(bootstrap, current);
     if !fix_annotation && !fix_spec {
@@ -170,16 +170,14 @@ async fn ensure_one<K: Configuration>(
         Some(c) => c,
         None => match registry.get::<K>("", &name).await {
             Ok(c) => c,
-            Err(e) if e.code() == 404 => {
-                match registry.create(bootstrap.clone(), None).await {
-                    Ok(_) => {
-                        tracing::info!(kind = ?K::KIND, %name, "created an API Priority and Fairness object");
-                        return Ok(());
-                    }
-                    Err(e) if e.code() == 409 => registry.get::<K>("", &name).await?,
-                    Err(e) => return Err(e),
+            Err(e) if e.code() == 404 => match registry.create(bootstrap.clone(), None).await {
+                Ok(_) => {
+                    tracing::info!(kind = ?K::KIND, %name, "created an API Priority and Fairness object");
+                    return Ok(());
                 }
-            }
+                Err(e) if e.code() == 409 => registry.get::<K>("", &name).await?,
+                Err(e) => return Err(e),
+            },
             Err(e) => return Err(e),
         },
     };
@@ -213,7 +211,9 @@ async fn remove_unwanted<K: Configuration>(
             .delete::<K>("", name, DeleteOptions::default())
             .await
         {
-            Ok(_) => tracing::info!(kind = ?K::KIND, %name, "deleted an unwanted API Priority and Fairness object"),
+            Ok(_) => {
+                tracing::info!(kind = ?K::KIND, %name, "deleted an unwanted API Priority and Fairness object")
+            }
             Err(e) if e.code() == 404 || e.code() == 409 => {}
             Err(e) => return Err(e),
         }
@@ -230,9 +230,7 @@ async fn write_conditions(registry: &Registry, cache: &Cache) {
         };
         let result = registry
             .mutate::<FlowSchema>("", &fs.metadata.name, Part::Status, move |f| {
-                f.status
-                    .conditions
-                    .retain(|c| c.type_ != condition.type_);
+                f.status.conditions.retain(|c| c.type_ != condition.type_);
                 f.status.conditions.push(condition.clone());
                 Ok(())
             })
@@ -256,7 +254,11 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn with(annotation: Option<&str>, generation: i64, mut pl: PriorityLevelConfiguration) -> PriorityLevelConfiguration {
+    fn with(
+        annotation: Option<&str>,
+        generation: i64,
+        mut pl: PriorityLevelConfiguration,
+    ) -> PriorityLevelConfiguration {
         pl.metadata.annotations = BTreeMap::new();
         if let Some(a) = annotation {
             pl.metadata

@@ -13,8 +13,8 @@
 //! out, the mandatory `exempt` and `catch-all` objects are imagined while they do not exist,
 //! and a level that goes away while requests wait in it drains first.
 
-pub mod ensure;
 mod dump;
+pub mod ensure;
 pub mod queueset;
 pub mod rules;
 pub mod shuffle;
@@ -24,9 +24,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use api::flowcontrol::{
-    FlowSchema, FlowSchemaCondition, PriorityLevelConfiguration, BY_NAMESPACE, BY_USER,
-    CATCH_ALL, CONDITION_DANGLING, EXEMPT, RESPONSE_QUEUE, RESPONSE_REJECT, TYPE_EXEMPT,
-    TYPE_LIMITED,
+    FlowSchema, FlowSchemaCondition, PriorityLevelConfiguration, BY_NAMESPACE, BY_USER, CATCH_ALL,
+    CONDITION_DANGLING, EXEMPT, RESPONSE_QUEUE, RESPONSE_REJECT, TYPE_EXEMPT, TYPE_LIMITED,
 };
 use api::Kind;
 
@@ -75,6 +74,9 @@ impl Level {
         &self.config.metadata.name
     }
 }
+
+/// A level being digested: its object, the queues it keeps, whether it drains.
+type Pending = (Arc<PriorityLevelConfiguration>, Option<Arc<QueueSet>>, bool);
 
 /// The configuration in force: the FlowSchemas in matching order and the levels by name.
 #[derive(Default)]
@@ -171,8 +173,7 @@ impl Controller {
         let mut config = self.config.write().unwrap_or_else(|e| e.into_inner());
         let old = config.clone();
         // Levels: the usable ones, keeping the queues of a level that stays.
-        let mut new: BTreeMap<String, (Arc<PriorityLevelConfiguration>, Option<Arc<QueueSet>>, bool)> =
-            BTreeMap::new();
+        let mut new: BTreeMap<String, Pending> = BTreeMap::new();
         for pl in levels {
             if queuing_of(&pl).is_none() {
                 tracing::warn!(level = %pl.metadata.name, "ignoring a broken PriorityLevelConfiguration");
@@ -259,10 +260,17 @@ impl Controller {
             .schemas
             .iter()
             .find(|fs| rules::matches(fs, r))
-            .or_else(|| config.schemas.iter().find(|fs| fs.metadata.name == CATCH_ALL))
+            .or_else(|| {
+                config
+                    .schemas
+                    .iter()
+                    .find(|fs| fs.metadata.name == CATCH_ALL)
+            })
             .or(config.schemas.last())
             .cloned()
-            .unwrap_or_else(|| Arc::new(api::flowcontrol::bootstrap::mandatory_flow_schemas()[1].clone()));
+            .unwrap_or_else(|| {
+                Arc::new(api::flowcontrol::bootstrap::mandatory_flow_schemas()[1].clone())
+            });
         let level = config
             .levels
             .get(&flow_schema.spec.priority_level_configuration.name)

@@ -68,7 +68,7 @@ fn matches_subject(s: &Subject, r: &RequestDigest) -> bool {
         SUBJECT_GROUP => s
             .group
             .as_ref()
-            .is_some_and(|g| g.name == ALL || r.groups.iter().any(|x| *x == g.name)),
+            .is_some_and(|g| g.name == ALL || r.groups.contains(&g.name)),
         SUBJECT_SERVICE_ACCOUNT => s.service_account.as_ref().is_some_and(|sa| {
             let Some(rest) = r.user.strip_prefix("system:serviceaccount:") else {
                 return false;
@@ -149,7 +149,13 @@ mod tests {
         }
     }
 
-    fn resource(mut d: RequestDigest, verb: &str, group: &str, res: &str, ns: &str) -> RequestDigest {
+    fn resource(
+        mut d: RequestDigest,
+        verb: &str,
+        group: &str,
+        res: &str,
+        ns: &str,
+    ) -> RequestDigest {
         let (resource, subresource) = res.split_once('/').unwrap_or((res, ""));
         d.verb = verb.into();
         d.resource = Some(ResourceInfo {
@@ -165,7 +171,13 @@ mod tests {
     #[test]
     fn subjects_and_rules() {
         let node = user("system:node:pi1", &["system:nodes"]);
-        let lease = resource(node.clone(), "update", "coordination.k8s.io", "leases", "kube-node-lease");
+        let lease = resource(
+            node.clone(),
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            "kube-node-lease",
+        );
         assert!(matches(&schema("system-node-high"), &lease));
         let status = resource(node.clone(), "patch", "", "nodes/status", "");
         assert!(matches(&schema("system-node-high"), &status));
@@ -173,7 +185,13 @@ mod tests {
         assert!(!matches(&schema("system-node-high"), &pods));
         assert!(matches(&schema("system-nodes"), &pods));
 
-        let admin = resource(user("admin", &["system:masters"]), "delete", "apps", "deployments", "web");
+        let admin = resource(
+            user("admin", &["system:masters"]),
+            "delete",
+            "apps",
+            "deployments",
+            "web",
+        );
         assert!(matches(&schema("exempt"), &admin));
         assert!(!matches(&schema("exempt"), &pods));
 
@@ -188,13 +206,19 @@ mod tests {
         assert!(matches(&schema("endpoint-controller"), &sa));
         assert!(matches(&schema("kube-system-service-accounts"), &sa));
         let elsewhere = resource(
-            user("system:serviceaccount:kube-systemx:endpoint-controller", &[]),
+            user(
+                "system:serviceaccount:kube-systemx:endpoint-controller",
+                &[],
+            ),
             "update",
             "",
             "endpoints",
             "default",
         );
-        assert!(!matches(&schema("kube-system-service-accounts"), &elsewhere));
+        assert!(!matches(
+            &schema("kube-system-service-accounts"),
+            &elsewhere
+        ));
 
         // clusterScope and namespaces: the leader-election rules name namespaces only.
         let cluster_lease = resource(
@@ -214,7 +238,10 @@ mod tests {
         probe.path = "/readyz".into();
         assert!(matches(&schema("probes"), &probe));
         probe.path = "/readyz/etcd".into();
-        assert!(matches(&schema("probes"), &probe), "a URL covers its subpaths");
+        assert!(
+            matches(&schema("probes"), &probe),
+            "a URL covers its subpaths"
+        );
         probe.path = "/readyzz".into();
         assert!(!matches(&schema("probes"), &probe));
         probe.verb = "post".into();

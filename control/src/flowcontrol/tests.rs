@@ -20,7 +20,12 @@ fn controller(limit: usize) -> Controller {
     c
 }
 
-fn digest(user: &str, groups: &[&str], verb: &str, res: Option<(&str, &str, &str)>) -> RequestDigest {
+fn digest(
+    user: &str,
+    groups: &[&str],
+    verb: &str,
+    res: Option<(&str, &str, &str)>,
+) -> RequestDigest {
     let mut groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
     groups.push("system:authenticated".into());
     RequestDigest {
@@ -61,8 +66,16 @@ fn classification_follows_matching_precedence() {
         level_of(&c, &lease),
         ("system-node-high".into(), "node-high".into())
     );
-    let node_pods = digest("system:node:pi1", &["system:nodes"], "list", Some(("", "pods", "")));
-    assert_eq!(level_of(&c, &node_pods), ("system-nodes".into(), "system".into()));
+    let node_pods = digest(
+        "system:node:pi1",
+        &["system:nodes"],
+        "list",
+        Some(("", "pods", "")),
+    );
+    assert_eq!(
+        level_of(&c, &node_pods),
+        ("system-nodes".into(), "system".into())
+    );
     let sa = digest(
         "system:serviceaccount:apps:builder",
         &["system:serviceaccounts", "system:serviceaccounts:apps"],
@@ -138,7 +151,10 @@ fn mandatory_objects_are_imagined_and_dangling_schemas_skipped() {
     fs.spec.priority_level_configuration.name = "nowhere".into();
     c.digest(bootstrap::mandatory_priority_levels(), vec![fs.clone()]);
     let user = digest("alice", &[], "list", Some(("", "pods", "ns")));
-    assert_eq!(level_of(&c, &user), ("catch-all".into(), "catch-all".into()));
+    assert_eq!(
+        level_of(&c, &user),
+        ("catch-all".into(), "catch-all".into())
+    );
     let condition = dangling_condition(&fs, &bootstrap::mandatory_priority_levels())
         .expect("a condition to write");
     assert_eq!(condition.status.as_deref(), Some("True"));
@@ -165,8 +181,8 @@ fn mandatory_objects_are_imagined_and_dangling_schemas_skipped() {
 fn a_level_that_goes_away_drains_first() {
     let c = controller(600);
     let user = digest("alice", &[], "list", Some(("", "pods", "ns")));
-    let admitted = smol::block_on(c.admit(&user, Instant::now() + Duration::from_secs(1)))
-        .expect("a seat");
+    let admitted =
+        smol::block_on(c.admit(&user, Instant::now() + Duration::from_secs(1))).expect("a seat");
     // global-default deleted while a request of it executes.
     let (pls, fss) = all_bootstrap();
     let pls: Vec<_> = pls
@@ -174,11 +190,23 @@ fn a_level_that_goes_away_drains_first() {
         .filter(|p| p.metadata.name != "global-default")
         .collect();
     c.digest(pls.clone(), fss.clone());
-    let level = c.snapshot().levels.get("global-default").cloned().expect("kept");
+    let level = c
+        .snapshot()
+        .levels
+        .get("global-default")
+        .cloned()
+        .expect("kept");
     assert!(level.quiescing);
-    assert_eq!(level_of(&c, &user).1, "catch-all", "new requests go elsewhere");
+    assert_eq!(
+        level_of(&c, &user).1,
+        "catch-all",
+        "new requests go elsewhere"
+    );
     drop(admitted);
-    assert!(c.reap.1.try_recv().is_ok(), "an idle quiescing level asks to be reaped");
+    assert!(
+        c.reap.1.try_recv().is_ok(),
+        "an idle quiescing level asks to be reaped"
+    );
     c.digest(pls, fss);
     assert!(!c.snapshot().levels.contains_key("global-default"));
 }
@@ -197,7 +225,9 @@ fn rejections_answer_with_the_uids_and_retry_after() {
     let first = smol::block_on(c.admit(&user, deadline)).expect("the only seat");
     assert_eq!(first.flow_schema_uid, "catch-all-fs-uid");
     assert_eq!(first.priority_level_uid, "catch-all-uid");
-    let second = smol::block_on(c.admit(&user, deadline)).err().expect("rejected");
+    let second = smol::block_on(c.admit(&user, deadline))
+        .err()
+        .expect("rejected");
     assert_eq!(second.priority_level_uid, "catch-all-uid");
     assert_eq!(second.retry_after, 1);
     // Admins are exempt.
@@ -227,16 +257,25 @@ fn queued_requests_in_the_dumps() {
     let mut lines = requests.lines();
     let header = lines.next().expect("a header");
     assert!(header.starts_with("PriorityLevelName, FlowSchemaName, QueueIndex, RequestIndexInQueue, FlowDistingsher, ArriveTime,"), "{requests}");
-    assert!(header.ends_with("APIVersion, Resource, SubResource"), "{requests}");
+    assert!(
+        header.ends_with("APIVersion, Resource, SubResource"),
+        "{requests}"
+    );
     let row: Vec<&str> = lines
         .next()
         .expect("the held request")
         .split(',')
         .map(str::trim)
         .collect();
-    assert_eq!(&row[..5], ["global-default", "global-default", row[2], "-1", "alice"]);
+    assert_eq!(
+        &row[..5],
+        ["global-default", "global-default", row[2], "-1", "alice"]
+    );
     assert_eq!(&row[6..9], ["1", "0", "0s"]);
-    assert_eq!(&row[10..], ["alice", "list", "/api/v1/pods", "ns", "", "v1", "pods", ""]);
+    assert_eq!(
+        &row[10..],
+        ["alice", "list", "/api/v1/pods", "ns", "", "v1", "pods", ""]
+    );
     let queues = c.dump_queues();
     let header: Vec<&str> = queues
         .lines()
@@ -247,8 +286,17 @@ fn queued_requests_in_the_dumps() {
         .collect();
     assert_eq!(
         header,
-        ["PriorityLevelName", "Index", "PendingRequests", "ExecutingRequests", "SeatsInUse",
-         "NextDispatchR", "InitialSeatsSum", "MaxSeatsSum", "TotalWorkSum"]
+        [
+            "PriorityLevelName",
+            "Index",
+            "PendingRequests",
+            "ExecutingRequests",
+            "SeatsInUse",
+            "NextDispatchR",
+            "InitialSeatsSum",
+            "MaxSeatsSum",
+            "TotalWorkSum"
+        ]
     );
     assert!(queues.contains("0.00000000ss"), "{queues}");
     let levels = c.dump_priority_levels();
@@ -267,10 +315,22 @@ fn queued_requests_in_the_dumps() {
 #[test]
 fn waits_are_a_quarter_of_the_timeout() {
     assert_eq!(wait_limit(None, false), Duration::from_secs(15));
-    assert_eq!(wait_limit(Some(Duration::from_secs(8)), false), Duration::from_secs(2));
-    assert_eq!(wait_limit(Some(Duration::from_secs(600)), false), Duration::from_secs(15));
-    assert_eq!(wait_limit(Some(Duration::ZERO), false), Duration::from_secs(15));
-    assert_eq!(wait_limit(Some(Duration::from_secs(8)), true), Duration::from_secs(15));
+    assert_eq!(
+        wait_limit(Some(Duration::from_secs(8)), false),
+        Duration::from_secs(2)
+    );
+    assert_eq!(
+        wait_limit(Some(Duration::from_secs(600)), false),
+        Duration::from_secs(15)
+    );
+    assert_eq!(
+        wait_limit(Some(Duration::ZERO), false),
+        Duration::from_secs(15)
+    );
+    assert_eq!(
+        wait_limit(Some(Duration::from_secs(8)), true),
+        Duration::from_secs(15)
+    );
 }
 
 #[test]
@@ -281,7 +341,10 @@ fn retry_after_grows_with_rejections() {
     }
     assert_eq!(d.retry_after, 1);
     d.record(101);
-    assert_eq!(d.retry_after, 2, "five rejections in the last second: doubled");
+    assert_eq!(
+        d.retry_after, 2,
+        "five rejections in the last second: doubled"
+    );
     d.record(110);
     assert_eq!(d.retry_after, 1, "quiet since: back down");
 }

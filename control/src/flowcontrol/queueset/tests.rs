@@ -24,7 +24,9 @@ impl Clock for FakeClock {
         self.start + *self.offset.lock().expect("clock")
     }
     fn wall(&self) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + *self.offset.lock().expect("clock")
+        SystemTime::UNIX_EPOCH
+            + Duration::from_secs(1_700_000_000)
+            + *self.offset.lock().expect("clock")
     }
 }
 
@@ -54,7 +56,10 @@ fn exempt_never_waits_and_reject_rejects_at_its_limit() {
     assert!(tickets.iter().all(|t| !t.queued() && t.is_dispatched()));
     assert_eq!(exempt.totals().executing, 5);
     assert_eq!(exempt.requests().len(), 5);
-    assert!(exempt.requests().iter().all(|r| r.queue == -1 && r.index == -1));
+    assert!(exempt
+        .requests()
+        .iter()
+        .all(|r| r.queue == -1 && r.index == -1));
 
     let reject = QueueSet::new(clock, Queuing::Reject, 1);
     let first = reject.start(0, flow("a")).expect("a free seat");
@@ -98,7 +103,10 @@ fn a_new_flow_overtakes_a_flooding_flow() {
     assert!(!agent.is_dispatched());
     clock.advance(Duration::from_millis(10));
     qs.finish(&flood.remove(0));
-    assert!(agent.is_dispatched(), "the agent's queue finishes first in virtual time");
+    assert!(
+        agent.is_dispatched(),
+        "the agent's queue finishes first in virtual time"
+    );
     assert!(!flood[0].is_dispatched());
     clock.advance(Duration::from_millis(10));
     qs.finish(&agent);
@@ -137,7 +145,9 @@ fn a_wait_ends_at_its_deadline() {
     // Dispatched before the deadline: the wait says execute.
     let next = qs.start(0, flow("a")).expect("queued");
     qs.finish(&running);
-    assert!(smol::block_on(qs.wait(&next, Instant::now() + Duration::from_secs(5))));
+    assert!(smol::block_on(
+        qs.wait(&next, Instant::now() + Duration::from_secs(5))
+    ));
     qs.note_executed();
     qs.finish(&next);
     assert!(qs.is_idle());
@@ -163,7 +173,10 @@ fn virtual_time_advances_with_busy_queues() {
         qs.queues()[1].next_dispatch_r,
         before + seats_times(1.0, Duration::from_secs(1)) - seats_times(1.0, ESTIMATED_SERVICE)
     );
-    assert_eq!(format_seat_seconds(seats_times(1.0, ESTIMATED_SERVICE)), "0.00300000ss");
+    assert_eq!(
+        format_seat_seconds(seats_times(1.0, ESTIMATED_SERVICE)),
+        "0.00300000ss"
+    );
 }
 
 #[test]
@@ -173,7 +186,10 @@ fn reconfiguring_adds_seats_and_queues() {
     let second = qs.start(1, flow("b")).expect("queued");
     assert!(!second.is_dispatched());
     qs.configure(queue(4, 2, 10), 2);
-    assert!(second.is_dispatched(), "the new seat goes to the waiting request");
+    assert!(
+        second.is_dispatched(),
+        "the new seat goes to the waiting request"
+    );
     assert_eq!(qs.queues().len(), 4);
     // Fewer queues: the excess ones leave once empty.
     qs.configure(queue(1, 1, 10), 2);
