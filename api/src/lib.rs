@@ -18,6 +18,7 @@ pub mod coordination;
 pub mod core;
 pub mod custom;
 pub mod discovery;
+pub mod flowcontrol;
 pub mod join;
 pub mod kubeconfig;
 pub mod meta;

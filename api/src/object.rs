@@ -360,6 +360,8 @@ kinds! {
     ValidatingAdmissionPolicy => admissionpolicy::ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding => admissionpolicy::ValidatingAdmissionPolicyBinding,
     APIService => apiregistration::APIService,
+    FlowSchema => flowcontrol::FlowSchema,
+    PriorityLevelConfiguration => flowcontrol::PriorityLevelConfiguration,
 }
 
 const ALL_CATEGORY: &[&str] = &["all"];
@@ -871,6 +873,28 @@ impl Kind {
             has_status: true,
             categories: &["api-extensions"],
         };
+        static FLOW_SCHEMA: KindInfo = KindInfo {
+            kind: "FlowSchema",
+            group: crate::flowcontrol::GROUP,
+            version: "v1",
+            plural: "flowschemas",
+            singular: "flowschema",
+            short_names: &[],
+            namespaced: false,
+            has_status: true,
+            categories: &[],
+        };
+        static PRIORITY_LEVEL: KindInfo = KindInfo {
+            kind: "PriorityLevelConfiguration",
+            group: crate::flowcontrol::GROUP,
+            version: "v1",
+            plural: "prioritylevelconfigurations",
+            singular: "prioritylevelconfiguration",
+            short_names: &[],
+            namespaced: false,
+            has_status: true,
+            categories: &[],
+        };
         match self {
             Kind::Namespace => &NAMESPACE,
             Kind::Node => &NODE,
@@ -914,6 +938,8 @@ impl Kind {
             Kind::ValidatingAdmissionPolicyBinding => &ADMISSION_POLICY_BINDING,
             Kind::NetworkPolicy => &NETWORK_POLICY,
             Kind::APIService => &API_SERVICE,
+            Kind::FlowSchema => &FLOW_SCHEMA,
+            Kind::PriorityLevelConfiguration => &PRIORITY_LEVEL,
             _ => custom_info(self),
         }
     }

@@ -945,6 +945,10 @@ mod tests {
                 crate::admissionpolicy::ValidatingAdmissionPolicyBinding::default().into_any()
             }
             Kind::APIService => crate::apiregistration::APIService::default().into_any(),
+            Kind::FlowSchema => crate::flowcontrol::FlowSchema::default().into_any(),
+            Kind::PriorityLevelConfiguration => {
+                crate::flowcontrol::PriorityLevelConfiguration::default().into_any()
+            }
             Kind::StatefulSet => apps::StatefulSet::default().into_any(),
             Kind::ControllerRevision => apps::ControllerRevision::default().into_any(),
             Kind::HorizontalPodAutoscaler => {

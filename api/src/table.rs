@@ -119,6 +119,23 @@ pub fn columns(kind: Kind) -> Vec<ColumnDefinition> {
             col("ParamRef", "string", "ParamRef indicates the param resource which sets the configration param", 0),
             age(),
         ],
+        Kind::FlowSchema => vec![
+            name(),
+            col("PriorityLevel", "string", "`name` is the name of the priority level configuration being referenced Required.", 0),
+            col("MatchingPrecedence", "string", "`matchingPrecedence` is used to choose among the FlowSchemas that match a given request. The chosen FlowSchema is among those with the numerically lowest (which we take to be logically highest) MatchingPrecedence.  Each MatchingPrecedence value must be ranged in [1,10000]. Note that if the precedence is not specified, it will be set to 1000 as default.", 0),
+            col("DistinguisherMethod", "string", "`distinguisherMethod` defines how to compute the flow distinguisher for requests that match this schema. `nil` specifies that the distinguisher is disabled and thus will always be the empty string.", 0),
+            age(),
+            col("MissingPL", "string", "references a broken or non-existent PriorityLevelConfiguration", 0),
+        ],
+        Kind::PriorityLevelConfiguration => vec![
+            name(),
+            col("Type", "string", "`type` indicates whether this priority level is subject to limitation on request execution.  A value of `\"Exempt\"` means that requests of this priority level are not subject to a limit (and thus are never queued) and do not detract from the capacity made available to other priority levels.  A value of `\"Limited\"` means that (a) requests of this priority level _are_ subject to limits and (b) some of the server's limited capacity is made available exclusively to this priority level. Required.", 0),
+            col("NominalConcurrencyShares", "string", "`nominalConcurrencyShares` (NCS) contributes to the computation of the NominalConcurrencyLimit (NominalCL) of this level. This is the number of execution seats available at this priority level. This is used both for requests dispatched from this priority level as well as requests dispatched from other priority levels borrowing seats from this level. The server's concurrency limit (ServerCL) is divided among the Limited priority levels in proportion to their NCS values:\n\nNominalCL(i)  = ceil( ServerCL * NCS(i) / sum_ncs ) sum_ncs = sum[priority level k] NCS(k)\n\nBigger numbers mean a larger nominal concurrency limit, at the expense of every other priority level.\n\nIf not specified, this field defaults to a value of 30.\n\nSetting this field to zero supports the construction of a \"jail\" for this priority level that is used to hold some request(s)", 0),
+            col("Queues", "string", "`queues` is the number of queues for this priority level. The queues exist independently at each apiserver. The value must be positive.  Setting it to 1 effectively precludes shufflesharding and thus makes the distinguisher method of associated flow schemas irrelevant.  This field has a default value of 64.", 0),
+            col("HandSize", "string", "`handSize` is a small positive number that configures the shuffle sharding of requests into queues.  When enqueuing a request at this priority level the request's flow identifier (a string pair) is hashed and the hash value is used to shuffle the list of queues and deal a hand of the size specified here.  The request is put into one of the shortest queues in that hand. `handSize` must be no larger than `queues`, and should be significantly smaller (so that a few heavy flows do not saturate most of the queues).  See the user-facing documentation for more extensive guidance on setting this field.  This field has a default value of 8.", 0),
+            col("QueueLengthLimit", "string", "`queueLengthLimit` is the maximum number of requests allowed to be waiting in a given queue of this priority level at a time; excess requests are rejected.  This value must be positive.  If not specified, it will be defaulted to 50.", 0),
+            age(),
+        ],
         // kube-aggregator's own convertor (registry/apiservice/etcd).
         Kind::APIService => vec![
             name(),
@@ -683,6 +700,36 @@ pub fn cells_at(obj: &AnyObject, now: SystemTime) -> Vec<Value> {
             json!(format_selector(Some(&p.spec.pod_selector))),
             json!(age),
         ],
+        AnyObject::FlowSchema(f) => vec![
+            json!(name),
+            json!(f.spec.priority_level_configuration.name),
+            json!(f.spec.matching_precedence),
+            json!(f.distinguisher().unwrap_or("<none>")),
+            json!(age),
+            // kube's printer: the Dangling condition's status, `?` without one.
+            json!(f
+                .condition(crate::flowcontrol::CONDITION_DANGLING)
+                .map_or("?", |c| c.status.as_deref().unwrap_or(""))),
+        ],
+        AnyObject::PriorityLevelConfiguration(p) => {
+            let none = || json!("<none>");
+            let (shares, queuing) = match &p.spec.limited {
+                Some(l) => (
+                    json!(l.nominal_concurrency_shares.unwrap_or(0)),
+                    l.limit_response.queuing.as_ref(),
+                ),
+                None => (none(), None),
+            };
+            vec![
+                json!(name),
+                json!(p.spec.type_),
+                shares,
+                queuing.map_or_else(none, |q| json!(q.queues)),
+                queuing.map_or_else(none, |q| json!(q.hand_size)),
+                queuing.map_or_else(none, |q| json!(q.queue_length_limit)),
+                json!(age),
+            ]
+        }
         AnyObject::APIService(a) => vec![
             json!(name),
             json!(api_service_backend(a)),
@@ -1657,6 +1704,8 @@ mod tests {
             crate::admissionpolicy::ValidatingAdmissionPolicy::default().into_any(),
             crate::admissionpolicy::ValidatingAdmissionPolicyBinding::default().into_any(),
             crate::apiregistration::APIService::default().into_any(),
+            crate::flowcontrol::FlowSchema::default().into_any(),
+            crate::flowcontrol::PriorityLevelConfiguration::default().into_any(),
             ConfigMap::default().into_any(),
             Secret::default().into_any(),
             Event::default().into_any(),

@@ -15,6 +15,7 @@ pub mod crd;
 pub mod error;
 pub mod etcd;
 pub mod fieldmanager;
+pub mod flowcontrol;
 pub mod heartbeat;
 pub mod http;
 pub mod impersonation;

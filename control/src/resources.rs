@@ -846,6 +846,7 @@ mod tests {
                 "coordination.k8s.io",
                 "node.k8s.io",
                 "discovery.k8s.io",
+                "flowcontrol.apiserver.k8s.io",
                 "metrics.k8s.io",
             ]
         );

@@ -118,6 +118,22 @@ pub struct ServerArgs {
     /// Keep no audit log.
     #[arg(long, env = "SKIFF_DISABLE_AUDIT_LOG")]
     pub disable_audit_log: bool,
+    /// Requests served at once (with --max-mutating-requests-inflight: API Priority and
+    /// Fairness divides the sum among the priority levels by their shares). kube-apiserver's
+    /// 400 and 200 are sized for big control planes; skiff's are for a small board.
+    #[arg(long, env = "SKIFF_MAX_REQUESTS_INFLIGHT",
+          default_value_t = crate::flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_requests_inflight: u32,
+    /// The mutating part of the server's seats (added to --max-requests-inflight).
+    #[arg(long, env = "SKIFF_MAX_MUTATING_REQUESTS_INFLIGHT",
+          default_value_t = crate::flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT as u32)]
+    pub max_mutating_requests_inflight: u32,
+    /// API Priority and Fairness: requests classified by FlowSchemas, queued fairly per
+    /// priority level, 429 past their queues (`=false` serves every request at once).
+    #[arg(long, env = "SKIFF_ENABLE_PRIORITY_AND_FAIRNESS", default_value_t = true,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub enable_priority_and_fairness: bool,
     /// Run the scheduler and the controllers only while this server holds the Lease
     /// kube-system/skiff-controller-manager, so that of several servers on one shared
     /// datastore one runs them; a server that loses the Lease exits (as
@@ -565,6 +581,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         ui: !args.disable_ui,
         aggregated_discovery: !args.disable_aggregated_discovery,
         registries_config: Some(args.agent.registries_config.clone()),
+        flowcontrol: args.enable_priority_and_fairness.then(|| {
+            Arc::new(crate::flowcontrol::Controller::new(
+                (args.max_requests_inflight + args.max_mutating_requests_inflight) as usize,
+            ))
+        }),
         audit: if args.disable_audit_log {
             None
         } else {
@@ -615,6 +636,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         crate::aggregator::trust::start(&registry, &state.pki);
         crate::admission::dispatch::start_installer(&registry, &loops.informers);
         authorizer.start(&loops.informers);
+        if let Some(fc) = &state.flowcontrol {
+            fc.start(&loops.informers);
+        }
         node_graph.start(&loops.informers);
         sa_tokens.set_cache(loops.informers.cache().clone());
         crate::apiservice::start(&registry, args.service_cidr, advertise, args.listen.port());
@@ -639,6 +663,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
                 crate::rbac::aggregation::start(&loops);
                 crate::certificates::start(&loops, state.pki.clone());
                 crate::controllers::start_all(&loops);
+                crate::flowcontrol::ensure::start(&loops);
                 crate::crd::start(&loops);
                 crate::aggregator::register::start(&loops);
                 crate::aggregator::available::start(&loops, aggregator.clone());

@@ -1131,6 +1131,48 @@ fn kind_overrides(kind: &str) -> Vec<Op> {
                         "reason": "FailedDiscoveryCheck", "message": "no answer"}]),
             ),
         ],
+        // Every field, each valid: a subject of each kind, resource and non-resource rules;
+        // the Dangling condition the server would write for the level it names (none
+        // exists), so that a server that writes it finds nothing to change.
+        "FlowSchema" => vec![
+            set(
+                "/spec",
+                json!({
+                    "priorityLevelConfiguration": {"name": "rt-level"},
+                    "matchingPrecedence": 500,
+                    "distinguisherMethod": {"type": "ByNamespace"},
+                    "rules": [{
+                        "subjects": [
+                            {"kind": "User", "user": {"name": "alice"}},
+                            {"kind": "Group", "group": {"name": "devs"}},
+                            {"kind": "ServiceAccount", "serviceAccount": {"namespace": "default", "name": "robot"}},
+                        ],
+                        "resourceRules": [{"verbs": ["get", "list"], "apiGroups": ["", "apps"],
+                                           "resources": ["pods", "deployments/scale"],
+                                           "clusterScope": true, "namespaces": ["default", "kube-system"]}],
+                        "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/healthz", "/metrics/*"]}],
+                    }],
+                }),
+            ),
+            set(
+                "/status/conditions",
+                json!([{"type": "Dangling", "status": "True",
+                        "lastTransitionTime": "2026-01-02T03:04:05Z", "reason": "NotFound",
+                        "message": "This FlowSchema references the PriorityLevelConfiguration object named \"rt-level\" but there is no such object"}]),
+            ),
+        ],
+        // A queuing Limited level (the exempt section is for the `exempt` level alone).
+        "PriorityLevelConfiguration" => vec![
+            set(
+                "/spec",
+                json!({"type": "Limited",
+                       "limited": {"nominalConcurrencyShares": 10, "lendablePercent": 20,
+                                   "borrowingLimitPercent": 30,
+                                   "limitResponse": {"type": "Queue",
+                                                     "queuing": {"queues": 16, "handSize": 4, "queueLengthLimit": 10}}}}),
+            ),
+            set("/status/conditions/0/status", json!("True")),
+        ],
         "EndpointSlice" => vec![
             set("/addressType", json!("IPv4")),
             set("/endpoints/0/addresses", json!(["10.42.0.9"])),

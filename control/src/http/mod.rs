@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod events_v1;
 mod eviction;
 mod exec;
+mod flowcontrol;
 mod guard;
 mod logs;
 pub mod metrics;
@@ -85,6 +86,8 @@ pub struct AppState {
     /// The registries.yaml handed to agents that have none of their own (read per request,
     /// so an edit reaches agents as they restart).
     pub registries_config: Option<std::path::PathBuf>,
+    /// API Priority and Fairness, unless `--enable-priority-and-fairness=false`.
+    pub flowcontrol: Option<Arc<crate::flowcontrol::Controller>>,
 }
 
 /// The address a request came from (put on each request of a connection).
@@ -261,6 +264,7 @@ async fn endpoint(mut req: tide::Request<State>) -> tide::Result {
     let table = state.resources.snapshot();
     let route = route::parse(&table, &path);
     req.set_ext(RequestPath(path));
+    req.set_ext(flowcontrol::Received(started));
     let (verb, resource) = metric_labels(&req, &route);
     // What the audit log needs of the request, taken before the handler consumes it.
     let audit = state.audit.as_ref().map(|_| {
@@ -520,6 +524,32 @@ async fn handle(
             acting
         }
     };
+    // Priority and fairness, in kube's filter order: after impersonation, before
+    // authorization. The seat is held until the answer is made.
+    let admitted = match &state.flowcontrol {
+        Some(fc) => match flowcontrol::admit(fc, &req, &route, &user).await {
+            Ok(admitted) => admitted,
+            Err(too_many) => return Ok(too_many),
+        },
+        None => None,
+    };
+    let answered = Box::pin(handle_authenticated(req, route, user)).await;
+    let Some(admitted) = admitted else {
+        return answered;
+    };
+    let mut response = answered.unwrap_or_else(|e| status_response(&e));
+    flowcontrol::set_headers(&mut response, &admitted);
+    drop(admitted);
+    Ok(response)
+}
+
+/// [`handle`] past authentication, impersonation and priority and fairness.
+async fn handle_authenticated(
+    mut req: tide::Request<State>,
+    route: Result<Route, route::NoRoute>,
+    user: User,
+) -> Result<tide::Response, ApiError> {
+    let state = req.state().clone();
     if request_path(&req) == backup::PATH {
         let include_key = query(&req, "includeKey").is_some_and(|v| v == "true");
         return backup::serve(&state, &user, &req.method(), include_key).await;
@@ -558,6 +588,10 @@ async fn handle(
         Route::Version => {
             get_only(&req).map(|_| json_response(StatusCode::Ok, &discovery::version()))
         }
+        Route::FlowControlDump(path) => match &state.flowcontrol {
+            Some(fc) => Ok(flowcontrol::dump(fc, path, &req)),
+            None => Err(ApiError::path_not_found()),
+        },
         Route::Metrics => {
             get_only(&req)?;
             let mut r = tide::Response::new(StatusCode::Ok);
@@ -1703,6 +1737,9 @@ pub(crate) fn table(
     })
 }
 
+/// A FlowSchema's table row with its place in matching order.
+type FlowSchemaRow = ((i32, String), Vec<u8>);
+
 /// [`resource`] behind a box: the dispatch over every kind then holds one pointer per kind
 /// instead of every kind's whole future. (In a debug build the dispatch's frame had room for
 /// all of them, which took a request on the etcd datastore's path within a pod's size of
@@ -1778,7 +1815,11 @@ async fn resource<K: Resource>(
             let scope = req.ext::<NodeScope>().cloned();
             let beats = state.registry.heartbeats.clone();
             let as_table = wants_table(req);
-            let (items, page) = state
+            // kube prints a table of FlowSchemas in matching order (precedence, then name).
+            let in_matching_order: Option<Arc<std::sync::Mutex<Vec<FlowSchemaRow>>>> =
+                (as_table && kind == Kind::FlowSchema).then(Default::default);
+            let rows_to_sort = in_matching_order.clone();
+            let (mut items, page) = state
                 .store
                 .list_page(
                     kind,
@@ -1793,6 +1834,14 @@ async fn resource<K: Resource>(
                             return false;
                         }
                         beats.overlay_any(&mut o);
+                        if let (Some(rows), AnyObject::FlowSchema(f)) = (&rows_to_sort, &o) {
+                            let row = serde_json::to_vec(&table_row(&o)).unwrap_or_default();
+                            let key = (f.spec.matching_precedence, f.metadata.name.clone());
+                            rows.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push((key, row));
+                            return true;
+                        }
                         if !out.is_empty() {
                             out.push(b',');
                         }
@@ -1806,6 +1855,15 @@ async fn resource<K: Resource>(
                     },
                 )
                 .await?;
+            if let Some(rows) = in_matching_order {
+                let mut rows = std::mem::take(&mut *rows.lock().unwrap_or_else(|e| e.into_inner()));
+                rows.sort_by(|a, b| a.0.cmp(&b.0));
+                items = rows
+                    .into_iter()
+                    .map(|(_, row)| row)
+                    .collect::<Vec<_>>()
+                    .join(&b',');
+            }
             let list_rev = token_rev.unwrap_or(page.revision);
             let meta = api::meta::ListMeta {
                 resource_version: list_rev.to_string(),

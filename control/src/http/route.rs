@@ -51,6 +51,8 @@ pub enum Route {
         group: String,
         version: String,
     },
+    /// `/debug/api_priority_and_fairness/dump_*`: the state of priority and fairness.
+    FlowControlDump(&'static str),
 }
 
 /// A review: its group, plural and, for LocalSubjectAccessReview, namespace.
@@ -118,6 +120,15 @@ pub fn parse(table: &Table, path: &str) -> Result<Route, NoRoute> {
         ["livez"] | ["livez", ..] => Ok(Route::Health("livez")),
         ["version"] => Ok(Route::Version),
         ["metrics"] => Ok(Route::Metrics),
+        ["debug", "api_priority_and_fairness", dump] => [
+            super::flowcontrol::DUMP_PRIORITY_LEVELS,
+            super::flowcontrol::DUMP_QUEUES,
+            super::flowcontrol::DUMP_REQUESTS,
+        ]
+        .into_iter()
+        .find(|p| p.rsplit('/').next() == Some(*dump))
+        .map(Route::FlowControlDump)
+        .ok_or(NoRoute),
         ["openapi", "v2"] | ["swagger-2.0.0.pb-v1"] => Ok(Route::OpenApiV2),
         ["openapi", "v3", ..] => Ok(Route::OpenApiV3),
         ["skiff", "v1", "ca.crt"] => Ok(Route::JoinCa),

@@ -69,6 +69,9 @@ pub const CACHED_KINDS: &[Kind] = &[
     Kind::CustomResourceDefinition,
     // For the aggregator's proxy, registration and availability checks.
     Kind::APIService,
+    // API Priority and Fairness in force, its bootstrap objects and conditions.
+    Kind::FlowSchema,
+    Kind::PriorityLevelConfiguration,
 ];
 
 /// Settings of the control loops (flags of `skiff server`).
