@@ -111,9 +111,13 @@ for run in $(seq 1 "$RUNS"); do
     load "$work/policy.$run" "policy$run"
     kubectl delete -f "$work/policy.yaml" >/dev/null
     sleep 1
-    # Every object the webhooks saw carries their label.
-    kubectl get configmap -n "hooks$run" -l webhooked=yes --no-headers 2>/dev/null | head -1 | grep -q . ||
-        { echo "admission: the mutating webhook's label is missing" >&2; exit 1; }
+    # Every ConfigMap created under the webhooks carries their label.
+    made=$(kubectl get configmap -n "hooks$run" -o name | grep -c /bench- || true)
+    labelled=$(kubectl get configmap -n "hooks$run" -l webhooked=yes -o name | grep -c /bench- || true)
+    if [ "$made" -eq 0 ] || [ "$made" != "$labelled" ]; then
+        echo "admission: $labelled of $made ConfigMaps carry the mutating webhook's label" >&2
+        exit 1
+    fi
     hook_ratios+=("$(ratio "$work/hooks.$run" "$work/none.$run")")
     policy_ratios+=("$(ratio "$work/policy.$run" "$work/none.$run")")
     echo "run $run: none $(show "$work/none.$run"); one mutating + one validating webhook $(show "$work/hooks.$run"); one policy $(show "$work/policy.$run")"

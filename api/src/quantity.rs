@@ -176,6 +176,22 @@ impl Quantity {
         }
     }
 
+    /// A quantity from thousandths in Kubernetes' canonical decimal form
+    /// (`resource.NewMilliQuantity(m, DecimalSI)`): the largest SI suffix that keeps the
+    /// number whole. 1500 -> `1500m`, 15000 -> `15`, 2000000 -> `2k`, 1200000 -> `1200`.
+    pub fn decimal_milli(milli: i64) -> Quantity {
+        if milli == 0 {
+            return Quantity("0".into());
+        }
+        const SUFFIXES: [&str; 8] = ["m", "", "k", "M", "G", "T", "P", "E"];
+        let (mut m, mut i) = (milli, 0);
+        while m % 1000 == 0 && i + 1 < SUFFIXES.len() {
+            m /= 1000;
+            i += 1;
+        }
+        Quantity(format!("{m}{}", SUFFIXES[i]))
+    }
+
     /// A memory-style quantity from bytes, in the largest binary unit that divides it.
     pub fn from_bytes(bytes: i64) -> Quantity {
         const UNITS: [(&str, i64); 6] = [
@@ -198,6 +214,22 @@ impl Quantity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_milli_is_canonical() {
+        for (m, text) in [
+            (0, "0"),
+            (1500, "1500m"),
+            (15000, "15"),
+            (2_000_000, "2k"),
+            (1_200_000, "1200"),
+            (-3000, "-3"),
+            (7, "7m"),
+        ] {
+            assert_eq!(Quantity::decimal_milli(m).0, text);
+            assert_eq!(Quantity::decimal_milli(m).milli_value().unwrap(), m);
+        }
+    }
 
     #[test]
     fn milli_values() {

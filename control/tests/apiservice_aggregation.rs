@@ -61,6 +61,16 @@ struct ExtensionServer {
     ca_pem: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     stop: Arc<AtomicBool>,
+    metrics: Arc<Mutex<Metrics>>,
+}
+
+/// What the extension server answers for `custom.metrics.k8s.io/v1beta2`: the metric
+/// `requests_per_second` of each pod named, and `queue_depth` of the Deployment `worker`.
+#[derive(Default)]
+struct Metrics {
+    pods: Vec<String>,
+    per_pod: String,
+    queue_depth: String,
 }
 
 impl ExtensionServer {
@@ -104,7 +114,8 @@ impl ExtensionServer {
         let port = listener.local_addr().unwrap().port();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let (seen2, stop2) = (seen.clone(), stop.clone());
+        let metrics: Arc<Mutex<Metrics>> = Arc::default();
+        let (seen2, stop2, metrics2) = (seen.clone(), stop.clone(), metrics.clone());
         std::thread::spawn(move || {
             // Stopped: the listener is dropped, so connections are refused.
             while !stop2.load(Ordering::SeqCst) {
@@ -118,7 +129,12 @@ impl ExtensionServer {
                 tcp.set_nonblocking(false).unwrap();
                 // As Go servers do: no Nagle delay between a head and its body.
                 tcp.set_nodelay(true).unwrap();
-                let (config, seen, allowed) = (config.clone(), seen2.clone(), allowed.clone());
+                let (config, seen, allowed, metrics) = (
+                    config.clone(),
+                    seen2.clone(),
+                    allowed.clone(),
+                    metrics2.clone(),
+                );
                 std::thread::spawn(move || {
                     let Ok(conn) = rustls::ServerConnection::new(config) else {
                         return;
@@ -127,7 +143,12 @@ impl ExtensionServer {
                     while let Some(mut req) = read_request(&mut tls) {
                         req.client = client_name(&tls.conn);
                         seen.lock().unwrap().push(req.clone());
-                        if !answer(&mut tls, &req, &allowed) {
+                        let served = if req.path.starts_with(CUSTOM_METRICS) {
+                            custom_metrics(&mut tls, &req, &metrics.lock().unwrap())
+                        } else {
+                            answer(&mut tls, &req, &allowed)
+                        };
+                        if !served {
                             return;
                         }
                     }
@@ -139,6 +160,7 @@ impl ExtensionServer {
             ca_pem: ca_cert.pem(),
             seen,
             stop,
+            metrics,
         }
     }
 
@@ -321,6 +343,56 @@ fn answer(w: &mut impl Write, req: &Seen, allowed: &[String]) -> bool {
             w,
             404,
             &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound"}),
+        ),
+    }
+}
+
+const CUSTOM_METRICS: &str = "/apis/custom.metrics.k8s.io/v1beta2";
+
+/// A custom metrics adapter's answers (custom.metrics.k8s.io/v1beta2): its discovery, the
+/// pods' `requests_per_second` (`pods/*/requests_per_second`, `*` escaped or not) and the
+/// `queue_depth` of the Deployment `worker`.
+fn custom_metrics(w: &mut impl Write, req: &Seen, m: &Metrics) -> bool {
+    let path = req.path.split('?').next().unwrap_or("");
+    let rest = path.strip_prefix(CUSTOM_METRICS).unwrap_or("");
+    let value = |kind: &str, ns: &str, name: &str, metric: &str, v: &str| {
+        json!({"describedObject": {"kind": kind, "namespace": ns, "name": name, "apiVersion": "/v1"},
+               "metric": {"name": metric}, "timestamp": "2026-01-01T00:00:00Z",
+               "windowSeconds": 60, "value": v})
+    };
+    let list = |items: Vec<Value>| {
+        json!({"kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta2",
+               "metadata": {}, "items": items})
+    };
+    let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+    match parts.as_slice() {
+        [""] => write_json(
+            w,
+            200,
+            &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "custom.metrics.k8s.io/v1beta2",
+                    "resources": [
+                        {"name": "pods/requests_per_second", "singularName": "", "namespaced": true,
+                         "kind": "MetricValueList", "verbs": ["get"]},
+                        {"name": "deployments.apps/queue_depth", "singularName": "", "namespaced": true,
+                         "kind": "MetricValueList", "verbs": ["get"]}]}),
+        ),
+        ["namespaces", ns, "pods", "*" | "%2A", "requests_per_second"] => {
+            let items = m
+                .pods
+                .iter()
+                .map(|p| value("Pod", ns, p, "requests_per_second", &m.per_pod))
+                .collect();
+            write_json(w, 200, &list(items))
+        }
+        ["namespaces", ns, "deployments", "worker", "queue_depth"] => {
+            let item = value("Deployment", ns, "worker", "queue_depth", &m.queue_depth);
+            write_json(w, 200, &list(vec![item]))
+        }
+        _ => write_json(
+            w,
+            404,
+            &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                    "reason": "NotFound", "message": format!("the server could not find the metric {rest}")}),
         ),
     }
 }
@@ -1070,4 +1142,273 @@ spec:
         v["message"],
         r#"APIService.apiregistration.k8s.io "v2.example.com" is invalid: [spec.groupPriorityMinimum: Invalid value: 30000: must be positive and less than 20000, spec.insecureSkipTLSVerify: Invalid value: true: local APIServices may not have insecureSkipTLSVerify]"#
     );
+}
+
+/// The horizontal pod autoscaler reads a custom metric through an aggregated
+/// `custom.metrics.k8s.io` (issue 33 part 5): a Pods metric (each pod's
+/// `requests_per_second`) and an Object metric (a Deployment's `queue_depth`) served by the
+/// extension server behind an APIService, asked for as kube-controller-manager's autoscaler
+/// asks (its service account in the front-proxy headers, the target's selector in the
+/// query); the Deployments scale to kube's arithmetic, the statuses and kubectl show the
+/// values, and a metric the adapter stops returning stops the scaling with kube's words.
+#[test]
+fn the_autoscaler_scales_on_custom_metrics_through_an_apiservice() {
+    let s = TestServer::start_with(&["--horizontal-pod-autoscaler-sync-period", "1s"]);
+    let cm = eventually(20, "the front-proxy trust", || {
+        let (code, cm) = s.http(
+            "GET",
+            "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+            None,
+        );
+        (code == 200).then_some(cm)
+    });
+    let data = &cm["data"];
+    let allowed: Vec<String> =
+        serde_json::from_str(data["requestheader-allowed-names"].as_str().unwrap()).unwrap();
+    let ext = ExtensionServer::start(
+        data["requestheader-client-ca-file"].as_str().unwrap(),
+        allowed,
+    );
+    let (code, v) = s.json(
+        "POST",
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ext"}}),
+    );
+    assert_eq!(code, 201, "{v}");
+    s.expose_local("ext", "api", ext.port);
+    let (ok, out) = apply(
+        &s,
+        &format!(
+            r#"
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: v1beta2.custom.metrics.k8s.io}}
+spec:
+  group: custom.metrics.k8s.io
+  version: v1beta2
+  groupPriorityMinimum: 100
+  versionPriority: 200
+  service: {{namespace: ext, name: api}}
+  caBundle: {}
+"#,
+            ext.ca_bundle()
+        ),
+    );
+    assert!(ok, "{out}");
+    eventually(20, "the custom metrics APIService is available", || {
+        let v = api_service(&s, "v1beta2.custom.metrics.k8s.io");
+        (available(&v).0 == "True").then_some(())
+    });
+
+    // Two Deployments (no agent here: their pods stay unscheduled); web's two pods are
+    // marked Running and Ready, as a node would report them.
+    let deployment = |name: &str, replicas: i32| {
+        format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{containers: [{{name: c, image: busybox}}]}}
+"#
+        )
+    };
+    for (name, replicas) in [("web", 2), ("worker", 1)] {
+        let (ok, out) = apply(&s, &deployment(name, replicas));
+        assert!(ok, "{out}");
+    }
+    let names = eventually(20, "web's two pods", || {
+        let (code, v) = s.http(
+            "GET",
+            "/api/v1/namespaces/default/pods?labelSelector=app%3Dweb",
+            None,
+        );
+        let names: Vec<String> = v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        (code == 200 && names.len() == 2).then_some(names)
+    });
+    for name in &names {
+        let (code, v) = s.http(
+            "PATCH",
+            &format!("/api/v1/namespaces/default/pods/{name}/status"),
+            Some((
+                "application/merge-patch+json",
+                serde_json::to_vec(&json!({"status": {"phase": "Running", "conditions": [
+                    {"type": "Ready", "status": "True"}]}}))
+                .unwrap(),
+            )),
+        );
+        assert_eq!(code, 200, "{v}");
+    }
+    {
+        let mut m = ext.metrics.lock().unwrap();
+        m.pods = names.clone();
+        m.per_pod = "25".into();
+        m.queue_depth = "30".into();
+    }
+
+    let (ok, out) = apply(
+        &s,
+        r#"
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web, namespace: default}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 1
+  maxReplicas: 10
+  metrics:
+  - type: Pods
+    pods:
+      metric: {name: requests_per_second}
+      target: {type: AverageValue, averageValue: "10"}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: worker, namespace: default}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: worker}
+  minReplicas: 1
+  maxReplicas: 10
+  metrics:
+  - type: Object
+    object:
+      metric: {name: queue_depth}
+      describedObject: {apiVersion: apps/v1, kind: Deployment, name: worker}
+      target: {type: AverageValue, averageValue: "10"}
+"#,
+    );
+    assert!(ok, "{out}");
+    let replicas = |name: &str| {
+        let (_, v) = s.http(
+            "GET",
+            &format!("/apis/apps/v1/namespaces/default/deployments/{name}"),
+            None,
+        );
+        v["spec"]["replicas"].as_i64().unwrap_or(-1)
+    };
+    // 25 per pod against 10: ceil(2.5 x 2 ready pods) = 5. 30 on the worker Deployment
+    // against 10 per replica: 3.
+    eventually(40, "web scaled to 5", || {
+        (replicas("web") == 5).then_some(())
+    });
+    eventually(40, "worker scaled to 3", || {
+        (replicas("worker") == 3).then_some(())
+    });
+
+    let hpa = |name: &str| {
+        let (code, v) = s.http(
+            "GET",
+            &format!("/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers/{name}"),
+            None,
+        );
+        assert_eq!(code, 200, "{v}");
+        v
+    };
+    let condition = |v: &Value, type_: &str| {
+        let c = v["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == type_)
+            .cloned()
+            .unwrap_or(Value::Null);
+        let t = |k: &str| c[k].as_str().unwrap_or("").to_string();
+        (t("status"), t("reason"), t("message"))
+    };
+    let web = eventually(20, "web's status", || {
+        let v = hpa("web");
+        (v["status"]["currentMetrics"][0]["type"] == "Pods").then_some(v)
+    });
+    assert_eq!(
+        web["status"]["currentMetrics"],
+        json!([{"type": "Pods", "pods": {"metric": {"name": "requests_per_second"},
+                                          "current": {"averageValue": "25"}}}])
+    );
+    assert_eq!(
+        condition(&web, "ScalingActive"),
+        (
+            "True".into(),
+            "ValidMetricFound".into(),
+            "the HPA was able to successfully calculate a replica count from pods metric requests_per_second".into()
+        )
+    );
+    let worker = eventually(20, "worker's status", || {
+        let v = hpa("worker");
+        (v["status"]["currentMetrics"][0]["type"] == "Object").then_some(v)
+    });
+    assert_eq!(
+        worker["status"]["currentMetrics"][0]["object"]["describedObject"],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "worker"})
+    );
+    assert_eq!(
+        condition(&worker, "ScalingActive").2,
+        "the HPA was able to successfully calculate a replica count from Deployment metric queue_depth"
+    );
+    let (ok, out, err) = kubectl(&s, &["get", "hpa", "web", "worker"]);
+    assert!(ok, "{err}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {out}"))
+            .to_string()
+    };
+    assert!(line("web ").contains("25/10"), "{out}");
+    assert!(line("worker ").contains("/10 (avg)"), "{out}");
+    let (ok, out, err) = kubectl(
+        &s,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=web,reason=SuccessfulRescale",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("New size: 5; reason: pods metric requests_per_second above target"),
+        "{out}"
+    );
+
+    // The adapter was asked as kube's autoscaler asks.
+    let asked = ext.seen(&format!("{CUSTOM_METRICS}/namespaces/default/pods/"));
+    let first = asked.first().expect("the autoscaler's requests");
+    assert_eq!(
+        first.path,
+        format!("{CUSTOM_METRICS}/namespaces/default/pods/%2A/requests_per_second?labelSelector=app%3Dweb")
+    );
+    assert_eq!(first.client, "front-proxy-client");
+    assert_eq!(
+        first.one("X-Remote-User"),
+        Some("system:serviceaccount:kube-system:horizontal-pod-autoscaler")
+    );
+    assert!(!ext
+        .seen(&format!(
+            "{CUSTOM_METRICS}/namespaces/default/deployments/worker/queue_depth"
+        ))
+        .is_empty());
+
+    // No values any more: scaling stops with kube's reason and words.
+    ext.metrics.lock().unwrap().pods.clear();
+    let web = eventually(20, "web's metric missing", || {
+        let v = hpa("web");
+        (condition(&v, "ScalingActive").0 == "False").then_some(v)
+    });
+    assert_eq!(
+        condition(&web, "ScalingActive"),
+        (
+            "False".into(),
+            "FailedGetPodsMetric".into(),
+            "the HPA was unable to compute the replica count: unable to get metric requests_per_second: no metrics returned from custom metrics API".into()
+        )
+    );
+    assert_eq!(replicas("web"), 5);
 }

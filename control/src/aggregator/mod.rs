@@ -46,6 +46,8 @@ pub const AGGREGATOR_USER: &str = "system:kube-aggregator";
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often every backend's discovery is fetched again (kube's discovery manager's).
 const DISCOVERY_REFRESH: Duration = Duration::from_secs(60);
+/// How long an in-process read of an aggregated API ([`Aggregator::get`]) may take.
+const API_GET_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest discovery document read from a backend.
 const MAX_DISCOVERY: usize = 16 << 20;
 /// The front-proxy headers, as kube-apiserver's `--requestheader-*` flags name them.
@@ -122,6 +124,70 @@ impl Aggregator {
             .unwrap_or_else(|e| e.into_inner())
             .get(&(group.to_string(), version.to_string()))
             .cloned()
+    }
+
+    /// A GET of `path` (absolute, with its query) from the extension server of
+    /// `group`/`version`, as `user` in the front-proxy headers: what the server's own
+    /// controllers read from aggregated APIs (the autoscaler's custom and external
+    /// metrics), through the backend, trust and endpoint resolution a proxied request
+    /// takes. The body of a 2xx answer, or the error as client-go words it.
+    pub async fn get(
+        &self,
+        group: &str,
+        version: &str,
+        path: &str,
+        user: &str,
+        groups: &[String],
+    ) -> Result<Vec<u8>, String> {
+        const UNAVAILABLE: &str = "the server is currently unable to handle the request";
+        let backend = self
+            .backend(group, version)
+            .ok_or_else(|| "the server could not find the requested resource".to_string())?;
+        if !backend.available {
+            return Err(UNAVAILABLE.into());
+        }
+        let transport = backend.transport.as_ref().map_err(|e| e.clone())?;
+        let s = &backend.service;
+        let (host, port) = crate::webhook::resolve(&self.registry, &s.namespace, &s.name, s.port())
+            .await
+            .map_err(|_| UNAVAILABLE.to_string())?;
+        let url = Url::parse(&format!("{}{path}", endpoint_origin(&host, port)))
+            .map_err(|e| e.to_string())?;
+        let mut headers = front_proxy_headers(user, groups, &BTreeMap::new());
+        headers.push(("Accept".into(), "application/json".into()));
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let exchange = async {
+            let mut answer = transport
+                .send("GET", &url, &headers, &[])
+                .await
+                .map_err(|e| go_error(&e))?;
+            let body = answer
+                .bytes(MAX_DISCOVERY)
+                .await
+                .map_err(|e| go_error(&e))?;
+            if (200..300).contains(&answer.status) {
+                return Ok(body);
+            }
+            // client-go's words for an answer that is not a Status.
+            let status: Option<api::meta::Status> = serde_json::from_slice(&body).ok();
+            Err(match (status, answer.status) {
+                (Some(st), _) if !st.message.is_empty() => st.message,
+                (_, 503) => UNAVAILABLE.into(),
+                (_, 404) => "the server could not find the requested resource".into(),
+                (_, code) => format!(
+                    "an error on the server ({:?}) has prevented the request from succeeding (status {code})",
+                    String::from_utf8_lossy(&body).trim()
+                ),
+            })
+        };
+        futures_lite::future::or(exchange, async {
+            smol::Timer::after(API_GET_TIMEOUT).await;
+            Err("context deadline exceeded".to_string())
+        })
+        .await
     }
 
     /// Keeps the backends and the table's remote group versions in step with the cached

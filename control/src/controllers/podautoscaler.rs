@@ -448,12 +448,58 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait PodMetrics: Send + Sync + 'static {
     /// The usage of each of `pods` that has a sample, by pod uid, per container.
     fn usage<'a>(&'a self, pods: &'a [Pod]) -> BoxFuture<'a, HashMap<String, Vec<ContainerUsage>>>;
+
+    /// GET `rest` (the path under `/apis/GROUP/VERSION`, with its query) of the metrics
+    /// API `group` at the first of `versions` an extension API server serves (kube's
+    /// metrics clients take the preferred version discovery names): the body, or the error
+    /// the autoscaler reports. Without an aggregator, no metrics API is registered.
+    fn metrics_api<'a>(
+        &'a self,
+        group: &'a str,
+        versions: &'a [&'a str],
+        rest: String,
+    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        let _ = (versions, rest);
+        Box::pin(async move { Err(not_registered(group)) })
+    }
 }
+
+/// The custom metrics API (Pods and Object metrics) and the versions the autoscaler reads,
+/// preferred first.
+pub const CUSTOM_METRICS: (&str, &[&str]) = ("custom.metrics.k8s.io", &["v1beta2", "v1beta1"]);
+/// The external metrics API (External metrics).
+pub const EXTERNAL_METRICS: (&str, &[&str]) = ("external.metrics.k8s.io", &["v1beta1"]);
+
+/// kube's words for a metrics API no server serves.
+pub fn not_registered(group: &str) -> String {
+    let which = if group == EXTERNAL_METRICS.0 {
+        "external"
+    } else {
+        "custom"
+    };
+    format!("no {which} metrics API ({group}) registered")
+}
+
+/// What the autoscaler read of one Pods, Object or External metric from the metrics APIs:
+/// the value of each pod by name (Pods), or one value (Object; External, summed), in
+/// thousandths.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApiMetric {
+    PerPod(HashMap<String, i64>),
+    Value(i64),
+}
+
+/// The readings of the metrics APIs by the metric's index in `spec.metrics`, or the error
+/// (kube's text, without the `unable to get metric ...` words [`plan`] puts before it).
+pub type ApiMetrics = HashMap<usize, Result<ApiMetric, String>>;
 
 /// What the autoscaler read of its target through the scale subresource.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TargetScale {
     pub replicas: i32,
+    /// The scale's `status.replicas` (what AverageValue targets of Object and External
+    /// metrics divide by).
+    pub status_replicas: i32,
     pub selector: Option<Selector>,
 }
 
@@ -626,52 +672,478 @@ fn resource_metric(
     ))
 }
 
-/// The reason and message of a metric type this server cannot read.
-fn unsupported_metric(m: &MetricSpec) -> (&'static str, String) {
-    let name = |n: Option<&String>| n.cloned().unwrap_or_default();
-    match m.type_.as_str() {
-        "Pods" => (
-            "FailedGetPodsMetric",
-            format!(
-                "unable to get metric {}: no custom metrics API (custom.metrics.k8s.io) registered",
-                name(m.pods.as_ref().map(|p| &p.metric.name))
-            ),
-        ),
-        "Object" => (
-            "FailedGetObjectMetric",
-            format!(
-                "unable to get metric {}: no custom metrics API (custom.metrics.k8s.io) registered",
-                name(m.object.as_ref().map(|p| &p.metric.name))
-            ),
-        ),
-        "External" => (
-            "FailedGetExternalMetric",
-            format!(
-                "unable to get external metric {}: no external metrics API (external.metrics.k8s.io) registered",
-                name(m.external.as_ref().map(|p| &p.metric.name))
-            ),
-        ),
-        other => (
-            "InvalidMetricSourceType",
-            format!("unknown metric source type {other:?}"),
-        ),
+/// kube's calcPlainMetricReplicas: the replicas that bring the average of a per-pod
+/// metric (`metrics`, by pod name) to `target` (thousandths), and the average. Pending
+/// pods count as unready, deleted and failed ones are ignored, pods without a value are
+/// missing; unready and missing pods damp the change as for resource metrics.
+fn plain_replicas(
+    current: i32,
+    target: i64,
+    pods: &[Pod],
+    metrics: &HashMap<String, i64>,
+    tolerance: f64,
+) -> Result<(i32, i64), String> {
+    if pods.is_empty() {
+        return Err("no pods returned by selector while calculating replica count".into());
     }
+    let mut metrics = metrics.clone();
+    let (mut ready, mut unready, mut missing) = (0usize, Vec::new(), Vec::new());
+    for p in pods {
+        let name = &p.metadata.name;
+        if p.metadata.deletion_timestamp.is_some() || p.status.phase.as_deref() == Some("Failed") {
+            metrics.remove(name);
+        } else if p.status.phase.as_deref() == Some("Pending") {
+            metrics.remove(name);
+            unready.push(name);
+        } else if !metrics.contains_key(name) {
+            missing.push(name);
+        } else {
+            ready += 1;
+        }
+    }
+    if metrics.is_empty() {
+        return Err("did not receive metrics for targeted pods (pods might be unready)".into());
+    }
+    let usage_ratio = |m: &HashMap<String, i64>| {
+        let total: i64 = m.values().sum();
+        let n = m.len() as i64;
+        (total as f64 / (target as f64 * n as f64), total / n.max(1))
+    };
+    let (ratio, usage) = usage_ratio(&metrics);
+    let up_with_unready = !unready.is_empty() && ratio > 1.0;
+    if !up_with_unready && missing.is_empty() {
+        if (1.0 - ratio).abs() <= tolerance {
+            return Ok((current, usage));
+        }
+        return Ok(((ratio * ready as f64).ceil() as i32, usage));
+    }
+    for name in missing {
+        metrics.insert(name.clone(), if ratio < 1.0 { target } else { 0 });
+    }
+    if up_with_unready {
+        for name in unready {
+            metrics.insert(name.clone(), 0);
+        }
+    }
+    let (new_ratio, _) = usage_ratio(&metrics);
+    if (1.0 - new_ratio).abs() <= tolerance
+        || (ratio < 1.0 && new_ratio > 1.0)
+        || (ratio > 1.0 && new_ratio < 1.0)
+    {
+        return Ok((current, usage));
+    }
+    let replicas = (new_ratio * metrics.len() as f64).ceil() as i32;
+    if (new_ratio < 1.0 && replicas > current) || (new_ratio > 1.0 && replicas < current) {
+        return Ok((current, usage));
+    }
+    Ok((replicas, usage))
+}
+
+/// kube's getUsageRatioReplicaCount: the replicas of a ratio of one value (an Object or
+/// External metric with a Value target) to its target, over the ready pods.
+fn ratio_replicas(current: i32, ratio: f64, pods: &[Pod], tolerance: f64) -> Result<i32, String> {
+    if current == 0 {
+        return Ok(ratio.ceil() as i32);
+    }
+    if (1.0 - ratio).abs() <= tolerance {
+        return Ok(current);
+    }
+    if pods.is_empty() {
+        return Err(
+            "unable to calculate ready pods: no pods returned by selector while calculating replica count"
+                .into(),
+        );
+    }
+    let ready = pods
+        .iter()
+        .filter(|p| {
+            p.status.phase.as_deref() == Some("Running")
+                && crate::controllers::workload::pod_ready(p)
+        })
+        .count();
+    Ok((ratio * ready as f64).ceil() as i32)
+}
+
+/// One value against a Value or AverageValue target (Object and External metrics): the
+/// replicas and the current value as the status shows it.
+fn value_replicas(
+    value: i64,
+    target: &MetricTarget,
+    current: i32,
+    status_replicas: i32,
+    pods: &[Pod],
+    tolerance: f64,
+    invalid: &str,
+) -> Result<(i32, MetricValueStatus), String> {
+    let milli = |q: &Quantity| q.milli_value().map_err(|e| e.to_string());
+    if let (Some(t), "Value") = (&target.value, target.type_.as_str()) {
+        let t = milli(t)?;
+        let n = ratio_replicas(current, value as f64 / t as f64, pods, tolerance)?;
+        return Ok((
+            n,
+            MetricValueStatus {
+                value: Some(Quantity::decimal_milli(value)),
+                ..Default::default()
+            },
+        ));
+    }
+    if let (Some(t), "AverageValue") = (&target.average_value, target.type_.as_str()) {
+        // kube's Get*PerPodMetricReplicas, over the target's status replicas.
+        let t = milli(t)?;
+        let mut n = status_replicas;
+        let ratio = value as f64 / (t as f64 * status_replicas as f64);
+        if (1.0 - ratio).abs() > tolerance {
+            n = (value as f64 / t as f64).ceil() as i32;
+        }
+        let average = (value as f64 / status_replicas as f64).ceil() as i64;
+        return Ok((
+            n,
+            MetricValueStatus {
+                average_value: Some(Quantity::decimal_milli(average)),
+                ..Default::default()
+            },
+        ));
+    }
+    Err(invalid.into())
+}
+
+/// How the Go printer (`%+v`) shows an External metric's label selector in kube's words.
+fn go_label_selector(s: Option<&LabelSelector>) -> String {
+    let Some(s) = s else {
+        return "nil".into();
+    };
+    let labels: String = s
+        .match_labels
+        .iter()
+        .map(|(k, v)| format!("{k}: {v},"))
+        .collect();
+    let exprs: String = s
+        .match_expressions
+        .iter()
+        .map(|e| {
+            let values: String = e.values.iter().map(|v| format!("{v},")).collect();
+            format!(
+                "LabelSelectorRequirement{{Key:{},Operator:{},Values:[{}],}},",
+                e.key,
+                e.operator,
+                values.trim_end_matches(',')
+            )
+        })
+        .collect();
+    format!(
+        "&LabelSelector{{MatchLabels:map[string]string{{{labels}}},MatchExpressions:[]LabelSelectorRequirement{{{exprs}}},}}"
+    )
+}
+
+/// A metric's label selector as the query's text (empty for none).
+fn selector_text(s: Option<&LabelSelector>) -> Result<String, String> {
+    match s {
+        None => Ok(String::new()),
+        Some(ls) => Selector::from_label_selector(ls)
+            .map(|s| s.to_string())
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// A Pods, Object or External metric from the metrics APIs: replicas, status and words.
+#[allow(clippy::too_many_arguments)]
+fn api_metric(
+    hpa: &HorizontalPodAutoscaler,
+    m: &MetricSpec,
+    reading: Option<&Result<ApiMetric, String>>,
+    current: i32,
+    status_replicas: i32,
+    pods: &[Pod],
+    tolerance: f64,
+) -> Result<(i32, MetricStatus, String), (&'static str, String)> {
+    let ns = hpa.metadata.namespace();
+    // Not read at all: no metrics API serves the group.
+    let reading = |reason: &'static str, context: &dyn Fn(&str) -> String| match reading {
+        Some(Ok(r)) => Ok(r.clone()),
+        Some(Err(e)) => Err((reason, context(e))),
+        None => {
+            let (api, group) = if reason == "FailedGetExternalMetric" {
+                ("external", EXTERNAL_METRICS.0)
+            } else {
+                ("custom", CUSTOM_METRICS.0)
+            };
+            let e = format!(
+                "unable to fetch metrics from {api} metrics API: {}",
+                not_registered(group)
+            );
+            Err((reason, context(&e)))
+        }
+    };
+    match (m.type_.as_str(), &m.pods, &m.object, &m.external) {
+        ("Pods", Some(p), _, _) => {
+            let name = &p.metric.name;
+            let at = |e: &str| format!("unable to get metric {name}: {e}");
+            let ApiMetric::PerPod(values) = reading("FailedGetPodsMetric", &at)? else {
+                return Err(("FailedGetPodsMetric", at("no metrics read")));
+            };
+            let target = p
+                .target
+                .average_value
+                .as_ref()
+                .ok_or_else(|| ("FailedGetPodsMetric", at("no averageValue target")))?
+                .milli_value()
+                .map_err(|e| ("FailedGetPodsMetric", at(&e.to_string())))?;
+            let (n, usage) = plain_replicas(current, target, pods, &values, tolerance)
+                .map_err(|e| ("FailedGetPodsMetric", at(&e)))?;
+            let status = MetricStatus {
+                type_: "Pods".into(),
+                pods: Some(api::autoscaling::PodsMetricStatus {
+                    metric: p.metric.clone(),
+                    current: MetricValueStatus {
+                        average_value: Some(Quantity::decimal_milli(usage)),
+                        ..Default::default()
+                    },
+                }),
+                ..Default::default()
+            };
+            Ok((n, status, format!("pods metric {name}")))
+        }
+        ("Object", _, Some(o), _) => {
+            let (name, obj) = (&o.metric.name, &o.described_object);
+            let at = |e: &str| {
+                format!(
+                    "unable to get metric {name}: {} on {ns} {}/{e}",
+                    obj.kind, obj.name
+                )
+            };
+            let ApiMetric::Value(value) = reading("FailedGetObjectMetric", &at)? else {
+                return Err(("FailedGetObjectMetric", at("no metrics read")));
+            };
+            let (n, current_value) = value_replicas(
+                value,
+                &o.target,
+                current,
+                status_replicas,
+                pods,
+                tolerance,
+                "invalid object metric source: neither a value target nor an average value target was set",
+            )
+            .map_err(|e| ("FailedGetObjectMetric", e))?;
+            let status = MetricStatus {
+                type_: "Object".into(),
+                object: Some(api::autoscaling::ObjectMetricStatus {
+                    metric: o.metric.clone(),
+                    current: current_value,
+                    described_object: obj.clone(),
+                }),
+                ..Default::default()
+            };
+            Ok((n, status, format!("{} metric {name}", obj.kind)))
+        }
+        ("External", _, _, Some(x)) => {
+            let name = &x.metric.name;
+            let selector = selector_text(x.metric.selector.as_ref()).unwrap_or_default();
+            let at = |e: &str| format!("unable to get external metric {ns}/{name}/{selector}: {e}");
+            let ApiMetric::Value(value) = reading("FailedGetExternalMetric", &at)? else {
+                return Err(("FailedGetExternalMetric", at("no metrics read")));
+            };
+            let (n, current_value) = value_replicas(
+                value,
+                &x.target,
+                current,
+                status_replicas,
+                pods,
+                tolerance,
+                "invalid external metric source: neither a value target nor an average value target was set",
+            )
+            .map_err(|e| ("FailedGetExternalMetric", e))?;
+            let status = MetricStatus {
+                type_: "External".into(),
+                external: Some(api::autoscaling::ExternalMetricStatus {
+                    metric: x.metric.clone(),
+                    current: current_value,
+                }),
+                ..Default::default()
+            };
+            Ok((
+                n,
+                status,
+                format!(
+                    "external metric {name}({})",
+                    go_label_selector(x.metric.selector.as_ref())
+                ),
+            ))
+        }
+        _ => Err(unsupported_metric(m)),
+    }
+}
+
+/// Reads what the Pods, Object and External metrics of `hpa` need from the metrics APIs
+/// (kube's custom and external metrics clients): the pods' values of a Pods metric
+/// (`/namespaces/NS/pods/*/METRIC?labelSelector=...`), an object's value
+/// (`/namespaces/NS/RESOURCE/NAME/METRIC`, a Namespace's at `/namespaces/NS/metrics/METRIC`)
+/// and an external metric's values, summed (`external.metrics.k8s.io`,
+/// `/namespaces/NS/METRIC`).
+pub async fn read_api_metrics(
+    source: &dyn PodMetrics,
+    hpa: &HorizontalPodAutoscaler,
+    selector: Option<&Selector>,
+) -> ApiMetrics {
+    let ns = hpa.metadata.namespace();
+    let mut out = ApiMetrics::new();
+    let custom = |e: String| format!("unable to fetch metrics from custom metrics API: {e}");
+    for (i, m) in hpa.spec.metrics.iter().enumerate() {
+        let query = |pairs: &[(&str, String)]| {
+            let mut q = form_urlencoded::Serializer::new(String::new());
+            for (k, v) in pairs.iter().filter(|(_, v)| !v.is_empty()) {
+                q.append_pair(k, v);
+            }
+            let q = q.finish();
+            if q.is_empty() {
+                q
+            } else {
+                format!("?{q}")
+            }
+        };
+        let reading = match (m.type_.as_str(), &m.pods, &m.object, &m.external) {
+            ("Pods", Some(p), _, _) => {
+                let result = async {
+                    let metric_selector =
+                        selector_text(p.metric.selector.as_ref()).map_err(custom)?;
+                    let rest = format!(
+                        "/namespaces/{ns}/pods/%2A/{}{}",
+                        p.metric.name,
+                        query(&[
+                            (
+                                "labelSelector",
+                                selector.map(|s| s.to_string()).unwrap_or_default()
+                            ),
+                            ("metricLabelSelector", metric_selector),
+                        ])
+                    );
+                    let (group, versions) = CUSTOM_METRICS;
+                    let body = source.metrics_api(group, versions, rest).await;
+                    let values = body.and_then(|b| metric_values(&b)).map_err(custom)?;
+                    if values.is_empty() {
+                        return Err("no metrics returned from custom metrics API".to_string());
+                    }
+                    Ok(ApiMetric::PerPod(values.into_iter().collect()))
+                };
+                result.await
+            }
+            ("Object", _, Some(o), _) => {
+                let result = async {
+                    let obj = &o.described_object;
+                    let metric_selector = selector_text(o.metric.selector.as_ref())?;
+                    let api_version = obj.api_version.as_deref().unwrap_or("");
+                    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+                    let path = if obj.kind == "Namespace" && group.is_empty() {
+                        format!("/namespaces/{ns}/metrics/{}", o.metric.name)
+                    } else {
+                        let kind = Kind::from_type(api_version, &obj.kind).ok_or_else(|| {
+                            format!("no matches for kind \"{}\" in group \"{group}\"", obj.kind)
+                        })?;
+                        format!(
+                            "/namespaces/{ns}/{}/{}/{}",
+                            kind.info().plural,
+                            obj.name,
+                            o.metric.name
+                        )
+                    };
+                    let rest = format!(
+                        "{path}{}",
+                        query(&[("metricLabelSelector", metric_selector)])
+                    );
+                    let (group, versions) = CUSTOM_METRICS;
+                    let body = source.metrics_api(group, versions, rest).await?;
+                    let values = metric_values(&body)?;
+                    if values.len() != 1 {
+                        return Err(format!(
+                            "the custom metrics API server returned {} results when we asked for exactly one",
+                            values.len()
+                        ));
+                    }
+                    Ok(ApiMetric::Value(values[0].1))
+                };
+                result.await.map_err(custom)
+            }
+            ("External", _, _, Some(x)) => {
+                let external =
+                    |e: String| format!("unable to fetch metrics from external metrics API: {e}");
+                let result = async {
+                    let selector = selector_text(x.metric.selector.as_ref()).map_err(external)?;
+                    let rest = format!(
+                        "/namespaces/{ns}/{}{}",
+                        x.metric.name,
+                        query(&[("labelSelector", selector)])
+                    );
+                    let (group, versions) = EXTERNAL_METRICS;
+                    let body = source.metrics_api(group, versions, rest).await;
+                    let values = body.and_then(|b| metric_values(&b)).map_err(external)?;
+                    if values.is_empty() {
+                        return Err("no metrics returned from external metrics API".to_string());
+                    }
+                    Ok(ApiMetric::Value(values.iter().map(|(_, v)| v).sum()))
+                };
+                result.await
+            }
+            _ => continue,
+        };
+        out.insert(i, reading);
+    }
+    out
+}
+
+/// The items of a MetricValueList (custom.metrics.k8s.io v1beta1 or v1beta2) or an
+/// ExternalMetricValueList: the described object's name (empty for external metrics) and
+/// the value in thousandths.
+fn metric_values(body: &[u8]) -> Result<Vec<(String, i64)>, String> {
+    #[derive(serde::Deserialize)]
+    struct List {
+        #[serde(default)]
+        items: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Item {
+        #[serde(default)]
+        described_object: Option<Described>,
+        value: Quantity,
+    }
+    #[derive(serde::Deserialize)]
+    struct Described {
+        #[serde(default)]
+        name: String,
+    }
+    let list: List = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    list.items
+        .into_iter()
+        .map(|i| {
+            let v = i.value.milli_value().map_err(|e| e.to_string())?;
+            Ok((i.described_object.map(|d| d.name).unwrap_or_default(), v))
+        })
+        .collect()
+}
+
+/// The reason and message of a metric type the autoscaler does not know.
+fn unsupported_metric(m: &MetricSpec) -> (&'static str, String) {
+    (
+        "InvalidMetricSourceType",
+        format!("unknown metric source type {:?}", m.type_),
+    )
 }
 
 /// Kubernetes' computeReplicasForMetrics: the largest proposal of the valid metrics.
 fn replicas_for_metrics(
     hpa: &HorizontalPodAutoscaler,
-    current: i32,
+    target: &TargetScale,
     pods: &[Pod],
     usage: &HashMap<String, Vec<ContainerUsage>>,
+    api: &ApiMetrics,
     settings: &Settings,
     events: &mut Vec<PlannedEvent>,
 ) -> (Result<(i32, String), Cond>, Vec<MetricStatus>) {
+    let (current, status_replicas) = (target.replicas, target.status_replicas);
     let mut statuses = Vec::new();
     let mut best: Option<(i32, String)> = None;
     let mut first_invalid: Option<Cond> = None;
     let mut invalid = 0;
-    for m in &hpa.spec.metrics {
+    for (i, m) in hpa.spec.metrics.iter().enumerate() {
         let computed = match (m.type_.as_str(), &m.resource, &m.container_resource) {
             ("Resource", Some(r), _) => resource_metric(
                 &r.name,
@@ -716,6 +1188,15 @@ fn replicas_for_metrics(
                 (n, status, format!("{words} on container {}", r.container))
             })
             .map_err(|e| ("FailedGetContainerResourceMetric", e)),
+            ("Pods" | "Object" | "External", _, _) => api_metric(
+                hpa,
+                m,
+                api.get(&i),
+                current,
+                status_replicas,
+                pods,
+                settings.tolerance,
+            ),
             _ => Err(unsupported_metric(m)),
         };
         match computed {
@@ -795,11 +1276,13 @@ fn rules(r: &HPAScalingRules) -> Rules {
 /// One sync of `hpa` (Kubernetes' reconcileAutoscaler) against its target's scale, the
 /// target's pods and their usage, at `now` (seconds). `history` is the autoscaler's memory
 /// of recommendations and scale events, updated here.
+#[allow(clippy::too_many_arguments)] // the sync's inputs, each plain data
 pub fn plan(
     hpa: &HorizontalPodAutoscaler,
     target: &TargetScale,
     pods: &[Pod],
     usage: &HashMap<String, Vec<ContainerUsage>>,
+    api: &ApiMetrics,
     history: &mut History,
     settings: &Settings,
     now: Time,
@@ -835,7 +1318,7 @@ pub fn plan(
         )
     } else {
         let (computed, statuses) =
-            replicas_for_metrics(hpa, current, pods, usage, settings, &mut events);
+            replicas_for_metrics(hpa, target, pods, usage, api, settings, &mut events);
         current_metrics = statuses;
         let (proposal, words) = match computed {
             Ok(p) => p,
@@ -1010,7 +1493,7 @@ async fn target_scale(
     let selector =
         |ls: Option<LabelSelector>| ls.and_then(|s| Selector::from_label_selector(&s).ok());
     if kind.is_custom() {
-        let (spec, _, selector_path) = kind
+        let (spec, status_path, selector_path) = kind
             .custom_rules()
             .and_then(|rules| rules.scale_paths())
             .ok_or_else(no_match)?;
@@ -1023,26 +1506,47 @@ async fn target_scale(
         let json = serde_json::to_value(&obj).unwrap_or_default();
         let at = |path: &str| json.pointer(&path.replace('.', "/")).cloned();
         let replicas = at(&spec).and_then(|v| v.as_i64()).unwrap_or(0) as i32;
+        let status_replicas = at(&status_path).and_then(|v| v.as_i64()).unwrap_or(0) as i32;
         let selector = selector_path
             .and_then(|p| at(&p))
             .and_then(|v| v.as_str().map(str::to_string))
             .and_then(|s| Selector::parse(&s).ok());
-        return Ok((kind, TargetScale { replicas, selector }));
+        return Ok((
+            kind,
+            TargetScale {
+                replicas,
+                status_replicas,
+                selector,
+            },
+        ));
     }
     let cache = ctx.informers.cache();
     let scale = match kind {
-        Kind::Deployment => cache
-            .get::<Deployment>(ns, &r.name)
-            .map(|d| (d.spec.replicas, selector(d.spec.selector))),
-        Kind::ReplicaSet => cache
-            .get::<ReplicaSet>(ns, &r.name)
-            .map(|d| (d.spec.replicas, selector(d.spec.selector))),
-        Kind::StatefulSet => cache
-            .get::<StatefulSet>(ns, &r.name)
-            .map(|d| (d.spec.replicas, selector(d.spec.selector))),
+        Kind::Deployment => cache.get::<Deployment>(ns, &r.name).map(|d| {
+            (
+                d.spec.replicas,
+                d.status.replicas.unwrap_or(0),
+                selector(d.spec.selector),
+            )
+        }),
+        Kind::ReplicaSet => cache.get::<ReplicaSet>(ns, &r.name).map(|d| {
+            (
+                d.spec.replicas,
+                d.status.replicas,
+                selector(d.spec.selector),
+            )
+        }),
+        Kind::StatefulSet => cache.get::<StatefulSet>(ns, &r.name).map(|d| {
+            (
+                d.spec.replicas,
+                d.status.replicas,
+                selector(d.spec.selector),
+            )
+        }),
         _ => cache.get::<ReplicationController>(ns, &r.name).map(|d| {
             (
                 d.spec.replicas,
+                d.status.replicas,
                 Selector::from_labels(&d.spec.selector).ok(),
             )
         }),
@@ -1052,7 +1556,8 @@ async fn target_scale(
         kind,
         TargetScale {
             replicas: scale.0.unwrap_or(1),
-            selector: scale.1,
+            status_replicas: scale.1,
+            selector: scale.2,
         },
     ))
 }
@@ -1156,7 +1661,8 @@ async fn sync(
             } else {
                 metrics.usage(&pods).await
             };
-            let mut plan = plan(hpa, &target, &pods, &usage, history, settings, now);
+            let api = read_api_metrics(metrics, hpa, target.selector.as_ref()).await;
+            let mut plan = plan(hpa, &target, &pods, &usage, &api, history, settings, now);
             for e in &plan.events {
                 if e.warning {
                     recorder.warning(hpa, e.reason, e.message.clone());
@@ -1442,6 +1948,96 @@ mod tests {
         assert_eq!((n, why.reason), (8, "ScaleDownLimit"));
     }
 
+    fn phase_pod(name: &str, phase: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = name.into();
+        p.status.phase = Some(phase.into());
+        p
+    }
+
+    fn per_pod(v: &[(&str, i64)]) -> HashMap<String, i64> {
+        v.iter().map(|(n, v)| (n.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn plain_metric_replicas_as_kube_computes_them() {
+        let (a, b) = (phase_pod("a", "Running"), phase_pod("b", "Running"));
+        // 25 a pod against 10: ceil(2.5 x 2) = 5.
+        let busy = per_pod(&[("a", 25_000), ("b", 25_000)]);
+        assert_eq!(
+            plain_replicas(2, 10_000, &[a.clone(), b.clone()], &busy, 0.1),
+            Ok((5, 25_000))
+        );
+        // Within the tolerance: unchanged.
+        let near = per_pod(&[("a", 10_500), ("b", 10_400)]);
+        assert_eq!(
+            plain_replicas(2, 10_000, &[a.clone(), b.clone()], &near, 0.1),
+            Ok((2, 10_450))
+        );
+        // A pending pod counts as 0 on a scale-up: 50 over 3 against 10, ceil(1.67 x 3).
+        let pending = phase_pod("c", "Pending");
+        assert_eq!(
+            plain_replicas(
+                3,
+                10_000,
+                &[a.clone(), b.clone(), pending.clone()],
+                &busy,
+                0.1
+            ),
+            Ok((5, 25_000))
+        );
+        // Missing values count as the target on a scale-down: (2+2+10+10) / 40, ceil(0.6 x 4).
+        let idle = per_pod(&[("a", 2_000), ("b", 2_000)]);
+        let (c, d) = (phase_pod("c", "Running"), phase_pod("d", "Running"));
+        assert_eq!(
+            plain_replicas(4, 10_000, &[a, b, c, d], &idle, 0.1),
+            Ok((3, 2_000))
+        );
+        assert_eq!(
+            plain_replicas(1, 10_000, &[pending], &per_pod(&[("c", 5)]), 0.1),
+            Err("did not receive metrics for targeted pods (pods might be unready)".into())
+        );
+    }
+
+    #[test]
+    fn one_value_against_value_and_average_targets() {
+        let target = |type_: &str, q: &str| MetricTarget {
+            type_: type_.into(),
+            value: (type_ == "Value").then(|| Quantity(q.into())),
+            average_value: (type_ == "AverageValue").then(|| Quantity(q.into())),
+            ..Default::default()
+        };
+        // 30 against 10 a replica: 3, the average over the one replica there is.
+        let (n, current) =
+            value_replicas(30_000, &target("AverageValue", "10"), 1, 1, &[], 0.1, "").unwrap();
+        assert_eq!((n, current.average_value), (3, Some(Quantity("30".into()))));
+        // Three replicas already: within the tolerance, 10 each.
+        let (n, current) =
+            value_replicas(30_000, &target("AverageValue", "10"), 3, 3, &[], 0.1, "").unwrap();
+        assert_eq!((n, current.average_value), (3, Some(Quantity("10".into()))));
+        // A Value target times the ready pods; from zero replicas, the ratio itself.
+        let mut ready = phase_pod("a", "Running");
+        ready.status.conditions = vec![api::core::PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }];
+        let pods = [ready, phase_pod("b", "Pending")];
+        let (n, current) =
+            value_replicas(1_500, &target("Value", "500m"), 2, 2, &pods, 0.1, "").unwrap();
+        assert_eq!((n, current.value), (3, Some(Quantity("1500m".into()))));
+        assert_eq!(
+            value_replicas(1_500, &target("Value", "500m"), 0, 0, &[], 0.1, "")
+                .unwrap()
+                .0,
+            3
+        );
+        assert_eq!(
+            value_replicas(1, &target("Utilization", "1"), 1, 1, &[], 0.1, "neither"),
+            Err("neither".into())
+        );
+    }
+
     mod plan {
         use super::super::*;
         use api::autoscaling::{
@@ -1506,6 +2102,7 @@ mod tests {
         fn target(replicas: i32) -> TargetScale {
             TargetScale {
                 replicas,
+                status_replicas: replicas,
                 selector: None,
             }
         }
@@ -1527,6 +2124,7 @@ mod tests {
                 &target(2),
                 &pods,
                 &usage,
+                &ApiMetrics::new(),
                 &mut History::default(),
                 &Settings::default(),
                 Time(1000),
@@ -1566,6 +2164,7 @@ mod tests {
                 &target(1),
                 &pods,
                 &usage,
+                &ApiMetrics::new(),
                 &mut History::default(),
                 &Settings::default(),
                 Time(1000),
@@ -1594,6 +2193,7 @@ mod tests {
                 &target(4),
                 &pods,
                 &busy,
+                &ApiMetrics::new(),
                 &mut history,
                 &settings,
                 Time(1000),
@@ -1607,6 +2207,7 @@ mod tests {
                 &target(4),
                 &pods,
                 &idle,
+                &ApiMetrics::new(),
                 &mut history,
                 &settings,
                 Time(1015),
@@ -1619,6 +2220,7 @@ mod tests {
                 &target(4),
                 &pods,
                 &idle,
+                &ApiMetrics::new(),
                 &mut history,
                 &settings,
                 Time(1400),
@@ -1639,6 +2241,7 @@ mod tests {
                 &target(4),
                 &pods,
                 &busy,
+                &ApiMetrics::new(),
                 &mut history,
                 &settings,
                 Time(1000),
@@ -1648,6 +2251,7 @@ mod tests {
                 &target(4),
                 &pods,
                 &idle,
+                &ApiMetrics::new(),
                 &mut history,
                 &settings,
                 Time(1015),
@@ -1685,6 +2289,7 @@ mod tests {
                 &target(1),
                 &pods,
                 &usage,
+                &ApiMetrics::new(),
                 &mut History::default(),
                 &Settings::default(),
                 Time(1000),
@@ -1726,6 +2331,7 @@ mod tests {
                 &target(2),
                 &pods,
                 &usage_of(&[("a", 5)]),
+                &ApiMetrics::new(),
                 &mut History::default(),
                 &Settings::default(),
                 Time(1000),
@@ -1756,6 +2362,7 @@ mod tests {
                 &target(2),
                 &pods,
                 &HashMap::new(),
+                &ApiMetrics::new(),
                 &mut History::default(),
                 &Settings::default(),
                 Time(1000),
@@ -1771,6 +2378,7 @@ mod tests {
                 &target(0),
                 &[],
                 &HashMap::new(),
+                &ApiMetrics::new(),
                 &mut History::default(),
                 &Settings::default(),
                 Time(1000),
@@ -1783,6 +2391,7 @@ mod tests {
                 &target(9),
                 &[],
                 &HashMap::new(),
+                &ApiMetrics::new(),
                 &mut History::default(),
                 &Settings::default(),
                 Time(1000),

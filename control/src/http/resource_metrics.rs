@@ -574,6 +574,32 @@ impl crate::controllers::podautoscaler::PodMetrics for ServerPodMetrics {
             out
         })
     }
+
+    fn metrics_api<'a>(
+        &'a self,
+        group: &'a str,
+        versions: &'a [&'a str],
+        rest: String,
+    ) -> crate::controllers::podautoscaler::BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            let aggregator = &self.0.aggregator;
+            let Some(version) = versions
+                .iter()
+                .find(|v| aggregator.backend(group, v).is_some())
+            else {
+                return Err(crate::controllers::podautoscaler::not_registered(group));
+            };
+            // As kube-controller-manager's autoscaler with its own service account.
+            let user = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
+            let groups = [
+                "system:serviceaccounts".to_string(),
+                "system:serviceaccounts:kube-system".to_string(),
+                "system:authenticated".to_string(),
+            ];
+            let path = format!("/apis/{group}/{version}{rest}");
+            aggregator.get(group, version, &path, user, &groups).await
+        })
+    }
 }
 
 /// Runs the futures concurrently and answers their outputs in order.
