@@ -2483,6 +2483,35 @@ impl Registry {
     {
         let kind = self.kind::<K>();
         let old_json = old.map(codec::to_json);
+        if hooks.policies_only() {
+            // No webhook to wait for: the policies run on the object about to be stored,
+            // inside the write's one commit (a denial leaves no trace of it).
+            let Some(policies) = hooks
+                .prepare_policies(
+                    self,
+                    request,
+                    Some(&codec::to_json(&input)),
+                    old_json.as_ref(),
+                )
+                .await
+            else {
+                let mut commit = commit;
+                return self
+                    .write(move |txn| commit(txn, input.clone()), fix_object)
+                    .await;
+            };
+            let (mut commit, notes) = (commit, self.warnings.clone());
+            return self
+                .write(
+                    move |txn| {
+                        let stored = commit(txn, input.clone())?;
+                        policies.run(&notes, Some(&codec::to_json(&stored)), old_json.as_ref())?;
+                        Ok(stored)
+                    },
+                    fix_object,
+                )
+                .await;
+        }
         if hooks.mutates() {
             let before = codec::to_json(&input);
             let mut object = Some(before.clone());

@@ -565,13 +565,109 @@ impl Candidates {
     /// from the store first.
     async fn apply_policies(
         &self,
-        policies: &PolicySet,
+        policies: &Arc<PolicySet>,
         registry: &Registry,
         request: &Request,
         notes: &Warnings,
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
+        match prepare(policies, registry, request, object, old).await {
+            Some(p) => p.run(notes, object, old),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the write goes to policies only (no webhook): their checks can then run on
+    /// the object a write is about to store, inside its one commit
+    /// ([`PreparedPolicies::run`]), instead of a dry run first.
+    pub fn policies_only(&self) -> bool {
+        self.mutating.is_empty() && self.validating.is_empty() && self.policies.is_some()
+    }
+
+    /// The policies of a write that goes to policies only, their params read, ready to run
+    /// on the object it stores; `None` when no policy takes `object` (as sent).
+    pub async fn prepare_policies(
+        &self,
+        registry: &Registry,
+        request: &Request,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Option<Arc<PreparedPolicies>> {
+        let policies = self.policies.as_ref()?;
+        prepare(policies, registry, request, object, old)
+            .await
+            .map(Arc::new)
+    }
+}
+
+/// The policies a write goes to, with their params read (what evaluating them needs from
+/// the store), or `None` when none takes `object`.
+async fn prepare(
+    policies: &Arc<PolicySet>,
+    registry: &Registry,
+    request: &Request,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Option<PreparedPolicies> {
+    let labels = request.labels(object, old);
+    let review = request.review(object, old);
+    let req = conditions::request_json(&review);
+    let preq = PolicyRequest {
+        attrs: request.attributes(&labels),
+        name: &request.name,
+        namespace: &request.namespace,
+        input: Input {
+            object,
+            old_object: old,
+            request: Some(&req),
+            namespace: request.namespace_object.as_ref(),
+            params: None,
+        },
+    };
+    if !policies.matches(&preq) {
+        return None;
+    }
+    let mut params = Params::default();
+    for kind in policies.param_kinds(&preq) {
+        let objects = match Kind::from_type(&kind.api_version, &kind.kind) {
+            Some(k) => Some((
+                k.info().namespaced,
+                registry
+                    .store
+                    .list(k, None)
+                    .await
+                    .map(|(items, _)| items.iter().map(|o| o.to_json()).collect())
+                    .unwrap_or_default(),
+            )),
+            None => None,
+        };
+        params.kinds.push((kind, objects));
+    }
+    Some(PreparedPolicies {
+        policies: policies.clone(),
+        request: request.clone(),
+        params,
+    })
+}
+
+/// The policies of one write with their params, to be run on the object it stores.
+pub struct PreparedPolicies {
+    policies: Arc<PolicySet>,
+    request: Request,
+    params: Params,
+}
+
+impl PreparedPolicies {
+    /// Evaluates the policies on `object` (synchronous: CEL only), their warnings and
+    /// audit annotations noted; the denial of the first policy that denies.
+    pub fn run(
+        &self,
+        notes: &Warnings,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let request = &self.request;
         let labels = request.labels(object, old);
         let review = request.review(object, old);
         let req = conditions::request_json(&review);
@@ -587,26 +683,10 @@ impl Candidates {
                 params: None,
             },
         };
-        if !policies.matches(&preq) {
+        if !self.policies.matches(&preq) {
             return Ok(());
         }
-        let mut params = Params::default();
-        for kind in policies.param_kinds(&preq) {
-            let objects = match Kind::from_type(&kind.api_version, &kind.kind) {
-                Some(k) => Some((
-                    k.info().namespaced,
-                    registry
-                        .store
-                        .list(k, None)
-                        .await
-                        .map(|(items, _)| items.iter().map(|o| o.to_json()).collect())
-                        .unwrap_or_default(),
-                )),
-                None => None,
-            };
-            params.kinds.push((kind, objects));
-        }
-        let outcome = policies.validate(&preq, &params);
+        let outcome = self.policies.validate(&preq, &self.params);
         {
             let mut n = notes.lock().unwrap_or_else(|e| e.into_inner());
             n.warnings.extend(outcome.warnings);
