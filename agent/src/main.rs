@@ -130,6 +130,11 @@ struct Cli {
     /// Do not program iptables for Services (no service proxy on this node).
     #[arg(long, env = "SKIFF_AGENT_DISABLE_PROXY")]
     disable_proxy: bool,
+    /// Keep a tunnel open to every server and take logs, exec, attach, port-forward and
+    /// metrics requests through it: for a node behind NAT that the servers cannot dial
+    /// (docs/design/tunnel.md).
+    #[arg(long, env = "SKIFF_AGENT_TUNNEL")]
+    tunnel: bool,
     /// Do not enforce NetworkPolicies on this node (as k3s' --disable-network-policy).
     #[arg(long, env = "SKIFF_AGENT_DISABLE_NETWORK_POLICY")]
     disable_network_policy: bool,
@@ -276,6 +281,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
             ..Default::default()
         },
         local_connections: None,
+        tunnel: cli.tunnel,
     };
     node::run(cfg).context("skiff-agent stopped")
 }

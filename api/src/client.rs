@@ -931,7 +931,8 @@ fn error_of(server: &str, e: TransportError) -> ClientError {
     }
 }
 
-fn parse_server(server: &str) -> Result<(String, u16), ClientError> {
+/// `https://HOST[:PORT]` split into host (IPv6 in brackets) and port (443 by default).
+pub fn parse_server(server: &str) -> Result<(String, u16), ClientError> {
     let rest = server.strip_prefix("https://").ok_or_else(|| {
         ClientError::Config(format!(
             "the server URL must start with https://: {server:?}"

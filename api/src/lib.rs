@@ -41,6 +41,7 @@ pub mod storage;
 pub mod table;
 pub mod tls;
 pub mod transport;
+pub mod tunnel;
 pub mod validation;
 
 pub use object::{AnyObject, Kind, KindInfo, Resource};

@@ -34,4 +34,5 @@ pub mod server;
 pub mod serviceaccount;
 pub mod store;
 pub mod strategic;
+pub mod tunnel;
 pub mod webhook;

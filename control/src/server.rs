@@ -334,6 +334,8 @@ impl EmbeddedAgentArgs {
                 ..Default::default()
             },
             local_connections: None,
+            // The embedded agent is reached in-process.
+            tunnel: false,
         })
     }
 }
@@ -578,6 +580,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         metrics: Default::default(),
         resource_metrics: Default::default(),
         local_agent: Default::default(),
+        tunnels: crate::tunnel::Tunnels::new(),
         ui: !args.disable_ui,
         aggregated_discovery: !args.disable_aggregated_discovery,
         registries_config: Some(args.agent.registries_config.clone()),

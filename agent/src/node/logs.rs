@@ -447,7 +447,7 @@ pub async fn serve_local(connections: LocalConnections, source: Arc<LogSource>) 
 }
 
 /// Reads a request's head and serves it.
-async fn handle<S>(mut stream: S, source: Arc<LogSource>) -> io::Result<()>
+pub(crate) async fn handle<S>(mut stream: S, source: Arc<LogSource>) -> io::Result<()>
 where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + Send + 'static,
 {

@@ -27,6 +27,7 @@ pub mod register;
 pub mod rotation;
 pub mod spdy;
 pub mod stats;
+pub mod tunnel;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -93,6 +94,9 @@ pub struct AgentConfig {
     pub dns: crate::dns::DnsSettings,
     /// In `skiff server`: the server's in-process connections to this agent's endpoint.
     pub local_connections: Option<logs::LocalConnections>,
+    /// Keep a tunnel open to every server, for a node the servers cannot dial (behind NAT):
+    /// node-bound requests come through it (docs/design/tunnel.md).
+    pub tunnel: bool,
 }
 
 /// Why the agent could not run.
@@ -273,6 +277,18 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         });
         if let Some(local) = cfg.local_connections.clone() {
             smol::spawn(logs::serve_local(local, log_source.clone())).detach();
+        }
+        if cfg.tunnel {
+            let config = api::client::ClientConfig {
+                client_identity: Some(live.clone()),
+                client_cert_pem: None,
+                client_key_pem: None,
+                ..creds.client_config()
+            };
+            match api::client::tls_config(&config) {
+                Ok(tls) => tunnel::start(&creds.servers, Arc::new(tls), log_source.clone()),
+                Err(e) => tracing::error!("no tunnel to the servers: {e}"),
+            }
         }
         let log_port = start_log_endpoint(&creds, live, cfg.log_port, log_source).await;
 

@@ -227,6 +227,8 @@ pub(super) enum AgentStream {
     Tls(Box<futures_rustls::client::TlsStream<smol::net::TcpStream>>),
     /// To the agent inside this process (see [`LocalAgent`]).
     Local(smol::Async<std::os::unix::net::UnixStream>),
+    /// A stream of the tunnel the node's agent opened to this server (`crate::tunnel`).
+    Tunnel(Box<api::tunnel::Stream>),
 }
 
 impl futures_lite::AsyncRead for AgentStream {
@@ -238,6 +240,7 @@ impl futures_lite::AsyncRead for AgentStream {
         match self.get_mut() {
             AgentStream::Tls(s) => Pin::new(s).poll_read(cx, buf),
             AgentStream::Local(s) => Pin::new(s).poll_read(cx, buf),
+            AgentStream::Tunnel(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -251,6 +254,7 @@ impl futures_lite::AsyncWrite for AgentStream {
         match self.get_mut() {
             AgentStream::Tls(s) => Pin::new(s).poll_write(cx, buf),
             AgentStream::Local(s) => Pin::new(s).poll_write(cx, buf),
+            AgentStream::Tunnel(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -258,6 +262,7 @@ impl futures_lite::AsyncWrite for AgentStream {
         match self.get_mut() {
             AgentStream::Tls(s) => Pin::new(s).poll_flush(cx),
             AgentStream::Local(s) => Pin::new(s).poll_flush(cx),
+            AgentStream::Tunnel(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -265,6 +270,7 @@ impl futures_lite::AsyncWrite for AgentStream {
         match self.get_mut() {
             AgentStream::Tls(s) => Pin::new(s).poll_close(cx),
             AgentStream::Local(s) => Pin::new(s).poll_close(cx),
+            AgentStream::Tunnel(s) => Pin::new(s).poll_close(cx),
         }
     }
 }
@@ -424,9 +430,15 @@ pub(super) async fn fetch(
         Some(agent) => agent.connect(node_name).await,
         None => None,
     };
+    // The in-process agent; else the node's tunnel to this server; else the network.
     let mut stream = match local {
         Some(s) => s,
-        None => connect_tls(tls, node_name, host).await?,
+        None => match state.tunnels.open(node_name).await {
+            Some(opened) => AgentStream::Tunnel(Box::new(
+                opened.map_err(|e| format!("through the node's tunnel: {e}"))?,
+            )),
+            None => connect_tls(tls, node_name, host).await?,
+        },
     };
     let answer = async {
         stream

@@ -77,6 +77,8 @@ pub struct AppState {
     pub resource_metrics: resource_metrics::Scraper,
     /// The agent running inside this process, once started.
     pub local_agent: std::sync::OnceLock<LocalAgent>,
+    /// The tunnels agents opened to this server (`--tunnel` agents behind NAT).
+    pub tunnels: Arc<crate::tunnel::Tunnels>,
     /// Whether `/ui/` serves the dashboard (`--disable-ui`).
     pub ui: bool,
     /// Whether `/api` and `/apis` answer the aggregated document when asked for it.
@@ -679,6 +681,7 @@ async fn handle_authenticated(
                 &serde_json::to_value(answer).unwrap_or_default(),
             ))
         }
+        Route::Tunnel => tunnel(&state, &req, &user).await,
         Route::Registries => {
             get_only(&req)?;
             if user.node_name().is_none() && !user.is_master() {
@@ -1032,9 +1035,54 @@ fn attributes(req: &tide::Request<State>, route: &Route) -> Option<crate::rbac::
             request_path(req),
             query_string(req),
         )),
-        Route::JoinCa | Route::Join | Route::ServerJoin => None,
+        // Decided by their handlers (the tunnel: nodes only).
+        Route::JoinCa | Route::Join | Route::ServerJoin | Route::Tunnel => None,
         _ => non_resource(),
     }
+}
+
+/// An agent's tunnel (docs/design/tunnel.md): a node's `GET` with `Upgrade:
+/// skiff-tunnel/1`, answered 101; the upgraded connection carries the yamux session
+/// `crate::tunnel` runs.
+async fn tunnel(
+    state: &State,
+    req: &tide::Request<State>,
+    user: &User,
+) -> Result<tide::Response, ApiError> {
+    let Some(node) = user.node_name() else {
+        return Err(ApiError::forbidden(format!(
+            "User \"{}\" cannot open a node tunnel: only nodes may",
+            user.name
+        )));
+    };
+    if req.method() != tide::http::Method::Get {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow {} here",
+            req.method()
+        )));
+    }
+    let upgrade = header(req, "Upgrade").unwrap_or_default();
+    if !upgrade.eq_ignore_ascii_case(api::tunnel::PROTOCOL) {
+        return Err(ApiError::bad_request(format!(
+            "a tunnel needs Upgrade: {}",
+            api::tunnel::PROTOCOL
+        )));
+    }
+    let mut response = tide::Response::new(StatusCode::SwitchingProtocols);
+    response.insert_header("Connection", "Upgrade");
+    response.insert_header("Upgrade", api::tunnel::PROTOCOL);
+    // async-h1 hands over the connection once the 101 is written.
+    let upgraded = AsMut::<tide::http::Response>::as_mut(&mut response)
+        .recv_upgrade()
+        .await;
+    let (tunnels, node) = (state.tunnels.clone(), node.to_string());
+    smol::spawn(async move {
+        if let Some(conn) = upgraded.await {
+            tunnels.accept(node, conn);
+        }
+    })
+    .detach();
+    Ok(response)
 }
 
 /// Runs the authorizer. A node's resource requests are decided by the node rules instead

@@ -42,6 +42,8 @@ pub enum Route {
     Users,
     /// The registries.yaml the server hands to its agents (nodes and admins).
     Registries,
+    /// An agent's tunnel (`api::tunnel`): an upgrade, nodes only.
+    Tunnel,
     /// The review kinds of authorization.k8s.io and authentication.k8s.io (create only,
     /// never stored): SelfSubjectAccessReview, TokenReview, ...
     Review(ReviewPath),
@@ -138,6 +140,7 @@ pub fn parse(table: &Table, path: &str) -> Result<Route, NoRoute> {
         ["ui", ..] => Ok(Route::Ui),
         ["skiff", "v1", "users"] => Ok(Route::Users),
         ["skiff", "v1", "registries"] => Ok(Route::Registries),
+        ["skiff", "v1", "tunnel"] => Ok(Route::Tunnel),
         ["api"] => Ok(Route::CoreVersions),
         ["apis"] => Ok(Route::GroupList),
         ["apis", group, version, ..] if table.remote(group, version).is_some() => {
