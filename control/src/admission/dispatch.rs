@@ -610,26 +610,11 @@ async fn prepare(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Option<PreparedPolicies> {
-    let labels = request.labels(object, old);
-    let review = request.review(object, old);
-    let req = conditions::request_json(&review);
-    let preq = PolicyRequest {
-        attrs: request.attributes(&labels),
-        name: &request.name,
-        namespace: &request.namespace,
-        input: Input {
-            object,
-            old_object: old,
-            request: Some(&req),
-            namespace: request.namespace_object.as_ref(),
-            params: None,
-        },
-    };
-    if !policies.matches(&preq) {
-        return None;
-    }
+    let kinds = with_policy_request(request, object, old, |preq| {
+        policies.matches(preq).then(|| policies.param_kinds(preq))
+    })?;
     let mut params = Params::default();
-    for kind in policies.param_kinds(&preq) {
+    for kind in kinds {
         let objects = match Kind::from_type(&kind.api_version, &kind.kind) {
             Some(k) => Some((
                 k.info().namespaced,
@@ -651,6 +636,32 @@ async fn prepare(
     })
 }
 
+/// Runs `f` on the request of a write as the policies see it: its attributes for matching,
+/// and the variables of their expressions (the review's request, the objects, the
+/// namespace).
+fn with_policy_request<T>(
+    request: &Request,
+    object: Option<&Value>,
+    old: Option<&Value>,
+    f: impl FnOnce(&PolicyRequest<'_>) -> T,
+) -> T {
+    let labels = request.labels(object, old);
+    let review = request.review(object, old);
+    let req = conditions::request_json(&review);
+    f(&PolicyRequest {
+        attrs: request.attributes(&labels),
+        name: &request.name,
+        namespace: &request.namespace,
+        input: Input {
+            object,
+            old_object: old,
+            request: Some(&req),
+            namespace: request.namespace_object.as_ref(),
+            params: None,
+        },
+    })
+}
+
 /// The policies of one write with their params, to be run on the object it stores.
 pub struct PreparedPolicies {
     policies: Arc<PolicySet>,
@@ -667,26 +678,15 @@ impl PreparedPolicies {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let request = &self.request;
-        let labels = request.labels(object, old);
-        let review = request.review(object, old);
-        let req = conditions::request_json(&review);
-        let preq = PolicyRequest {
-            attrs: request.attributes(&labels),
-            name: &request.name,
-            namespace: &request.namespace,
-            input: Input {
-                object,
-                old_object: old,
-                request: Some(&req),
-                namespace: request.namespace_object.as_ref(),
-                params: None,
-            },
-        };
-        if !self.policies.matches(&preq) {
+        let outcome = with_policy_request(&self.request, object, old, |preq| {
+            let policies = &self.policies;
+            policies
+                .matches(preq)
+                .then(|| policies.validate(preq, &self.params))
+        });
+        let Some(outcome) = outcome else {
             return Ok(());
-        }
-        let outcome = self.policies.validate(&preq, &self.params);
+        };
         {
             let mut n = notes.lock().unwrap_or_else(|e| e.into_inner());
             n.warnings.extend(outcome.warnings);

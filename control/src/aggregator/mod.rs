@@ -153,27 +153,14 @@ impl Aggregator {
             .map_err(|_| UNAVAILABLE.to_string())?;
         let url = Url::parse(&format!("{}{path}", endpoint_origin(&host, port)))
             .map_err(|e| e.to_string())?;
-        let mut headers = front_proxy_headers(user, groups, &BTreeMap::new());
-        headers.push(("Accept".into(), "application/json".into()));
-        let headers: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
         let exchange = async {
-            let mut answer = transport
-                .send("GET", &url, &headers, &[])
-                .await
-                .map_err(|e| go_error(&e))?;
-            let body = answer
-                .bytes(MAX_DISCOVERY)
-                .await
-                .map_err(|e| go_error(&e))?;
-            if (200..300).contains(&answer.status) {
+            let (code, body) = get_as(transport, &url, user, groups).await?;
+            if (200..300).contains(&code) {
                 return Ok(body);
             }
             // client-go's words for an answer that is not a Status.
             let status: Option<api::meta::Status> = serde_json::from_slice(&body).ok();
-            Err(match (status, answer.status) {
+            Err(match (status, code) {
                 (Some(st), _) if !st.message.is_empty() => st.message,
                 (_, 503) => UNAVAILABLE.into(),
                 (_, 404) => "the server could not find the requested resource".into(),
@@ -377,6 +364,31 @@ impl Aggregator {
     }
 }
 
+/// A GET of `url` with `user` in the front-proxy headers, asking for JSON: the status and
+/// the body (at most [`MAX_DISCOVERY`] bytes), or Go's words for a failed exchange.
+async fn get_as(
+    transport: &Transport,
+    url: &Url,
+    user: &str,
+    groups: &[String],
+) -> Result<(u16, Vec<u8>), String> {
+    let mut headers = front_proxy_headers(user, groups, &BTreeMap::new());
+    headers.push(("Accept".into(), "application/json".into()));
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mut answer = transport
+        .send("GET", url, &headers, &[])
+        .await
+        .map_err(|e| go_error(&e))?;
+    let body = answer
+        .bytes(MAX_DISCOVERY)
+        .await
+        .map_err(|e| go_error(&e))?;
+    Ok((answer.status, body))
+}
+
 /// What a TLS client trusts.
 enum Trust<'a> {
     /// This PEM bundle, or the system's roots without one.
@@ -506,21 +518,8 @@ async fn fetch_discovery(
             endpoint_origin(&host, port)
         ))
         .map_err(|e| e.to_string())?;
-        let headers = front_proxy_headers(AGGREGATOR_USER, &[], &BTreeMap::new());
-        let mut headers: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        headers.push(("Accept", "application/json"));
-        let mut answer = transport
-            .send("GET", &url, &headers, &[])
-            .await
-            .map_err(|e| go_error(&e))?;
-        let body = answer
-            .bytes(MAX_DISCOVERY)
-            .await
-            .map_err(|e| go_error(&e))?;
-        if answer.status != 200 {
+        let (code, body) = get_as(transport, &url, AGGREGATOR_USER, &[]).await?;
+        if code != 200 {
             return Err(format!(
                 "failed to download discovery for /apis/{group}/{version}: {}",
                 String::from_utf8_lossy(&body)
