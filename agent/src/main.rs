@@ -211,7 +211,7 @@ fn main() {
     let cli: Cli =
         api::config::parse_args(std::env::args_os(), &source).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
-        Some(Command::SelfCheck) => self_check(&cli.data_dir),
+        Some(Command::SelfCheck) => self_check(&cli.data_dir, &cli.registries_config, cli.tunnel),
         Some(Command::Reset { keep_pod_data }) => reset(&cli, keep_pod_data),
         Some(Command::Image { ref args }) => {
             cli_image(&cli.data_dir, args.clone(), &HashSet::new())
@@ -369,7 +369,7 @@ fn yes(b: bool) -> &'static str {
 }
 
 /// Prints what the machine offers; never fails on a missing feature, only reports it.
-fn self_check(data_dir: &Path) -> anyhow::Result<()> {
+fn self_check(data_dir: &Path, registries: &Path, tunnel: bool) -> anyhow::Result<()> {
     let arch = node::facts::kube_arch(std::env::consts::ARCH);
     let cgroup = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         "v2"
@@ -403,10 +403,61 @@ fn self_check(data_dir: &Path) -> anyhow::Result<()> {
     let joined = node::Credentials::load(data_dir).ok().flatten();
     println!(
         "joined: {}",
-        joined.map_or_else(
+        joined.as_ref().map_or_else(
             || "no".to_string(),
             |c| format!("yes ({})", c.servers.join(", "))
         )
     );
+    // What the site needs open: outbound TCP to each server's API port; inbound to this
+    // node's port only without the tunnel.
+    for server in joined.iter().flat_map(|c| &c.servers) {
+        println!("server {server}: {}", reachable(server));
+    }
+    println!(
+        "tunnel: {}",
+        if tunnel {
+            "on (the servers reach this node through its own connections: nothing inbound needed)"
+        } else {
+            "off (the servers dial this node's agent port: it must be reachable from them; --tunnel behind NAT)"
+        }
+    );
+    let mirrors = if registries.exists() {
+        match agent::image::RegistryConfig::load_yaml(registries) {
+            Ok(c) if c.mirrors.is_empty() => format!("none in {}", registries.display()),
+            Ok(c) => format!(
+                "{} (from {})",
+                c.mirrors.keys().cloned().collect::<Vec<_>>().join(", "),
+                registries.display()
+            ),
+            Err(e) => format!("unreadable: {e}"),
+        }
+    } else {
+        format!(
+            "none ({} absent; the server's copy is used if it has one)",
+            registries.display()
+        )
+    };
+    println!("registry mirrors: {mirrors}");
     Ok(())
+}
+
+/// Whether a TCP connection to `server`'s API port opens within 3 s.
+fn reachable(server: &str) -> String {
+    use std::net::ToSocketAddrs;
+    let Ok((host, port)) = api::client::parse_server(server) else {
+        return "not a server URL".into();
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs = match (host, port).to_socket_addrs() {
+        Ok(a) => a.collect::<Vec<_>>(),
+        Err(e) => return format!("cannot resolve: {e}"),
+    };
+    let mut last = "no address".to_string();
+    for a in addrs {
+        match std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(3)) {
+            Ok(_) => return format!("reachable ({a})"),
+            Err(e) => last = format!("not reachable ({a}: {e})"),
+        }
+    }
+    last
 }

@@ -15,7 +15,17 @@ fn version_and_self_check() {
     assert!(text.starts_with("skiff-agent "), "{text}");
 
     let dir = tempfile::tempdir().expect("dir");
+    // A mirror for docker.io, as a site points its boards at its own registry.
+    let registries = dir.path().join("registries.yaml");
+    std::fs::write(
+        &registries,
+        "mirrors:\n  docker.io:\n    endpoint: [\"https://mirror.site.test:5000\"]\n",
+    )
+    .expect("write registries.yaml");
     let out = agent()
+        .arg("--registries-config")
+        .arg(&registries)
+        .arg("--tunnel")
         .arg("self-check")
         .arg("--data-dir")
         .arg(dir.path())
@@ -33,6 +43,8 @@ fn version_and_self_check() {
         "overlay: ",
         "namespace mnt: ",
         "joined: no",
+        "tunnel: on (",
+        "registry mirrors: docker.io (from ",
     ] {
         assert!(text.contains(line), "{line} missing in:\n{text}");
     }
