@@ -31,8 +31,8 @@ cleanup() {
     if [ -n "${SKIFF_PID:-}" ]; then
         kubectl delete pod bench-tunnel --grace-period=1 --timeout=30s >/dev/null 2>&1 || true
     fi
-    [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
-    [ -n "${SKIFF_PID:-}" ] && kill "$SKIFF_PID" 2>/dev/null && wait "$SKIFF_PID" 2>/dev/null
+    if [ -n "$AGENT_PID" ]; then kill "$AGENT_PID" 2>/dev/null; wait "$AGENT_PID" 2>/dev/null; fi
+    if [ -n "${SKIFF_PID:-}" ]; then kill "$SKIFF_PID" 2>/dev/null; wait "$SKIFF_PID" 2>/dev/null; fi
     for procs in /sys/fs/cgroup/*/skiff-bench-tunnel/*/*/cgroup.procs /sys/fs/cgroup/skiff-bench-tunnel/*/*/cgroup.procs; do
         [ -f "$procs" ] && xargs -r kill -9 <"$procs" 2>/dev/null
     done
@@ -62,7 +62,8 @@ start_agent() {  # start_agent [--tunnel]
     AGENT_PID=$!
 }
 stop_agent() {
-    kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
+    kill "$AGENT_PID" 2>/dev/null || true
+    wait "$AGENT_PID" 2>/dev/null || true
     AGENT_PID=
 }
 latency() {  # latency LABEL COMMAND... : N sequential runs, p50/p99
