@@ -397,6 +397,26 @@ fn custom_metrics(w: &mut impl Write, req: &Seen, m: &Metrics) -> bool {
     }
 }
 
+/// An extension server trusting the front-proxy settings `data` (of
+/// kube-system/extension-apiserver-authentication), behind the Service `ext/api` and its
+/// Endpoints (no agent here: only the API server resolves them).
+fn extension_behind_a_service(s: &TestServer, data: &Value) -> ExtensionServer {
+    let allowed: Vec<String> =
+        serde_json::from_str(data["requestheader-allowed-names"].as_str().unwrap()).unwrap();
+    let ext = ExtensionServer::start(
+        data["requestheader-client-ca-file"].as_str().unwrap(),
+        allowed,
+    );
+    let (code, v) = s.json(
+        "POST",
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ext"}}),
+    );
+    assert_eq!(code, 201, "{v}");
+    s.expose_local("ext", "api", ext.port);
+    ext
+}
+
 fn apply(s: &TestServer, yaml: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("m.yaml");
@@ -531,21 +551,7 @@ fn an_extension_api_server_behind_an_apiservice() {
         data["requestheader-username-headers"],
         r#"["X-Remote-User"]"#
     );
-    let allowed: Vec<String> =
-        serde_json::from_str(data["requestheader-allowed-names"].as_str().unwrap()).unwrap();
-    let ext = ExtensionServer::start(
-        data["requestheader-client-ca-file"].as_str().unwrap(),
-        allowed,
-    );
-
-    // Its Service and Endpoints (no agent here: only the API server resolves them).
-    let (code, v) = s.json(
-        "POST",
-        "/api/v1/namespaces",
-        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ext"}}),
-    );
-    assert_eq!(code, 201, "{v}");
-    s.expose_local("ext", "api", ext.port);
+    let ext = extension_behind_a_service(&s, data);
 
     // A wrong name is refused with kube-aggregator's message.
     let (ok, out) = apply(
@@ -1162,20 +1168,7 @@ fn the_autoscaler_scales_on_custom_metrics_through_an_apiservice() {
         );
         (code == 200).then_some(cm)
     });
-    let data = &cm["data"];
-    let allowed: Vec<String> =
-        serde_json::from_str(data["requestheader-allowed-names"].as_str().unwrap()).unwrap();
-    let ext = ExtensionServer::start(
-        data["requestheader-client-ca-file"].as_str().unwrap(),
-        allowed,
-    );
-    let (code, v) = s.json(
-        "POST",
-        "/api/v1/namespaces",
-        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ext"}}),
-    );
-    assert_eq!(code, 201, "{v}");
-    s.expose_local("ext", "api", ext.port);
+    let ext = extension_behind_a_service(&s, &cm["data"]);
     let (ok, out) = apply(
         &s,
         &format!(
