@@ -59,13 +59,6 @@ impl Tunnels {
         Some(opener.open().await)
     }
 
-    /// The nodes with a tunnel here.
-    pub fn nodes(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.lock().keys().cloned().collect();
-        names.sort();
-        names
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Opener)>> {
         self.by_node.lock().unwrap_or_else(|e| e.into_inner())
     }

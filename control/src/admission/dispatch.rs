@@ -610,8 +610,8 @@ async fn prepare(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Option<PreparedPolicies> {
-    let kinds = with_policy_request(request, object, old, |preq| {
-        policies.matches(preq).then(|| policies.param_kinds(preq))
+    let kinds = when_matched(policies, request, object, old, false, |preq| {
+        policies.param_kinds(preq)
     })?;
     let mut params = Params::default();
     for kind in kinds {
@@ -636,30 +636,39 @@ async fn prepare(
     })
 }
 
-/// Runs `f` on the request of a write as the policies see it: its attributes for matching,
-/// and the variables of their expressions (the review's request, the objects, the
-/// namespace).
-fn with_policy_request<T>(
+/// Runs `f` on the request of a write as `policies` see it, if some policy's constraints
+/// take it: matched on its attributes alone (no CEL), and only then, when `variables`,
+/// given the review's request the expressions read (built only for a write that needs it).
+fn when_matched<T>(
+    policies: &PolicySet,
     request: &Request,
     object: Option<&Value>,
     old: Option<&Value>,
+    variables: bool,
     f: impl FnOnce(&PolicyRequest<'_>) -> T,
-) -> T {
+) -> Option<T> {
     let labels = request.labels(object, old);
-    let review = request.review(object, old);
-    let req = conditions::request_json(&review);
-    f(&PolicyRequest {
+    let mut preq = PolicyRequest {
         attrs: request.attributes(&labels),
         name: &request.name,
         namespace: &request.namespace,
         input: Input {
             object,
             old_object: old,
-            request: Some(&req),
+            request: None,
             namespace: request.namespace_object.as_ref(),
             params: None,
         },
-    })
+    };
+    if !policies.matches(&preq) {
+        return None;
+    }
+    if !variables {
+        return Some(f(&preq));
+    }
+    let req = conditions::request_json(&request.review(object, old));
+    preq.input.request = Some(&req);
+    Some(f(&preq))
 }
 
 /// The policies of one write with their params, to be run on the object it stores.
@@ -678,11 +687,8 @@ impl PreparedPolicies {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        let outcome = with_policy_request(&self.request, object, old, |preq| {
-            let policies = &self.policies;
-            policies
-                .matches(preq)
-                .then(|| policies.validate(preq, &self.params))
+        let outcome = when_matched(&self.policies, &self.request, object, old, true, |preq| {
+            self.policies.validate(preq, &self.params)
         });
         let Some(outcome) = outcome else {
             return Ok(());

@@ -470,14 +470,40 @@ pub const CUSTOM_METRICS: (&str, &[&str]) = ("custom.metrics.k8s.io", &["v1beta2
 /// The external metrics API (External metrics).
 pub const EXTERNAL_METRICS: (&str, &[&str]) = ("external.metrics.k8s.io", &["v1beta1"]);
 
-/// kube's words for a metrics API no server serves.
-pub fn not_registered(group: &str) -> String {
-    let which = if group == EXTERNAL_METRICS.0 {
+/// `custom` or `external`, as kube names the metrics API of `group`.
+fn api_word(group: &str) -> &'static str {
+    if group == EXTERNAL_METRICS.0 {
         "external"
     } else {
         "custom"
-    };
-    format!("no {which} metrics API ({group}) registered")
+    }
+}
+
+/// kube's words for a metrics API no server serves.
+pub fn not_registered(group: &str) -> String {
+    format!("no {} metrics API ({group}) registered", api_word(group))
+}
+
+/// kube's metrics clients' words for a failed read of the metrics API of `group`.
+fn unable_to_fetch(group: &str, e: impl std::fmt::Display) -> String {
+    format!(
+        "unable to fetch metrics from {} metrics API: {e}",
+        api_word(group)
+    )
+}
+
+/// A query string (`?k=v&...`, empty without values) of the pairs with a value.
+fn query(pairs: &[(&str, String)]) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs.iter().filter(|(_, v)| !v.is_empty()) {
+        q.append_pair(k, v);
+    }
+    let q = q.finish();
+    if q.is_empty() {
+        q
+    } else {
+        format!("?{q}")
+    }
 }
 
 /// What the autoscaler read of one Pods, Object or External metric from the metrics APIs:
@@ -858,27 +884,21 @@ fn api_metric(
 ) -> Result<(i32, MetricStatus, String), (&'static str, String)> {
     let ns = hpa.metadata.namespace();
     // Not read at all: no metrics API serves the group.
-    let reading = |reason: &'static str, context: &dyn Fn(&str) -> String| match reading {
-        Some(Ok(r)) => Ok(r.clone()),
-        Some(Err(e)) => Err((reason, context(e))),
-        None => {
-            let (api, group) = if reason == "FailedGetExternalMetric" {
-                ("external", EXTERNAL_METRICS.0)
-            } else {
-                ("custom", CUSTOM_METRICS.0)
-            };
-            let e = format!(
-                "unable to fetch metrics from {api} metrics API: {}",
-                not_registered(group)
-            );
-            Err((reason, context(&e)))
-        }
-    };
+    let reading =
+        |reason: &'static str, group: &str, context: &dyn Fn(&str) -> String| match reading {
+            Some(Ok(r)) => Ok(r.clone()),
+            Some(Err(e)) => Err((reason, context(e))),
+            None => Err((
+                reason,
+                context(&unable_to_fetch(group, not_registered(group))),
+            )),
+        };
     match (m.type_.as_str(), &m.pods, &m.object, &m.external) {
         ("Pods", Some(p), _, _) => {
             let name = &p.metric.name;
             let at = |e: &str| format!("unable to get metric {name}: {e}");
-            let ApiMetric::PerPod(values) = reading("FailedGetPodsMetric", &at)? else {
+            let ApiMetric::PerPod(values) = reading("FailedGetPodsMetric", CUSTOM_METRICS.0, &at)?
+            else {
                 return Err(("FailedGetPodsMetric", at("no metrics read")));
             };
             let target = p
@@ -911,7 +931,8 @@ fn api_metric(
                     obj.kind, obj.name
                 )
             };
-            let ApiMetric::Value(value) = reading("FailedGetObjectMetric", &at)? else {
+            let ApiMetric::Value(value) = reading("FailedGetObjectMetric", CUSTOM_METRICS.0, &at)?
+            else {
                 return Err(("FailedGetObjectMetric", at("no metrics read")));
             };
             let (n, current_value) = value_replicas(
@@ -939,7 +960,9 @@ fn api_metric(
             let name = &x.metric.name;
             let selector = selector_text(x.metric.selector.as_ref()).unwrap_or_default();
             let at = |e: &str| format!("unable to get external metric {ns}/{name}/{selector}: {e}");
-            let ApiMetric::Value(value) = reading("FailedGetExternalMetric", &at)? else {
+            let ApiMetric::Value(value) =
+                reading("FailedGetExternalMetric", EXTERNAL_METRICS.0, &at)?
+            else {
                 return Err(("FailedGetExternalMetric", at("no metrics read")));
             };
             let (n, current_value) = value_replicas(
@@ -986,20 +1009,9 @@ pub async fn read_api_metrics(
 ) -> ApiMetrics {
     let ns = hpa.metadata.namespace();
     let mut out = ApiMetrics::new();
-    let custom = |e: String| format!("unable to fetch metrics from custom metrics API: {e}");
+    let custom = |e: String| unable_to_fetch(CUSTOM_METRICS.0, e);
+    let external = |e: String| unable_to_fetch(EXTERNAL_METRICS.0, e);
     for (i, m) in hpa.spec.metrics.iter().enumerate() {
-        let query = |pairs: &[(&str, String)]| {
-            let mut q = form_urlencoded::Serializer::new(String::new());
-            for (k, v) in pairs.iter().filter(|(_, v)| !v.is_empty()) {
-                q.append_pair(k, v);
-            }
-            let q = q.finish();
-            if q.is_empty() {
-                q
-            } else {
-                format!("?{q}")
-            }
-        };
         let reading = match (m.type_.as_str(), &m.pods, &m.object, &m.external) {
             ("Pods", Some(p), _, _) => {
                 let result = async {
@@ -1063,8 +1075,6 @@ pub async fn read_api_metrics(
                 result.await.map_err(custom)
             }
             ("External", _, _, Some(x)) => {
-                let external =
-                    |e: String| format!("unable to fetch metrics from external metrics API: {e}");
                 let result = async {
                     let selector = selector_text(x.metric.selector.as_ref()).map_err(external)?;
                     let rest = format!(
