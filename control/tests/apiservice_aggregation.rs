@@ -1405,3 +1405,23 @@ spec:
     );
     assert_eq!(replicas("web"), 5);
 }
+
+/// The agents' tunnel endpoint is for nodes only: an admin (or any other user) asking for
+/// it is refused before anything is upgraded.
+#[test]
+fn only_nodes_may_open_a_tunnel() {
+    let s = TestServer::start();
+    let (code, _, body) = raw(
+        &s,
+        "GET",
+        "/skiff/v1/tunnel",
+        &[("Connection", "Upgrade"), ("Upgrade", "skiff-tunnel/1")],
+        &[],
+    );
+    assert_eq!(code, 403, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        String::from_utf8_lossy(&body).contains("only nodes may"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+}
