@@ -2430,9 +2430,11 @@ impl Registry {
         self.admission.candidates(self.kind::<K>(), sub, operation)
     }
 
-    /// A write as the webhooks are told of it.
+    /// A write as the webhooks are told of it; its Namespace read only when `hooks` select
+    /// by its labels or read it.
     async fn admission_request<K: Resource>(
         &self,
+        hooks: &Candidates,
         operation: Operation,
         part: Part,
         ns: &str,
@@ -2440,7 +2442,7 @@ impl Registry {
         options: &str,
     ) -> Result<AdmissionRequest, ApiError> {
         let kind = self.kind::<K>();
-        let namespace = if kind.info().namespaced && !ns.is_empty() {
+        let namespace = if kind.info().namespaced && !ns.is_empty() && hooks.needs_namespace() {
             match self.store.get(Kind::Namespace, "", ns).await {
                 Ok(n) => Some(n),
                 Err(crate::store::StoreError::NotFound { .. }) => None,
@@ -2579,6 +2581,7 @@ impl Registry {
     ) -> Result<K, ApiError> {
         let request = self
             .admission_request::<K>(
+                hooks,
                 Operation::Create,
                 Part::Main,
                 obj.meta().namespace(),
@@ -2631,7 +2634,7 @@ impl Registry {
     ) -> Result<K, ApiError> {
         let kind = self.kind::<K>();
         let request = self
-            .admission_request::<K>(Operation::Update, part, ns, name, options)
+            .admission_request::<K>(&hooks, Operation::Update, part, ns, name, options)
             .await?;
         let mut tries = 0;
         loop {
@@ -2701,7 +2704,14 @@ impl Registry {
         propagation: Propagation,
     ) -> Result<(K, bool), ApiError> {
         let request = self
-            .admission_request::<K>(Operation::Delete, Part::Main, ns, name, "DeleteOptions")
+            .admission_request::<K>(
+                &hooks,
+                Operation::Delete,
+                Part::Main,
+                ns,
+                name,
+                "DeleteOptions",
+            )
             .await?;
         let mut tries = 0;
         loop {

@@ -59,12 +59,33 @@ pub struct Compiled {
     /// variable is evaluated first.
     all_variables: bool,
     reads_authorizer: bool,
+    /// The request's variables it reads ([`BASE`] bits): only these are converted to CEL
+    /// for it.
+    base: u8,
 }
+
+/// The variables of a request, in [`Activation`]'s order; bit `i` of [`Compiled`]'s reads
+/// is `BASE[i]`.
+const BASE: [&str; 5] = [
+    "object",
+    "oldObject",
+    "request",
+    "namespaceObject",
+    "params",
+];
 
 impl Compiled {
     /// The expression's source.
     pub fn source(&self) -> &str {
         &self.expr.source
+    }
+
+    /// Whether it reads the request's variable `name` (`object`, `request`,
+    /// `namespaceObject`, ...).
+    pub fn reads(&self, name: &str) -> bool {
+        BASE.iter()
+            .position(|b| *b == name)
+            .is_some_and(|i| self.base & (1 << i) != 0)
     }
 }
 
@@ -75,7 +96,11 @@ pub fn compile(source: &str, env: &ExpressionEnv<'_>) -> Result<Compiled, String
     let mut variables = BTreeSet::new();
     let mut all_variables = false;
     let mut reads_authorizer = false;
+    let mut base = 0u8;
     for r in &expr.reads {
+        if let Some(i) = BASE.iter().position(|b| *b == r.name) {
+            base |= 1 << i;
+        }
         let declared = match r.name.as_str() {
             "object" | "oldObject" | "request" | "namespaceObject" => true,
             "params" => env.params,
@@ -117,6 +142,7 @@ pub fn compile(source: &str, env: &ExpressionEnv<'_>) -> Result<Compiled, String
         variables,
         all_variables,
         reads_authorizer,
+        base,
     })
 }
 
@@ -210,10 +236,13 @@ pub struct Variable {
     pub expr: Result<Compiled, String>,
 }
 
-/// The variables of one evaluation, converted to CEL once; the policy's variables evaluated
-/// on first use and kept.
+/// The variables of one evaluation, each converted to CEL when an expression first reads
+/// it (a policy that reads only `object` never pays for `request` or `namespaceObject`); the
+/// policy's variables evaluated on first use and kept.
 pub struct Activation<'v> {
-    base: Vec<(&'static str, cel::Value)>,
+    input: Input<'v>,
+    /// [`BASE`]'s values, once converted.
+    base: RefCell<[Option<cel::Value>; 5]>,
     variables: &'v [Variable],
     /// Each variable's value, or its error, once evaluated.
     values: RefCell<Vec<Slot>>,
@@ -235,22 +264,10 @@ pub struct OutOfBudget;
 impl<'v> Activation<'v> {
     /// The activation of `input`, with `variables` (a policy's; `&[]` elsewhere) and the
     /// whole runtime budget.
-    pub fn new(input: &Input<'_>, variables: &'v [Variable]) -> Activation<'v> {
-        let val = |v: Option<&Value>| v.map_or(cel::Value::Null, engine::to_cel);
-        let base = vec![
-            ("object", val(input.object)),
-            ("oldObject", val(input.old_object)),
-            ("request", val(input.request)),
-            (
-                "namespaceObject",
-                input
-                    .namespace
-                    .map_or(cel::Value::Null, |ns| engine::to_cel(&namespace_object(ns))),
-            ),
-            ("params", val(input.params)),
-        ];
+    pub fn new(input: &Input<'v>, variables: &'v [Variable]) -> Activation<'v> {
         Activation {
-            base,
+            input: *input,
+            base: RefCell::default(),
             variables,
             values: RefCell::new(vec![Slot::Unevaluated; variables.len()]),
             budget: Cell::new(RUNTIME_BUDGET),
@@ -259,17 +276,42 @@ impl<'v> Activation<'v> {
 
     /// The same variables with other parameters (a binding's next parameter object): the
     /// variables are evaluated afresh, the budget is whole again.
-    pub fn with_params(&self, params: Option<&Value>) -> Activation<'v> {
-        let mut base = self.base.clone();
-        if let Some(p) = base.iter_mut().find(|(n, _)| *n == "params") {
-            p.1 = params.map_or(cel::Value::Null, engine::to_cel);
-        }
+    pub fn with_params<'p>(&self, params: Option<&'p Value>) -> Activation<'p>
+    where
+        'v: 'p,
+    {
+        let mut base = self.base.borrow().clone();
+        base[4] = None;
         Activation {
-            base,
+            input: Input {
+                params,
+                ..self.input
+            },
+            base: RefCell::new(base),
             variables: self.variables,
             values: RefCell::new(vec![Slot::Unevaluated; self.variables.len()]),
             budget: Cell::new(RUNTIME_BUDGET),
         }
+    }
+
+    /// The request's variable `BASE[i]` as CEL, converted on first use.
+    fn base_value(&self, i: usize) -> cel::Value {
+        if let Some(v) = &self.base.borrow()[i] {
+            return v.clone();
+        }
+        let val = |v: Option<&Value>| v.map_or(cel::Value::Null, engine::to_cel);
+        let input = &self.input;
+        let value = match i {
+            0 => val(input.object),
+            1 => val(input.old_object),
+            2 => val(input.request),
+            3 => input
+                .namespace
+                .map_or(cel::Value::Null, |ns| engine::to_cel(&namespace_object(ns))),
+            _ => val(input.params),
+        };
+        self.base.borrow_mut()[i] = Some(value.clone());
+        value
     }
 
     /// Starts a new budget (kube gives one to each group of expressions).
@@ -317,7 +359,11 @@ impl<'v> Activation<'v> {
                 Err(e) => failed.push((v.name.clone(), e)),
             }
         }
-        let mut env: Vec<(&str, &cel::Value)> = self.base.iter().map(|(n, v)| (*n, v)).collect();
+        let base: Vec<(&str, cel::Value)> = (0..BASE.len())
+            .filter(|i| c.base & (1 << i) != 0)
+            .map(|i| (BASE[i], self.base_value(i)))
+            .collect();
+        let mut env: Vec<(&str, &cel::Value)> = base.iter().map(|(n, v)| (*n, v)).collect();
         let variables = cel::Value::from(vars);
         if !self.variables.is_empty() {
             env.push(("variables", &variables));
@@ -414,6 +460,13 @@ impl MatchConditions {
 
     pub fn is_empty(&self) -> bool {
         self.conditions.is_empty()
+    }
+
+    /// Whether one of them reads the request's variable `name`.
+    pub fn reads(&self, name: &str) -> bool {
+        self.conditions
+            .iter()
+            .any(|(_, c)| c.as_ref().is_ok_and(|c| c.reads(name)))
     }
 
     /// Evaluates the conditions as kube does: all of them (each within the per-call limit,

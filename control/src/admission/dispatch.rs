@@ -430,6 +430,16 @@ fn failed(
 }
 
 impl Candidates {
+    /// Whether a write needs its Namespace read for these (a webhook's or policy's
+    /// namespaceSelector, a policy's `namespaceObject`).
+    pub fn needs_namespace(&self) -> bool {
+        self.mutating
+            .iter()
+            .chain(&self.validating)
+            .any(|h| webhooks::selects_namespaces(&h.webhook))
+            || self.policies.as_ref().is_some_and(|p| p.needs_namespace())
+    }
+
     /// Whether there are mutating webhooks to call.
     pub fn mutates(&self) -> bool {
         !self.mutating.is_empty()
@@ -663,7 +673,7 @@ fn when_matched<T>(
     if !policies.matches(&preq) {
         return None;
     }
-    if !variables {
+    if !variables || !policies.reads_request() {
         return Some(f(&preq));
     }
     let req = conditions::request_json(&request.review(object, old));

@@ -126,6 +126,11 @@ impl Matcher {
 }
 
 impl Matcher {
+    /// Whether it selects by the namespace's labels.
+    fn selects_namespaces(&self) -> bool {
+        webhooks::selects_namespaces(&self.selectors)
+    }
+
     /// The rules alone (no selectors, names or exclusions): whether the request could
     /// match at all, before the object and its namespace are read.
     fn may_match(&self, attrs: &Attributes<'_>) -> bool {
@@ -391,6 +396,18 @@ impl CompiledPolicy {
         }
     }
 
+    /// Whether one of its expressions reads the request's variable `name`.
+    fn reads(&self, name: &str) -> bool {
+        let reads = |c: &Result<Compiled, String>| c.as_ref().is_ok_and(|c| c.reads(name));
+        self.conditions.reads(name)
+            || self.variables.iter().any(|v| reads(&v.expr))
+            || self
+                .validations
+                .iter()
+                .any(|v| reads(&v.expression) || v.message_expression.as_ref().is_some_and(reads))
+            || self.audit_annotations.iter().any(|(_, c)| reads(c))
+    }
+
     fn ignores_failures(&self) -> bool {
         self.failure_policy == "Ignore"
     }
@@ -538,6 +555,11 @@ struct CompiledBinding {
 #[derive(Debug, Default)]
 pub struct PolicySet {
     entries: Vec<(CompiledPolicy, Vec<CompiledBinding>)>,
+    /// Some expression reads `request` (else a write's review request is never built).
+    reads_request: bool,
+    /// Some expression reads `namespaceObject` or some selector the namespace's labels
+    /// (else a write's Namespace is never read).
+    needs_namespace: bool,
 }
 
 /// A request as the policies see it.
@@ -601,8 +623,28 @@ impl PolicySet {
                     .collect();
                 (!bound.is_empty()).then(|| (CompiledPolicy::new(p), bound))
             })
-            .collect();
-        PolicySet { entries }
+            .collect::<Vec<_>>();
+        let reads = |name: &str| entries.iter().any(|(p, _)| p.reads(name));
+        let selects = entries.iter().any(|(p, bindings)| {
+            let selects = |m: &Option<Matcher>| m.as_ref().is_some_and(Matcher::selects_namespaces);
+            selects(&p.constraints) || bindings.iter().any(|b| selects(&b.matcher))
+        });
+        PolicySet {
+            reads_request: reads("request"),
+            needs_namespace: selects || reads("namespaceObject"),
+            entries,
+        }
+    }
+
+    /// Whether some expression reads the `request` variable.
+    pub fn reads_request(&self) -> bool {
+        self.reads_request
+    }
+
+    /// Whether evaluating the policies may need the request's Namespace (its labels for
+    /// a namespaceSelector, or `namespaceObject`).
+    pub fn needs_namespace(&self) -> bool {
+        self.needs_namespace
     }
 
     pub fn is_empty(&self) -> bool {

@@ -119,6 +119,14 @@ fn selects(selector: Option<&LabelSelector>, labels: Option<&BTreeMap<String, St
     Selector::from_label_selector(selector).is_ok_and(|s| s.matches(labels.unwrap_or(&empty)))
 }
 
+/// Whether `hook` selects by the labels of the request's namespace (a namespaceSelector
+/// that is not empty): only then is the namespace read for it.
+pub fn selects_namespaces(hook: &Webhook) -> bool {
+    hook.namespace_selector
+        .as_ref()
+        .is_some_and(|s| !s.match_labels.is_empty() || !s.match_expressions.is_empty())
+}
+
 fn namespace_matches(selector: Option<&LabelSelector>, attrs: &Attributes<'_>) -> bool {
     let is_namespace = attrs.group.is_empty() && attrs.resource == "namespaces";
     if !attrs.namespaced && !is_namespace {
