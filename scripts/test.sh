@@ -7,12 +7,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase's end is printed with the seconds since the start (where CI time goes).
+phase() { echo "test: $1 at ${SECONDS}s" >&2; }
 python=$(scripts/setup.sh --python)
 # Tests that ask the Python kubernetes client (protobuf field names) run `python3`: the venv's.
 PATH="$(dirname "$python"):$PATH"
 export PATH
+phase "setup done"
 cargo test --workspace --no-run
+phase "test build done"
 cargo test --workspace --doc
+phase "doc tests done"
 
 # Builds that need no test machine run in the background, at low priority, while the test
 # binaries run (they mostly wait on servers, containers and probes): the server without its
@@ -39,16 +44,22 @@ kube_rs_build=$!
 status=0
 # The test binaries, in two lanes (scripts/run-tests.py says which run together).
 scripts/run-tests.py || status=$?
+phase "test binaries done"
 
 wait "$fuzz_build" || { tail -n 60 target/test-fuzz-build.log >&2; echo "test: the fuzz build failed" >&2; exit 1; }
 wait "$cross_build" || { tail -n 60 target/test-cross-build.log >&2; echo "test: the aarch64 build failed" >&2; exit 1; }
 wait "$kube_rs_build" || { tail -n 60 target/test-kube-rs-build.log >&2; echo "test: the kube-rs operator's build or lint failed" >&2; exit 1; }
+phase "background builds done"
 # A controller built on kube-rs reconciling a custom resource on a real server.
 SKIFF_BIN="$PWD/target/debug/skiff" CARGO_TARGET_DIR=$kube_rs_target cargo test "${kube_rs[@]}" --test skiff
+phase "kube-rs operator test done"
 # The static aarch64 binaries, run under qemu-aarch64-static.
 cross/smoke.sh
+phase "aarch64 smoke done"
 SKIFF_BIN="$PWD/target/debug/skiff" "$python" -m pytest -q tests/python
+phase "python tests done"
 # The fuzz targets (fuzz/, docs/fuzzing.md): built on target/debug's dependencies, their corpus
 # (seeds and crash reproducers) replayed, then each fuzzed for a few seconds, two at a time.
 scripts/fuzz.sh "${SKIFF_FUZZ_SECONDS:-10}"
+phase "fuzz done"
 exit "$status"
