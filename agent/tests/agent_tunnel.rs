@@ -5,7 +5,8 @@
 //! InternalIP (checked: a direct connection to the agent's port fails), yet the real
 //! kubectl's `logs`, `exec`, `attach`, `port-forward` and `top` reach the agent's pod
 //! through the tunnel the agent opened, and again after the server restarted (the agent
-//! dials anew).
+//! dials anew). With two servers (sharing an etcd), the agent keeps a tunnel to each, and
+//! either server's kubectl reaches the pod.
 //!
 //! All traffic stays inside namespaces the test creates: none has a default route but the
 //! edge (towards the router), and the router forwards only between the two test networks.
@@ -27,12 +28,21 @@ use std::time::{Duration, Instant};
 use common::{agent_bin, run_kubectl, skiff_bin, wait_for, TestAgent, TestServer, TEST_IMAGE};
 use netns_util::{Lan, NetNs};
 
-const LAN: &str = "172.31.216";
-const EDGE: &str = "10.77.216";
+/// The tests run one at a time (each builds its own site, but the agents share the host's
+/// cgroup tree and its /proc view of pods).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 struct Site {
     lan: Lan,
     edge: NetNs,
+    /// The edge network's first three octets (the router is `.1`, the agent `.2`).
+    edge_net: &'static str,
+}
+
+impl Site {
+    fn agent_ip(&self) -> String {
+        format!("{}.2", self.edge_net)
+    }
 }
 
 fn run_in(ns: &NetNs, args: &[&str]) {
@@ -48,11 +58,10 @@ fn run_in(ns: &NetNs, args: &[&str]) {
     );
 }
 
-#[test]
-fn kubectl_reaches_an_agent_behind_nat_through_its_tunnel() {
-    image_util::require_root_and_busybox();
-    let tag = format!("skt{}", std::process::id() % 100_000);
-    let mut lan = Lan::new(&tag, LAN);
+/// A site LAN `lan_net`.0/24 whose hub hosts the servers, and a router on it that
+/// masquerades the edge network `edge_net`.0/24, where the agent runs.
+fn build_site(tag: &str, lan_net: &str, edge_net: &'static str) -> Site {
+    let mut lan = Lan::new(tag, lan_net);
     let router = format!("{tag}-rtr");
     lan.add_host(&router, 3);
     // The edge network behind the router: the router's eth1 and the edge's eth0.
@@ -61,11 +70,11 @@ fn kubectl_reaches_an_agent_behind_nat_through_its_tunnel() {
     r.ip(&[
         "link", "add", "eth1", "type", "veth", "peer", "name", "eth0", "netns", &edge.name,
     ]);
-    r.ip(&["addr", "add", &format!("{EDGE}.1/24"), "dev", "eth1"]);
+    r.ip(&["addr", "add", &format!("{edge_net}.1/24"), "dev", "eth1"]);
     r.ip(&["link", "set", "eth1", "up"]);
-    edge.ip(&["addr", "add", &format!("{EDGE}.2/24"), "dev", "eth0"]);
+    edge.ip(&["addr", "add", &format!("{edge_net}.2/24"), "dev", "eth0"]);
     edge.ip(&["link", "set", "eth0", "up"]);
-    edge.ip(&["route", "add", "default", "via", &format!("{EDGE}.1")]);
+    edge.ip(&["route", "add", "default", "via", &format!("{edge_net}.1")]);
     // The router: forwards, and masquerades the edge network's connections to the LAN.
     run_in(r, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
     run_in(
@@ -78,28 +87,58 @@ fn kubectl_reaches_an_agent_behind_nat_through_its_tunnel() {
             "-A",
             "POSTROUTING",
             "-s",
-            &format!("{EDGE}.0/24"),
+            &format!("{edge_net}.0/24"),
             "-o",
             "eth0",
             "-j",
             "MASQUERADE",
         ],
     );
-    let _ = skiff_bin();
-    let _ = agent_bin();
-    let archive = tempfile::tempdir().expect("temp dir");
-    let archive_path = archive.path().join("box.tar");
-    image_util::write_oci_archive(
-        &archive_path,
-        &image_util::busybox_image("edge"),
-        TEST_IMAGE,
-    );
-    let site = Arc::new(Site { lan, edge });
-    let inner = site.clone();
-    site.lan.hub.run(move || scenario(&inner, &archive_path));
+    Site {
+        lan,
+        edge,
+        edge_net,
+    }
 }
 
-fn spawn_server(hub: &NetNs, addr: SocketAddr, dir: &std::path::Path) -> std::process::Child {
+/// The test image as an OCI archive in a temp dir (imported into the agent's store).
+fn image_archive() -> (tempfile::TempDir, std::path::PathBuf) {
+    let _ = skiff_bin();
+    let _ = agent_bin();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("box.tar");
+    image_util::write_oci_archive(&path, &image_util::busybox_image("edge"), TEST_IMAGE);
+    (dir, path)
+}
+
+#[test]
+fn kubectl_reaches_an_agent_behind_nat_through_its_tunnel() {
+    image_util::require_root_and_busybox();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = format!("skt{}", std::process::id() % 100_000);
+    let site = Arc::new(build_site(&tag, "172.31.216", "10.77.216"));
+    let (_dir, archive) = image_archive();
+    let inner = site.clone();
+    site.lan.hub.run(move || scenario(&inner, &archive));
+}
+
+#[test]
+fn either_of_two_servers_reaches_the_agent_through_its_own_tunnel() {
+    image_util::require_root_and_busybox();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = format!("sku{}", std::process::id() % 100_000);
+    let site = Arc::new(build_site(&tag, "172.31.217", "10.77.217"));
+    let (_dir, archive) = image_archive();
+    let inner = site.clone();
+    site.lan.hub.run(move || two_servers(&inner, &archive));
+}
+
+fn spawn_server(
+    hub: &NetNs,
+    addr: SocketAddr,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Child {
     let mut cmd = Command::new(skiff_bin());
     cmd.arg("server")
         .arg("--data-dir")
@@ -107,6 +146,7 @@ fn spawn_server(hub: &NetNs, addr: SocketAddr, dir: &std::path::Path) -> std::pr
         .args(["--listen", &addr.to_string()])
         .args(["--tls-san", &addr.ip().to_string()])
         .arg("--disable-agent")
+        .args(extra)
         .env("SKIFF_LOG", "info")
         .stdin(Stdio::null());
     hub.enter_on_exec(&mut cmd);
@@ -121,16 +161,16 @@ fn wait_up(server: &TestServer) {
     }
 }
 
-fn start_server(hub: &NetNs, addr: SocketAddr) -> TestServer {
+fn start_server(hub: &NetNs, addr: SocketAddr, extra: &[&str]) -> TestServer {
     let dir = tempfile::tempdir().expect("temp dir");
-    let child = spawn_server(hub, addr, dir.path());
+    let child = spawn_server(hub, addr, dir.path(), extra);
     let server = TestServer { child, dir, addr };
     wait_up(&server);
     server.allow_host_pods();
     server
 }
 
-fn start_agent(a: &mut TestAgent, edge: &NetNs, token: &str) {
+fn start_agent(a: &mut TestAgent, site: &Site, token: &str) {
     let mut cmd = Command::new(agent_bin());
     cmd.arg("--data-dir")
         .arg(a.data_dir())
@@ -140,7 +180,7 @@ fn start_agent(a: &mut TestAgent, edge: &NetNs, token: &str) {
         .args(["--cgroup-parent", &a.cgroup_parent])
         .args(["--heartbeat-seconds", "1"])
         .args(["--port", "0"])
-        .args(["--node-ip", &format!("{EDGE}.2")])
+        .args(["--node-ip", &site.agent_ip()])
         .args(["--dns-upstream", "127.0.0.1:9"])
         .arg("--disable-proxy")
         .arg("--tunnel")
@@ -150,7 +190,7 @@ fn start_agent(a: &mut TestAgent, edge: &NetNs, token: &str) {
             std::env::var("AGENT_LOG").unwrap_or_else(|_| "info".into()),
         )
         .stdin(Stdio::null());
-    edge.enter_on_exec(&mut cmd);
+    site.edge.enter_on_exec(&mut cmd);
     let child = cmd.process_group(0).spawn().expect("start skiff-agent");
     a.groups.push(child.id() as i32);
     a.child = Some(child);
@@ -171,19 +211,20 @@ fn kubectl_ok(server: &TestServer, args: &[&str]) -> String {
     text(&out.stdout)
 }
 
-fn scenario(site: &Site, archive: &std::path::Path) {
-    let hub = &site.lan.hub;
-    let addr: SocketAddr = format!("{}:6443", site.lan.hub_addr())
-        .parse()
-        .expect("addr");
-    let server = start_server(hub, addr);
-    let c = server.client();
-    let token = server.join_token();
-    let mut agent = TestAgent::new(&server);
+/// Starts `agent` in the edge namespace with `--tunnel` (its `server` list as set), waits
+/// for its node Ready, checks that the server side cannot dial it, and runs the test pod
+/// `edge-app` on it (a line for logs, httpd for port-forward, ticks for attach).
+fn edge_agent(
+    site: &Site,
+    agent: &mut TestAgent,
+    archive: &std::path::Path,
+    token: &str,
+    c: &api::client::Client,
+) {
     agent.node_name = site.edge.name.clone();
     agent.cgroup_parent = format!("skiff-test-{}", site.edge.name);
     agent.import(archive);
-    start_agent(&mut agent, &site.edge, &token);
+    start_agent(agent, site, token);
     let node = agent.node_name.clone();
     let port = wait_for("the edge node Ready", Duration::from_secs(60), || {
         let n = smol::block_on(c.get_value(api::Kind::Node, None, &node)).ok()?;
@@ -195,13 +236,11 @@ fn scenario(site: &Site, archive: &std::path::Path) {
         ready.then_some(port)
     });
     // The server cannot dial the agent: no route to its InternalIP.
-    let direct: SocketAddr = format!("{EDGE}.2:{port}").parse().expect("addr");
+    let direct: SocketAddr = format!("{}:{port}", site.agent_ip()).parse().expect("addr");
     assert!(
         TcpStream::connect_timeout(&direct, Duration::from_secs(2)).is_err(),
         "the agent's port is not reachable from the server's namespace"
     );
-
-    // A pod on the edge node: a line for logs, httpd for port-forward, ticks for attach.
     let mut pod = common::pod(
         "edge-app",
         &node,
@@ -215,8 +254,137 @@ fn scenario(site: &Site, archive: &std::path::Path) {
     pod.spec.termination_grace_period_seconds = Some(1);
     smol::block_on(c.create(&pod)).expect("create the pod");
     wait_for("the edge pod Running", Duration::from_secs(60), || {
-        common::get_pod(&c, "edge-app").filter(|p| common::phase(p) == "Running")
+        common::get_pod(c, "edge-app").filter(|p| common::phase(p) == "Running")
     });
+}
+
+/// Two servers on one etcd in the hub (B joined A); the agent lists both and keeps a
+/// tunnel to each: logs and exec through either server reach its pod, also through B
+/// once A is gone.
+fn two_servers(site: &Site, archive: &std::path::Path) {
+    let hub = &site.lan.hub;
+    let etcd = Etcd::start();
+    let datastore = ["--datastore-endpoint", &etcd.endpoint];
+    let a_addr: SocketAddr = format!("{}:6443", site.lan.hub_addr())
+        .parse()
+        .expect("addr");
+    let b_addr: SocketAddr = format!("{}:6444", site.lan.hub_addr())
+        .parse()
+        .expect("addr");
+    let mut a = start_server(hub, a_addr, &datastore);
+    let out = Command::new(skiff_bin())
+        .args(["token", "create", "--server", "--kubeconfig"])
+        .arg(a.kubeconfig())
+        .output()
+        .expect("skiff token create --server");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let server_token = text(&out.stdout).trim().to_string();
+    let join = [
+        "--datastore-endpoint",
+        &etcd.endpoint,
+        "--join",
+        &format!("https://{a_addr}"),
+        "--token",
+        &server_token,
+    ];
+    let b = start_server(hub, b_addr, &join);
+    let c = a.client();
+    let token = a.join_token();
+    let mut agent = TestAgent::new(&a);
+    agent.server = format!("https://{a_addr},https://{b_addr}");
+    edge_agent(site, &mut agent, archive, &token, &c);
+
+    for (name, server) in [("A", &a), ("B", &b)] {
+        let logs = wait_for(
+            &format!("kubectl logs through server {name}"),
+            Duration::from_secs(20),
+            || {
+                let out = run_kubectl(&server.kubeconfig(), &["logs", "edge-app"], None);
+                let t = text(&out.stdout);
+                (out.status.success() && t.contains("hello-from-edge")).then_some(t)
+            },
+        );
+        assert!(logs.starts_with("hello-from-edge"), "{logs}");
+        let out = kubectl_ok(
+            server,
+            &[
+                "exec",
+                "edge-app",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo via-{name}"),
+            ],
+        );
+        assert_eq!(out.trim(), format!("via-{name}"));
+    }
+    // A goes away: B still reaches the agent.
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let out = kubectl_ok(&b, &["exec", "edge-app", "--", "sh", "-c", "echo still"]);
+    assert_eq!(out.trim(), "still");
+
+    drop(b);
+    drop(a);
+    agent.clean_up();
+}
+
+/// A one-member etcd on the namespace's loopback, killed on drop.
+struct Etcd {
+    child: std::process::Child,
+    endpoint: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    fn start() -> Etcd {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (client, peer) = (common::free_port(), common::free_port());
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args(["--name", "m0"])
+            .arg("--data-dir")
+            .arg(dir.path().join("m0"))
+            .args(["--listen-client-urls", &endpoint])
+            .args(["--advertise-client-urls", &endpoint])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("m0={peer_url}")])
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd (apt install etcd-server; scripts/setup.sh does)");
+        let etcd = Etcd {
+            child,
+            endpoint,
+            _dir: dir,
+        };
+        wait_for("etcd up", Duration::from_secs(30), || {
+            TcpStream::connect(("127.0.0.1", client)).ok()
+        });
+        etcd
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn scenario(site: &Site, archive: &std::path::Path) {
+    let hub = &site.lan.hub;
+    let addr: SocketAddr = format!("{}:6443", site.lan.hub_addr())
+        .parse()
+        .expect("addr");
+    let server = start_server(hub, addr, &[]);
+    let c = server.client();
+    let token = server.join_token();
+    let mut agent = TestAgent::new(&server);
+    edge_agent(site, &mut agent, archive, &token, &c);
 
     // logs and exec, through the tunnel.
     let logs = wait_for(
@@ -317,7 +485,7 @@ fn scenario(site: &Site, archive: &std::path::Path) {
     let mut server = server;
     let _ = server.child.kill();
     let _ = server.child.wait();
-    server.child = spawn_server(hub, addr, server.dir.path());
+    server.child = spawn_server(hub, addr, server.dir.path(), &[]);
     wait_up(&server);
     let out = wait_for(
         "exec after the server came back",
