@@ -1100,6 +1100,22 @@ fn is_bound<K: Resource>(obj: &K) -> bool {
 
 /// A create's work inside the write: the namespace is open, a Service gets its addresses,
 /// and the name is free (a generated one is drawn again if not).
+/// Whether [`create_in`] changes an object of `kind` (the built-in admission it runs in the
+/// write: a Pod's service account, limits and priority, a Service's IPs, an Ingress's or a
+/// claim's class, a protection finalizer). Other kinds are stored as they come, but for a
+/// generated name that collided. Keep in step with `create_in`.
+fn changed_in_create(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Pod
+            | Kind::Service
+            | Kind::Ingress
+            | Kind::PersistentVolumeClaim
+            | Kind::PersistentVolume
+            | Kind::CustomResourceDefinition
+    )
+}
+
 fn create_in<K: Resource>(
     txn: &mut Txn,
     ranges: &ServiceRanges,
@@ -2486,15 +2502,11 @@ impl Registry {
         let kind = self.kind::<K>();
         let old_json = old.map(codec::to_json);
         if hooks.policies_only() {
-            // No webhook to wait for: the policies run on the object about to be stored,
-            // inside the write's one commit (a denial leaves no trace of it).
+            // No webhook to wait for: the policies run on the object about to be stored, in
+            // the write's one commit (a denial leaves no trace of it).
+            let object = codec::to_json(&input);
             let Some(policies) = hooks
-                .prepare_policies(
-                    self,
-                    request,
-                    Some(&codec::to_json(&input)),
-                    old_json.as_ref(),
-                )
+                .prepare_policies(self, request, Some(&object), old_json.as_ref())
                 .await
             else {
                 let mut commit = commit;
@@ -2503,6 +2515,25 @@ impl Registry {
                     .await;
             };
             let (mut commit, notes) = (commit, self.warnings.clone());
+            // A create the write stores as it is: the policies run here, not on the store's
+            // one writer (where every write waits for them); again there only if a
+            // generated name collided and was made anew. A denial is left to the write, so
+            // that its own refusals (no such namespace, ...) come first, as in kube.
+            if old.is_none() && !changed_in_create(kind) && policies.allow(&notes, &object) {
+                let name = input.meta().name.clone();
+                return self
+                    .write(
+                        move |txn| {
+                            let stored = commit(txn, input.clone())?;
+                            if stored.meta().name != name {
+                                policies.run(&notes, Some(&codec::to_json(&stored)), None)?;
+                            }
+                            Ok(stored)
+                        },
+                        fix_object,
+                    )
+                    .await;
+            }
             return self
                 .write(
                     move |txn| {

@@ -710,6 +710,23 @@ impl PreparedPolicies {
         }
         outcome.denied.map_or(Ok(()), Err)
     }
+
+    /// Whether the policies allow the create of `object`: its warnings and audit
+    /// annotations noted if so; nothing noted if not (the caller runs them again where the
+    /// denial is answered).
+    pub fn allow(&self, notes: &Warnings, object: &Value) -> bool {
+        let noted = {
+            let n = notes.lock().unwrap_or_else(|e| e.into_inner());
+            (n.warnings.len(), n.audit_annotations.len())
+        };
+        if self.run(notes, Some(object), None).is_ok() {
+            return true;
+        }
+        let mut n = notes.lock().unwrap_or_else(|e| e.into_inner());
+        n.warnings.truncate(noted.0);
+        n.audit_annotations.truncate(noted.1);
+        false
+    }
 }
 
 /// A param kind's objects: whether the kind is namespaced, and its objects as JSON.
