@@ -17,7 +17,9 @@
 //! ```
 //!
 //! Compressed layer blobs are not kept once unpacked: the unpacked directory, named by its
-//! diff id (the sha256 of the uncompressed tar, checked while unpacking), is the layer.
+//! diff id (the sha256 of the uncompressed tar, checked while unpacking), is the layer. A
+//! node that shares images with its site (`--share-images`, [`peers`]) keeps them in
+//! `blobs/` too, to serve them; they go with the last image whose manifest names them.
 //! Layers shared by images are stored once. Unpacking and mounting need root.
 
 mod archive;
@@ -28,6 +30,7 @@ mod layer;
 pub mod mirrors;
 mod mount;
 pub mod oci;
+pub mod peers;
 pub mod reference;
 mod registry;
 
@@ -580,6 +583,7 @@ impl ImageStore {
             keep.insert(hex_of(&i.manifest_digest).to_string());
             keep.insert(hex_of(&i.digest).to_string());
             keep.extend(i.layers.iter().map(|l| hex_of(l).to_string()));
+            keep.extend(self.layer_blobs(&i.manifest_digest));
         }
         let mut freed = 0;
         for dir in ["blobs/sha256", "layers/sha256"] {
@@ -599,6 +603,22 @@ impl ImageStore {
             }
         }
         freed
+    }
+
+    /// The hex digests of the compressed layers a stored manifest names: kept while the
+    /// image is, for the images shared with a site's peers ([`peers`]).
+    fn layer_blobs(&self, manifest_digest: &str) -> Vec<String> {
+        let Ok(bytes) = fs::read(self.blob_path(manifest_digest)) else {
+            return Vec::new();
+        };
+        serde_json::from_slice::<oci::Manifest>(&bytes)
+            .map(|m| {
+                m.layers
+                    .iter()
+                    .map(|l| hex_of(&l.digest).to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Pulls an image from its registry (see [`registry`] for the protocol). Concurrent pulls
