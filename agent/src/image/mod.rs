@@ -667,7 +667,9 @@ impl ImageStore {
                         store: self,
                         key: &key,
                     };
-                    let result = registry::pull(self, &r, auth, opts).await;
+                    // Boxed: a pull is a large future (debug builds overflow the executor
+                    // threads' stacks polling it inline in a pod worker's).
+                    let result = Box::pin(registry::pull(self, &r, auth, opts)).await;
                     *slot = Some(result.clone());
                     return result;
                 }

@@ -281,7 +281,7 @@ impl Site {
         if path.is_file() {
             return Ok(Some(path));
         }
-        let members = self.members().await;
+        let members = Box::pin(self.members()).await;
         if members.len() < 2 {
             return Ok(None);
         }
@@ -290,7 +290,7 @@ impl Site {
             .iter()
             .find(|m| Some(m.name.as_str()) == home && m.address.is_some());
         if let Some(peer) = peer {
-            match self.from_peer(peer, image, d).await {
+            match Box::pin(self.from_peer(peer, image, d)).await {
                 Ok(()) => return Ok(Some(path)),
                 Err(e) => tracing::warn!(
                     image = %image, layer = %d.digest, peer = %peer.name,
@@ -405,7 +405,7 @@ impl Site {
         let path = self.store.blob_path(digest);
         if !path.is_file() {
             let tmp = self.store.temp_path("download");
-            let download = registry::fetch_blob(&r, &d, &self.fetch, &tmp);
+            let download = Box::pin(registry::fetch_blob(&r, &d, &self.fetch, &tmp));
             self.keep(digest, &tmp, download).await?;
         }
         let file = std::fs::File::open(&path).ctx(|| format!("cannot open {}", path.display()))?;

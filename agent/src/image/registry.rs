@@ -705,7 +705,8 @@ async fn pull_from(
             pins.add(&d.digest);
             // The download from the registry runs only if no peer has the layer.
             let tmp = store.temp_path("download");
-            let shared = site.layer_blob(r, d, &tmp, s.blob_to_file(d, &tmp)).await?;
+            let download = Box::pin(s.blob_to_file(d, &tmp));
+            let shared = Box::pin(site.layer_blob(r, d, &tmp, download)).await?;
             if let Some(blob) = shared {
                 let (st, digest, diff) = (store.clone(), d.digest.clone(), diff_id.clone());
                 smol::unblock(move || st.add_layer(&blob, &digest, &diff)).await?;

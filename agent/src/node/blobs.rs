@@ -79,7 +79,8 @@ where
         let msg = "image sharing is off on this node".to_string();
         return refuse(&mut stream, Refusal(404, msg)).await;
     };
-    let (file, len) = match site.blob_for_peer(&req.digest, &req.image, req.size).await {
+    let found = Box::pin(site.blob_for_peer(&req.digest, &req.image, req.size)).await;
+    let (file, len) = match found {
         Ok(found) => found,
         Err(e) => {
             tracing::info!(digest = %req.digest, image = %req.image, "a peer's blob: {e}");

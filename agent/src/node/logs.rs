@@ -499,7 +499,9 @@ where
     let head = timeout(read_head(&mut stream), "request timed out").await?;
     let blob = super::blobs::is_blob_request(&head);
     match (&caller, blob) {
-        (Caller::Node(_), true) => return super::blobs::serve(stream, &head, &source).await,
+        (Caller::Node(_), true) => {
+            return Box::pin(super::blobs::serve(stream, &head, &source)).await
+        }
         (Caller::ApiServer, false) => {}
         (Caller::Node(node), false) => {
             let msg = format!("node {node} may only fetch image blobs here");
