@@ -33,7 +33,9 @@ SKIFF_PID=
 AGENT_PIDS=()
 
 ns_of() { echo "$TAG-n$1"; }  # ns_of I
-in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }  # net namespace only
+# Runs a command in a network namespace only (the host's mounts and cgroups stay visible,
+# unlike `ip netns exec`); nsenter execs it, so `nsenter ... &` gives the command's PID.
+in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 
 stop_agents() {
     local pid
@@ -90,6 +92,7 @@ done
 REG="$NET.1:5000"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
     -subj "/CN=bench-registry" -addext "subjectAltName=IP:$NET.1" \
+    -addext "basicConstraints=critical,CA:FALSE" -addext "extendedKeyUsage=serverAuth" \
     -keyout "$WORK/registry.key" -out "$WORK/registry.crt" 2>/dev/null
 cat >"$WORK/registry.yml" <<EOF
 version: 0.1
@@ -100,7 +103,7 @@ http:
   secret: bench
   tls: {certificate: $WORK/registry.crt, key: $WORK/registry.key}
 EOF
-in_ns "$HUB" docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
+nsenter --net="/run/netns/$HUB" docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
 REGISTRY_PID=$!
 cat >"$WORK/registries.yaml" <<EOF
 configs:
@@ -162,16 +165,19 @@ round() {  # round LABEL [agent flags...]
     local label=$1 i ns start end before
     shift
     rm -rf "$WORK/server" "$WORK"/agent-* "$WORK"/run-*
-    in_ns "$HUB" env SKIFF_LOG=warn "$SKIFF" server --data-dir "$WORK/server" --listen "$NET.1:6443" \
+    nsenter --net="/run/netns/$HUB" env SKIFF_LOG=warn "$SKIFF" server --data-dir "$WORK/server" --listen "$NET.1:6443" \
         --tls-san "$NET.1" --disable-agent &
     SKIFF_PID=$!
     export KUBECONFIG="$WORK/server/admin.kubeconfig"
-    for _ in $(seq 1 300); do [ -s "$KUBECONFIG" ] && break; sleep 0.1; done
+    for _ in $(seq 1 300); do
+        [ -s "$KUBECONFIG" ] && in_ns "$HUB" bash -c "exec 3<>/dev/tcp/$NET.1/6443" 2>/dev/null && break
+        sleep 0.1
+    done
     local token
     token=$(in_ns "$HUB" "$SKIFF" token create --ttl 1h --kubeconfig "$KUBECONFIG")
     for i in $(seq 1 "$NODES"); do
         ns=$(ns_of "$i")
-        in_ns "$ns" env SKIFF_LOG=warn "$REL/skiff-agent" --data-dir "$WORK/agent-$i" \
+        nsenter --net="/run/netns/$ns" env SKIFF_LOG=warn "$REL/skiff-agent" --data-dir "$WORK/agent-$i" \
             --run-dir "$WORK/run-$i" --node-name "$ns" --cgroup-parent "skiff-bench-site-$i" \
             --node-ip "$NET.$((10 + i))" --disable-proxy --disable-ingress \
             --dns-upstream 127.0.0.1:9 --registries-config "$WORK/registries.yaml" \
@@ -197,8 +203,8 @@ EOF
     before=$(wc -l <"$WORK/registry.log")
     start=$(date +%s.%N)
     in_ns "$HUB" kubectl apply -f "$WORK/pods.yaml" >/dev/null
-    for _ in $(seq 1 3000); do
-        [ "$(in_ns "$HUB" kubectl get pods --no-headers 2>/dev/null | grep -c ' Running ')" = "$NODES" ] && break
+    while [ "$(in_ns "$HUB" kubectl get pods --no-headers 2>/dev/null | grep -c ' Running ')" != "$NODES" ]; do
+        if awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {exit !(n - s > 600)}'; then break; fi
         sleep 0.1
     done
     end=$(date +%s.%N)

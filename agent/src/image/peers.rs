@@ -290,7 +290,7 @@ impl Site {
             .iter()
             .find(|m| Some(m.name.as_str()) == home && m.address.is_some());
         if let Some(peer) = peer {
-            match Box::pin(self.from_peer(peer, image, d)).await {
+            match Box::pin(self.fetch_from_peer(peer, image, d)).await {
                 Ok(()) => return Ok(Some(path)),
                 Err(e) => tracing::warn!(
                     image = %image, layer = %d.digest, peer = %peer.name,
@@ -325,7 +325,7 @@ impl Site {
     }
 
     /// Fetches layer `d` from `peer` into the blob area, checking size and digest.
-    async fn from_peer(
+    async fn fetch_from_peer(
         &self,
         peer: &Member,
         image: &Reference,
