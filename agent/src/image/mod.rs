@@ -817,6 +817,48 @@ mod tests {
     }
 
     #[test]
+    fn kept_layer_blobs_go_with_their_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        let layer = b"a compressed layer";
+        let layer_digest = sha256_bytes(layer);
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "config": {"digest": sha256_bytes(b"{}"), "size": 2},
+            "layers": [{"digest": layer_digest, "size": layer.len()}],
+        }))
+        .unwrap();
+        let manifest_digest = sha256_bytes(&manifest);
+        store.put_blob(&manifest_digest, &manifest).unwrap();
+        store.put_blob(&sha256_bytes(b"{}"), b"{}").unwrap();
+        store.put_blob(&layer_digest, layer).unwrap();
+        let stray = sha256_bytes(b"fetched for a peer only");
+        store.put_blob(&stray, b"fetched for a peer only").unwrap();
+        store
+            .commit(&ImageInfo {
+                reference: "example.test/app:v1".into(),
+                digest: manifest_digest.clone(),
+                manifest_digest,
+                id: sha256_bytes(b"{}"),
+                config: ImageConfig::default(),
+                layers: Vec::new(),
+                size: 0,
+            })
+            .unwrap();
+        store.collect_garbage();
+        assert!(
+            store.blob_path(&layer_digest).is_file(),
+            "kept with its image"
+        );
+        assert!(!store.blob_path(&stray).exists(), "no image names it");
+        store.remove("example.test/app:v1").unwrap();
+        assert!(
+            !store.blob_path(&layer_digest).exists(),
+            "gone with its image"
+        );
+    }
+
+    #[test]
     fn configs_are_parsed() {
         let (c, d) = parse_config(
             "x",
