@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Images shared inside a site (docs/design/site-images.md): 5 real agents, each in its own
-# network namespace on one LAN bridge with the server and a registry (apt docker-registry,
-# TLS), start pods of one image of about 50 MB (a layer of random data beside busybox) at
-# the same moment. Printed for each round: the bytes of layer blobs the registry served and
-# the time from creating the pods to all Running; first with every node pulling for itself,
-# then with the same nodes in one zone with --share-images (fresh data dirs each round).
+# network namespace on one LAN bridge with the server, start pods of one image of about
+# 50 MB (a layer of random data beside busybox) at the same moment. The registry (apt
+# docker-registry, TLS) sits behind the site's uplink: a link from the LAN's router (the
+# server's namespace) to the registry's namespace, shaped to UPLINK_MBIT (tc tbf) in the
+# direction of the site. Printed for each round: the bytes of layer blobs the registry
+# served and the time from creating the pods to all Running; first with every node pulling
+# for itself, then with the same nodes in one zone with --share-images (fresh data dirs
+# each round).
 # usage: bench/site-images.sh [MB]   (root; MB of the random layer, 50 by default)
-#        REL=DIR bench/site-images.sh   uses the skiff and skiff-agent in DIR
-#                                       (default: target/release, built if missing)
+#        REL=DIR ...           uses the skiff and skiff-agent in DIR (default:
+#                              target/release, built if missing)
+#        UPLINK_MBIT=N ...     the uplink's rate, 50 Mbit/s by default; 0: not shaped
 # shellcheck source=bench/lib.sh disable=SC1091
 source "$(dirname "$0")/lib.sh"
 MB=${1:-50}
 NODES=5
 NET=172.31.219
+UPNET=172.31.220
+UPLINK_MBIT=${UPLINK_MBIT:-50}
 ZONE=bench-site
 need kubectl kubectl
 need docker-registry docker-registry
@@ -28,6 +34,7 @@ echo "skiff $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo dev), bu
 WORK=$(mktemp -d /tmp/skiff-site.XXXXXX)
 TAG="sib$$"
 HUB="$TAG-hub"
+UP="$TAG-up"
 REGISTRY_PID=
 SKIFF_PID=
 AGENT_PIDS=()
@@ -68,11 +75,13 @@ cleanup() {
     fi
     for i in $(seq 1 "$NODES"); do ip netns del "$(ns_of "$i")" 2>/dev/null || true; done
     ip netns del "$HUB" 2>/dev/null || true
+    ip netns del "$UP" 2>/dev/null || true
     rm -rf "$WORK" 2>/dev/null || true
 }
 trap cleanup EXIT
 
-# The LAN: a bridge in the hub namespace (server and registry at .1), a node per namespace.
+# The LAN: a bridge in the hub namespace (the server at .1, routing to the uplink), a node
+# per namespace; the registry's namespace behind the uplink.
 ip netns add "$HUB"
 ip -n "$HUB" link set lo up
 ip -n "$HUB" link add br0 type bridge
@@ -86,12 +95,25 @@ for i in $(seq 1 "$NODES"); do
     ip -n "$HUB" link set "p$i" master br0 up
     ip -n "$ns" addr add "$NET.$((10 + i))/24" dev eth0
     ip -n "$ns" link set eth0 up
+    ip -n "$ns" route add "$UPNET.0/30" via "$NET.1"
 done
+ip netns add "$UP"
+ip -n "$UP" link set lo up
+ip -n "$HUB" link add up0 type veth peer name eth0 netns "$UP"
+ip -n "$HUB" addr add "$UPNET.1/30" dev up0
+ip -n "$HUB" link set up0 up
+ip -n "$UP" addr add "$UPNET.2/30" dev eth0
+ip -n "$UP" link set eth0 up
+ip -n "$UP" route add "$NET.0/24" via "$UPNET.1"
+in_ns "$HUB" sysctl -qw net.ipv4.ip_forward=1
+if [ "$UPLINK_MBIT" != 0 ]; then
+    tc -n "$UP" qdisc add dev eth0 root tbf rate "${UPLINK_MBIT}mbit" burst 256kb latency 200ms
+fi
 
-# The registry, over TLS with a certificate for its LAN address.
-REG="$NET.1:5000"
+# The registry, over TLS with a certificate for its address.
+REG="$UPNET.2:5000"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-    -subj "/CN=bench-registry" -addext "subjectAltName=IP:$NET.1" \
+    -subj "/CN=bench-registry" -addext "subjectAltName=IP:$UPNET.2" \
     -addext "basicConstraints=critical,CA:FALSE" -addext "extendedKeyUsage=serverAuth" \
     -keyout "$WORK/registry.key" -out "$WORK/registry.crt" 2>/dev/null
 cat >"$WORK/registry.yml" <<EOF
@@ -103,7 +125,7 @@ http:
   secret: bench
   tls: {certificate: $WORK/registry.crt, key: $WORK/registry.key}
 EOF
-nsenter --net="/run/netns/$HUB" docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
+nsenter --net="/run/netns/$UP" docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
 REGISTRY_PID=$!
 cat >"$WORK/registries.yaml" <<EOF
 configs:
@@ -151,8 +173,8 @@ call("PUT", f"https://{reg}/v2/{repo}/manifests/v1", manifest,
      {"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
 print(sum(len(l) for l in layers))
 EOF
-IMAGE_BYTES=$(in_ns "$HUB" python3 "$WORK/push.py" "$REG" "$WORK/registry.crt" bench/site "$MB")
-echo "image: $REG/bench/site:v1, layers $IMAGE_BYTES bytes, $NODES nodes"
+IMAGE_BYTES=$(in_ns "$UP" python3 "$WORK/push.py" "$REG" "$WORK/registry.crt" bench/site "$MB")
+echo "image: $REG/bench/site:v1, layers $IMAGE_BYTES bytes, $NODES nodes, uplink ${UPLINK_MBIT} Mbit/s (0: not shaped)"
 
 # Bytes of layer blobs the registry served since its log had $1 lines.
 served() {
