@@ -31,6 +31,9 @@ use super::{lock, reference, registry, ImageStore, PullOptions, Reference, Regis
 
 /// The label whose value names a node's site.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The Node annotation an agent publishes: `"true"` when it shares images (only such nodes
+/// are asked for layers), `"false"` otherwise.
+pub const SHARING_ANNOTATION: &str = "images.skiff.io/share-images";
 /// The path prefix of the blob endpoint on the agents' port.
 pub const BLOB_PATH: &str = "/skiff/v1/blobs/";
 /// How long the list of the site's nodes is kept.
@@ -162,8 +165,8 @@ impl std::fmt::Debug for Site {
     }
 }
 
-/// The member a Node makes: Ready, with an InternalIP and an agent port; `me` without an
-/// address.
+/// The member a Node makes: Ready, sharing images, with an InternalIP and an agent port;
+/// `me` without an address.
 fn member_of(node: &Node, me: &str) -> Option<Member> {
     let name = node.metadata.name.clone();
     if name == me {
@@ -176,6 +179,10 @@ fn member_of(node: &Node, me: &str) -> Option<Member> {
         .status
         .condition("Ready")
         .is_some_and(|c| c.status == "True");
+    let sharing = node.metadata.annotations.get(SHARING_ANNOTATION);
+    if sharing.map(String::as_str) != Some("true") {
+        return None;
+    }
     let ip: std::net::IpAddr = node.status.address("InternalIP")?.parse().ok()?;
     let port = node
         .status
@@ -500,7 +507,7 @@ mod tests {
     fn members_are_ready_nodes_with_an_address_and_a_port() {
         let node = |name: &str, ready: &str, port: i32| -> Node {
             serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name},
+                "metadata": {"name": name, "annotations": {SHARING_ANNOTATION: "true"}},
                 "status": {
                     "conditions": [{"type": "Ready", "status": ready}],
                     "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}],
@@ -518,6 +525,9 @@ mod tests {
         );
         assert_eq!(member_of(&node("b", "Unknown", 10250), "a"), None);
         assert_eq!(member_of(&node("b", "True", 0), "a"), None);
+        let mut not_sharing = node("b", "True", 10250);
+        not_sharing.metadata.annotations.clear();
+        assert_eq!(member_of(&not_sharing, "a"), None);
         assert_eq!(
             member_of(&node("a", "Unknown", 0), "a"),
             Some(Member {

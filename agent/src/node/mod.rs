@@ -338,10 +338,16 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             name: cfg.node_name.clone(),
             internal_ip: node_ip.clone(),
             labels,
-            annotations: [(
-                api::storage::NODE_LOCAL_PATH_ANNOTATION.to_string(),
-                storage_dir.display().to_string(),
-            )]
+            annotations: [
+                (
+                    api::storage::NODE_LOCAL_PATH_ANNOTATION.to_string(),
+                    storage_dir.display().to_string(),
+                ),
+                (
+                    crate::image::peers::SHARING_ANNOTATION.to_string(),
+                    cfg.share_images.to_string(),
+                ),
+            ]
             .into(),
             taints: cfg.taints.clone(),
             max_pods: cfg.max_pods,
