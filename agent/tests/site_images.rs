@@ -6,8 +6,9 @@
 //! Pods of one image started on the three zone nodes at once run, and the registry's access
 //! log shows each layer fetched once; the node outside the zone pulls by itself; a layer's
 //! home holding a corrupted copy is refused by the node that asked it, which falls back to
-//! the registry; the blob path answers a node's certificate and refuses the API server's
-//! (403) and no certificate at all (the handshake ends). Needs root, `ip`, /bin/busybox and
+//! the registry, as it does when the home is down; the blob path answers a node's
+//! certificate and refuses the API server's (403) and no certificate at all (the handshake
+//! ends). Needs root, `ip`, /bin/busybox and
 //! /usr/bin/docker-registry.
 
 mod common;
@@ -39,7 +40,7 @@ const ZONE: &str = "site-a";
 
 /// A layer of `len` pseudo-random (incompressible) bytes in one file.
 fn random_layer(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut data = Vec::with_capacity(len + 8);
     while data.len() < len {
         x ^= x << 13;
@@ -401,6 +402,26 @@ fn scenario(lan: &Lan, nodes: &[(String, String)]) {
         "/containerLogs/default/app-0/main",
     );
     assert!(status.starts_with("HTTP/1.1 403"), "{status}");
+
+    // A home that is down costs only a fallback to the registry.
+    let third = image(3);
+    registry.push("site/third", "v1", &third);
+    let third_ref = format!("{}/site/third:v1", registry.host());
+    let layer = third.layer_digests()[2].clone();
+    let home = agent::image::peers::home(site.iter().copied(), &layer).expect("a home");
+    let asker = *site.iter().find(|n| **n != home).expect("another node");
+    agents
+        .iter_mut()
+        .find(|a| a.node_name == home)
+        .expect("home")
+        .kill9();
+    create_pod(&c, "third", asker, &third_ref);
+    wait_running(&c, &["third"]);
+    assert_eq!(
+        registry.blob_gets(&layer),
+        1,
+        "{asker} fetched the layer itself, its home {home} being down"
+    );
 
     // The agents remove their pods' containers as they go.
     drop(agents);
