@@ -296,21 +296,25 @@ impl Site {
         let peer = members
             .iter()
             .find(|m| Some(m.name.as_str()) == home && m.address.is_some());
-        if let Some(peer) = peer {
-            match Box::pin(self.fetch_from_peer(peer, image, d)).await {
-                Ok(()) => return Ok(Some(path)),
-                Err(e) => tracing::warn!(
-                    image = %image, layer = %d.digest, peer = %peer.name,
-                    "the layer's home failed, pulling it from the registry: {e}"
-                ),
+        // From the home first; the registry if it fails: one attempt for all who ask.
+        let from_home = async {
+            if let Some(peer) = peer {
+                match Box::pin(self.fetch_from_peer(peer, image, d)).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => tracing::warn!(
+                        image = %image, layer = %d.digest, peer = %peer.name,
+                        "the layer's home failed, pulling it from the registry: {e}"
+                    ),
+                }
             }
-        }
-        self.keep(&d.digest, tmp, download).await?;
+            download.await
+        };
+        self.keep(&d.digest, tmp, from_home).await?;
         Ok(Some(path))
     }
 
-    /// Runs `download` (into `tmp`) as the one download of `digest`, and moves its result
-    /// into the blob area.
+    /// Runs `download` (into `tmp`, or straight into the blob area) as the one download of
+    /// `digest`, and moves its result into the blob area.
     async fn keep<F>(&self, digest: &str, tmp: &Path, download: F) -> Result<(), ImageError>
     where
         F: Future<Output = Result<(), ImageError>>,
@@ -321,6 +325,8 @@ impl Site {
                 return Ok(());
             }
             let result = match download.await {
+                // A peer's copy is already in place.
+                Ok(()) if path.is_file() => Ok(()),
                 Ok(()) => std::fs::rename(tmp, &path)
                     .ctx(|| format!("cannot move a blob to {}", path.display())),
                 Err(e) => Err(e),
