@@ -135,6 +135,11 @@ struct Cli {
     /// (docs/design/tunnel.md).
     #[arg(long, env = "SKIFF_AGENT_TUNNEL")]
     tunnel: bool,
+    /// Share image layers with the nodes of the same `topology.kubernetes.io/zone` label:
+    /// each layer is fetched from the registry once per site and served to the others
+    /// over the agent port (docs/design/site-images.md).
+    #[arg(long, env = "SKIFF_AGENT_SHARE_IMAGES")]
+    share_images: bool,
     /// Do not enforce NetworkPolicies on this node (as k3s' --disable-network-policy).
     #[arg(long, env = "SKIFF_AGENT_DISABLE_NETWORK_POLICY")]
     disable_network_policy: bool,
@@ -211,7 +216,7 @@ fn main() {
     let cli: Cli =
         api::config::parse_args(std::env::args_os(), &source).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
-        Some(Command::SelfCheck) => self_check(&cli.data_dir, &cli.registries_config, cli.tunnel),
+        Some(Command::SelfCheck) => self_check(&cli),
         Some(Command::Reset { keep_pod_data }) => reset(&cli, keep_pod_data),
         Some(Command::Image { ref args }) => {
             cli_image(&cli.data_dir, args.clone(), &HashSet::new())
@@ -282,6 +287,7 @@ fn run_agent(cli: &Cli) -> anyhow::Result<()> {
         },
         local_connections: None,
         tunnel: cli.tunnel,
+        share_images: cli.share_images,
     };
     node::run(cfg).context("skiff-agent stopped")
 }
@@ -369,7 +375,9 @@ fn yes(b: bool) -> &'static str {
 }
 
 /// Prints what the machine offers; never fails on a missing feature, only reports it.
-fn self_check(data_dir: &Path, registries: &Path, tunnel: bool) -> anyhow::Result<()> {
+fn self_check(cli: &Cli) -> anyhow::Result<()> {
+    let (data_dir, registries) = (cli.data_dir.as_path(), cli.registries_config.as_path());
+    let tunnel = cli.tunnel;
     let arch = node::facts::kube_arch(std::env::consts::ARCH);
     let cgroup = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         "v2"
@@ -438,7 +446,29 @@ fn self_check(data_dir: &Path, registries: &Path, tunnel: bool) -> anyhow::Resul
         )
     };
     println!("registry mirrors: {mirrors}");
+    println!("image sharing: {}", image_sharing(cli));
     Ok(())
+}
+
+/// Whether image sharing is on, and with which site (the zone label given to the agent).
+fn image_sharing(cli: &Cli) -> String {
+    let zone = cli
+        .node_labels
+        .iter()
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| *k == agent::image::peers::ZONE_LABEL)
+        .map(|(_, v)| v.to_string());
+    match (cli.share_images, zone) {
+        (false, _) => "off (--share-images to fetch each layer once per site)".into(),
+        (true, Some(zone)) => format!(
+            "on, site {zone} (the site's nodes reach each other's agent port, {})",
+            cli.port
+        ),
+        (true, None) => format!(
+            "on, but no {} label given: the Node's own label decides the site",
+            agent::image::peers::ZONE_LABEL
+        ),
+    }
 }
 
 /// Whether a TCP connection to `server`'s API port opens within 3 s.

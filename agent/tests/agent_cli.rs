@@ -26,6 +26,11 @@ fn version_and_self_check() {
         .arg("--registries-config")
         .arg(&registries)
         .arg("--tunnel")
+        .args([
+            "--share-images",
+            "--node-label",
+            "topology.kubernetes.io/zone=shop-12",
+        ])
         .arg("self-check")
         .arg("--data-dir")
         .arg(dir.path())
@@ -45,9 +50,31 @@ fn version_and_self_check() {
         "joined: no",
         "tunnel: on (",
         "registry mirrors: docker.io (from ",
+        "image sharing: on, site shop-12 (",
     ] {
         assert!(text.contains(line), "{line} missing in:\n{text}");
     }
+
+    // The config file's key is the flag's name; off by default.
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, "share-images = true\n").expect("write agent.toml");
+    let self_check = |config: Option<&std::path::Path>| {
+        let mut cmd = agent();
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let out = cmd
+            .arg("self-check")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .expect("run");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = self_check(Some(&config));
+    assert!(text.contains("image sharing: on, but no "), "{text}");
+    let text = self_check(None);
+    assert!(text.contains("image sharing: off"), "{text}");
 }
 
 #[test]

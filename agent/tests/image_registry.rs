@@ -121,6 +121,7 @@ fn pull_over_https_verifies_and_unpacks_and_honours_policies() {
     let opts_http = PullOptions {
         registries: insecure,
         platform: None,
+        site: None,
     };
     assert!(smol::block_on(store.pull(&reference, &RegistryAuth::Anonymous, &opts_http)).is_err());
 }
@@ -378,6 +379,7 @@ configs:
     let opts = PullOptions {
         registries,
         platform: None,
+        site: None,
     };
     let reference = "images.example.invalid/library/busybox:1.0";
     let info = smol::block_on(store.pull(reference, &RegistryAuth::Anonymous, &opts)).unwrap();

@@ -336,6 +336,7 @@ impl EmbeddedAgentArgs {
             local_connections: None,
             // The embedded agent is reached in-process.
             tunnel: false,
+            share_images: false,
         })
     }
 }

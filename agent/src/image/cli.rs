@@ -120,6 +120,7 @@ pub fn cli_image(data_dir: &Path, args: ImageArgs, in_use: &HashSet<String>) -> 
             let opts = PullOptions {
                 registries,
                 platform,
+                site: None,
             };
             let info = smol::block_on(store.pull(&reference, &auth, &opts))?;
             writeln!(

@@ -17,7 +17,9 @@
 //! ```
 //!
 //! Compressed layer blobs are not kept once unpacked: the unpacked directory, named by its
-//! diff id (the sha256 of the uncompressed tar, checked while unpacking), is the layer.
+//! diff id (the sha256 of the uncompressed tar, checked while unpacking), is the layer. A
+//! node that shares images with its site (`--share-images`, [`peers`]) keeps them in
+//! `blobs/` too, to serve them; they go with the last image whose manifest names them.
 //! Layers shared by images are stored once. Unpacking and mounting need root.
 
 mod archive;
@@ -28,6 +30,7 @@ mod layer;
 pub mod mirrors;
 mod mount;
 pub mod oci;
+pub mod peers;
 pub mod reference;
 mod registry;
 
@@ -580,6 +583,7 @@ impl ImageStore {
             keep.insert(hex_of(&i.manifest_digest).to_string());
             keep.insert(hex_of(&i.digest).to_string());
             keep.extend(i.layers.iter().map(|l| hex_of(l).to_string()));
+            keep.extend(self.layer_blobs(&i.manifest_digest));
         }
         let mut freed = 0;
         for dir in ["blobs/sha256", "layers/sha256"] {
@@ -599,6 +603,22 @@ impl ImageStore {
             }
         }
         freed
+    }
+
+    /// The hex digests of the compressed layers a stored manifest names: kept while the
+    /// image is, for the images shared with a site's peers ([`peers`]).
+    fn layer_blobs(&self, manifest_digest: &str) -> Vec<String> {
+        let Ok(bytes) = fs::read(self.blob_path(manifest_digest)) else {
+            return Vec::new();
+        };
+        serde_json::from_slice::<oci::Manifest>(&bytes)
+            .map(|m| {
+                m.layers
+                    .iter()
+                    .map(|l| hex_of(&l.digest).to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Pulls an image from its registry (see [`registry`] for the protocol). Concurrent pulls
@@ -647,7 +667,9 @@ impl ImageStore {
                         store: self,
                         key: &key,
                     };
-                    let result = registry::pull(self, &r, auth, opts).await;
+                    // Boxed: a pull is a large future (debug builds overflow the executor
+                    // threads' stacks polling it inline in a pod worker's).
+                    let result = Box::pin(registry::pull(self, &r, auth, opts)).await;
                     *slot = Some(result.clone());
                     return result;
                 }
@@ -792,6 +814,48 @@ mod tests {
         assert_eq!(PullPolicy::default_for(&d), PullPolicy::IfNotPresent);
         assert_eq!(PullPolicy::parse("", "x:1"), Some(PullPolicy::IfNotPresent));
         assert_eq!(PullPolicy::parse("Bogus", "x"), None);
+    }
+
+    #[test]
+    fn kept_layer_blobs_go_with_their_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        let layer = b"a compressed layer";
+        let layer_digest = sha256_bytes(layer);
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "config": {"digest": sha256_bytes(b"{}"), "size": 2},
+            "layers": [{"digest": layer_digest, "size": layer.len()}],
+        }))
+        .unwrap();
+        let manifest_digest = sha256_bytes(&manifest);
+        store.put_blob(&manifest_digest, &manifest).unwrap();
+        store.put_blob(&sha256_bytes(b"{}"), b"{}").unwrap();
+        store.put_blob(&layer_digest, layer).unwrap();
+        let stray = sha256_bytes(b"fetched for a peer only");
+        store.put_blob(&stray, b"fetched for a peer only").unwrap();
+        store
+            .commit(&ImageInfo {
+                reference: "example.test/app:v1".into(),
+                digest: manifest_digest.clone(),
+                manifest_digest,
+                id: sha256_bytes(b"{}"),
+                config: ImageConfig::default(),
+                layers: Vec::new(),
+                size: 0,
+            })
+            .unwrap();
+        store.collect_garbage();
+        assert!(
+            store.blob_path(&layer_digest).is_file(),
+            "kept with its image"
+        );
+        assert!(!store.blob_path(&stray).exists(), "no image names it");
+        store.remove("example.test/app:v1").unwrap();
+        assert!(
+            !store.blob_path(&layer_digest).exists(),
+            "gone with its image"
+        );
     }
 
     #[test]

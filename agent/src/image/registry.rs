@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use base64::Engine;
 use futures_lite::io::AsyncWriteExt;
@@ -147,6 +148,9 @@ pub struct PullOptions {
     pub registries: RegistryConfig,
     /// The platform to pick from multi-platform images; default: this node's.
     pub platform: Option<Platform>,
+    /// The node's site, when it shares images with its peers (`--share-images`): layer
+    /// blobs are then asked of their home node first, and kept (docs/design/site-images.md).
+    pub site: Option<Arc<super::peers::Site>>,
 }
 
 /// A session with one repository of one registry.
@@ -526,46 +530,84 @@ impl<'a> Session<'a> {
         let mut resp = self
             .get(&format!("blobs/{}", d.digest), None, &what)
             .await?;
-        let mut file = smol::fs::File::create(dest)
-            .await
-            .map_err(|e| ImageError::io(format!("cannot create {}", dest.display()), e))?;
-        let mut ctx = digest::Context::new(&digest::SHA256);
-        let mut count = 0u64;
-        let mut buf = vec![0u8; 128 * 1024];
-        loop {
-            let n = resp
-                .read(&mut buf)
-                .await
-                .map_err(|e| net_err(&self.registry, e))?;
-            if n == 0 {
-                break;
-            }
-            count += n as u64;
-            if d.size > 0 && count > d.size {
-                return Err(ImageError::DigestMismatch {
-                    what: format!("{what} (larger than its declared {} bytes)", d.size),
-                    expected: d.digest.clone(),
-                    actual: "(longer content)".into(),
-                });
-            }
-            ctx.update(&buf[..n]);
-            file.write_all(&buf[..n])
-                .await
-                .map_err(|e| ImageError::io(format!("cannot write {}", dest.display()), e))?;
+        write_verified(&mut resp, d, dest, &self.registry).await
+    }
+}
+
+/// Streams the body of `resp` (from `source`, a registry or a peer) to `dest`, verifying
+/// its size and digest against `d` as it goes.
+pub(crate) async fn write_verified(
+    resp: &mut Response,
+    d: &oci::Descriptor,
+    dest: &Path,
+    source: &str,
+) -> Result<(), ImageError> {
+    let what = format!("layer {}", d.digest);
+    let mut file = smol::fs::File::create(dest)
+        .await
+        .map_err(|e| ImageError::io(format!("cannot create {}", dest.display()), e))?;
+    let mut ctx = digest::Context::new(&digest::SHA256);
+    let mut count = 0u64;
+    let mut buf = vec![0u8; 128 * 1024];
+    loop {
+        let n = resp.read(&mut buf).await.map_err(|e| net_err(source, e))?;
+        if n == 0 {
+            break;
         }
-        file.flush()
-            .await
-            .map_err(|e| ImageError::io(format!("cannot write {}", dest.display()), e))?;
-        let actual = digest_string(ctx.finish());
-        if actual != d.digest {
+        count += n as u64;
+        if d.size > 0 && count > d.size {
             return Err(ImageError::DigestMismatch {
-                what,
+                what: format!("{what} (larger than its declared {} bytes)", d.size),
                 expected: d.digest.clone(),
-                actual,
+                actual: "(longer content)".into(),
             });
         }
-        Ok(())
+        ctx.update(&buf[..n]);
+        file.write_all(&buf[..n])
+            .await
+            .map_err(|e| ImageError::io(format!("cannot write {}", dest.display()), e))?;
     }
+    file.flush()
+        .await
+        .map_err(|e| ImageError::io(format!("cannot write {}", dest.display()), e))?;
+    let actual = digest_string(ctx.finish());
+    if actual != d.digest {
+        return Err(ImageError::DigestMismatch {
+            what,
+            expected: d.digest.clone(),
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// Fetches one blob of `r` to `dest` (verified) with the node's own registry configuration
+/// and credentials: from each mirror of its registry in turn, then from the registry. What
+/// a site's home node does for a peer (see [`super::peers`]).
+pub(crate) async fn fetch_blob(
+    r: &Reference,
+    d: &oci::Descriptor,
+    opts: &PullOptions,
+    dest: &Path,
+) -> Result<(), ImageError> {
+    let mut last = None;
+    for from in opts.registries.candidates(r) {
+        let fetched = match Session::new(&from, &RegistryAuth::Anonymous, opts) {
+            Ok(mut s) => s.blob_to_file(d, dest).await,
+            Err(e) => Err(e),
+        };
+        match fetched {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                tracing::debug!(image = %r, from = %from, digest = %d.digest, "blob fetch failed: {e}");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| ImageError::NotFound {
+        reference: r.to_string(),
+        detail: format!("blob {}: no registry to ask", d.digest),
+    }))
 }
 
 fn bad_manifest(r: &Reference, detail: impl std::fmt::Display) -> ImageError {
@@ -658,6 +700,18 @@ async fn pull_from(
         pins.add(diff_id);
         if store.has_layer(diff_id) {
             continue;
+        }
+        if let Some(site) = &opts.site {
+            pins.add(&d.digest);
+            // The download from the registry runs only if no peer has the layer.
+            let tmp = store.temp_path("download");
+            let download = Box::pin(s.blob_to_file(d, &tmp));
+            let shared = Box::pin(site.layer_blob(r, d, &tmp, download)).await?;
+            if let Some(blob) = shared {
+                let (st, digest, diff) = (store.clone(), d.digest.clone(), diff_id.clone());
+                smol::unblock(move || st.add_layer(&blob, &digest, &diff)).await?;
+                continue;
+            }
         }
         let tmp = store.temp_path("download");
         let fetched = s.blob_to_file(d, &tmp).await;

@@ -7,8 +7,10 @@
 //! [`super::stats`]), which the server's `metrics.k8s.io` API reads.
 //!
 //! Only the API server may ask: the TLS layer requires a client certificate that chains to
-//! the cluster CA *and* names [`APISERVER_CLIENT_CN`]; a node's certificate, a self-made one
-//! or none at all end the handshake. The serving certificate is the node's own (signed at
+//! the cluster CA *and* names [`APISERVER_CLIENT_CN`] or a node (`system:node:NAME` in
+//! `system:nodes`); a self-made certificate, another user's or none at all end the
+//! handshake. A node may only fetch image blobs from a site peer (`/skiff/v1/blobs/`, see
+//! [`super::blobs`]); every other path is the API server's (403 to a node). The serving certificate is the node's own (signed at
 //! join for client and server use, with the node's name as DNS SAN, which is what the server
 //! checks). Users reach logs through the server (`GET .../pods/NAME/log`), which proxies here.
 //!
@@ -63,16 +65,38 @@ pub enum LogServerError {
     Tls(String),
 }
 
-/// Accepts a client only if its certificate chains to the CA and names the API server.
+/// Who a connection's client certificate says it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// The API server (its client certificate, a tunnel, or the server's in-process
+    /// connections).
+    ApiServer,
+    /// A node of the cluster, by name.
+    Node(String),
+}
+
+impl Caller {
+    /// The caller a certificate names, if one the endpoint serves.
+    fn of(der: &CertificateDer<'_>) -> Option<Caller> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let subject = cert.subject();
+        let cn = subject.iter_common_name().next()?.as_str().ok()?;
+        if cn == APISERVER_CLIENT_CN {
+            return Some(Caller::ApiServer);
+        }
+        let name = cn.strip_prefix("system:node:").filter(|n| !n.is_empty())?;
+        let in_nodes = subject
+            .iter_organization()
+            .any(|o| o.as_str().ok() == Some("system:nodes"));
+        in_nodes.then(|| Caller::Node(name.to_string()))
+    }
+}
+
+/// Accepts a client only if its certificate chains to the CA and names the API server or a
+/// node.
 #[derive(Debug)]
 struct ApiServerOnly {
     inner: Arc<dyn ClientCertVerifier>,
-}
-
-fn common_name(der: &CertificateDer<'_>) -> Option<String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let cn = cert.subject().iter_common_name().next()?;
-    cn.as_str().ok().map(str::to_string)
 }
 
 impl ClientCertVerifier for ApiServerOnly {
@@ -89,7 +113,7 @@ impl ClientCertVerifier for ApiServerOnly {
         let verified = self
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
-        if common_name(end_entity).as_deref() == Some(APISERVER_CLIENT_CN) {
+        if Caller::of(end_entity).is_some() {
             Ok(verified)
         } else {
             Err(rustls::Error::InvalidCertificate(
@@ -122,7 +146,7 @@ impl ClientCertVerifier for ApiServerOnly {
 }
 
 /// TLS for the endpoint: the node's certificate (`live`, swapped in place when the agent
-/// renews it), the API server as the only client.
+/// renews it), the API server and the cluster's nodes as the only clients.
 pub fn tls_config(
     creds: &Credentials,
     live: Arc<api::tls::LiveCertificate>,
@@ -167,6 +191,8 @@ pub struct LogSource {
     pub pods_dir: PathBuf,
     pub cache: Arc<PodCache>,
     pub runtime: Arc<Runtime>,
+    /// The node's site, when it shares images with its peers (`--share-images`).
+    pub site: Option<Arc<crate::image::peers::Site>>,
 }
 
 /// One parsed request.
@@ -417,7 +443,16 @@ async fn connection(
 ) -> io::Result<()> {
     let _ = tcp.set_nodelay(true);
     let tls = timeout(acceptor.accept(tcp), "TLS handshake timed out").await?;
-    handle(tls, source).await
+    let caller = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(Caller::of);
+    match caller {
+        Some(caller) => handle_as(tls, source, caller).await,
+        None => Ok(()),
+    }
 }
 
 /// Connections handed over by the server this agent runs inside (`skiff server`'s own node):
@@ -446,12 +481,37 @@ pub async fn serve_local(connections: LocalConnections, source: Arc<LogSource>) 
     }
 }
 
-/// Reads a request's head and serves it.
-pub(crate) async fn handle<S>(mut stream: S, source: Arc<LogSource>) -> io::Result<()>
+/// Reads a request's head and serves it, for the API server (tunnels and in-process
+/// connections).
+pub(crate) async fn handle<S>(stream: S, source: Arc<LogSource>) -> io::Result<()>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + Send + 'static,
+{
+    handle_as(stream, source, Caller::ApiServer).await
+}
+
+/// Reads a request's head and serves it if `caller` may ask it: a node only for image
+/// blobs, the API server for everything else.
+async fn handle_as<S>(mut stream: S, source: Arc<LogSource>, caller: Caller) -> io::Result<()>
 where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + Send + 'static,
 {
     let head = timeout(read_head(&mut stream), "request timed out").await?;
+    let blob = super::blobs::is_blob_request(&head);
+    match (&caller, blob) {
+        (Caller::Node(_), true) => {
+            return Box::pin(super::blobs::serve(stream, &head, &source)).await
+        }
+        (Caller::ApiServer, false) => {}
+        (Caller::Node(node), false) => {
+            let msg = format!("node {node} may only fetch image blobs here");
+            return refuse(&mut stream, Refusal(403, msg)).await;
+        }
+        (Caller::ApiServer, true) => {
+            let msg = "image blobs are for the site's nodes only".to_string();
+            return refuse(&mut stream, Refusal(403, msg)).await;
+        }
+    }
     match dispatch(&head) {
         Ok(Endpoint::Logs) => logs(stream, &head, source).await,
         Ok(Endpoint::Stats) => super::stats::answer(&mut stream, &source).await,

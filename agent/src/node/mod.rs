@@ -17,6 +17,7 @@
 //! container logs) and the HTTPS log endpoint on `log_port`, whose port it publishes in
 //! `Node.status.daemonEndpoints.kubeletEndpoint`.
 
+pub mod blobs;
 pub mod credentials;
 pub mod exec;
 pub mod facts;
@@ -97,6 +98,10 @@ pub struct AgentConfig {
     /// Keep a tunnel open to every server, for a node the servers cannot dial (behind NAT):
     /// node-bound requests come through it (docs/design/tunnel.md).
     pub tunnel: bool,
+    /// Share image layers with the nodes of the same `topology.kubernetes.io/zone`: ask a
+    /// layer's home node before the registry, and serve layers to them
+    /// (docs/design/site-images.md).
+    pub share_images: bool,
 }
 
 /// Why the agent could not run.
@@ -251,9 +256,32 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         if !registries.mirrors.is_empty() {
             tracing::info!(mirrored = ?registries.mirrors.keys().collect::<Vec<_>>(), "registry mirrors");
         }
+        // The node's certificate and the cluster CA: for the tunnel and for the site's peers.
+        let node_tls = api::client::tls_config(&api::client::ClientConfig {
+            client_identity: Some(live.clone()),
+            client_cert_pem: None,
+            client_key_pem: None,
+            ..creds.client_config()
+        })
+        .map(Arc::new);
+        let site = match (&node_tls, cfg.share_images) {
+            (Ok(tls), true) => Some(Arc::new(crate::image::peers::Site::new(
+                &cfg.node_name,
+                client.clone(),
+                tls.clone(),
+                images.clone(),
+                registries.clone(),
+            ))),
+            (Err(e), true) => {
+                tracing::error!("image sharing off: {e}");
+                None
+            }
+            (_, false) => None,
+        };
         let pull_options = PullOptions {
             registries,
             platform: None,
+            site: site.clone(),
         };
 
         let net_cfg = crate::net::NetConfig {
@@ -274,19 +302,14 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             pods_dir: pods_dir.clone(),
             cache: cache.clone(),
             runtime: runtime.clone(),
+            site,
         });
         if let Some(local) = cfg.local_connections.clone() {
             smol::spawn(logs::serve_local(local, log_source.clone())).detach();
         }
         if cfg.tunnel {
-            let config = api::client::ClientConfig {
-                client_identity: Some(live.clone()),
-                client_cert_pem: None,
-                client_key_pem: None,
-                ..creds.client_config()
-            };
-            match api::client::tls_config(&config) {
-                Ok(tls) => tunnel::start(&creds.servers, Arc::new(tls), log_source.clone()),
+            match &node_tls {
+                Ok(tls) => tunnel::start(&creds.servers, tls.clone(), log_source.clone()),
                 Err(e) => tracing::error!("no tunnel to the servers: {e}"),
             }
         }
@@ -315,10 +338,16 @@ pub fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             name: cfg.node_name.clone(),
             internal_ip: node_ip.clone(),
             labels,
-            annotations: [(
-                api::storage::NODE_LOCAL_PATH_ANNOTATION.to_string(),
-                storage_dir.display().to_string(),
-            )]
+            annotations: [
+                (
+                    api::storage::NODE_LOCAL_PATH_ANNOTATION.to_string(),
+                    storage_dir.display().to_string(),
+                ),
+                (
+                    crate::image::peers::SHARING_ANNOTATION.to_string(),
+                    cfg.share_images.to_string(),
+                ),
+            ]
             .into(),
             taints: cfg.taints.clone(),
             max_pods: cfg.max_pods,

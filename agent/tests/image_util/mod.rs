@@ -319,6 +319,8 @@ pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 /// A `docker-registry` process; killed on drop.
 pub struct Registry {
     child: Child,
+    /// The address it listens on (127.0.0.1 unless started with [`Registry::start_on`]).
+    pub ip: String,
     pub port: u16,
     pub dir: tempfile::TempDir,
     pub ca_file: PathBuf,
@@ -355,12 +357,22 @@ impl Registry {
     /// Like [`Registry::start`]; with `token` = (realm URL, path of the PEM certificate
     /// whose key signs the tokens), the registry uses token (Bearer) authentication.
     pub fn start_with(basic: Option<(&str, &str)>, token: Option<(&str, &Path)>) -> Registry {
+        Registry::start_full(basic, token, "127.0.0.1")
+    }
+
+    /// An anonymous registry listening on `ip` (in the calling thread's network namespace),
+    /// its certificate for that address.
+    pub fn start_on(ip: &str) -> Registry {
+        Registry::start_full(None, None, ip)
+    }
+
+    fn start_full(basic: Option<(&str, &str)>, token: Option<(&str, &Path)>, ip: &str) -> Registry {
         assert!(
             Path::new(REGISTRY_BIN).is_file(),
             "{REGISTRY_BIN} is missing: apt-get install -y docker-registry"
         );
         let dir = tempfile::tempdir().unwrap();
-        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let cert = rcgen::generate_simple_self_signed(vec![ip.to_string()]).unwrap();
         let ca_pem = cert.cert.pem().into_bytes();
         let ca_file = dir.path().join("cert.pem");
         std::fs::write(&ca_file, &ca_pem).unwrap();
@@ -385,7 +397,7 @@ impl Registry {
             None => auth,
         };
         let config = format!(
-            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: skiff-test-secret\n  tls:\n    certificate: {cert}\n    key: {key}\n{auth}",
+            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {ip}:{port}\n  secret: skiff-test-secret\n  tls:\n    certificate: {cert}\n    key: {key}\n{auth}",
             data = dir.path().join("data").display(),
             cert = ca_file.display(),
             key = dir.path().join("key.pem").display(),
@@ -408,6 +420,7 @@ impl Registry {
             .unwrap();
         let registry = Registry {
             child,
+            ip: ip.to_string(),
             port,
             dir,
             ca_file,
@@ -417,7 +430,7 @@ impl Registry {
             push_token: None,
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect((ip, port)).is_err() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the registry did not start: {}",
@@ -429,7 +442,7 @@ impl Registry {
     }
 
     pub fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.ip, self.port)
     }
 
     /// The registry's own log (stdout and stderr, including the access log).
@@ -617,6 +630,7 @@ impl Registry {
         agent::image::PullOptions {
             registries,
             platform: None,
+            site: None,
         }
     }
 }
