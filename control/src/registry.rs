@@ -1100,6 +1100,11 @@ fn is_bound<K: Resource>(obj: &K) -> bool {
 
 /// A create's work inside the write: the namespace is open, a Service gets its addresses,
 /// and the name is free (a generated one is drawn again if not).
+/// The commit of a write that admission takes ([`Registry::admitted`]): the stored object
+/// from the one admitted, in the write's transaction; run once as a dry run first when
+/// webhooks validate.
+type Commit<K> = std::sync::Arc<dyn Fn(&mut Txn<'_, '_>, K) -> Result<K, ApiError> + Send + Sync>;
+
 /// Whether [`create_in`] changes an object of `kind` (the built-in admission it runs in the
 /// write: a Pod's service account, limits and priority, a Service's IPs, an Ingress's or a
 /// claim's class, a protection finalizer). Other kinds are stored as they come, but for a
@@ -2124,7 +2129,19 @@ impl Registry {
         ns: &str,
         name: &str,
         part: Part,
-        mut f: impl FnMut(&mut K) -> Result<(), ApiError> + Send + 'static,
+        f: impl FnMut(&mut K) -> Result<(), ApiError> + Send + 'static,
+    ) -> Result<K, ApiError> {
+        self.mutate_boxed(ns, name, part, Box::new(f)).await
+    }
+
+    /// [`Registry::mutate`] with the change boxed: compiled once per kind, not once per
+    /// kind and caller (the controllers have many).
+    async fn mutate_boxed<K: Resource>(
+        &self,
+        ns: &str,
+        name: &str,
+        part: Part,
+        mut f: Box<dyn FnMut(&mut K) -> Result<(), ApiError> + Send>,
     ) -> Result<K, ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
         let who = Ownership::Update(self.manager(part));
@@ -2486,19 +2503,18 @@ impl Registry {
     /// `input` through the mutating webhooks (`reshape` makes the changed object a request
     /// again: defaults, and for a create its checks), `commit` as a dry run, the validating
     /// webhooks on its answer, then `commit` for real.
-    async fn admitted<K, C>(
+    ///
+    /// Generic over the kind only: the write's closures come boxed, so that this (large)
+    /// function is compiled once per kind, not once per kind and caller.
+    async fn admitted<K: Resource>(
         &self,
         hooks: &Candidates,
         request: &AdmissionRequest,
         old: Option<&K>,
         mut input: K,
-        reshape: impl FnOnce(K, &K) -> Result<K, ApiError>,
-        commit: C,
-    ) -> Result<K, ApiError>
-    where
-        K: Resource,
-        C: FnMut(&mut Txn<'_, '_>, K) -> Result<K, ApiError> + Clone + Send + 'static,
-    {
+        reshape: fn(K, &K) -> Result<K, ApiError>,
+        commit: Commit<K>,
+    ) -> Result<K, ApiError> {
         let kind = self.kind::<K>();
         let old_json = old.map(codec::to_json);
         if hooks.policies_only() {
@@ -2509,12 +2525,11 @@ impl Registry {
                 .prepare_policies(self, request, Some(&object), old_json.as_ref())
                 .await
             else {
-                let mut commit = commit;
                 return self
                     .write(move |txn| commit(txn, input.clone()), fix_object)
                     .await;
             };
-            let (mut commit, notes) = (commit, self.warnings.clone());
+            let notes = self.warnings.clone();
             // A create the write stores as it is: the policies run here, not on the store's
             // one writer (where every write waits for them); again there only if a
             // generated name collided and was made anew. A denial is left to the write, so
@@ -2566,7 +2581,7 @@ impl Registry {
             let n = lock_warnings(&self.warnings);
             (n.warnings.len(), n.audit_annotations.len())
         };
-        let (mut trial, tried) = (commit.clone(), input.clone());
+        let (trial, tried) = (commit.clone(), input.clone());
         let shown = self
             .dry_run(true)
             .write(move |txn| trial(txn, tried.clone()), fix_object)
@@ -2598,7 +2613,6 @@ impl Registry {
                 old_json.as_ref(),
             )
             .await?;
-        let mut commit = commit;
         self.write(move |txn| commit(txn, input.clone()), fix_object)
             .await
     }
@@ -2622,10 +2636,10 @@ impl Registry {
             .await?;
         let ranges = self.service_ranges();
         let warnings = self.warnings.clone();
-        let commit = move |txn: &mut Txn<'_, '_>, obj: K| {
+        let commit: Commit<K> = std::sync::Arc::new(move |txn: &mut Txn<'_, '_>, obj: K| {
             let findings = judge_pod_security(&obj, None);
             create_in(txn, &ranges, obj, generate, findings.as_ref(), &warnings)
-        };
+        });
         // What the webhooks changed is checked as the request was; the server's own fields
         // stay (kube sets them after the mutating webhooks).
         let reshape = |mut new: K, before: &K| {
@@ -2682,7 +2696,7 @@ impl Registry {
                 self.warnings.clone(),
             );
             let (n, m) = (ns.to_string(), name.to_string());
-            let commit = move |txn: &mut Txn<'_, '_>, new: K| {
+            let commit: Commit<K> = std::sync::Arc::new(move |txn: &mut Txn<'_, '_>, new: K| {
                 let current: K = get_existing(txn, kind, &n, &m)?;
                 apply_update(
                     txn,
@@ -2694,7 +2708,7 @@ impl Registry {
                     who.clone(),
                     &warnings,
                 )
-            };
+            });
             let reshape = |mut new: K, _: &K| {
                 new.set_defaults();
                 Ok(new)
