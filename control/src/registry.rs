@@ -1105,6 +1105,9 @@ fn is_bound<K: Resource>(obj: &K) -> bool {
 /// webhooks validate.
 type Commit<K> = std::sync::Arc<dyn Fn(&mut Txn<'_, '_>, K) -> Result<K, ApiError> + Send + Sync>;
 
+/// A controller's change to an object ([`Registry::mutate`]), boxed.
+type Change<K> = Box<dyn FnMut(&mut K) -> Result<(), ApiError> + Send>;
+
 /// Whether [`create_in`] changes an object of `kind` (the built-in admission it runs in the
 /// write: a Pod's service account, limits and priority, a Service's IPs, an Ingress's or a
 /// claim's class, a protection finalizer). Other kinds are stored as they come, but for a
@@ -2141,7 +2144,7 @@ impl Registry {
         ns: &str,
         name: &str,
         part: Part,
-        mut f: Box<dyn FnMut(&mut K) -> Result<(), ApiError> + Send>,
+        mut f: Change<K>,
     ) -> Result<K, ApiError> {
         let (ns, name) = (ns.to_string(), name.to_string());
         let who = Ownership::Update(self.manager(part));
