@@ -111,26 +111,31 @@ fn image_archive() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, path)
 }
 
-#[test]
-fn kubectl_reaches_an_agent_behind_nat_through_its_tunnel() {
+/// Runs `scenario` on a thread in the hub of a new site (`tag` names its namespaces), with
+/// the test image's archive; one test at a time.
+fn on_a_site(
+    tag: &str,
+    lan_net: &str,
+    edge_net: &'static str,
+    scenario: fn(&Site, &std::path::Path),
+) {
     image_util::require_root_and_busybox();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let tag = format!("skt{}", std::process::id() % 100_000);
-    let site = Arc::new(build_site(&tag, "172.31.216", "10.77.216"));
+    let tag = format!("{tag}{}", std::process::id() % 100_000);
+    let site = Arc::new(build_site(&tag, lan_net, edge_net));
     let (_dir, archive) = image_archive();
     let inner = site.clone();
     site.lan.hub.run(move || scenario(&inner, &archive));
 }
 
 #[test]
+fn kubectl_reaches_an_agent_behind_nat_through_its_tunnel() {
+    on_a_site("skt", "172.31.216", "10.77.216", scenario);
+}
+
+#[test]
 fn either_of_two_servers_reaches_the_agent_through_its_own_tunnel() {
-    image_util::require_root_and_busybox();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let tag = format!("sku{}", std::process::id() % 100_000);
-    let site = Arc::new(build_site(&tag, "172.31.217", "10.77.217"));
-    let (_dir, archive) = image_archive();
-    let inner = site.clone();
-    site.lan.hub.run(move || two_servers(&inner, &archive));
+    on_a_site("sku", "172.31.217", "10.77.217", two_servers);
 }
 
 fn spawn_server(
