@@ -205,6 +205,17 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Waits (as `what`) for `kubectl logs edge-app` through `server` to start with the pod's
+/// first line.
+fn edge_app_logs(server: &TestServer, what: &str) {
+    let logs = wait_for(what, Duration::from_secs(20), || {
+        let out = run_kubectl(&server.kubeconfig(), &["logs", "edge-app"], None);
+        let t = text(&out.stdout);
+        (out.status.success() && t.contains("hello-from-edge")).then_some(t)
+    });
+    assert!(logs.starts_with("hello-from-edge"), "{logs}");
+}
+
 fn kubectl_ok(server: &TestServer, args: &[&str]) -> String {
     let out = run_kubectl(&server.kubeconfig(), args, None);
     assert!(
@@ -300,16 +311,7 @@ fn two_servers(site: &Site, archive: &std::path::Path) {
     edge_agent(site, &mut agent, archive, &token, &c);
 
     for (name, server) in [("A", &a), ("B", &b)] {
-        let logs = wait_for(
-            &format!("kubectl logs through server {name}"),
-            Duration::from_secs(20),
-            || {
-                let out = run_kubectl(&server.kubeconfig(), &["logs", "edge-app"], None);
-                let t = text(&out.stdout);
-                (out.status.success() && t.contains("hello-from-edge")).then_some(t)
-            },
-        );
-        assert!(logs.starts_with("hello-from-edge"), "{logs}");
+        edge_app_logs(server, &format!("kubectl logs through server {name}"));
         let out = kubectl_ok(
             server,
             &[
@@ -392,16 +394,7 @@ fn scenario(site: &Site, archive: &std::path::Path) {
     edge_agent(site, &mut agent, archive, &token, &c);
 
     // logs and exec, through the tunnel.
-    let logs = wait_for(
-        "kubectl logs through the tunnel",
-        Duration::from_secs(20),
-        || {
-            let out = run_kubectl(&server.kubeconfig(), &["logs", "edge-app"], None);
-            let t = text(&out.stdout);
-            (out.status.success() && t.contains("hello-from-edge")).then_some(t)
-        },
-    );
-    assert!(logs.starts_with("hello-from-edge"), "{logs}");
+    edge_app_logs(&server, "kubectl logs through the tunnel");
     let started = Instant::now();
     let out = kubectl_ok(
         &server,

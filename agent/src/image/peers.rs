@@ -299,7 +299,7 @@ impl Site {
         // From the home first; the registry if it fails: one attempt for all who ask.
         let from_home = async {
             if let Some(peer) = peer {
-                match Box::pin(self.fetch_from_peer(peer, image, d)).await {
+                match Box::pin(self.fetch_from_peer(peer, image, d, tmp)).await {
                     Ok(()) => return Ok(()),
                     Err(e) => tracing::warn!(
                         image = %image, layer = %d.digest, peer = %peer.name,
@@ -313,8 +313,8 @@ impl Site {
         Ok(Some(path))
     }
 
-    /// Runs `download` (into `tmp`, or straight into the blob area) as the one download of
-    /// `digest`, and moves its result into the blob area.
+    /// Runs `download` (into `tmp`) as the one download of `digest`, and moves its result
+    /// into the blob area.
     async fn keep<F>(&self, digest: &str, tmp: &Path, download: F) -> Result<(), ImageError>
     where
         F: Future<Output = Result<(), ImageError>>,
@@ -324,25 +324,23 @@ impl Site {
             if path.is_file() {
                 return Ok(());
             }
-            let result = match download.await {
-                // A peer's copy is already in place.
-                Ok(()) if path.is_file() => Ok(()),
-                Ok(()) => std::fs::rename(tmp, &path)
-                    .ctx(|| format!("cannot move a blob to {}", path.display())),
-                Err(e) => Err(e),
-            };
+            let result = download.await.and_then(|()| {
+                std::fs::rename(tmp, &path)
+                    .ctx(|| format!("cannot move a blob to {}", path.display()))
+            });
             let _ = std::fs::remove_file(tmp);
             result
         };
         self.flights.once(digest, work).await
     }
 
-    /// Fetches layer `d` from `peer` into the blob area, checking size and digest.
+    /// Fetches layer `d` from `peer` into `tmp`, checking size and digest.
     async fn fetch_from_peer(
         &self,
         peer: &Member,
         image: &Reference,
         d: &Descriptor,
+        tmp: &Path,
     ) -> Result<(), ImageError> {
         let source = format!("peer {}", peer.name);
         let net = |detail: String| ImageError::Network {
@@ -380,14 +378,7 @@ impl Site {
                 detail: String::from_utf8_lossy(&body).trim().to_string(),
             });
         }
-        let tmp = self.store.temp_path("peer");
-        let fetched = registry::write_verified(&mut resp, d, &tmp, &source).await;
-        let path = self.store.blob_path(&d.digest);
-        let moved = fetched.and_then(|()| {
-            std::fs::rename(&tmp, &path).ctx(|| format!("cannot move a blob to {}", path.display()))
-        });
-        let _ = std::fs::remove_file(&tmp);
-        moved
+        registry::write_verified(&mut resp, d, tmp, &source).await
     }
 
     /// The blob `digest` (of `size` bytes, 0 if unknown) of `image`, for a peer: from the

@@ -10,9 +10,9 @@
 //! the cluster CA *and* names [`APISERVER_CLIENT_CN`] or a node (`system:node:NAME` in
 //! `system:nodes`); a self-made certificate, another user's or none at all end the
 //! handshake. A node may only fetch image blobs from a site peer (`/skiff/v1/blobs/`, see
-//! [`super::blobs`]); every other path is the API server's (403 to a node). The serving certificate is the node's own (signed at
-//! join for client and server use, with the node's name as DNS SAN, which is what the server
-//! checks). Users reach logs through the server (`GET .../pods/NAME/log`), which proxies here.
+//! [`super::blobs`]); every other path is the API server's (403 to a node). The serving
+//! certificate is the node's own (signed at join for client and server use, with the node's
+//! name as DNS SAN, which is what the server checks). Users reach logs through the server (`GET .../pods/NAME/log`), which proxies here.
 //!
 //! HTTP is the minimum: one request per connection, a GET with no body, the answer
 //! `Connection: close` with the body delimited by the end of the connection (plain text), or
@@ -95,11 +95,11 @@ impl Caller {
 /// Accepts a client only if its certificate chains to the CA and names the API server or a
 /// node.
 #[derive(Debug)]
-struct ApiServerOnly {
+struct ApiServerOrNode {
     inner: Arc<dyn ClientCertVerifier>,
 }
 
-impl ClientCertVerifier for ApiServerOnly {
+impl ClientCertVerifier for ApiServerOrNode {
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
         self.inner.root_hint_subjects()
     }
@@ -166,7 +166,7 @@ pub fn tls_config(
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| tls(&e))?
-        .with_client_cert_verifier(Arc::new(ApiServerOnly { inner }))
+        .with_client_cert_verifier(Arc::new(ApiServerOrNode { inner }))
         .with_cert_resolver(live);
     Ok(Arc::new(config))
 }

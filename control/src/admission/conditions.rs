@@ -73,6 +73,8 @@ const BASE: [&str; 5] = [
     "namespaceObject",
     "params",
 ];
+/// `params`' place in [`BASE`].
+const PARAMS: usize = 4;
 
 impl Compiled {
     /// The expression's source.
@@ -281,7 +283,7 @@ impl<'v> Activation<'v> {
         'v: 'p,
     {
         let mut base = self.base.borrow().clone();
-        base[4] = None;
+        base[PARAMS] = None;
         Activation {
             input: Input {
                 params,
@@ -308,7 +310,8 @@ impl<'v> Activation<'v> {
             3 => input
                 .namespace
                 .map_or(cel::Value::Null, |ns| engine::to_cel(&namespace_object(ns))),
-            _ => val(input.params),
+            PARAMS => val(input.params),
+            _ => unreachable!("BASE has {} variables", BASE.len()),
         };
         self.base.borrow_mut()[i] = Some(value.clone());
         value
