@@ -29,7 +29,7 @@
 //! policy share kube's budget (10,000,000; 2,500,000 for match conditions), as far as the CEL
 //! crate lets them be counted (`crate::crd::cel`, the comprehensions).
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 
 use api::admissionpolicy::ExpressionEnv;
@@ -38,6 +38,10 @@ use serde_json::{json, Map, Value};
 
 use super::review;
 use crate::crd::cel as engine;
+use engine::Bound;
+
+/// A variable the request does not have.
+static NULL: Value = Value::Null;
 
 /// kube's `RuntimeCELCostBudget`: what one policy's evaluations may cost together.
 pub const RUNTIME_BUDGET: i64 = 10_000_000;
@@ -238,13 +242,14 @@ pub struct Variable {
     pub expr: Result<Compiled, String>,
 }
 
-/// The variables of one evaluation, each converted to CEL when an expression first reads
-/// it (a policy that reads only `object` never pays for `request` or `namespaceObject`); the
-/// policy's variables evaluated on first use and kept.
+/// The variables of one evaluation, bound as the JSON they are: an expression converts only
+/// what it reads (a policy that reads `object.spec.replicas` never pays for the object's
+/// metadata, nor for `request` or `namespaceObject`); the policy's variables evaluated on
+/// first use and kept.
 pub struct Activation<'v> {
     input: Input<'v>,
-    /// [`BASE`]'s values, once converted.
-    base: RefCell<[Option<cel::Value>; 5]>,
+    /// `namespaceObject`, built on first use.
+    namespace: OnceCell<Value>,
     variables: &'v [Variable],
     /// Each variable's value, or its error, once evaluated.
     values: RefCell<Vec<Slot>>,
@@ -269,7 +274,7 @@ impl<'v> Activation<'v> {
     pub fn new(input: &Input<'v>, variables: &'v [Variable]) -> Activation<'v> {
         Activation {
             input: *input,
-            base: RefCell::default(),
+            namespace: OnceCell::new(),
             variables,
             values: RefCell::new(vec![Slot::Unevaluated; variables.len()]),
             budget: Cell::new(RUNTIME_BUDGET),
@@ -282,39 +287,32 @@ impl<'v> Activation<'v> {
     where
         'v: 'p,
     {
-        let mut base = self.base.borrow().clone();
-        base[PARAMS] = None;
         Activation {
             input: Input {
                 params,
                 ..self.input
             },
-            base: RefCell::new(base),
+            namespace: self.namespace.clone(),
             variables: self.variables,
             values: RefCell::new(vec![Slot::Unevaluated; self.variables.len()]),
             budget: Cell::new(RUNTIME_BUDGET),
         }
     }
 
-    /// The request's variable `BASE[i]` as CEL, converted on first use.
-    fn base_value(&self, i: usize) -> cel::Value {
-        if let Some(v) = &self.base.borrow()[i] {
-            return v.clone();
-        }
-        let val = |v: Option<&Value>| v.map_or(cel::Value::Null, engine::to_cel);
+    /// The request's variable `BASE[i]` (`null` when the request has none).
+    fn base_value(&self, i: usize) -> &Value {
         let input = &self.input;
         let value = match i {
-            0 => val(input.object),
-            1 => val(input.old_object),
-            2 => val(input.request),
+            0 => input.object,
+            1 => input.old_object,
+            2 => input.request,
             3 => input
                 .namespace
-                .map_or(cel::Value::Null, |ns| engine::to_cel(&namespace_object(ns))),
-            PARAMS => val(input.params),
+                .map(|ns| self.namespace.get_or_init(|| namespace_object(ns))),
+            PARAMS => input.params,
             _ => unreachable!("BASE has {} variables", BASE.len()),
         };
-        self.base.borrow_mut()[i] = Some(value.clone());
-        value
+        value.unwrap_or(&NULL)
     }
 
     /// Starts a new budget (kube gives one to each group of expressions).
@@ -362,14 +360,13 @@ impl<'v> Activation<'v> {
                 Err(e) => failed.push((v.name.clone(), e)),
             }
         }
-        let base: Vec<(&str, cel::Value)> = (0..BASE.len())
+        let mut env: Vec<(&str, Bound<'_>)> = (0..BASE.len())
             .filter(|i| c.base & (1 << i) != 0)
-            .map(|i| (BASE[i], self.base_value(i)))
+            .map(|i| (BASE[i], Bound::Json(self.base_value(i))))
             .collect();
-        let mut env: Vec<(&str, &cel::Value)> = base.iter().map(|(n, v)| (*n, v)).collect();
         let variables = cel::Value::from(vars);
         if !self.variables.is_empty() {
-            env.push(("variables", &variables));
+            env.push(("variables", Bound::Cel(&variables)));
         }
         let (result, cost) = engine::eval(&c.expr, &env);
         self.charge(cost)?;

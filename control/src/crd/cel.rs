@@ -36,7 +36,9 @@ use cel::common::value::CowVal;
 use cel::ExecutionError;
 
 use api::validation::FieldError;
+#[cfg(test)]
 use serde::ser::{SerializeMap, SerializeSeq};
+#[cfg(test)]
 use serde::Serialize;
 use serde_json::Value;
 
@@ -55,7 +57,7 @@ pub struct Rule {
     optional_old_self: bool,
 }
 
-fn env() -> Arc<cel::Env> {
+pub(crate) fn env() -> Arc<cel::Env> {
     static ENV: OnceLock<Arc<cel::Env>> = OnceLock::new();
     ENV.get_or_init(|| {
         let mut env = cel::Env::stdlib();
@@ -193,16 +195,9 @@ impl Rule {
             return;
         }
         let mut ctx = cel::Context::with_env(env());
-        let Ok(this) = cel::to_value(Cel(value)) else {
-            return;
-        };
-        ctx.add_variable_from_value("self", this);
+        ctx.add_variable_as_val("self", super::cel_json::val(value));
         if self.transition {
-            let old = match old {
-                Some(o) => cel::to_value(Cel(o)).unwrap_or(cel::Value::Null),
-                None => cel::Value::Null,
-            };
-            ctx.add_variable_from_value("oldSelf", old);
+            ctx.add_variable_as_val("oldSelf", super::cel_json::val(old.unwrap_or(&NULL)));
         }
         // `fieldPath` is relative to the node (`.spec.x`, `['a.b']`, `[0]`).
         let path = match &self.field_path {
@@ -302,8 +297,10 @@ impl Rule {
 }
 
 /// A JSON value as CEL sees it: integers are `int` (not `uint`), objects are maps.
+#[cfg(test)]
 struct Cel<'a>(&'a Value);
 
+#[cfg(test)]
 impl Serialize for Cel<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {
@@ -356,6 +353,9 @@ pub const STATIC_RULE_LIMIT: f64 = 10_000_000.0;
 pub const STATIC_SCHEMA_LIMIT: f64 = 100_000_000.0;
 /// kube's `MaxRequestSizeBytes`, from which unbounded sizes are estimated.
 const MAX_REQUEST_BYTES: f64 = 3.0 * 1024.0 * 1024.0;
+
+/// `oldSelf` of a rule with no old value.
+static NULL: Value = Value::Null;
 
 const COST_EXCEEDED: &str = "operation cancelled: actual cost limit exceeded";
 /// The function the instrumented comprehensions call; `@` keeps it out of rules' reach.
@@ -864,20 +864,35 @@ pub(crate) fn error_at(source: &str, at: (usize, usize), message: &str) -> Strin
     out
 }
 
-/// A JSON value as the expressions see it (integers `int`, objects maps).
+/// A JSON value as the expressions see it (integers `int`, objects maps), converted whole:
+/// what [`super::cel_json::val`] must answer as.
+#[cfg(test)]
 pub(crate) fn to_cel(v: &Value) -> cel::Value {
     cel::to_value(Cel(v)).unwrap_or(cel::Value::Null)
+}
+
+/// A variable's value for [`eval`].
+#[derive(Clone, Copy)]
+pub(crate) enum Bound<'a> {
+    /// A JSON document, bound as it is ([`super::cel_json`]): only what the expression
+    /// reads of it is converted.
+    Json(&'a Value),
+    /// A value already in CEL.
+    Cel(&'a cel::Value),
 }
 
 /// Evaluates `e` with the named variables under kube's per-call limit: its value (or the
 /// error's text, kube's own for its libraries and for the limit) and its cost.
 pub(crate) fn eval(
     e: &Expression,
-    vars: &[(&str, &cel::Value)],
+    vars: &[(&str, Bound<'_>)],
 ) -> (Result<cel::Value, String>, u64) {
     let mut ctx = cel::Context::with_env(env());
     for (name, value) in vars {
-        ctx.add_variable_from_value(*name, (*value).clone());
+        match value {
+            Bound::Json(json) => ctx.add_variable_as_val(*name, super::cel_json::val(json)),
+            Bound::Cel(value) => ctx.add_variable_from_value(*name, (*value).clone()),
+        }
     }
     let (result, cost) = run(&e.program, &ctx, PER_CALL_LIMIT);
     if cost > PER_CALL_LIMIT {
@@ -1149,19 +1164,19 @@ mod tests {
 
     #[test]
     fn admission_expressions_evaluate_with_named_variables_under_the_limit() {
-        let object =
-            to_cel(&json!({"spec": {"replicas": 3, "items": (0..200).collect::<Vec<_>>()}}));
+        let object = json!({"spec": {"replicas": 3, "items": (0..200).collect::<Vec<_>>()}});
+        let object = Bound::Json(&object);
         let params = to_cel(&json!({"maxReplicas": 5}));
         let e = compile("object.spec.replicas <= params.maxReplicas").unwrap();
-        let (r, _) = eval(&e, &[("object", &object), ("params", &params)]);
+        let (r, _) = eval(&e, &[("object", object), ("params", Bound::Cel(&params))]);
         assert_eq!(r, Ok(cel::Value::Bool(true)));
-        let (r, _) = eval(&e, &[("object", &object)]);
+        let (r, _) = eval(&e, &[("object", object)]);
         assert!(r.is_err());
         let heavy = compile(
             "object.spec.items.all(x, object.spec.items.all(y, object.spec.items.all(z, true)))",
         )
         .unwrap();
-        let (r, cost) = eval(&heavy, &[("object", &object)]);
+        let (r, cost) = eval(&heavy, &[("object", object)]);
         assert_eq!(r, Err(COST_EXCEEDED.to_string()));
         assert!(cost > PER_CALL_LIMIT);
     }

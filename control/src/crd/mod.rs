@@ -15,6 +15,7 @@
 //!   watches behave), then the finalizer goes and the store lets the definition go.
 
 pub(crate) mod cel;
+pub(crate) mod cel_json;
 mod cel_k8s;
 mod conversion;
 pub mod schema;
