@@ -75,6 +75,7 @@ pub mod seal;
 mod txn;
 mod writer;
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -142,6 +143,25 @@ impl Renumber {
 pub struct Committed<T> {
     pub value: T,
     pub renumber: Renumber,
+}
+
+/// A write's answer with its type erased, and the closures that give it: the write
+/// machinery below (the snapshot attempts, the writer's job, the etcd transaction, each an
+/// async state machine and a blocking task) is compiled once per error type instead of
+/// once per caller's closure, which made it hundreds of copies. A write pays two small
+/// boxes for it.
+type Answer = Box<dyn Any + Send>;
+type WriteFn<E> = Box<dyn FnMut(&mut Txn<'_, '_>) -> Result<Answer, E> + Send>;
+type WriteOnceFn<E> = Box<dyn FnOnce(&mut Txn<'_, '_>) -> Result<Answer, E> + Send>;
+
+fn answer<T: Send + 'static>(value: T) -> Answer {
+    Box::new(value)
+}
+
+fn unanswer<T: 'static>(answer: Answer) -> T {
+    *answer
+        .downcast::<T>()
+        .expect("a write answers with its own closure's type")
 }
 
 /// Where a [`Store::list_page`] ended.
@@ -634,10 +654,19 @@ impl Store {
         E: From<StoreError> + Send + 'static,
         F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
+        let f: WriteOnceFn<E> = Box::new(move |txn| f(txn).map(answer));
+        self.write_erased(f, false).await.map(unanswer)
+    }
+
+    /// [`Store::write`] and [`Store::write_dry_run`], once for every closure type.
+    async fn write_erased<E>(&self, f: WriteOnceFn<E>, dry_run: bool) -> Result<Answer, E>
+    where
+        E: From<StoreError> + Send + 'static,
+    {
         if let Some(remote) = &self.inner.remote {
-            return Box::pin(self.remote_write_once(remote, f, false)).await;
+            return Box::pin(self.remote_write_once(remote, f, dry_run)).await;
         }
-        self.submit(f, false).await
+        self.submit(f, dry_run).await
     }
 
     /// Runs `f` as [`Store::write`] does, with every check, but stores nothing (`dryRun=All`):
@@ -649,10 +678,8 @@ impl Store {
         E: From<StoreError> + Send + 'static,
         F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
-        if let Some(remote) = &self.inner.remote {
-            return Box::pin(self.remote_write_once(remote, f, true)).await;
-        }
-        self.submit(f, true).await
+        let f: WriteOnceFn<E> = Box::new(move |txn| f(txn).map(answer));
+        self.write_erased(f, true).await.map(unanswer)
     }
 
     /// Runs `f` as kube-apiserver runs an update against etcd: on the caller's side, against
@@ -673,6 +700,23 @@ impl Store {
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
         F: FnMut(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
+    {
+        let f: WriteFn<E> = Box::new(move |txn| f(txn).map(answer));
+        let committed = self.guaranteed_write_erased(f, dry_run).await?;
+        Ok(Committed {
+            value: unanswer(committed.value),
+            renumber: committed.renumber,
+        })
+    }
+
+    /// [`Store::guaranteed_write`], once for every closure type.
+    async fn guaranteed_write_erased<E>(
+        &self,
+        mut f: WriteFn<E>,
+        dry_run: bool,
+    ) -> Result<Committed<Answer>, E>
+    where
+        E: From<StoreError> + Send + 'static,
     {
         if let Some(remote) = &self.inner.remote {
             // Every attempt reads afresh; etcd decides which of two racing servers wins.
