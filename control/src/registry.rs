@@ -1918,7 +1918,7 @@ impl Registry {
                 &ns,
                 &name,
                 "UpdateOptions",
-                move |_| Ok((obj.clone(), who.clone())),
+                &mut move |_: &K| Ok((obj.clone(), who.clone())),
             ))
             .await;
         }
@@ -1980,7 +1980,7 @@ impl Registry {
                 &ns,
                 &name,
                 "PatchOptions",
-                move |old| {
+                &mut move |old: &K| {
                     Ok((
                         patched(&beats, old, &n, &m, patch_type, &patch)?,
                         who.clone(),
@@ -2102,14 +2102,21 @@ impl Registry {
             return Ok((created, true));
         }
         let (ns, name) = (ns.to_string(), name.to_string());
-        let merge = {
+        let mut merge = {
             let ns = ns.clone();
             move |old: &K| applied(old, &config, &who, &api_version, force, kind, &ns)
         };
         if let Some(hooks) = self.webhooks::<K>(Operation::Update, part) {
-            return Box::pin(self.admitted_update(hooks, part, &ns, &name, "PatchOptions", merge))
-                .await
-                .map(|o| (o, false));
+            return Box::pin(self.admitted_update(
+                hooks,
+                part,
+                &ns,
+                &name,
+                "PatchOptions",
+                &mut merge,
+            ))
+            .await
+            .map(|o| (o, false));
         }
         let beats = self.heartbeats.clone();
         let ranges = self.service_ranges();
@@ -2155,7 +2162,7 @@ impl Registry {
                 &ns,
                 &name,
                 "UpdateOptions",
-                move |old: &K| {
+                &mut move |old: &K| {
                     let mut new = old.clone();
                     f(&mut new)?;
                     Ok((new, who.clone()))
@@ -2678,7 +2685,8 @@ impl Registry {
         ns: &str,
         name: &str,
         options: &str,
-        mut compute: impl FnMut(&K) -> Result<(K, Ownership), ApiError>,
+        // Borrowed as `dyn`: one copy of this loop per kind, not per kind and caller.
+        compute: &mut (dyn FnMut(&K) -> Result<(K, Ownership), ApiError> + Send),
     ) -> Result<K, ApiError> {
         let kind = self.kind::<K>();
         let request = self
