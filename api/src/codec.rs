@@ -93,7 +93,8 @@ pub fn type_of(v: &Value) -> Result<Kind, DecodeError> {
 }
 
 /// Decodes Kubernetes JSON into `K`. `apiVersion`/`kind` may be absent; if present they
-/// must name `K`. Unknown fields are refused with their path.
+/// must name `K`. Unknown fields are refused (serde's message, without the field's path:
+/// see [`from_json_as_traced`]).
 pub fn from_json<K: Resource>(v: Value) -> Result<K, DecodeError> {
     from_json_as(K::KIND, v)
 }
@@ -101,16 +102,19 @@ pub fn from_json<K: Resource>(v: Value) -> Result<K, DecodeError> {
 /// [`from_json`] for an object of `kind` (which for a built-in type is always `K::KIND`; a
 /// custom object gets its kind from here).
 pub fn from_json_as<K: Resource>(kind: Kind, mut v: Value) -> Result<K, DecodeError> {
-    let Value::Object(m) = &mut v else {
-        return Err(DecodeError::Syntax("the body must be a JSON object".into()));
-    };
-    check_type(kind, m)?;
-    // Custom objects keep their nulls (kube-apiserver stores them; the schema judges them).
-    if !kind.is_custom() {
-        strip_nulls(&mut v);
-    }
-    // Only a value that does not decode (an unknown field, a wrong type) pays for tracking
-    // the path of its error.
+    prepare_decode(kind, &mut v)?;
+    let mut obj = K::deserialize(&v).map_err(|e| DecodeError::Syntax(e.to_string()))?;
+    obj.set_kind(kind);
+    Ok(obj)
+}
+
+/// [`from_json_as`] whose error names the path of what did not decode
+/// (`spec.replicas: invalid type ...`), as the API server answers a request. Only a value
+/// that does not decode pays for tracking the path; and only a binary that calls this
+/// carries the second copy of every type's decoder that tracking takes (the agent does
+/// not).
+pub fn from_json_as_traced<K: Resource>(kind: Kind, mut v: Value) -> Result<K, DecodeError> {
+    prepare_decode(kind, &mut v)?;
     let mut obj = match K::deserialize(&v) {
         Ok(obj) => obj,
         Err(_) => serde_path_to_error::deserialize(v).map_err(|e| {
@@ -121,6 +125,20 @@ pub fn from_json_as<K: Resource>(kind: Kind, mut v: Value) -> Result<K, DecodeEr
     };
     obj.set_kind(kind);
     Ok(obj)
+}
+
+/// What both decoders do first: the body is an object of `kind`; built-in objects lose
+/// their nulls.
+fn prepare_decode(kind: Kind, v: &mut Value) -> Result<(), DecodeError> {
+    let Value::Object(m) = v else {
+        return Err(DecodeError::Syntax("the body must be a JSON object".into()));
+    };
+    check_type(kind, m)?;
+    // Custom objects keep their nulls (kube-apiserver stores them; the schema judges them).
+    if !kind.is_custom() {
+        strip_nulls(v);
+    }
+    Ok(())
 }
 
 fn check_type(kind: Kind, m: &mut Map<String, Value>) -> Result<(), DecodeError> {

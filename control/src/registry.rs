@@ -441,7 +441,7 @@ pub fn decode_as<K: Resource>(kind: Kind, body: Value) -> Result<K, ApiError> {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    codec::from_json_as::<K>(kind, body).map_err(|e| match e {
+    codec::from_json_as_traced::<K>(kind, body).map_err(|e| match e {
         DecodeError::WrongKind { expected, found } => ApiError::invalid(
             kind,
             &name,
