@@ -1,7 +1,7 @@
 //! Invalid objects are refused with Kubernetes' field paths and reasons.
 
 use api::apps::{DaemonSet, Deployment, ReplicaSet};
-use api::codec::{from_json, DecodeError};
+use api::codec::{from_json, from_json_as_traced, DecodeError};
 use api::core::{ConfigMap, Endpoints, Namespace, Node, Pod, Secret, Service};
 use api::validation::{validate_meta, FieldError};
 use api::{Kind, Resource};
@@ -491,9 +491,23 @@ fn node_and_endpoints_rules() {
 
 #[test]
 fn unknown_fields_are_refused_with_their_path() {
+    // The API server's decoder names the path; the client's and the agent's give serde's
+    // message alone.
+    fn traced<K: Resource>(v: Value) -> Result<K, DecodeError> {
+        from_json_as_traced::<K>(K::KIND, v)
+    }
     let mut v = nginx_deployment();
     v["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = json!("Always");
-    match from_json::<Deployment>(v) {
+    match from_json::<Deployment>(v.clone()) {
+        Err(DecodeError::Syntax(message)) => {
+            assert!(
+                message.contains("unknown field `imagePullPolicyy`"),
+                "{message}"
+            )
+        }
+        other => panic!("expected serde's error, got {other:?}"),
+    }
+    match traced::<Deployment>(v) {
         Err(DecodeError::Field { path, message }) => {
             assert_eq!(path, "spec.template.spec.containers[0].imagePullPolicyy");
             assert!(
@@ -506,7 +520,7 @@ fn unknown_fields_are_refused_with_their_path() {
 
     let mut v = nginx_deployment();
     v["spec"]["replicas"] = json!("three");
-    match from_json::<Deployment>(v) {
+    match traced::<Deployment>(v) {
         Err(DecodeError::Field { path, .. }) => assert_eq!(path, "spec.replicas"),
         other => panic!("expected a field error, got {other:?}"),
     }
@@ -514,7 +528,7 @@ fn unknown_fields_are_refused_with_their_path() {
     // Secret data must be base64.
     let bad = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
                      "data": {"password": "not base64!"}});
-    match from_json::<Secret>(bad) {
+    match traced::<Secret>(bad) {
         Err(DecodeError::Field { path, message }) => {
             assert_eq!(path, "data.password");
             assert!(message.contains("illegal base64 data"), "{message}");
@@ -525,6 +539,10 @@ fn unknown_fields_are_refused_with_their_path() {
     // Kind mismatch.
     assert!(matches!(
         from_json::<Pod>(nginx_deployment()),
+        Err(DecodeError::WrongKind { .. })
+    ));
+    assert!(matches!(
+        traced::<Pod>(nginx_deployment()),
         Err(DecodeError::WrongKind { .. })
     ));
 }
