@@ -1105,6 +1105,10 @@ fn is_bound<K: Resource>(obj: &K) -> bool {
 /// webhooks validate.
 type Commit<K> = std::sync::Arc<dyn Fn(&mut Txn<'_, '_>, K) -> Result<K, ApiError> + Send + Sync>;
 
+/// An update's new object made from the stored one, with who owns what it set
+/// ([`Registry::admitted_update`]).
+type Compute<K> = dyn FnMut(&K) -> Result<(K, Ownership), ApiError> + Send;
+
 /// A controller's change to an object ([`Registry::mutate`]), boxed.
 type Change<K> = Box<dyn FnMut(&mut K) -> Result<(), ApiError> + Send>;
 
@@ -2686,7 +2690,7 @@ impl Registry {
         name: &str,
         options: &str,
         // Borrowed as `dyn`: one copy of this loop per kind, not per kind and caller.
-        compute: &mut (dyn FnMut(&K) -> Result<(K, Ownership), ApiError> + Send),
+        compute: &mut Compute<K>,
     ) -> Result<K, ApiError> {
         let kind = self.kind::<K>();
         let request = self
