@@ -107,17 +107,22 @@ show() { echo "$(rate "$1") creates/s (p99 $(p99 "$1"), non-2xx $(errors "$1" ||
 hook_ratios=()
 policy_ratios=()
 ratio() { awk -v a="$(rate "$1")" -v b="$(rate "$2")" 'BEGIN{printf "%.2f", a / b}'; }
-for run in $(seq 1 "$RUNS"); do
-    fresh_server "none$run"
+# One case of one run on its fresh server, with CONFIG applied first if given; the caller
+# checks what it needs and stops the server.
+load_case() {  # load_case CASE RUN [CONFIG]
+    fresh_server "$1$2"
     kubectl create namespace bench >/dev/null
-    load "$work/none.$run" bench
+    if [ -n "${3:-}" ]; then
+        kubectl apply -f "$3" >/dev/null
+        sleep 1
+    fi
+    load "$work/$1.$2" bench
+}
+for run in $(seq 1 "$RUNS"); do
+    load_case none "$run"
     stop_server "none$run"
 
-    fresh_server "hooks$run"
-    kubectl create namespace bench >/dev/null
-    kubectl apply -f "$work/hooks.yaml" >/dev/null
-    sleep 1
-    load "$work/hooks.$run" bench
+    load_case hooks "$run" "$work/hooks.yaml"
     # Every ConfigMap created under the webhooks carries their label.
     made=$(kubectl get configmap -n bench -o name | grep -c /bench- || true)
     labelled=$(kubectl get configmap -n bench -l webhooked=yes -o name | grep -c /bench- || true)
@@ -127,11 +132,7 @@ for run in $(seq 1 "$RUNS"); do
     fi
     stop_server "hooks$run"
 
-    fresh_server "policy$run"
-    kubectl create namespace bench >/dev/null
-    kubectl apply -f "$work/policy.yaml" >/dev/null
-    sleep 1
-    load "$work/policy.$run" bench
+    load_case policy "$run" "$work/policy.yaml"
     stop_server "policy$run"
     hook_ratios+=("$(ratio "$work/hooks.$run" "$work/none.$run")")
     policy_ratios+=("$(ratio "$work/policy.$run" "$work/none.$run")")

@@ -43,18 +43,6 @@ pub(crate) fn val<'v>(v: &'v Value) -> Box<dyn Val + 'v> {
     }
 }
 
-/// A JSON object; its entries are converted when first looked at.
-struct JsonMap<'v> {
-    json: &'v Map<String, Value>,
-    level: OnceLock<CelMap<'v>>,
-}
-
-/// A JSON array; its items are converted when first looked at.
-struct JsonList<'v> {
-    json: &'v [Value],
-    level: OnceLock<CelList<'v>>,
-}
-
 fn map_level<'v>(json: &'v Map<String, Value>) -> CelMap<'v> {
     let entries: HashMap<CelMapKey<'v>, Box<dyn Val + 'v>> = json
         .iter()
@@ -67,45 +55,29 @@ fn list_level(json: &[Value]) -> CelList<'_> {
     CelList::from(json.iter().map(val).collect::<Vec<_>>())
 }
 
-impl<'v> JsonMap<'v> {
-    fn level(&self) -> &CelMap<'v> {
-        self.level.get_or_init(|| map_level(self.json))
-    }
-
-    fn into_level(self) -> CelMap<'v> {
-        self.level
-            .into_inner()
-            .unwrap_or_else(|| map_level(self.json))
-    }
-}
-
-impl<'v> JsonList<'v> {
-    fn level(&self) -> &CelList<'v> {
-        self.level.get_or_init(|| list_level(self.json))
-    }
-
-    fn into_level(self) -> CelList<'v> {
-        self.level
-            .into_inner()
-            .unwrap_or_else(|| list_level(self.json))
-    }
-}
-
-impl std::fmt::Debug for JsonMap<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "JsonMap({})", Value::Object(self.json.clone()))
-    }
-}
-
-impl std::fmt::Debug for JsonList<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "JsonList({})", Value::Array(self.json.to_vec()))
-    }
-}
-
 /// The `Val` methods of a lazy container: each answers with its built level's.
 macro_rules! lazy_container {
-    ($ty:ident, $builtin:ident, $cel_type:expr, { $($extra:tt)* }) => {
+    (
+        $(#[$doc:meta])* $ty:ident($json:ty) built by $build:ident into $level:ident,
+        $builtin:ident, $cel_type:expr, { $($extra:tt)* }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        struct $ty<'v> {
+            json: &'v $json,
+            level: OnceLock<$level<'v>>,
+        }
+
+        impl<'v> $ty<'v> {
+            fn level(&self) -> &$level<'v> {
+                self.level.get_or_init(|| $build(self.json))
+            }
+
+            fn into_level(self) -> $level<'v> {
+                self.level.into_inner().unwrap_or_else(|| $build(self.json))
+            }
+        }
+
         impl<'v> Val for $ty<'v> {
             fn get_type(&self) -> &Type {
                 &$cel_type
@@ -194,15 +166,23 @@ macro_rules! lazy_container {
     };
 }
 
-lazy_container!(JsonMap, Map, MAP_TYPE, {});
-lazy_container!(JsonList, List, LIST_TYPE, {
-    fn as_adder<'b, 'w>(&'b self) -> Option<&'b (dyn Adder + 'w)>
-    where
-        Self: 'w,
-    {
-        Some(self.level())
+lazy_container!(
+    /// A JSON object; its entries are converted when first looked at.
+    JsonMap(Map<String, Value>) built by map_level into CelMap,
+    Map, MAP_TYPE, {}
+);
+lazy_container!(
+    /// A JSON array; its items are converted when first looked at.
+    JsonList([Value]) built by list_level into CelList,
+    List, LIST_TYPE, {
+        fn as_adder<'b, 'w>(&'b self) -> Option<&'b (dyn Adder + 'w)>
+        where
+            Self: 'w,
+        {
+            Some(self.level())
+        }
     }
-});
+);
 
 #[cfg(test)]
 mod tests {

@@ -532,17 +532,15 @@ impl Store {
     /// read; `None` if something it read changed first (it may then run again). With
     /// `serializable`, `f` reads what the etcd member has applied (see
     /// [`remote::Reader::serializable`]). `f` comes back with the outcome, also an error.
-    async fn remote_attempt<T, E, F>(
+    async fn remote_attempt<E>(
         &self,
         remote: &Arc<remote::Remote>,
-        f: F,
+        f: WriteFn<E>,
         dry_run: bool,
         serializable: bool,
-    ) -> (F, Result<Option<Committed<T>>, E>)
+    ) -> (WriteFn<E>, Result<Option<Committed<Answer>>, E>)
     where
-        T: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnMut(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
         let r = remote.clone();
         let (f, planned) = smol::unblock(move || {
@@ -617,22 +615,20 @@ impl Store {
     }
 
     /// [`Store::write`] on etcd: one attempt, and a conflict if something read changed.
-    async fn remote_write_once<T, E, F>(
+    async fn remote_write_once<E>(
         &self,
         remote: &Arc<remote::Remote>,
-        f: F,
+        f: WriteOnceFn<E>,
         dry_run: bool,
-    ) -> Result<T, E>
+    ) -> Result<Answer, E>
     where
-        T: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
         let mut once = Some(f);
-        let g = move |txn: &mut Txn<'_, '_>| match once.take() {
+        let g: WriteFn<E> = Box::new(move |txn| match once.take() {
             Some(f) => f(txn),
             None => Err(E::from(StoreError::Closed)),
-        };
+        });
         match Box::pin(self.remote_attempt(remote, g, dry_run, false)).await.1? {
             // Objects in the answer carry placeholder resourceVersions: callers that answer
             // with objects use [`Store::guaranteed_write`], which renumbers them.
@@ -818,11 +814,9 @@ impl Store {
         rx.recv().await.map_err(|_| StoreError::Closed)?
     }
 
-    async fn submit<T, E, F>(&self, f: F, dry_run: bool) -> Result<T, E>
+    async fn submit<E>(&self, f: WriteOnceFn<E>, dry_run: bool) -> Result<Answer, E>
     where
-        T: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnOnce(&mut Txn<'_, '_>) -> Result<T, E> + Send + 'static,
     {
         let (tx, rx) = async_channel::bounded(1);
         let job: Job = Box::new(move |txn: &mut Txn<'_, '_>| {
@@ -1084,15 +1078,14 @@ impl Store {
 }
 
 /// Runs `f` on a read snapshot; answers what it returned and the plan of its writes.
-fn plan_on_snapshot<T, E, F>(
+fn plan_on_snapshot<E>(
     db: &Database,
     keys: Option<&seal::Keyring>,
-    f: &mut F,
+    f: &mut WriteFn<E>,
     dry_run: bool,
-) -> Result<(T, Plan), E>
+) -> Result<(Answer, Plan), E>
 where
     E: From<StoreError>,
-    F: FnMut(&mut Txn<'_, '_>) -> Result<T, E>,
 {
     let rtx = db.begin_read().map_err(StoreError::from)?;
     let meta = rtx.open_table(META_TABLE).map_err(StoreError::from)?;
